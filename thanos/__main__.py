@@ -1,0 +1,5 @@
+import sys
+
+from thanos.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pruning kernels: pure functions of tensors, one module per method."""

@@ -1,0 +1,90 @@
+"""Mask builders shared by the methods. A mask is True where a weight is removed.
+
+All selections are exact in count and deterministic: ties are broken by position (lowest index first).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def kth_smallest(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th smallest value of a 1-D tensor (1-based), exactly.
+
+    A seeded random sample brackets the answer so that ``kthvalue`` runs on a few candidates only;
+    if the bracket misses, the full ``kthvalue`` decides. The result is the same either way.
+    """
+    n = flat.numel()
+    if n > 1 << 18:
+        generator = torch.Generator(device=flat.device).manual_seed(0)
+        idx = torch.randint(n, (1 << 16,), generator=generator, device=flat.device)
+        sample = torch.sort(flat[idx]).values
+        pos = k * sample.numel() // n
+        margin = 4 * int(sample.numel() ** 0.5)
+        lo = sample[max(0, pos - margin)]
+        hi = sample[min(sample.numel() - 1, pos + margin)]
+        below = int((flat < lo).sum())
+        candidates = flat[(flat >= lo) & (flat <= hi)]
+        if below < k <= below + candidates.numel():
+            return torch.kthvalue(candidates, k - below).values
+    return torch.kthvalue(flat, k).values
+
+
+def smallest(metric: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask of exactly the ``k`` smallest entries of ``metric`` (any shape), ties by flat index.
+
+    This is psi_X(W, r) of eq. (psi_def) when ``metric`` is the Wanda score |W_ij| ||X_j||.
+    """
+    flat = metric.reshape(-1)
+    if k <= 0:
+        return torch.zeros_like(metric, dtype=torch.bool)
+    if k >= flat.numel():
+        return torch.ones_like(metric, dtype=torch.bool)
+    threshold = kth_smallest(flat, k)
+    mask = flat < threshold
+    need = k - int(mask.sum())
+    if need > 0:
+        ties = torch.nonzero(flat == threshold).squeeze(1)[:need]
+        mask[ties] = True
+    return mask.view_as(metric)
+
+
+def smallest_per_row(metric: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask of the ``k`` smallest entries of every row (Wanda's per-output comparison group)."""
+    mask = torch.zeros_like(metric, dtype=torch.bool)
+    if k > 0:
+        idx = torch.sort(metric, dim=1, stable=True).indices[:, :k]
+        mask.scatter_(1, idx, True)
+    return mask
+
+
+def n_of_m(metric: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """Mask with the ``n`` smallest of every group of ``m`` consecutive columns of every row."""
+    rows, cols = metric.shape
+    groups = metric.reshape(rows, cols // m, m)
+    idx = torch.sort(groups, dim=2, stable=True).indices[:, :, :n]
+    mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, idx, True)
+    return mask.reshape(rows, cols)
+
+
+def columns(score: torch.Tensor, s: int, rows: int) -> torch.Tensor:
+    """Mask removing the ``s`` columns with the smallest ``score`` (shape (b,)) from ``rows`` rows."""
+    chosen = smallest(score, s)
+    return chosen.unsqueeze(0).expand(rows, -1).clone()
+
+
+def input_norms(H: torch.Tensor) -> torch.Tensor:
+    """||X_j|| up to a common factor: ||X_j||^2 = N H_jj / 2 for H = (2/N) sum X X^T."""
+    return torch.sqrt(torch.clamp(torch.diagonal(H), min=0))
+
+
+def outlier_rows(W: torch.Tensor, H: torch.Tensor, count: int) -> torch.Tensor:
+    """Bool (c,): the ``count`` rows with the largest h_i = ||W_i X||^2 = (W H W^T)_ii / 2 (eq. row_outlier_loss).
+
+    These rows are kept dense: neither pruned nor updated.
+    """
+    keep_dense = torch.zeros(W.shape[0], dtype=torch.bool, device=W.device)
+    if count > 0:
+        h = ((W @ H) * W).sum(dim=1) / 2
+        keep_dense[smallest(-h, count)] = True
+    return keep_dense

@@ -1,0 +1,268 @@
+"""``prune_layer``: one entry point for every method and sparsity pattern.
+
+It validates arguments, prepares H (dead columns, damping, Cholesky of the inverse), sets the outlier rows
+aside, calls the method's kernel in fp32 and returns the weight in its original dtype with stats.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+from thanos.algorithms import magnitude, masks, sparsegpt, thanos, wanda
+from thanos.hessian import inverse_cholesky
+from thanos.sparsity import (
+    Sparsity,
+    exact,
+    outlier_count,
+    parse_sparsity,
+    structured_count,
+    unstructured_count,
+)
+
+METHODS = ("magnitude", "wanda", "sparsegpt", "thanos")
+DEFAULT_ROW_BATCH_BYTES = 1 << 30
+
+
+@dataclass
+class PruneStats:
+    method: str
+    sparsity: str
+    achieved_sparsity: float  # removed weights / all weights of the layer
+    objective: float | None  # tr(dW H dW^T) / 2 = mean over samples of ||dW X||^2 (None without H)
+    seconds: float
+    device: str
+    outlier_rows: int
+    blocksize: int | None
+    alpha: float
+    damp: float | None  # damping actually used (after retries)
+    damp_retries: int
+    dead_columns: int
+    shape: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PruneResult:
+    weight: torch.Tensor  # pruned weight, same dtype and device as the input
+    mask: torch.Tensor  # bool, True where a weight was removed
+    stats: PruneStats
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def default_blocksize(method: str, pattern: Sparsity) -> int | None:
+    """Thanos: 128 unstructured, 512 n:m (paper's defaults); SparseGPT: 128; others: none."""
+    if method == "thanos" and pattern.kind != "structured":
+        return 512 if pattern.kind == "nm" else 128
+    if method == "sparsegpt":
+        return 128
+    return None
+
+
+def default_alpha(method: str, pattern: Sparsity) -> float:
+    """0.1 for Thanos n:m and structured (the paper's best setting), 0 elsewhere."""
+    return 0.1 if method == "thanos" and pattern.kind in ("nm", "structured") else 0.0
+
+
+def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
+    """tr(dW H dW^T) / 2 = (1/N) sum_l ||dW X_l||^2 for H = (2/N) sum_l X_l X_l^T (eq. loss_to_minimize)."""
+    total = 0.0
+    for start in range(0, dW.shape[0], row_batch):
+        rows = dW[start : start + row_batch]
+        total += float(((rows @ H) * rows).sum(dtype=torch.float64))
+    return total / 2
+
+
+def _check_finite(name: str, t: torch.Tensor) -> None:
+    if not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or Inf values; fix the inputs that produced it")
+
+
+def _validate(
+    weight: torch.Tensor,
+    hessian: torch.Tensor | None,
+    method: str,
+    pattern: Sparsity,
+    blocksize: int | None,
+    alpha: Fraction,
+    damp: float,
+) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method: unknown {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError("weight: expected a 2-D floating-point tensor (out_features, in_features)")
+    c, b = weight.shape
+    if c == 0 or b == 0:
+        raise ValueError(f"weight: empty shape {tuple(weight.shape)}")
+    _check_finite("weight", weight)
+    if hessian is None:
+        if method != "magnitude":
+            raise ValueError(f"hessian: method {method!r} needs the layer Hessian; only magnitude runs without")
+    else:
+        if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (b, b):
+            shape = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
+            raise ValueError(f"hessian: expected shape ({b}, {b}) for a weight with {b} inputs, got {shape}")
+        _check_finite("hessian", hessian)
+    if not 0 <= alpha < 1:
+        raise ValueError(f"alpha: outlier-row fraction must lie in [0, 1), got {float(alpha)}")
+    if alpha > 0 and pattern.kind == "unstructured":
+        raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 2, 5); use alpha=0")
+    if alpha > 0 and hessian is None:
+        raise ValueError("alpha: outlier rows are ranked with the Hessian; magnitude needs alpha=0")
+    if not damp >= 0:
+        raise ValueError(f"damp: must be >= 0 (fraction of mean(diag H)), got {damp}")
+    if blocksize is not None and (not isinstance(blocksize, int) or blocksize < 1):
+        raise ValueError(f"blocksize: must be a positive integer, got {blocksize!r}")
+    if pattern.kind == "nm":
+        if b % pattern.m:
+            raise ValueError(f"sparsity: m={pattern.m} must divide the layer's {b} inputs")
+        if blocksize is not None and min(blocksize, b) % pattern.m:
+            raise ValueError(f"blocksize: {blocksize} must be a multiple of m={pattern.m} for {pattern}")
+    if pattern.kind == "structured":
+        s = structured_count(pattern.p, alpha, b)
+        if s > b:
+            raise ValueError(
+                f"sparsity/alpha: structured {float(pattern.p)} with alpha {float(alpha)} needs "
+                f"ceil(p b / (1 - alpha)) = {s} columns but the layer has {b}; lower p or alpha"
+            )
+
+
+def prune_layer(
+    weight: torch.Tensor,
+    hessian: torch.Tensor | None,
+    method: str,
+    sparsity: Sparsity | float | str,
+    *,
+    blocksize: int | None = None,
+    alpha: float | None = None,
+    damp: float = 0.01,
+    row_batch_bytes: int = DEFAULT_ROW_BATCH_BYTES,
+    name: str | None = None,
+) -> PruneResult:
+    """Prune one linear layer.
+
+    Args:
+        weight: (c, b) = (out_features, in_features), any float dtype; the result keeps dtype and device.
+        hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
+        method: "magnitude", "wanda", "sparsegpt" or "thanos".
+        sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3" or a ``Sparsity``.
+        blocksize: B; Thanos default 128 (unstructured) / 512 (n:m), SparseGPT 128.
+        alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default 0.1 for Thanos
+            n:m and structured, 0 elsewhere.
+        damp: lambda = damp * mean(diag H) is added to diag H before inversion (retried x10 on failure).
+        row_batch_bytes: memory bound for the batched per-row solves of Thanos.
+        name: layer name used in error messages.
+    """
+    pattern = parse_sparsity(sparsity)
+    method = method.lower() if isinstance(method, str) else method
+    if method in METHODS:
+        blocksize = default_blocksize(method, pattern) if blocksize is None else blocksize
+        alpha = default_alpha(method, pattern) if alpha is None else alpha
+    alpha_q = exact(alpha or 0)
+    _validate(weight, hessian, method, pattern, blocksize, alpha_q, damp)
+    started = time.perf_counter()
+
+    c, b = weight.shape
+    W = weight.detach().to(torch.float32).clone()
+    H = None if hessian is None else hessian.detach().to(device=W.device, dtype=torch.float32)
+    B = None if blocksize is None else min(blocksize, b)
+
+    n_outliers = outlier_count(alpha_q, c)
+    dense_rows = (
+        masks.outlier_rows(W, H, n_outliers)
+        if n_outliers
+        else torch.zeros(c, dtype=torch.bool, device=W.device)
+    )
+    rows = torch.nonzero(~dense_rows).squeeze(1)
+    sub = W[rows]
+
+    factor = None
+    if method in ("sparsegpt", "thanos") and rows.numel():
+        factor = inverse_cholesky(H, damp=damp, name=name)
+        sub[:, factor.dead] = 0.0
+
+    sub, sub_mask = _run(method, pattern, sub, H, factor, B, alpha_q, b, row_batch_bytes)
+
+    mask = torch.zeros_like(W, dtype=torch.bool)
+    mask[rows] = sub_mask
+    out = weight.detach().clone()
+    out[rows] = sub.to(weight.dtype)
+    out[mask] = 0
+    objective = None
+    if H is not None:
+        objective = layer_objective(out.to(torch.float32) - weight.detach().to(torch.float32), H)
+    if W.is_cuda:
+        torch.cuda.synchronize(W.device)
+    stats = PruneStats(
+        method=method,
+        sparsity=str(pattern),
+        achieved_sparsity=float(mask.sum()) / (c * b),
+        objective=objective,
+        seconds=time.perf_counter() - started,
+        device=str(W.device),
+        outlier_rows=n_outliers,
+        blocksize=B,
+        alpha=float(alpha_q),
+        damp=None if factor is None else factor.damp,
+        damp_retries=0 if factor is None else factor.retries,
+        dead_columns=0 if factor is None else int(factor.dead.sum()),
+        shape=(c, b),
+    )
+    options = {"blocksize": blocksize, "alpha": float(alpha_q), "damp": damp}
+    return PruneResult(weight=out, mask=mask, stats=stats, options=options)
+
+
+def _run(
+    method: str,
+    pattern: Sparsity,
+    W: torch.Tensor,
+    H: torch.Tensor | None,
+    factor: Any,
+    B: int | None,
+    alpha: Fraction,
+    b: int,
+    row_batch_bytes: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dispatch to the method's kernel on the rows to prune. Returns (W, mask) for those rows."""
+    c = W.shape[0]
+    if c == 0:
+        return W, torch.zeros_like(W, dtype=torch.bool)
+    kind = pattern.kind
+    s = structured_count(pattern.p, alpha, b) if kind == "structured" else 0
+    if method == "magnitude":
+        if kind == "unstructured":
+            mask = magnitude.magnitude_unstructured(W, unstructured_count(pattern.p, c, b))
+        elif kind == "nm":
+            mask = magnitude.magnitude_nm(W, pattern.n, pattern.m)
+        else:
+            mask = magnitude.magnitude_structured(W, s)
+        return W, mask
+    if method == "wanda":
+        if kind == "unstructured":
+            mask = wanda.wanda_unstructured(W, H, unstructured_count(pattern.p, 1, b))
+        elif kind == "nm":
+            mask = wanda.wanda_nm(W, H, pattern.n, pattern.m)
+        else:
+            mask = wanda.wanda_structured(W, H, s)
+        return W, mask
+    U = factor.U
+    if method == "sparsegpt":
+        if kind == "unstructured":
+            return sparsegpt.sparsegpt(W, U, B, p=pattern.p)
+        if kind == "nm":
+            return sparsegpt.sparsegpt(W, U, B, n=pattern.n, m=pattern.m)
+        return sparsegpt.sparsegpt(W, U, B, column_mask=sparsegpt.structured_columns(W, U, s))
+    xnorm = masks.input_norms(H)
+    if kind == "unstructured":
+        k = unstructured_count(pattern.p, c, b)
+        return thanos.thanos_unstructured(W, U, xnorm, k, B, row_batch_bytes)
+    if kind == "nm":
+        return thanos.thanos_nm(W, U, xnorm, pattern.n, pattern.m, B, row_batch_bytes)
+    return thanos.thanos_structured(W, U, xnorm, s)

@@ -1,0 +1,115 @@
+"""Sparsity patterns and the exact integer counts the paper writes for them.
+
+A pattern is one of
+- ``unstructured``: a fraction ``p`` of the layer's weights, anywhere;
+- ``n:m``: in every group of ``m`` consecutive inputs of a row, ``n`` weights are removed;
+- ``structured``: whole columns (inputs) removed, a fraction ``p`` of the layer.
+
+Counts use exact rational arithmetic on the decimal value the user wrote, so ``0.3 * 10`` is 3, never
+``3.0000000000000004`` rounded up to 4.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+Kind = Literal["unstructured", "nm", "structured"]
+
+
+def exact(x: float | int | str | Fraction) -> Fraction:
+    """The rational number the user meant: ``exact(0.3) == Fraction(3, 10)``."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, str):
+        return Fraction(x.strip())
+    return Fraction(repr(float(x))) if isinstance(x, float) else Fraction(x)
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """A parsed sparsity pattern. ``p`` is set for unstructured/structured, ``n`` and ``m`` for n:m."""
+
+    kind: Kind
+    p: Fraction = Fraction(0)
+    n: int = 0
+    m: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind == "nm":
+            if not (isinstance(self.n, int) and isinstance(self.m, int)) or not 0 < self.n < self.m:
+                raise ValueError(
+                    f"sparsity: n:m needs integers 0 < n < m, got {self.n}:{self.m} (e.g. '2:4' or '4:8')"
+                )
+        elif self.kind in ("unstructured", "structured"):
+            if not 0 <= self.p < 1:
+                raise ValueError(
+                    f"sparsity: {self.kind} fraction must lie in [0, 1), got {float(self.p)} "
+                    "(e.g. '0.5' or 'structured:0.3')"
+                )
+        else:
+            raise ValueError(f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m or structured")
+
+    @property
+    def fraction(self) -> float:
+        """The nominal fraction of weights removed (n/m for n:m)."""
+        return self.n / self.m if self.kind == "nm" else float(self.p)
+
+    def __str__(self) -> str:
+        if self.kind == "nm":
+            return f"{self.n}:{self.m}"
+        return f"{self.kind}:{float(self.p):g}"
+
+
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
+    """Parse ``0.5``, ``"0.5"``, ``"unstructured:0.5"``, ``"2:4"``, ``"structured:0.3"``.
+
+    >>> parse_sparsity("2:4")
+    Sparsity(kind='nm', p=Fraction(0, 1), n=2, m=4)
+    """
+    if isinstance(spec, Sparsity):
+        return spec
+    if isinstance(spec, bool):
+        raise ValueError(f"sparsity: expected a number or pattern string, got {spec!r}")
+    if isinstance(spec, int | float):
+        if isinstance(spec, float) and not math.isfinite(spec):
+            raise ValueError(f"sparsity: must be a finite number in [0, 1), got {spec}")
+        return Sparsity("unstructured", p=exact(spec))
+    if not isinstance(spec, str):
+        raise ValueError(f"sparsity: expected a number or pattern string, got {type(spec).__name__}")
+    text = spec.strip().lower()
+    if match := _NM.match(text):
+        return Sparsity("nm", n=int(match.group(1)), m=int(match.group(2)))
+    kind, _, value = text.rpartition(":")
+    kind = kind or "unstructured"
+    if kind not in ("unstructured", "structured"):
+        raise ValueError(
+            f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
+            "'n:m' ('2:4', '4:8') or 'structured:<fraction>'"
+        )
+    try:
+        p = exact(value)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number in [0, 1)") from None
+    return Sparsity(kind, p=p)
+
+
+def unstructured_count(p: Fraction, c: int, b: int) -> int:
+    """floor(p c b): weights to remove from a (c, b) layer (Alg. 1, line 2; appendix eq. floor)."""
+    return math.floor(p * c * b)
+
+
+def outlier_count(alpha: Fraction, c: int) -> int:
+    """ceil(alpha c): rows kept dense (Section 4, 'Outlier rows')."""
+    return math.ceil(alpha * c)
+
+
+def structured_count(p: Fraction, alpha: Fraction, b: int) -> int:
+    """s = ceil(p b / (1 - alpha)): columns to remove (Alg. 2, line 2)."""
+    return math.ceil(p * b / (1 - alpha))
