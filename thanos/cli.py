@@ -16,14 +16,16 @@ import thanos.commands
 
 
 def _command_modules() -> dict[str, str]:
-    names = sorted(m.name for m in pkgutil.iter_modules(thanos.commands.__path__) if not m.name.startswith("_"))
+    names = sorted(
+        m.name for m in pkgutil.iter_modules(thanos.commands.__path__) if not m.name.startswith("_")
+    )
     return {name.replace("_", "-"): f"thanos.commands.{name}" for name in names}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="thanos",
-        description="Thanos LLM pruning: pipeline stages (calibrate, capture, prune, assemble, evaluate, report).",
+        description="Thanos LLM pruning: pipeline stages (calibrate, capture, prune, assemble, evaluate).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)

@@ -104,7 +104,9 @@ def _validate(
     _check_finite("weight", weight)
     if hessian is None:
         if method != "magnitude":
-            raise ValueError(f"hessian: method {method!r} needs the layer Hessian; only magnitude runs without")
+            raise ValueError(
+                f"hessian: method {method!r} needs the layer Hessian; only magnitude runs without"
+            )
     else:
         if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (b, b):
             shape = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__

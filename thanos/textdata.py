@@ -16,7 +16,9 @@ def text_files(path: str | Path) -> list[Path]:
     """The corpus files at ``path`` (a file, or every supported file below a directory, sorted)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"text data not found: {path}; point the config at an existing file or directory")
+        raise FileNotFoundError(
+            f"text data not found: {path}; point the config at an existing file or directory"
+        )
     if path.is_file():
         return [path]
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)

@@ -79,7 +79,9 @@ def input_norms(H: torch.Tensor) -> torch.Tensor:
 
 
 def outlier_rows(W: torch.Tensor, H: torch.Tensor, count: int) -> torch.Tensor:
-    """Bool (c,): the ``count`` rows with the largest h_i = ||W_i X||^2 = (W H W^T)_ii / 2 (eq. row_outlier_loss).
+    """Bool (c,): the ``count`` rows with the largest h_i = ||W_i X||^2 = (W H W^T)_ii / 2.
+
+    h_i is eq. (row_outlier_loss), computed exactly from H.
 
     These rows are kept dense: neither pruned nor updated.
     """

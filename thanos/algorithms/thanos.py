@@ -1,4 +1,6 @@
-"""Thanos (ICML 2025): block-wise multi-weight updates, Alg. 1 (unstructured), Alg. 5 (n:m), Alg. 2 (structured).
+"""Thanos (ICML 2025): block-wise multi-weight updates.
+
+Alg. 1 (unstructured), Alg. 5 (n:m) and Alg. 2 (structured).
 
 Notation follows the paper: W (c, b), H = (2/N) sum X X^T, block size B, mask M (True = removed).
 
@@ -137,4 +139,3 @@ def thanos_structured(
     W -= Z.T @ Hinv_Q
     W[:, Q] = 0.0
     return W, mask
-

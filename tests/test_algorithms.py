@@ -1,0 +1,353 @@
+"""Pruning kernels: exact counts and patterns, optimality against independent solutions, robustness."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from thanos import HessianAccumulator, prune_layer
+from thanos.sparsity import exact, structured_count
+
+METHODS = ("magnitude", "wanda", "sparsegpt", "thanos")
+
+
+def correlated_inputs(b: int, tokens: int, seed: int = 0) -> torch.Tensor:
+    """X (b, tokens): correlated features with LLM-like spread of per-feature norms, float64."""
+    g = torch.Generator().manual_seed(seed)
+    mix = (
+        torch.eye(b, dtype=torch.float64) + 0.6 * torch.randn(b, b, generator=g, dtype=torch.float64) / b**0.5
+    )
+    scale = torch.exp(torch.randn(b, 1, generator=g, dtype=torch.float64))
+    return scale * (mix @ torch.randn(b, tokens, generator=g, dtype=torch.float64))
+
+
+def hessian_of(X: torch.Tensor, nsamples: int = 1) -> torch.Tensor:
+    """H = (2/N) X X^T with the tokens of X split over ``nsamples`` sequences."""
+    return (2.0 / nsamples * X @ X.T).to(torch.float32)
+
+
+def layer(c: int, b: int, tokens: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 1)
+    W = torch.randn(c, b, generator=g, dtype=torch.float64)
+    X = correlated_inputs(b, tokens, seed)
+    return W.to(torch.float32), X, hessian_of(X)
+
+
+def least_squares_rows(W: torch.Tensor, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """For each row, the weights minimising ||(W_new - W) X|| with W_new zero on the mask (float64)."""
+    W = W.to(torch.float64)
+    out = torch.zeros_like(W)
+    target = W @ X
+    for i in range(W.shape[0]):
+        free = ~mask[i]
+        if free.any():
+            sol = torch.linalg.lstsq(X[free].T, target[i].unsqueeze(1)).solution.squeeze(1)
+            out[i, free] = sol
+    return out
+
+
+# ---------------------------------------------------------------- exact counts and patterns
+
+
+@pytest.mark.parametrize("blocksize", [1, 16, 128])
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.7])
+def test_thanos_unstructured_removes_exactly_floor_pcb(p: float, blocksize: int) -> None:
+    W, _, H = layer(48, 64, 256)
+    result = prune_layer(W, H, "thanos", p, blocksize=blocksize)
+    k = math.floor(round(p * 10) * 48 * 64 / 10)
+    assert int(result.mask.sum()) == k
+    assert int((result.weight == 0).sum()) == k
+    assert bool((result.weight[result.mask] == 0).all())
+    per_row = result.mask.sum(dim=1)
+    assert per_row.min() < per_row.max(), "the global residual mask gives unequal counts per row"
+
+
+def test_counts_use_exact_arithmetic() -> None:
+    """floor(0.57 * 10 * 10) is 57; float arithmetic gives 56."""
+    assert math.floor(0.57 * 10 * 10) == 56
+    W, _, H = layer(10, 10, 64)
+    for method in ("magnitude", "thanos"):
+        assert int(prune_layer(W, H, method, 0.57).mask.sum()) == 57
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("pattern", ["2:4", "4:8", "3:8"])
+def test_nm_pattern(method: str, pattern: str) -> None:
+    n, m = map(int, pattern.split(":"))
+    W, _, H = layer(40, 64, 256)
+    alpha = 0.1 if method != "magnitude" else 0.0
+    result = prune_layer(W, H, method, pattern, alpha=alpha, blocksize=32 if method != "magnitude" else None)
+    outliers = math.ceil(alpha * 40)
+    dense = result.mask.sum(dim=1) == 0
+    assert int(dense.sum()) == outliers
+    assert torch.equal(result.weight[dense], W[dense]), "outlier rows are bit-identical"
+    groups = (result.weight[~dense] == 0).reshape(-1, 64 // m, m).sum(dim=2)
+    assert bool((groups >= n).all())
+    assert bool((result.mask[~dense].reshape(-1, 64 // m, m).sum(dim=2) == n).all())
+
+
+@pytest.mark.parametrize(
+    ("method", "alpha"),
+    [(m, a) for m in METHODS for a in (0.0, 0.1, 0.25) if m != "magnitude" or a == 0.0],
+)
+def test_structured_removes_whole_columns(method: str, alpha: float) -> None:
+    c, b, p = 40, 64, 0.3
+    W, _, H = layer(c, b, 256)
+    result = prune_layer(W, H, method, f"structured:{p}", alpha=alpha)
+    s = structured_count(exact(p), exact(alpha), b)
+    dense = torch.zeros(c, dtype=torch.bool)
+    dense[result.mask.sum(dim=1) == 0] = True
+    assert int(dense.sum()) == math.ceil(alpha * c)
+    assert torch.equal(result.weight[dense], W[dense])
+    pruned_rows = result.weight[~dense]
+    zero_columns = (pruned_rows == 0).all(dim=0)
+    assert int(zero_columns.sum()) == s
+    assert torch.equal(result.mask[~dense], zero_columns.expand_as(pruned_rows))
+
+
+# ---------------------------------------------------------------- optimality
+
+
+@pytest.mark.parametrize("pattern", ["0.5", "2:4"])
+def test_thanos_single_block_is_least_squares_optimal(pattern: str) -> None:
+    """With B >= b, every row of Thanos equals the exact least-squares optimum for its own mask."""
+    c, b = 24, 32
+    W, X, H = layer(c, b, 400)
+    result = prune_layer(W, H, "thanos", pattern, blocksize=b, alpha=0.0, damp=0.0)
+    expected = least_squares_rows(W, X, result.mask)
+    torch.testing.assert_close(result.weight.to(torch.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1])
+def test_thanos_structured_is_least_squares_optimal(alpha: float) -> None:
+    c, b = 30, 32
+    W, X, H = layer(c, b, 400)
+    result = prune_layer(W, H, "thanos", "structured:0.25", alpha=alpha, damp=0.0)
+    expected = least_squares_rows(W, X, result.mask)
+    torch.testing.assert_close(result.weight.to(torch.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+def literal_thanos(
+    W: torch.Tensor,
+    H: torch.Tensor,
+    blocksize: int,
+    p: float | None = None,
+    nm: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1 / Alg. 5 as written (float64): re-invert H_res for every block, solve row by row."""
+    W = W.to(torch.float64).clone()
+    H = H.to(torch.float64)
+    xnorm = torch.sqrt(torch.diagonal(H))
+    H = H + 0.01 * torch.diagonal(H).mean() * torch.eye(H.shape[0], dtype=torch.float64)
+    c, b = W.shape
+    mask = torch.zeros(c, b, dtype=torch.bool)
+    r = math.floor(round(p * 100) * c * b / 100) if p is not None else 0
+    for j1 in range(0, b, blocksize):
+        j2 = min(j1 + blocksize, b)
+        metric = W[:, j1:].abs() * xnorm[j1:]
+        if nm is None:
+            order = torch.argsort(metric.flatten(), stable=True)[:r]
+            residual = torch.zeros(metric.numel(), dtype=torch.bool)
+            residual[order] = True
+            M = residual.view_as(metric)[:, : j2 - j1]
+            r -= int(M.sum())
+        else:
+            n, m = nm
+            groups = metric[:, : j2 - j1].reshape(c, -1, m)
+            idx = torch.argsort(groups, dim=2, stable=True)[:, :, :n]
+            M = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, idx, True).reshape(c, -1)
+        Hinv = torch.linalg.inv(H[j1:, j1:])
+        for i in range(c):
+            q = torch.nonzero(M[i]).squeeze(1)
+            if q.numel():
+                R = Hinv[q]
+                u = W[i, j1 + q]
+                W[i, j1:] -= u @ torch.linalg.inv(R[:, q]) @ R
+                W[i, j1 + q] = 0.0
+        mask[:, j1:j2] = M
+    return W, mask
+
+
+@pytest.mark.parametrize(
+    ("pattern", "blocksize"), [("0.5", 16), ("0.5", 1), ("0.3", 24), ("2:4", 16), ("4:8", 32)]
+)
+def test_thanos_matches_the_literal_algorithm(pattern: str, blocksize: int) -> None:
+    """Several blocks: the fast implementation equals Alg. 1 / Alg. 5 written out literally."""
+    W, _, H = layer(24, 64, 300)
+    result = prune_layer(W, H, "thanos", pattern, blocksize=blocksize, alpha=0.0)
+    nm = tuple(map(int, pattern.split(":"))) if ":" in pattern else None
+    expected, mask = literal_thanos(W, H, blocksize, p=None if nm else float(pattern), nm=nm)
+    assert torch.equal(result.mask, mask)
+    torch.testing.assert_close(result.weight.to(torch.float64), expected, rtol=1e-3, atol=1e-3)
+
+
+def obs_loop(W: torch.Tensor, H: torch.Tensor, mask: torch.Tensor, damp: float) -> torch.Tensor:
+    """Plain SparseGPT: for each column in order, OBS-remove masked weights, then eliminate the column."""
+    W = W.to(torch.float64).clone()
+    H = H.to(torch.float64)
+    H = H + damp * torch.diagonal(H).mean() * torch.eye(H.shape[0], dtype=torch.float64)
+    Hinv = torch.linalg.inv(H)
+    for j in range(W.shape[1]):
+        removed = mask[:, j]
+        err = torch.where(removed, W[:, j], torch.zeros_like(W[:, j])) / Hinv[j, j]
+        W -= err.unsqueeze(1) * Hinv[j].unsqueeze(0)
+        W[removed, j] = 0.0
+        Hinv = Hinv - torch.outer(Hinv[:, j], Hinv[j]) / Hinv[j, j]
+    return W
+
+
+@pytest.mark.parametrize("pattern", ["0.5", "2:4", "structured:0.3"])
+def test_sparsegpt_equals_per_column_obs_loop(pattern: str) -> None:
+    W, _, H = layer(20, 48, 300)
+    result = prune_layer(W, H, "sparsegpt", pattern, blocksize=16)
+    expected = obs_loop(W, H, result.mask, damp=0.01)
+    torch.testing.assert_close(result.weight.to(torch.float64), expected, rtol=1e-3, atol=1e-3)
+    if pattern == "0.5":
+        per_block = result.mask.reshape(20, 3, 16).sum(dim=(0, 2))
+        assert per_block.tolist() == [math.floor(0.5 * 20 * 16)] * 3
+
+
+@pytest.mark.parametrize("pattern", ["0.5", "2:4", "structured:0.3"])
+def test_objective_ordering(pattern: str) -> None:
+    """On correlated inputs: thanos <= sparsegpt <= wanda <= magnitude (same pattern, no outlier rows)."""
+    W, _, H = layer(64, 128, 1024)
+    objective = {method: prune_layer(W, H, method, pattern, alpha=0.0).stats.objective for method in METHODS}
+    assert objective["thanos"] <= objective["sparsegpt"] <= objective["wanda"] <= objective["magnitude"], (
+        objective
+    )
+
+
+def test_objective_is_mean_squared_output_error() -> None:
+    c, b, nsamples, tokens = 12, 16, 5, 20
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(c, b, generator=g)
+    X = [torch.randn(tokens, b, generator=g) for _ in range(nsamples)]
+    acc = HessianAccumulator(b)
+    for x in X:
+        acc.add(x)
+    result = prune_layer(W, acc.H, "thanos", 0.5)
+    dW = result.weight - W
+    expected = sum(float(((x @ dW.T) ** 2).sum()) for x in X) / nsamples
+    assert result.stats.objective == pytest.approx(expected, rel=1e-4)
+
+
+# ---------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("pattern", ["0.5", "2:4", "structured:0.3"])
+def test_rank_deficient_hessian(method: str, pattern: str) -> None:
+    """Fewer tokens than features: H is singular, damping makes it invertible."""
+    W, _, H = layer(16, 64, 20)
+    result = prune_layer(W, H, method, pattern, alpha=0.0)
+    assert bool(torch.isfinite(result.weight).all())
+    assert result.stats.achieved_sparsity == pytest.approx(
+        0.5 if pattern != "structured:0.3" else 0.3, abs=0.02
+    )
+
+
+@pytest.mark.parametrize("method", ["sparsegpt", "thanos"])
+def test_dead_columns_are_zeroed(method: str) -> None:
+    W, X, _ = layer(16, 32, 200)
+    X[[3, 17]] = 0.0
+    H = hessian_of(X)
+    result = prune_layer(W, H, method, 0.5)
+    assert result.stats.dead_columns == 2
+    assert bool((result.weight[:, [3, 17]] == 0).all())
+    assert bool(torch.isfinite(result.weight).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method", METHODS)
+def test_half_precision_weights(dtype: torch.dtype, method: str) -> None:
+    W, _, H = layer(16, 32, 200)
+    W = W.to(dtype)
+    result = prune_layer(W, H, method, "2:4", alpha=0.0)
+    assert result.weight.dtype == dtype and result.weight.device == W.device
+    assert bool((result.weight[result.mask] == 0).all())
+    assert int(result.mask.sum()) == 16 * 32 // 2
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_all_zero_rows(method: str) -> None:
+    W, _, H = layer(16, 32, 200)
+    W[[0, 5]] = 0.0
+    result = prune_layer(W, H, method, 0.5)
+    assert bool(torch.isfinite(result.weight).all())
+    assert int(result.mask.sum()) == 16 * 32 // 2
+
+
+def test_deterministic_and_independent_of_row_batching() -> None:
+    W, _, H = layer(40, 64, 256)
+    first = prune_layer(W, H, "thanos", 0.5, blocksize=16)
+    again = prune_layer(W, H, "thanos", 0.5, blocksize=16)
+    tiny_batches = prune_layer(W, H, "thanos", 0.5, blocksize=16, row_batch_bytes=1)
+    assert torch.equal(first.weight, again.weight)
+    assert torch.equal(first.mask, tiny_batches.mask)
+    torch.testing.assert_close(first.weight, tiny_batches.weight, rtol=1e-5, atol=1e-6)
+
+
+def test_cholesky_retry_is_recorded() -> None:
+    W = torch.randn(8, 16)
+    H = torch.ones(16, 16)  # rank one: not invertible without enough damping
+    result = prune_layer(W, H, "sparsegpt", 0.5, damp=0.0)
+    assert result.stats.damp_retries > 0
+    assert bool(torch.isfinite(result.weight).all())
+
+
+def test_cholesky_failure_names_the_layer() -> None:
+    W = torch.randn(8, 16)
+    H = -torch.eye(16)
+    with pytest.raises(ValueError, match=r"block3\.self_attn\.q_proj.*damp"):
+        prune_layer(W, H, "thanos", 0.5, name="block3.self_attn.q_proj")
+
+
+# ---------------------------------------------------------------- bad input
+
+W0, _, H0 = layer(8, 16, 64)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sparsity": 1.0}, r"sparsity.*\[0, 1\)"),
+        ({"sparsity": -0.1}, r"sparsity.*\[0, 1\)"),
+        ({"sparsity": "4:4"}, r"sparsity.*n < m"),
+        ({"sparsity": "0:4"}, r"sparsity.*n < m"),
+        ({"sparsity": "2:3"}, r"m=3 must divide"),
+        ({"sparsity": "half"}, r"sparsity"),
+        ({"sparsity": "2:4", "blocksize": 6}, r"blocksize.*multiple of m=4"),
+        ({"blocksize": 0}, r"blocksize"),
+        ({"sparsity": "2:4", "alpha": 1.0}, r"alpha.*\[0, 1\)"),
+        ({"sparsity": "2:4", "alpha": -0.5}, r"alpha.*\[0, 1\)"),
+        ({"alpha": 0.1}, r"alpha.*n:m and structured"),
+        ({"sparsity": "structured:0.8", "alpha": 0.5}, r"columns"),
+        ({"hessian": torch.eye(8)}, r"hessian.*\(16, 16\)"),
+        ({"hessian": None}, r"hessian.*needs"),
+        ({"method": "obc"}, r"method.*magnitude, wanda, sparsegpt, thanos"),
+        ({"damp": -1.0}, r"damp"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, match: str) -> None:
+    args = {"weight": W0, "hessian": H0, "method": "thanos", "sparsity": 0.5} | kwargs
+    with pytest.raises(ValueError, match=match):
+        prune_layer(**args)
+
+
+def test_nan_and_inf_are_rejected() -> None:
+    W = W0.clone()
+    W[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="weight.*NaN or Inf"):
+        prune_layer(W, H0, "thanos", 0.5)
+    H = H0.clone()
+    H[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="hessian.*NaN or Inf"):
+        prune_layer(W0, H, "wanda", 0.5)
+
+
+def test_magnitude_runs_without_hessian() -> None:
+    result = prune_layer(W0, None, "magnitude", "structured:0.25")
+    assert result.stats.objective is None
+    assert int((result.weight == 0).all(dim=0).sum()) == 4
