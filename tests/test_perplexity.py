@@ -1,0 +1,159 @@
+"""Perplexity: the paper's protocol on a tiny random Llama, checked against an independent computation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from thanos.cli import main
+from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text
+
+WORDS = [f"w{i}" for i in range(60)] + ["the", "of", "and", "=", "@-@", ",", "."]
+
+
+def _tiny_model(root: Path, max_positions: int = 64) -> Path:
+    """A tiny random LlamaForCausalLM + word-level tokenizer (BOS added like Llama's), saved to ``root``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    return root
+
+
+def _raw_text(seed: int = 0, lines: int = 40) -> str:
+    """A WikiText-like raw file: headings, paragraphs, blank lines."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(lines):
+        if i % 7 == 0:
+            out.append(" = w1 w2 = \n")
+        elif i % 3 == 0:
+            out.append(" \n")
+        else:
+            out.append(" " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))) + " \n")
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return _tiny_model(tmp_path_factory.mktemp("ppl") / "model")
+
+
+@pytest.fixture()
+def raw_file(tmp_path) -> Path:
+    path = tmp_path / "wiki.test.raw"
+    path.write_text(_raw_text(), encoding="utf-8")
+    return path
+
+
+def _reference_ppl(model_dir: Path, text: str, seqlen: int) -> tuple[float, int]:
+    """Independent computation: full-model forward over every window, NLL by hand in float64."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    n = ids.numel() // seqlen
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(n):
+            window = ids[i * seqlen : (i + 1) * seqlen].unsqueeze(0)
+            logp = torch.log_softmax(model(window).logits[0].double(), dim=-1)
+            for t in range(seqlen - 1):
+                total -= float(logp[t, window[0, t + 1]])
+                count += 1
+    return math.exp(total / count), n
+
+
+def test_raw_file_rows_match_hub_join(raw_file):
+    """wiki.test.raw: each line is a dataset row (blank lines -> ""), rows joined with blank lines."""
+    lines = raw_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    rows = [line if line.strip() else "" for line in lines]
+    data = load_eval_text(str(raw_file))
+    assert data.text == "\n\n".join(rows)
+    assert data.dataset == str(raw_file)
+    assert len(data.checksum) == 64
+
+
+def test_cli_perplexity_matches_reference(tiny, raw_file, tmp_path):
+    out = tmp_path / "eval" / "perplexity.json"
+    argv = ["perplexity", "--model", str(tiny), "--source", str(raw_file), "--batch-size", "2"]
+    rc = main([*argv, "--out", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    for key in ("ppl", "nll", "tokens", "windows", "seqlen", "dataset", "checksum", "seconds", "device"):
+        assert key in result
+    assert result["seqlen"] == 64  # min(2048, max_position_embeddings)
+    assert result["device"] == "cpu"
+    ref_ppl, ref_windows = _reference_ppl(tiny, load_eval_text(str(raw_file)).text, 64)
+    assert result["windows"] == ref_windows >= 3
+    assert result["tokens"] == ref_windows * 63
+    assert result["ppl"] == pytest.approx(ref_ppl, rel=1e-5)
+    assert result["nll"] == pytest.approx(math.log(ref_ppl), rel=1e-5)
+
+
+def test_window_length_option_and_jsonl(tiny, tmp_path):
+    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(40)) for i in range(8)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    one = evaluate_perplexity(str(tiny), source=str(corpus), seqlen=32, batch_size=1, progress=False)
+    many = evaluate_perplexity(str(tiny), source=str(corpus), seqlen=32, batch_size=4, progress=False)
+    ref_ppl, ref_windows = _reference_ppl(tiny, "\n\n".join(docs), 32)
+    assert one.seqlen == 32 and one.windows == ref_windows
+    assert one.ppl == pytest.approx(ref_ppl, rel=1e-5)
+    assert many.ppl == pytest.approx(one.ppl, rel=1e-5)
+
+
+def test_missing_data_is_a_clean_error(tiny, tmp_path, caplog):
+    with caplog.at_level(logging.ERROR):
+        argv = ["perplexity", "--model", str(tiny), "--source", str(tmp_path / "nope.raw")]
+        rc = main([*argv, "--out", str(tmp_path / "x.json")])
+    assert rc == 2
+    assert "evaluation data not found" in caplog.text and "wiki.test.raw" in caplog.text
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_window_longer_than_model_names_max_and_option(tiny, raw_file):
+    with pytest.raises(ValueError, match=r"max_position_embeddings = 64.*--seqlen 64"):
+        evaluate_perplexity(str(tiny), source=str(raw_file), seqlen=128, progress=False)
+
+
+def test_text_shorter_than_one_window(tiny, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("w1 w2 w3\n")
+    with pytest.raises(ValueError, match="fewer than one window"):
+        evaluate_perplexity(str(tiny), source=str(short), progress=False)
+
+
+def test_missing_model_is_a_clean_error(raw_file, tmp_path):
+    with pytest.raises(FileNotFoundError, match="cannot load model"):
+        evaluate_perplexity(str(tmp_path / "no-model"), source=str(raw_file), progress=False)

@@ -1,0 +1,10 @@
+"""Evaluation of (pruned) models: WikiText-2 perplexity and lm-eval zero-shot accuracy.
+
+Heavy imports (torch, transformers, datasets, lm_eval) happen inside the functions, so that the offline
+switches can be set before anything imports the hub clients.
+"""
+
+from thanos.evaluation.loading import load_model, set_offline
+from thanos.evaluation.perplexity import evaluate_perplexity
+
+__all__ = ["evaluate_perplexity", "load_model", "set_offline"]

@@ -1,0 +1,206 @@
+"""WikiText-2 perplexity, the paper's protocol (SparseGPT/Wanda evaluation).
+
+The test split of WikiText-2 raw v1 (hub: ``datasets.load_dataset("wikitext", "wikitext-2-raw-v1",
+split="test")``), its rows joined with ``"\\n\\n"``, tokenized once; non-overlapping windows of
+``seqlen = min(2048, max_position_embeddings)`` tokens, the remainder dropped; each window is scored on its
+own (no context carried over); ``ppl = exp(mean token NLL)`` over every predicted token of every window.
+
+Offline: ``source`` may be a local file or directory instead of ``wikitext2``:
+- ``*.raw`` (e.g. ``wiki.test.raw`` of the original WikiText release): every line is one dataset row, so
+  the text is exactly what the hub path evaluates;
+- ``.txt``/``.jsonl``/``.parquet`` (see :mod:`thanos.textdata`): the documents joined with ``"\\n\\n"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+WIKITEXT2 = "wikitext2"
+HUB_DATASET = ("wikitext", "wikitext-2-raw-v1", "test")
+DEFAULT_SEQLEN = 2048
+
+
+@dataclass
+class EvalText:
+    text: str
+    dataset: str  # "wikitext/wikitext-2-raw-v1:test" or the local path
+    checksum: str  # sha256 of the exact text that is tokenized
+
+
+def _raw_rows(path: Path) -> list[str]:
+    """Rows of a WikiText ``.raw`` file as the hub's loader yields them: one per line, blank lines empty."""
+    with open(path, encoding="utf-8") as handle:
+        return [line if line.strip() else "" for line in handle]
+
+
+def load_eval_text(source: str, text_field: str = "text") -> EvalText:
+    """The text to score: WikiText-2 test from the hub (``wikitext2``) or a local file/directory."""
+    if source == WIKITEXT2:
+        import datasets
+
+        name, config, split = HUB_DATASET
+        try:
+            rows = datasets.load_dataset(name, config, split=split)["text"]
+        except Exception as err:  # offline, not cached, hub unreachable
+            raise ValueError(
+                f"cannot load WikiText-2 ({name}/{config}, split {split}) from the hub: {err}; "
+                "on an offline machine pass --source PATH with the raw test file (wiki.test.raw) "
+                "or a local text/jsonl/parquet corpus"
+            ) from err
+        text, dataset = "\n\n".join(rows), f"{name}/{config}:{split}"
+    else:
+        from thanos import textdata
+
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"evaluation data not found: {source}; pass --source wikitext2 (hub) or an existing "
+                "wiki.test.raw / text / jsonl / parquet file or directory"
+            )
+        files = textdata.text_files(path)
+        if all(f.suffix == ".raw" for f in files):
+            rows = [row for f in files for row in _raw_rows(f)]
+            if not any(r.strip() for r in rows):
+                raise ValueError(f"evaluation data at {source} is empty")
+        else:
+            rows = textdata.read_documents(path, field=text_field)
+        text, dataset = "\n\n".join(rows), str(path)
+    return EvalText(text, dataset, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def max_positions(config: Any) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def resolve_seqlen(config: Any, seqlen: int | None) -> int:
+    """The window length: ``seqlen`` if given (checked against the model), else min(2048, max positions)."""
+    limit = max_positions(config)
+    if seqlen is None:
+        return min(DEFAULT_SEQLEN, limit) if limit else DEFAULT_SEQLEN
+    if seqlen < 2:
+        raise ValueError(f"--seqlen {seqlen}: a window needs at least 2 tokens")
+    if limit is not None and seqlen > limit:
+        raise ValueError(
+            f"--seqlen {seqlen} is longer than the model supports (max_position_embeddings = {limit}); "
+            f"set --seqlen {limit} or less (default: min({DEFAULT_SEQLEN}, {limit}))"
+        )
+    return seqlen
+
+
+def tokenize_windows(tokenizer: Any, text: str, seqlen: int) -> tuple[Any, int]:
+    """Token ids of ``text`` cut into non-overlapping windows: a (windows, seqlen) int64 tensor, and the
+    number of tokens of the whole text (the remainder after the last full window is dropped)."""
+    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    windows = ids.numel() // seqlen
+    if windows == 0:
+        raise ValueError(
+            f"the evaluation text has {ids.numel()} tokens, fewer than one window of {seqlen}; "
+            "use a larger corpus or a smaller --seqlen"
+        )
+    return ids[: windows * seqlen].view(windows, seqlen), int(ids.numel())
+
+
+def window_nll(model: Any, windows: Any, device: str, batch_size: int = 1, progress: bool = True) -> float:
+    """Sum of the token NLLs (natural log) of every window, each scored on its own; float64 accumulation."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    total = 0.0
+    bar = tqdm(total=windows.shape[0], desc="perplexity", unit="window", disable=not progress)
+    with torch.inference_mode():
+        for start in range(0, windows.shape[0], batch_size):
+            batch = windows[start : start + batch_size].to(device)
+            logits = model(input_ids=batch, use_cache=False).logits
+            shift = logits[:, :-1, :].float()
+            target = batch[:, 1:].to(shift.device)
+            nll = F.cross_entropy(shift.reshape(-1, shift.shape[-1]), target.reshape(-1), reduction="sum")
+            if not torch.isfinite(nll):
+                log.warning("non-finite NLL in windows %d..%d", start, start + batch.shape[0] - 1)
+            total += float(nll.double())
+            bar.update(batch.shape[0])
+    bar.close()
+    return total
+
+
+@dataclass
+class PerplexityResult:
+    ppl: float
+    nll: float  # mean token NLL (nats)
+    tokens: int  # predicted tokens scored: windows * (seqlen - 1)
+    windows: int
+    seqlen: int  # window length
+    dataset: str
+    checksum: str  # sha256 of the evaluated text
+    seconds: float
+    device: str
+    text_tokens: int  # tokens of the whole text (before the remainder was dropped)
+    dtype: str
+    batch_size: int
+    model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_perplexity(
+    model_path: str,
+    source: str = WIKITEXT2,
+    seqlen: int | None = None,
+    batch_size: int = 1,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    text_field: str = "text",
+    progress: bool = True,
+) -> PerplexityResult:
+    """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring)."""
+    from transformers import AutoConfig
+
+    from thanos.evaluation.loading import load_model
+
+    if batch_size < 1:
+        raise ValueError(f"--batch-size {batch_size}: must be at least 1")
+    data = load_eval_text(source, text_field)  # fail on missing data before loading a big model
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except OSError as err:
+        raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
+    seqlen = resolve_seqlen(config, seqlen)
+    loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
+    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen)
+    start = time.perf_counter()
+    total = window_nll(loaded.model, windows, loaded.device, batch_size, progress)
+    seconds = time.perf_counter() - start
+    n_windows = windows.shape[0]
+    tokens = n_windows * (seqlen - 1)
+    nll = total / tokens
+    ppl = math.exp(nll) if nll < 700 else float("inf")
+    log.info("ppl %.4f over %d windows of %d tokens (%s)", ppl, n_windows, seqlen, data.dataset)
+    return PerplexityResult(
+        ppl=ppl,
+        nll=nll,
+        tokens=tokens,
+        windows=n_windows,
+        seqlen=seqlen,
+        dataset=data.dataset,
+        checksum=data.checksum,
+        seconds=round(seconds, 3),
+        device=loaded.placement,
+        text_tokens=text_tokens,
+        dtype=loaded.dtype,
+        batch_size=batch_size,
+        model=str(model_path),
+    )
