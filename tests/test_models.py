@@ -1,0 +1,103 @@
+"""Adapters: walking the blocks one at a time reproduces the full transformers model; lazy loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_model
+from transformers import AutoModelForCausalLM, GPT2Config
+
+from thanos.models import SUPPORTED, Checkpoint, get_adapter, load_config, open_model
+
+
+def walk_blocks(model_dir: Path, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """embed -> block 0..L-1 -> head, one block module in memory at a time."""
+    _, adapter, checkpoint = open_model(model_dir)
+    with torch.inference_mode():
+        hidden = adapter.load_embedding(checkpoint)(input_ids)
+        for block in range(adapter.num_blocks):
+            hidden = adapter.run_block(adapter.load_block(checkpoint, block), block, hidden)
+        return adapter.load_head(checkpoint)(hidden)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "opt"])
+def test_block_walk_matches_full_model(tmp_path: Path, family: str) -> None:
+    model_dir = make_tiny_model(tmp_path, family, num_blocks=3, max_positions=64)
+    input_ids = torch.randint(4, 60, (2, 24), generator=torch.Generator().manual_seed(1))
+    final, logits = walk_blocks(model_dir, input_ids)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    with torch.inference_mode():
+        out = model(input_ids, output_hidden_states=True)
+    torch.testing.assert_close(final, out.hidden_states[-1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits, out.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_info_and_groups(tmp_path: Path) -> None:
+    llama = get_adapter(load_config(make_tiny_model(tmp_path, "llama")))
+    info = llama.info()
+    assert info["layers"][:3] == ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    assert info["groups"]["mlp_in"] == ["mlp.gate_proj", "mlp.up_proj"]
+    assert info["block_prefix"] == "model.layers.{i}." and info["num_blocks"] == 2
+    opt = get_adapter(load_config(make_tiny_model(tmp_path, "opt")))
+    assert opt.layers == [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.out_proj",
+        "fc1",
+        "fc2",
+    ]
+    assert opt.group_of("fc2") == "mlp_out"
+    with pytest.raises(ValueError, match="out of range"):
+        opt.block_prefix(2)
+
+
+def test_unsupported_model_type_lists_supported() -> None:
+    with pytest.raises(ValueError, match="supported: " + ", ".join(SUPPORTED)):
+        get_adapter(GPT2Config())
+
+
+def test_lazy_loading_reads_only_the_block(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path, "qwen2", num_blocks=4)
+    checkpoint = Checkpoint(model_dir)
+    adapter = get_adapter(load_config(model_dir))
+    state = checkpoint.prefixed(adapter.block_prefix(2))
+    assert state and all(not k.startswith("model.") for k in state)
+    assert "self_attn.q_proj.bias" in state  # Qwen2's q/k/v bias
+    block = adapter.load_block(checkpoint, 2)
+    assert not any(p.is_meta for p in block.parameters())
+    assert sum(p.numel() for p in block.parameters()) == sum(t.numel() for t in state.values())
+
+
+def test_single_file_checkpoint(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path, "llama", max_shard_size="100MB")
+    assert (model_dir / "model.safetensors").is_file()
+    assert not (model_dir / "model.safetensors.index.json").exists()
+    input_ids = torch.randint(4, 60, (1, 16))
+    final, _ = walk_blocks(model_dir, input_ids)
+    assert final.shape == (1, 16, 32)
+
+
+def test_missing_config_or_weights(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        open_model(tmp_path)
+    model_dir = make_tiny_model(tmp_path, "opt")
+    for shard in model_dir.glob("*.safetensors"):
+        shard.unlink()
+    (model_dir / "model.safetensors.index.json").unlink()
+    torch.save({}, model_dir / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError, match="safe_serialization=True"):
+        open_model(model_dir)
+
+
+def test_bf16_block_runs_in_bf16(tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path, "mistral", dtype=torch.bfloat16)
+    assert json.loads((model_dir / "config.json").read_text())["dtype"] == "bfloat16"
+    _, adapter, checkpoint = open_model(model_dir)
+    assert adapter.dtype == torch.bfloat16
+    hidden = adapter.load_embedding(checkpoint)(torch.randint(4, 60, (1, 8)))
+    out = adapter.run_block(adapter.load_block(checkpoint, 0), 0, hidden)
+    assert out.dtype == torch.bfloat16 and out.shape == hidden.shape

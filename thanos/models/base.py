@@ -1,0 +1,178 @@
+"""The model adapter interface: everything the pipeline needs to know about one architecture family.
+
+The algorithm and stage code only talk to a ``ModelAdapter``; only adapters know module names, where the
+blocks live in the checkpoint and how to run one decoder block on its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from thanos.models.checkpoint import Checkpoint
+
+GROUP_ORDER = ("attn_in", "attn_out", "mlp_in", "mlp_out")
+
+
+def config_dtype(config: PretrainedConfig) -> torch.dtype:
+    """The model's dtype from its config (``dtype`` / ``torch_dtype``), float32 if unset."""
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
+def module_from_state(factory: Any, state: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> nn.Module:
+    """Build ``factory(*args, **kwargs)`` on the meta device and give it exactly ``state`` (strict)."""
+    with torch.device("meta"):
+        module = factory(*args, **kwargs)
+    module.load_state_dict(state, strict=True, assign=True)
+    for name, buf in module.named_buffers():
+        if buf.is_meta:
+            raise ValueError(f"{type(module).__name__}: buffer {name} has no value after loading")
+    return module.eval()
+
+
+def block_output(out: Any) -> torch.Tensor:
+    """A decoder layer's hidden states: transformers 5 returns a tensor, 4.x a tuple."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+class ModelAdapter(ABC):
+    """One architecture family (chosen from ``config.model_type``).
+
+    Subclasses set ``model_types``, ``groups`` ({group: layers sharing one input, hence one Hessian},
+    in pruning order) and implement the block/embedding/head builders and ``block_kwargs``.
+    """
+
+    model_types: tuple[str, ...] = ()
+    groups: dict[str, tuple[str, ...]] = {}
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        self.config = config
+        if getattr(config, "_attn_implementation", None) is None:
+            config._attn_implementation = "sdpa"
+
+    # ---- description -------------------------------------------------------------------------------
+    @property
+    def model_type(self) -> str:
+        return self.config.model_type
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return config_dtype(self.config)
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.config.max_position_embeddings)
+
+    @property
+    def layers(self) -> list[str]:
+        """Prunable linear layers of a block, relative to the block, in pruning order."""
+        return [layer for members in self.groups.values() for layer in members]
+
+    def group_of(self, layer: str) -> str:
+        for group, members in self.groups.items():
+            if layer in members:
+                return group
+        known = ", ".join(self.layers)
+        raise ValueError(f"unknown layer {layer!r} for {self.model_type}; layers are {known}")
+
+    @property
+    @abstractmethod
+    def block_template(self) -> str:
+        """Checkpoint name prefix of block i, with ``{i}``: e.g. ``model.layers.{i}.``."""
+
+    def block_prefix(self, block: int) -> str:
+        self.check_block(block)
+        return self.block_template.format(i=block)
+
+    def check_block(self, block: int) -> None:
+        if not 0 <= block < self.num_blocks:
+            raise ValueError(f"block {block} out of range: the model has blocks 0..{self.num_blocks - 1}")
+
+    def info(self) -> dict[str, Any]:
+        """The ``model-info`` JSON (docs/cli.md)."""
+        return {
+            "model_type": self.model_type,
+            "num_blocks": self.num_blocks,
+            "layers": self.layers,
+            "groups": {g: list(m) for g, m in self.groups.items()},
+            "hidden_size": self.hidden_size,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "max_position_embeddings": self.max_positions,
+            "block_prefix": self.block_template,
+        }
+
+    # ---- building modules from the checkpoint ------------------------------------------------------
+    @abstractmethod
+    def new_block(self, block: int) -> nn.Module:
+        """An empty decoder layer (called under the meta device)."""
+
+    def load_block(
+        self, checkpoint: Checkpoint, block: int, overrides: dict[str, torch.Tensor] | None = None
+    ) -> nn.Module:
+        """Decoder block ``block`` with its weights (only its own tensors are read).
+
+        ``overrides`` maps layer names (``self_attn.q_proj``) to replacement weights (pruned ones).
+        """
+        state = checkpoint.prefixed(self.block_prefix(block))
+        for layer, weight in (overrides or {}).items():
+            key = f"{layer}.weight"
+            if key not in state:
+                raise ValueError(f"block {block} has no layer {layer!r}")
+            if tuple(weight.shape) != tuple(state[key].shape):
+                raise ValueError(
+                    f"block {block} layer {layer}: replacement weight has shape {tuple(weight.shape)}, "
+                    f"the model's is {tuple(state[key].shape)}"
+                )
+            state[key] = weight.to(state[key].dtype)
+        return module_from_state(self.new_block, state, block)
+
+    @abstractmethod
+    def load_embedding(self, checkpoint: Checkpoint) -> nn.Module:
+        """Module mapping token ids (batch, seq) to block 0's inputs (batch, seq, hidden)."""
+
+    @abstractmethod
+    def load_head(self, checkpoint: Checkpoint) -> nn.Module:
+        """Module mapping the last block's outputs to (final hidden states, logits)."""
+
+    # ---- running one block alone --------------------------------------------------------------------
+    @abstractmethod
+    def block_kwargs(self, block: int, hidden: torch.Tensor) -> dict[str, Any]:
+        """Keyword arguments a decoder layer needs besides the hidden states (mask, positions, RoPE)."""
+
+    def run_block(self, module: nn.Module, block: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Block ``block``'s outputs for inputs ``hidden`` (batch, seq, hidden), no KV cache."""
+        with torch.inference_mode():
+            return block_output(module(hidden, **self.block_kwargs(block, hidden)))
+
+    def linear(self, module: nn.Module, layer: str) -> nn.Linear:
+        """The ``nn.Linear`` named ``layer`` inside a block module."""
+        found = module.get_submodule(layer)
+        if not isinstance(found, nn.Linear):
+            raise ValueError(f"{layer} is not a linear layer of the block")
+        return found
+
+
+def causal_mask(config: PretrainedConfig, hidden: torch.Tensor, sliding: bool) -> torch.Tensor | None:
+    """The attention mask the installed transformers builds for an unpadded causal sequence."""
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+    positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+    make = create_sliding_window_causal_mask if sliding else create_causal_mask
+    return make(
+        config=config, inputs_embeds=hidden, attention_mask=None, past_key_values=None, position_ids=positions
+    )

@@ -1,0 +1,116 @@
+"""Lazy reading of a Hugging Face checkpoint: one tensor at a time from its safetensors shards.
+
+Nothing here loads a whole model: ``Checkpoint.tensors(names)`` opens only the shards that hold the
+requested names with safetensors' own reader (``safe_open``) and copies out only those tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+CONVERT_HINT = (
+    "convert it to safetensors once, e.g. `AutoModelForCausalLM.from_pretrained(path)"
+    ".save_pretrained(out, safe_serialization=True)` and copy the tokenizer files"
+)
+
+
+def resolve_model_path(path_or_hub_id: str | Path) -> Path:
+    """A local model directory: ``path_or_hub_id`` itself if it is a directory, else a hub snapshot.
+
+    The hub is asked (``huggingface_hub.snapshot_download``) only when the argument is not an existing
+    directory; config, tokenizer and safetensors files are fetched, nothing else.
+    """
+    path = Path(path_or_hub_id)
+    if path.is_dir():
+        return path
+    if path.exists() or str(path_or_hub_id).startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model directory not found: {path}; pass an HF model directory or a hub id")
+    from huggingface_hub import snapshot_download
+
+    log.info("model %s is not a local directory: downloading it from the hub", path_or_hub_id)
+    try:
+        local = snapshot_download(
+            str(path_or_hub_id),
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"],
+        )
+    except Exception as err:  # noqa: BLE001 - any hub failure means the same thing to the user
+        raise FileNotFoundError(
+            f"model {path_or_hub_id!r} is neither a local directory nor downloadable from the hub ({err}); "
+            "download it where the hub is reachable and pass the directory"
+        ) from err
+    return Path(local)
+
+
+class Checkpoint:
+    """The safetensors weights of a model directory, read tensor by tensor.
+
+    Accepts ``model.safetensors.index.json`` (sharded) or a single ``model.safetensors``; anything else
+    (e.g. only ``pytorch_model.bin``) is refused with a message telling how to convert it.
+    """
+
+    def __init__(self, model_dir: str | Path) -> None:
+        self.model_dir = Path(model_dir)
+        index = self.model_dir / INDEX_FILE
+        single = self.model_dir / SINGLE_FILE
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.weight_map = {name: self.model_dir / shard for name, shard in weight_map.items()}
+        elif single.is_file():
+            with safe_open(single, framework="pt") as handle:
+                self.weight_map = dict.fromkeys(handle.keys(), single)
+        else:
+            others = sorted(p.name for p in self.model_dir.glob("*.bin")) + sorted(
+                p.name for p in self.model_dir.glob("*.pt")
+            )
+            found = f" (found {', '.join(others)})" if others else ""
+            raise FileNotFoundError(
+                f"no safetensors weights in {self.model_dir}: expected {INDEX_FILE} or {SINGLE_FILE}{found}; "
+                + CONVERT_HINT
+            )
+
+    def names(self, prefix: str = "") -> list[str]:
+        """All tensor names starting with ``prefix``, sorted."""
+        return sorted(n for n in self.weight_map if n.startswith(prefix))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.weight_map
+
+    def tensors(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The named tensors (CPU, stored dtype), opening each needed shard once."""
+        missing = [n for n in names if n not in self.weight_map]
+        if missing:
+            raise ValueError(f"{self.model_dir}: tensors not in the checkpoint: {', '.join(missing[:5])}")
+        by_shard: dict[Path, list[str]] = defaultdict(list)
+        for name in names:
+            by_shard[self.weight_map[name]].append(name)
+        out: dict[str, torch.Tensor] = {}
+        for shard, shard_names in by_shard.items():
+            if not shard.is_file():
+                raise FileNotFoundError(
+                    f"shard {shard} listed in {INDEX_FILE} is missing; re-download the model"
+                )
+            with safe_open(shard, framework="pt") as handle:
+                for name in shard_names:
+                    out[name] = handle.get_tensor(name)
+        return out
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """One named tensor."""
+        return self.tensors([name])[name]
+
+    def prefixed(self, prefix: str) -> dict[str, torch.Tensor]:
+        """Every tensor under ``prefix``, keyed by the name relative to it (a module's state dict)."""
+        names = self.names(prefix)
+        if not names:
+            raise ValueError(f"{self.model_dir}: no tensors named {prefix}*; is this the right architecture?")
+        return {name[len(prefix) :]: t for name, t in self.tensors(names).items()}
