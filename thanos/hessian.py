@@ -69,7 +69,8 @@ def inverse_cholesky(
     """U with (H + lambda I)^-1 = U^T U, lambda = damp * mean(diag H) (SparseGPT's percdamp).
 
     Dead columns (H_jj = 0) get H_jj = 1 first, as SparseGPT does; the caller zeroes W[:, dead].
-    If the Cholesky factorisation fails, lambda is multiplied by 10, up to ``max_retries`` times.
+    If the Cholesky factorisation fails, lambda is multiplied by 10 (at least 1e-6 mean |diag H|), up to
+    ``max_retries`` times.
 
     Note: for U upper triangular, inv(H[i:, i:]) = U[i:, i:]^T U[i:, i:], so one factorisation serves
     every block of SparseGPT and Thanos (no re-inversion per block, DESIGN.md section 6).
@@ -78,22 +79,22 @@ def inverse_cholesky(
     diag = torch.diagonal(H)
     dead = diag == 0
     diag[dead] = 1.0
-    base = damp * float(diag.mean())
-    if base <= 0:
-        base = 1e-8
-    lam = base
-    eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
+    lam = damp * float(diag.mean())
+    added = 0.0  # damping currently on the diagonal; added in place (no b x b identity at 70B scale)
     for attempt in range(max_retries + 1):
-        L, info = torch.linalg.cholesky_ex(H + lam * eye)
+        diag += lam - added
+        added = lam
+        L, info = torch.linalg.cholesky_ex(H)
         if int(info) == 0:
             Hinv = torch.cholesky_inverse(L)
+            del L
             U, info = torch.linalg.cholesky_ex(Hinv, upper=True)
             if int(info) == 0 and bool(torch.isfinite(U).all()):
                 return InverseFactor(U=U, damp=lam, retries=attempt, dead=dead)
-        lam *= 10.0
+        lam = max(lam * 10.0, 1e-6 * float(diag.abs().mean()), 1e-8)
     where = f" for layer {name}" if name else ""
     raise ValueError(
-        f"Cholesky factorisation of the Hessian failed{where} even with damping {lam / 10:.3g} "
+        f"Cholesky factorisation of the Hessian failed{where} even with damping {added:.3g} "
         f"({max_retries} retries): the Hessian is not positive definite. Check the calibration inputs "
         "for NaN/Inf or increase `damp`."
     )
