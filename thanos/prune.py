@@ -34,7 +34,7 @@ class PruneStats:
     sparsity: str
     achieved_sparsity: float  # removed weights / all weights of the layer
     objective: float | None  # tr(dW H dW^T) / 2 = mean over samples of ||dW X||^2 (None without H)
-    seconds: float
+    seconds: float  # pruning only (the objective is computed afterwards)
     device: str
     outlier_rows: int
     blocksize: int | None
@@ -197,17 +197,18 @@ def prune_layer(
     out = weight.detach().clone()
     out[rows] = sub.to(weight.dtype)
     out[mask] = 0
+    if W.is_cuda:
+        torch.cuda.synchronize(W.device)
+    seconds = time.perf_counter() - started
     objective = None
     if H is not None:
         objective = layer_objective(out.to(torch.float32) - weight.detach().to(torch.float32), H)
-    if W.is_cuda:
-        torch.cuda.synchronize(W.device)
     stats = PruneStats(
         method=method,
         sparsity=str(pattern),
         achieved_sparsity=float(mask.sum()) / (c * b),
         objective=objective,
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         device=str(W.device),
         outlier_rows=n_outliers,
         blocksize=B,
