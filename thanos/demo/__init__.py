@@ -1,0 +1,1 @@
+"""The embedded offline demo: Wikipedia data, a zero-shot task and a small Llama trained on CPU."""
