@@ -1,0 +1,98 @@
+"""Calibration data: ``nsamples`` windows of ``seqlen`` tokens, sampled as SparseGPT and Wanda do.
+
+``random.seed(seed)``; for each sample: pick a random document, tokenize it alone, retry while it has
+<= seqlen tokens, then take a random window of seqlen tokens. Documents come from C4 (the first training
+shard of allenai/c4 through ``datasets``) or from local text/jsonl/parquet files (``thanos.textdata``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from thanos.textdata import corpus_checksum, read_documents
+
+log = logging.getLogger(__name__)
+
+C4_DATASET = "allenai/c4"
+C4_TRAIN_FILE = "en/c4-train.00000-of-01024.json.gz"
+
+
+class _DatasetTexts(Sequence[str]):
+    """The ``field`` of each row of a ``datasets.Dataset``, read on demand."""
+
+    def __init__(self, dataset: Any, field: str) -> None:
+        self.dataset = dataset
+        self.field = field
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        return self.dataset[index][self.field]
+
+
+def load_c4(text_field: str = "text") -> tuple[Sequence[str], dict[str, Any]]:
+    """C4's first English training shard (as in SparseGPT/Wanda) and its provenance."""
+    from datasets import load_dataset
+
+    try:
+        dataset = load_dataset(C4_DATASET, data_files={"train": C4_TRAIN_FILE}, split="train")
+    except Exception as err:  # noqa: BLE001 - offline, missing file, hub errors: same advice
+        raise ValueError(
+            f"could not load C4 ({C4_DATASET}, {C4_TRAIN_FILE}) from the hub: {err}. Offline, download that "
+            "file elsewhere and pass it (or a directory of text/jsonl/parquet files) as the source"
+        ) from err
+    provenance = {
+        "source": "c4",
+        "dataset": C4_DATASET,
+        "data_files": C4_TRAIN_FILE,
+        "checksum": dataset._fingerprint,
+    }
+    return _DatasetTexts(dataset, text_field), provenance
+
+
+def load_source(source: str | Path, text_field: str = "text") -> tuple[Sequence[str], dict[str, Any]]:
+    """Documents of ``source`` (``c4`` or a local file/directory) and their provenance."""
+    if str(source).lower() == "c4":
+        return load_c4(text_field)
+    docs = read_documents(source, field=text_field)
+    return docs, {"source": str(source), "checksum": corpus_checksum(source), "documents": len(docs)}
+
+
+def sample_windows(
+    documents: Sequence[str], tokenizer: Any, nsamples: int, seqlen: int, seed: int = 0
+) -> np.ndarray:
+    """int32 (nsamples, seqlen) token windows by the SparseGPT/Wanda procedure (bit-for-bit their draws).
+
+    Raises ValueError when no document is longer than one window (instead of looping forever).
+    """
+    if nsamples < 1 or seqlen < 1:
+        raise ValueError(f"nsamples and seqlen must be >= 1, got {nsamples} and {seqlen}")
+    if not len(documents):
+        raise ValueError("the calibration source has no documents")
+    random.seed(seed)
+    too_short: set[int] = set()
+    windows = np.empty((nsamples, seqlen), dtype=np.int32)
+    for sample in range(nsamples):
+        while True:
+            index = random.randint(0, len(documents) - 1)
+            if index in too_short:
+                continue
+            ids = tokenizer(documents[index])["input_ids"]
+            if len(ids) > seqlen:
+                break
+            too_short.add(index)
+            if len(too_short) == len(documents):
+                raise ValueError(
+                    f"no calibration document is longer than seqlen={seqlen} tokens; use a smaller --seqlen "
+                    "or longer documents"
+                )
+        start = random.randint(0, len(ids) - seqlen - 1)
+        windows[sample] = ids[start : start + seqlen]
+    return windows

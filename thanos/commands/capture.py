@@ -1,0 +1,23 @@
+"""Run the dense block l over its inputs and accumulate one fp32 Hessian H = (2/N) sum X X^T per group of
+linear layers sharing an input (q/k/v, o, gate/up, down; OPT: q/k/v, out, fc1, fc2)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "dense block l over inputs_l.zarr -> hessians_l.zarr (one fp32 H per input group)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF model directory or hub id")
+    parser.add_argument("--block", type=int, required=True, help="block index l")
+    parser.add_argument("--inputs", required=True, help="block l inputs (inputs_l.zarr)")
+    parser.add_argument("--out", required=True, help="output hessians_l.zarr")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default: 8)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.stages.capture import capture
+
+    capture(args.model, args.block, args.inputs, args.out, args.batch_size, args.device)

@@ -1,0 +1,21 @@
+"""Compute block 0's inputs from calibration tokens (the embedding part of the model only)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "tokens.zarr -> block 0 inputs (embeddings) inputs_0.zarr"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF model directory or hub id")
+    parser.add_argument("--tokens", required=True, help="tokens.zarr written by calibrate")
+    parser.add_argument("--out", required=True, help="output activation store (inputs_0.zarr)")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per step (default: 8)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.stages.capture import embed
+
+    embed(args.model, args.tokens, args.out, args.batch_size, args.device)

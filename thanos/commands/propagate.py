@@ -1,0 +1,26 @@
+"""Run block l over its inputs with the pruned weights of --pruned-dir (original weights for layers without
+a file; no --pruned-dir: the dense block) and store block l + 1's inputs."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "block l (pruned or dense) over inputs_l.zarr -> inputs_{l+1}.zarr"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF model directory or hub id")
+    parser.add_argument("--block", type=int, required=True, help="block index l")
+    parser.add_argument("--inputs", required=True, help="block l inputs (inputs_l.zarr)")
+    parser.add_argument(
+        "--pruned-dir", default=None, help="directory of block l's pruned layers (omit: dense)"
+    )
+    parser.add_argument("--out", required=True, help="output inputs_{l+1}.zarr")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default: 8)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.stages.capture import propagate
+
+    propagate(args.model, args.block, args.inputs, args.out, args.pruned_dir, args.batch_size, args.device)

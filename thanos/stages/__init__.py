@@ -1,0 +1,10 @@
+"""Pipeline stages: one function per stage, reading inputs from disk and writing outputs atomically.
+
+- ``calibrate``: calibration token windows (C4 or local files) -> tokens.zarr
+- ``embed``: tokens -> block 0 inputs
+- ``capture``: dense block l over its inputs -> one fp32 Hessian per input group
+- ``prune``: original weights (lazy) + Hessians -> pruned layers (safetensors + stats json)
+- ``propagate``: block l (pruned or dense) over its inputs -> block l + 1 inputs
+
+Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
+"""

@@ -1,0 +1,57 @@
+"""``calibrate`` stage: sample calibration windows with the model's tokenizer and store them in zarr."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from thanos.calibration import load_source, sample_windows
+from thanos.models import get_adapter, load_config, resolve_model_path
+from thanos.storage import write_tokens
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NSAMPLES = 128
+DEFAULT_SEQLEN = 2048
+
+
+def calibrate(
+    model: str | Path,
+    source: str | Path,
+    out: str | Path,
+    nsamples: int = DEFAULT_NSAMPLES,
+    seqlen: int | None = None,
+    seed: int = 0,
+    text_field: str = "text",
+) -> dict:
+    """Write ``out`` (tokens.zarr): int32 (nsamples, seqlen) plus provenance attrs; returns the attrs.
+
+    ``seqlen`` defaults to min(2048, the model's max positions); a larger explicit value is refused.
+    """
+    model_dir = resolve_model_path(model)
+    adapter = get_adapter(load_config(model_dir))
+    if seqlen is None:
+        seqlen = min(DEFAULT_SEQLEN, adapter.max_positions)
+    elif seqlen > adapter.max_positions:
+        limit = adapter.max_positions
+        raise ValueError(f"--seqlen {seqlen} exceeds the model's max_position_embeddings {limit}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"no usable tokenizer in {model_dir}: {err}") from err
+    documents, provenance = load_source(source, text_field)
+    log.info("calibrate: %d x %d tokens from %s (seed %d)", nsamples, seqlen, provenance["source"], seed)
+    tokens = sample_windows(documents, tokenizer, nsamples, seqlen, seed)
+    attrs = provenance | {
+        "text_field": text_field,
+        "tokenizer": str(tokenizer.name_or_path),
+        "tokenizer_class": type(tokenizer).__name__,
+        "vocab_size": len(tokenizer),
+        "seed": seed,
+        "nsamples": nsamples,
+        "seqlen": seqlen,
+    }
+    write_tokens(out, tokens, attrs)
+    return attrs

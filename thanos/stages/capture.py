@@ -1,0 +1,159 @@
+"""Activation stages: ``embed`` (tokens -> block 0 inputs), ``capture`` (dense block -> Hessians) and
+``propagate`` (block l, pruned or dense -> block l + 1 inputs).
+
+Each stage loads only the tensors it needs (one block, or the embeddings) and streams the activations
+``batch_size`` samples at a time, so memory does not depend on the depth of the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from thanos.hessian import HessianAccumulator
+from thanos.models import open_model
+from thanos.stages.common import batches, check_finite, resolve_device
+from thanos.storage import Activations, read_tokens, write_activations, write_hessians
+
+log = logging.getLogger(__name__)
+
+
+def embed(
+    model: str | Path, tokens: str | Path, out: str | Path, batch_size: int = 8, device: str = "auto"
+) -> None:
+    """Block 0 inputs: the embedding part of the model (token embeddings, plus positions for OPT)."""
+    _, adapter, checkpoint = open_model(model)
+    ids, attrs = read_tokens(tokens)
+    if ids.ndim != 2 or ids.size == 0:
+        raise ValueError(
+            f"{tokens}: expected a non-empty (nsamples, seqlen) token array, got shape {ids.shape}"
+        )
+    nsamples, seqlen = ids.shape
+    if seqlen > adapter.max_positions:
+        raise ValueError(f"{tokens}: seqlen {seqlen} exceeds the model's {adapter.max_positions} positions")
+    dev = resolve_device(device)
+    embedding = adapter.load_embedding(checkpoint).to(dev)
+    vocab = embedding.tokens.num_embeddings if hasattr(embedding, "tokens") else embedding.num_embeddings
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(
+            f"{tokens}: token ids span {int(ids.min())}..{int(ids.max())} but the model's vocabulary has "
+            f"{vocab} entries; the tokens were made with another tokenizer"
+        )
+    dtype = next(embedding.parameters()).dtype
+    log.info("embed: %d samples x %d tokens -> %s (%s)", nsamples, seqlen, out, dtype)
+    provenance = {"tokens": str(tokens), "calibration": {k: v for k, v in attrs.items() if k != "complete"}}
+    with (
+        write_activations(out, nsamples, seqlen, adapter.hidden_size, dtype, 0, provenance) as writer,
+        torch.inference_mode(),
+    ):
+        for start, stop in batches(nsamples, batch_size, "embed"):
+            hidden = embedding(torch.from_numpy(ids[start:stop].astype(np.int64)).to(dev))
+            check_finite(hidden, "inputs", 0, start, out)
+            writer.write(start, hidden.cpu())
+
+
+def capture(
+    model: str | Path,
+    block: int,
+    inputs: str | Path,
+    out: str | Path,
+    batch_size: int = 8,
+    device: str = "auto",
+) -> None:
+    """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs."""
+    _, adapter, checkpoint = open_model(model)
+    adapter.check_block(block)
+    acts = Activations(inputs)
+    acts.check(adapter.hidden_size, block)
+    dev = resolve_device(device)
+    module = adapter.load_block(checkpoint, block).to(dev)
+    accumulators: dict[str, HessianAccumulator] = {}
+    handles = []
+    for group, members in adapter.groups.items():
+        linear = adapter.linear(module, members[0])  # the members share this input
+        acc = HessianAccumulator(linear.in_features, device=dev)
+        accumulators[group] = acc
+
+        def hook(_module: torch.nn.Module, args: tuple, acc: HessianAccumulator = acc) -> None:
+            # OPT flattens (batch, seq) before its MLP: restore one entry per sequence
+            acc.add(args[0].reshape(-1, acts.seqlen, acc.columns))
+
+        handles.append(linear.register_forward_pre_hook(hook))
+    log.info("capture: block %d, %d samples from %s", block, acts.nsamples, inputs)
+    try:
+        for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
+            hidden = acts.read(start, stop)
+            check_finite(hidden, "inputs", block, start, inputs)
+            adapter.run_block(module, block, hidden.to(dev))
+    finally:
+        for handle in handles:
+            handle.remove()
+    hessians = {group: acc.H.cpu() for group, acc in accumulators.items()}
+    for group, H in hessians.items():
+        if not bool(torch.isfinite(H).all()):
+            raise ValueError(f"block {block}: the Hessian of group {group} has NaN/Inf; check {inputs}")
+    attrs = {
+        "block": block,
+        "nsamples": acts.nsamples,
+        "seqlen": acts.seqlen,
+        "groups": {g: list(m) for g, m in adapter.groups.items()},
+        "model_type": adapter.model_type,
+        "inputs": str(inputs),
+    }
+    write_hessians(out, hessians, attrs)
+
+
+def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Tensor]:
+    """Pruned weights ``DIR/{layer}.safetensors`` for the layers that have a file."""
+    pruned_dir = Path(pruned_dir)
+    if not pruned_dir.is_dir():
+        raise FileNotFoundError(
+            f"pruned-layer directory not found: {pruned_dir}; run prune for this block first"
+        )
+    found = {}
+    for layer in layers:
+        path = pruned_dir / f"{layer}.safetensors"
+        if path.is_file():
+            tensors = load_file(path)
+            if "weight" not in tensors:
+                raise ValueError(f"{path} has no tensor 'weight'; delete it and rerun prune")
+            found[layer] = tensors["weight"]
+    return found
+
+
+def propagate(
+    model: str | Path,
+    block: int,
+    inputs: str | Path,
+    out: str | Path,
+    pruned_dir: str | Path | None = None,
+    batch_size: int = 8,
+    device: str = "auto",
+) -> None:
+    """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs."""
+    _, adapter, checkpoint = open_model(model)
+    adapter.check_block(block)
+    acts = Activations(inputs)
+    acts.check(adapter.hidden_size, block)
+    overrides = {} if pruned_dir is None else load_pruned(pruned_dir, adapter.layers)
+    dense = [layer for layer in adapter.layers if layer not in overrides]
+    if pruned_dir is not None and dense:
+        log.info(
+            "propagate: block %d, no pruned file for %s: using the original weights", block, ", ".join(dense)
+        )
+    dev = resolve_device(device)
+    module = adapter.load_block(checkpoint, block, overrides).to(dev)
+    attrs = {"source_block": block, "inputs": str(inputs), "pruned_layers": sorted(overrides)}
+    with write_activations(
+        out, acts.nsamples, acts.seqlen, acts.hidden_size, acts.dtype, block + 1, attrs
+    ) as writer:
+        for start, stop in batches(acts.nsamples, batch_size, f"propagate block {block}"):
+            hidden = acts.read(start, stop)
+            check_finite(hidden, "inputs", block, start, inputs)
+            result = adapter.run_block(module, block, hidden.to(dev)).to(acts.dtype)
+            check_finite(result, "outputs", block, start, out)
+            writer.write(start, result.cpu())

@@ -1,0 +1,99 @@
+"""``prune`` stage: prune some linear layers of one block with ``thanos.prune_layer``.
+
+Each layer's original weight is read lazily from the checkpoint and its group's Hessian from the
+hessians store (one group in memory at a time); results are written atomically as
+``DIR/{layer}.safetensors`` (tensor ``weight``, original dtype) and ``DIR/{layer}.json`` (stats).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from thanos.atomic import atomic_path, write_json
+from thanos.models import open_model
+from thanos.prune import prune_layer
+from thanos.stages.common import resolve_device
+from thanos.storage import Hessians
+
+log = logging.getLogger(__name__)
+
+
+def prune(
+    model: str | Path,
+    block: int,
+    layers: list[str] | None,
+    method: str,
+    sparsity: str,
+    out_dir: str | Path,
+    hessians: str | Path | None = None,
+    blocksize: int | None = None,
+    alpha: float | None = None,
+    damp: float = 0.01,
+    device: str = "auto",
+) -> list[dict]:
+    """Prune ``layers`` (all of the block's when None) and return their stats dicts."""
+    _, adapter, checkpoint = open_model(model)
+    prefix = adapter.block_prefix(block)
+    layers = list(layers) if layers else adapter.layers
+    for layer in layers:
+        adapter.group_of(layer)  # unknown names fail before any work
+    store = None
+    if hessians is not None:
+        store = Hessians(hessians)
+        if int(store.attrs.get("block", block)) != block:
+            raise ValueError(
+                f"{hessians} holds the Hessians of block {store.attrs['block']}, not block {block}"
+            )
+    elif method != "magnitude":
+        raise ValueError(f"--hessians is required for method {method!r} (only magnitude runs without)")
+    dev = resolve_device(device)
+    out_dir = Path(out_dir)
+    results = []
+    current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
+    for layer in layers:
+        group = adapter.group_of(layer)
+        H = None
+        if store is not None:
+            if current is None or current[0] != group:
+                current = (group, store.get(group).to(dev))
+            H = current[1]
+        weight = checkpoint.tensor(f"{prefix}{layer}.weight")
+        if H is not None and tuple(H.shape) != (weight.shape[1],) * 2:
+            raise ValueError(
+                f"{hessians}: Hessian of group {group} is {tuple(H.shape)} but {layer} of block {block} has "
+                f"{weight.shape[1]} inputs; the store belongs to another model"
+            )
+        result = prune_layer(
+            weight.to(dev),
+            H,
+            method,
+            sparsity,
+            blocksize=blocksize,
+            alpha=alpha,
+            damp=damp,
+            name=f"block {block} {layer}",
+        )
+        stats = result.stats.to_dict() | {
+            "block": block,
+            "layer": layer,
+            "group": group,
+            "options": result.options,
+        }
+        with atomic_path(out_dir / f"{layer}.safetensors") as tmp:
+            save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
+        write_json(out_dir / f"{layer}.json", stats)
+        log.info(
+            "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
+            block,
+            layer,
+            stats["achieved_sparsity"],
+            "n/a" if stats["objective"] is None else f"{stats['objective']:.4g}",
+            stats["seconds"],
+            stats["device"],
+        )
+        results.append(stats)
+    return results
