@@ -6,5 +6,6 @@ switches can be set before anything imports the hub clients.
 
 from thanos.evaluation.loading import load_model, set_offline
 from thanos.evaluation.perplexity import evaluate_perplexity
+from thanos.evaluation.zeroshot import PAPER_TASKS, evaluate_zeroshot
 
-__all__ = ["evaluate_perplexity", "load_model", "set_offline"]
+__all__ = ["PAPER_TASKS", "evaluate_perplexity", "evaluate_zeroshot", "load_model", "set_offline"]

@@ -1,0 +1,83 @@
+"""Zero-shot accuracy with lm-eval (default: the paper's seven tasks, 0-shot). Writes a JSON file with
+acc/acc_norm and stderrs per task, the plain mean of acc, the lm-eval version and the task versions."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "lm-eval zero-shot accuracy of a model -> zeroshot.json"
+
+
+def _limit(value: str) -> int | float:
+    number = float(value)
+    return int(number) if number >= 1 and number.is_integer() else number
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.evaluation.zeroshot import PAPER_TASKS
+
+    parser.add_argument("--model", required=True, help="HF model directory (assembled or dense) or hub id")
+    parser.add_argument(
+        "--tasks",
+        default=",".join(PAPER_TASKS),
+        help="comma-separated lm-eval task names (default: %(default)s); `lm-eval ls tasks` lists them",
+    )
+    parser.add_argument(
+        "--include-path",
+        default=None,
+        help="directory (or comma-separated directories) of lm-eval task YAMLs, e.g. tasks reading local "
+        "files for offline machines; a task there overrides the built-in task of the same name",
+    )
+    parser.add_argument("--batch-size", type=int, default=1, help="lm-eval batch size (default: 1)")
+    parser.add_argument(
+        "--limit",
+        type=_limit,
+        default=None,
+        help="at most K documents per task (a fraction < 1: that share); quick checks only",
+    )
+    parser.add_argument("--num-fewshot", type=int, default=0, help="few-shot examples (paper: 0)")
+    parser.add_argument(
+        "--device", default="auto", help="auto (GPU if available, else CPU), cpu, cuda or cuda:N"
+    )
+    parser.add_argument(
+        "--device-map",
+        choices=["auto"],
+        default=None,
+        help="'auto': spread the model over all visible GPUs (for models that do not fit one GPU); "
+        "overrides --device",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="weights dtype (default auto: the saved dtype; float16 becomes float32 on CPU)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="never contact the hub: sets HF_DATASETS_OFFLINE=1 and HF_HUB_OFFLINE=1 (datasets must be "
+        "cached or come from --include-path tasks)",
+    )
+    parser.add_argument("--out", required=True, help="output JSON (written atomically)")
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.offline:
+        from thanos.evaluation.loading import set_offline
+
+        set_offline()  # before lm_eval/datasets are imported
+    from thanos.atomic import write_json
+    from thanos.evaluation.zeroshot import evaluate_zeroshot
+
+    summary = evaluate_zeroshot(
+        args.model,
+        tasks=args.tasks,
+        include_path=args.include_path,
+        batch_size=args.batch_size,
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        device=args.device,
+        dtype=args.dtype,
+        device_map=args.device_map,
+    )
+    write_json(args.out, summary)

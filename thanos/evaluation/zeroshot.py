@@ -1,0 +1,183 @@
+"""Zero-shot accuracy with lm-eval (EleutherAI LM Evaluation Harness), the paper's protocol.
+
+Tasks (default): winogrande, openbookqa, boolq, piqa, hellaswag, arc_easy, arc_challenge, 0-shot. The
+paper reports ``acc`` of every task and their plain mean; ``acc_norm`` (where the task has it), stderrs,
+the lm-eval version and every task's version are recorded too. Accuracies are fractions in [0, 1], as
+lm-eval reports them (the tables show percent).
+
+Offline: the built-in tasks read their datasets through ``datasets`` (set the offline switches with
+:func:`thanos.evaluation.loading.set_offline` and have them cached), or point ``include_path`` at a
+directory of task YAMLs that read local files (e.g. ``dataset_path: json`` with ``data_files``); a task
+there overrides the built-in task of the same name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PAPER_TASKS = ("winogrande", "openbookqa", "boolq", "piqa", "hellaswag", "arc_easy", "arc_challenge")
+
+
+def parse_tasks(tasks: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    if tasks is None:
+        return list(PAPER_TASKS)
+    if isinstance(tasks, str):
+        tasks = tasks.split(",")
+    names = [t.strip() for t in tasks if t.strip()]
+    if not names:
+        raise ValueError("--tasks is empty; give comma-separated lm-eval task names, e.g. piqa,boolq")
+    return list(dict.fromkeys(names))
+
+
+def _include_paths(include_path: str | list[str] | None) -> list[str]:
+    from pathlib import Path
+
+    if include_path is None:
+        return []
+    paths = include_path.split(",") if isinstance(include_path, str) else list(include_path)
+    paths = [p for p in (s.strip() for s in paths) if p]
+    for p in paths:
+        if not Path(p).is_dir():
+            raise FileNotFoundError(f"--include-path {p}: not a directory of lm-eval task YAMLs")
+    return paths
+
+
+def task_manager(tasks: list[str], include_path: str | list[str] | None = None) -> Any:
+    """An lm-eval ``TaskManager`` that knows every name in ``tasks``; ValueError naming the unknown ones.
+
+    When every task is defined under ``include_path``, only that directory is indexed (indexing the
+    built-in tasks takes seconds); otherwise the built-in tasks are indexed as well, the include path
+    taking precedence.
+    """
+    from lm_eval.tasks import TaskManager
+
+    paths = _include_paths(include_path)
+    if paths:
+        local = TaskManager(include_path=paths, include_defaults=False)
+        if all(t in local.all_tasks for t in tasks):
+            return local
+    manager = TaskManager(include_path=paths or None)
+    unknown = [t for t in tasks if t not in manager.all_tasks]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, manager.all_tasks, n=3)
+            hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        where = f" or under --include-path {','.join(paths)}" if paths else ""
+        raise ValueError(
+            f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task{where}. "
+            "List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass "
+            "--include-path DIR with a task YAML defining the task"
+        )
+    return manager
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _task_metrics(entry: dict[str, Any]) -> dict[str, Any]:
+    """``{"acc,none": x, "acc_stderr,none": y}`` -> ``{"acc": x, "acc_stderr": y}`` (filter "none")."""
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        metric, _, filt = key.partition(",")
+        if filt in ("none", "") and metric in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
+            out[metric] = _number(value)
+    return out
+
+
+def summarize(results: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
+    """The zeroshot.json content from lm-eval's ``simple_evaluate`` output."""
+    import lm_eval
+
+    per_task: dict[str, Any] = {}
+    for name, entry in results.get("results", {}).items():
+        metrics = _task_metrics(entry)
+        if "acc" not in metrics:
+            continue
+        metrics.setdefault("acc_stderr", None)
+        if "acc_norm" in metrics:
+            metrics.setdefault("acc_norm_stderr", None)
+        n = results.get("n-samples", {}).get(name, {})
+        metrics["samples"] = n.get("effective") if isinstance(n, dict) else None
+        metrics["version"] = results.get("versions", {}).get(name)
+        metrics["num_fewshot"] = results.get("n-shot", {}).get(name)
+        per_task[name] = metrics
+    missing = [t for t in tasks if t not in per_task or per_task[t]["acc"] is None]
+    if missing:
+        raise ValueError(f"lm-eval reported no 'acc' for task(s) {', '.join(missing)}")
+    accs = [per_task[t]["acc"] for t in tasks]
+    return {
+        "tasks": {t: per_task[t] for t in tasks} | {k: v for k, v in per_task.items() if k not in tasks},
+        "mean_acc": sum(accs) / len(accs),
+        "mean_over": tasks,
+        "lm_eval_version": getattr(lm_eval, "__version__", None),
+        "task_versions": {t: per_task[t]["version"] for t in per_task},
+    }
+
+
+def evaluate_zeroshot(
+    model_path: str,
+    tasks: str | list[str] | None = None,
+    include_path: str | list[str] | None = None,
+    batch_size: int = 1,
+    limit: int | float | None = None,
+    num_fewshot: int = 0,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+) -> dict[str, Any]:
+    """Run lm-eval on the model at ``model_path``; returns the zeroshot.json content.
+
+    ``limit``: at most this many documents per task (a fraction < 1: that share of each task); for quick
+    checks only, the paper uses every document.
+    """
+    names = parse_tasks(tasks)
+    if batch_size < 1:
+        raise ValueError(f"--batch-size {batch_size}: must be at least 1")
+    if limit is not None and limit <= 0:
+        raise ValueError(f"--limit {limit}: must be positive")
+    manager = task_manager(names, include_path)  # fail on bad names before loading a big model
+
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    from thanos.evaluation.loading import load_model
+
+    loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
+    lm = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size)
+    start = time.perf_counter()
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=names,
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
+        limit=limit,
+        task_manager=manager,
+        log_samples=False,
+    )
+    seconds = time.perf_counter() - start
+    if results is None:  # non-zero rank of a distributed run
+        raise ValueError("lm-eval returned no results (run one process per model)")
+    summary = summarize(results, names)
+    summary |= {
+        "num_fewshot": num_fewshot,
+        "limit": limit,
+        "batch_size": batch_size,
+        "include_path": _include_paths(include_path) or None,
+        "model": str(model_path),
+        "device": loaded.placement,
+        "dtype": loaded.dtype,
+        "seconds": round(seconds, 3),
+    }
+    log.info("zero-shot mean acc %.4f over %s", summary["mean_acc"], ", ".join(names))
+    return summary
