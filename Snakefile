@@ -1,0 +1,21 @@
+# Thanos LLM pruning workflow: prune Hugging Face causal LMs with a grid of recipes, resumably.
+# All logic lives in the `thanos` package; rules call `python -m thanos <stage>` (docs/cli.md).
+#
+#   snakemake --cores 2                                  # the offline demo (config.yaml)
+#   snakemake --cores 8 --configfile workflow/configs/paper.yaml --resources gpu=4
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/demo.smk"
+include: "workflow/rules/calibration.smk"
+include: "workflow/rules/capture.smk"
+include: "workflow/rules/prune.smk"
+include: "workflow/rules/assemble.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,49 @@
+"""Assemble a pruned Hugging Face model directory from the original model and the pruned layers.
+
+Writes MODEL_DIR atomically: config, generation config and tokenizer files of M, sharded safetensors with
+model.safetensors.index.json (ROOT/block{l}/{layer}.safetensors in place of the original weights) and
+pruning_report.json. Streams tensors shard by shard; never loads the whole model.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "build the pruned HF model dir + pruning_report.json from the pruned layers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="original model: local HF dir or hub id")
+    parser.add_argument("--pruned-root", required=True, help="ROOT with block{l}/{layer}.safetensors|.json")
+    parser.add_argument(
+        "--recipe-json",
+        required=True,
+        help="recipe: a JSON file or inline JSON {name, method, sparsity, ...}",
+    )
+    parser.add_argument("--calibration", default=None, help="tokens.zarr (provenance); omit for magnitude")
+    parser.add_argument(
+        "--intermediates",
+        nargs="*",
+        default=[],
+        help="directories/files whose disk use is reported (activations, Hessians, pruned layers)",
+    )
+    parser.add_argument("--model-info", default=None, help="model_info.json (block_prefix, ...)")
+    parser.add_argument("--model-name", default=None, help="the model's name in the config (for the report)")
+    parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (default 2GB)")
+    parser.add_argument("--out", required=True, help="output model directory")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.stages.assemble import assemble
+
+    assemble(
+        model=args.model,
+        pruned_root=args.pruned_root,
+        recipe=args.recipe_json,
+        out=args.out,
+        calibration=args.calibration,
+        intermediates=args.intermediates,
+        model_info=args.model_info,
+        model_name=args.model_name,
+        max_shard_size=args.max_shard_size,
+    )

@@ -1,0 +1,42 @@
+"""Build a tiny random Llama or OPT model (config, byte-level tokenizer, safetensors) without any download.
+
+Used by the smoke workflow (workflow/configs/smoke.yaml), the workflow tests and the overhead benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "build a tiny random Llama/OPT HF directory from a config (offline)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.tiny import FAMILIES
+
+    parser.add_argument("--family", choices=FAMILIES, default="llama")
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--intermediate-size", type=int, default=None, help="default 2 x hidden")
+    parser.add_argument("--num-blocks", type=int, default=2)
+    parser.add_argument("--num-heads", type=int, default=4)
+    parser.add_argument("--num-kv-heads", type=int, default=None)
+    parser.add_argument("--max-position-embeddings", type=int, default=512)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.tiny import build_tiny_model
+
+    build_tiny_model(
+        args.out,
+        family=args.family,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_blocks=args.num_blocks,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        max_position_embeddings=args.max_position_embeddings,
+        dtype=args.dtype,
+        seed=args.seed,
+    )

@@ -1,0 +1,25 @@
+# Per recipe: original tensors + pruned layers -> HF model dir with pruning_report.json.
+
+
+rule assemble:
+    input:
+        unpack(assemble_inputs),
+    output:
+        directory(f"{R}/{{model}}/{{recipe}}/model"),
+    params:
+        model=model_path,
+        info=info_file,
+        recipe=recipe_json,
+        calibration=calibration_option,
+        pruned_root=pruned_root,
+        intermediates=intermediates,
+        max_shard_size=config["assemble"]["max_shard_size"],
+    log:
+        f"{R}/logs/{{model}}/{{recipe}}/assemble.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m thanos assemble --model {params.model:q} --model-name {wildcards.model}"
+        " --pruned-root {params.pruned_root} --recipe-json {params.recipe:q} {params.calibration}"
+        " --model-info {params.info} --intermediates {params.intermediates}"
+        " --max-shard-size {params.max_shard_size} --out {output} > {log} 2>&1"

@@ -1,0 +1,59 @@
+# Per model: model facts (a checkpoint), calibration tokens, block 0 inputs. Shared by all recipes.
+
+
+checkpoint model_info:
+    input:
+        model=model_dir_input,
+    output:
+        f"{R}/{{model}}/model_info.json",
+    params:
+        model=model_path,
+    log:
+        f"{R}/logs/{{model}}/model_info.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m thanos model-info --model {params.model:q} --out {output} > {log} 2>&1"
+
+
+rule calibrate:
+    input:
+        model=model_dir_input,
+        source=calibration_source_input,
+    output:
+        directory(f"{R}/{{model}}/calib/tokens.zarr"),
+    params:
+        model=model_path,
+        source=config["calibration"]["source"],
+        nsamples=config["calibration"]["nsamples"],
+        seqlen=config["calibration"]["seqlen"],
+        seed=config["calibration"]["seed"],
+        text_field=config["calibration"]["text_field"],
+    log:
+        f"{R}/logs/{{model}}/calibrate.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m thanos calibrate --model {params.model:q} --source {params.source:q}"
+        " --nsamples {params.nsamples} --seqlen {params.seqlen} --seed {params.seed}"
+        " --text-field {params.text_field:q} --out {output} > {log} 2>&1"
+
+
+rule embed:
+    input:
+        model=model_dir_input,
+        tokens=f"{R}/{{model}}/calib/tokens.zarr",
+    output:
+        retain(directory(f"{R}/{{model}}/chains/dense/inputs_0.zarr"), "activations"),
+    params:
+        model=model_path,
+    log:
+        f"{R}/logs/{{model}}/embed.log",
+    threads: 1
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens}"
+        " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"

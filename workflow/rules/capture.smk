@@ -1,0 +1,45 @@
+# Per chain and block: Hessians from one dense pass of block l (capture) and the inputs of block l+1
+# (propagate, through the pruned block l for a sequential recipe chain, the dense block for "dense").
+
+
+rule capture:
+    input:
+        unpack(capture_inputs),
+    output:
+        retain(directory(f"{R}/{{model}}/chains/{{chain}}/hessians_{{l}}.zarr"), "hessians"),
+    params:
+        model=model_path,
+    log:
+        f"{R}/logs/{{model}}/chains/{{chain}}/capture_{{l}}.log",
+    threads: 1
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos capture --model {params.model:q} --block {wildcards.l}"
+        " --inputs {input.inputs} --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+
+
+rule propagate:
+    input:
+        unpack(propagate_inputs),
+    output:
+        retain(directory(f"{R}/{{model}}/chains/{{chain}}/inputs_{{l}}.zarr"), "activations"),
+    wildcard_constraints:
+        l=r"[1-9]\d*",
+    params:
+        model=model_path,
+        previous=previous_block,
+        pruned=pruned_dir_option,
+    log:
+        f"{R}/logs/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
+    threads: 1
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos propagate --model {params.model:q}"
+        " --block {params.previous} --inputs {input.inputs} {params.pruned} --device $THANOS_WF_DEVICE"
+        " --out {output} > {log} 2>&1"

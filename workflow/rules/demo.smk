@@ -1,0 +1,44 @@
+# Models built by the workflow: the offline demo (demo-data -> train-demo) and tiny random models.
+
+if DEMO["enabled"]:
+
+    rule demo_data:
+        output:
+            directory(DEMO["data_dir"]),
+        log:
+            f"{R}/logs/demo/demo_data.log",
+        conda:
+            CONDA_ENV
+        shell:
+            "python -m thanos demo-data --out-dir {output} > {log} 2>&1"
+
+    rule train_demo:
+        input:
+            DEMO["data_dir"],
+        output:
+            directory(DEMO["model_dir"]),
+        log:
+            f"{R}/logs/demo/train_demo.log",
+        threads: workflow.cores
+        conda:
+            CONDA_ENV
+        shell:
+            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input}"
+            " --out {output} > {log} 2>&1"
+
+
+if TINY_MODELS:
+
+    rule make_tiny_model:
+        output:
+            directory("{tiny_path}"),
+        wildcard_constraints:
+            tiny_path=_alternation(TINY_MODELS),
+        params:
+            options=tiny_model_options,
+        log:
+            f"{R}/logs/tiny/{{tiny_path}}.log",
+        conda:
+            CONDA_ENV
+        shell:
+            "python -m thanos make-tiny-model {params.options} --out {output} > {log} 2>&1"

@@ -1,0 +1,47 @@
+# Per model and variant (a recipe, or "dense" for the unpruned model): perplexity and zero-shot accuracy.
+
+
+rule perplexity:
+    input:
+        model=eval_model_input,
+        source=perplexity_source_input,
+    output:
+        f"{R}/{{model}}/{{variant}}/eval/perplexity.json",
+    params:
+        model=eval_model,
+        source=config["perplexity"]["source"],
+        options=perplexity_options,
+        batch_size=config["perplexity"]["batch_size"],
+    log:
+        f"{R}/logs/{{model}}/{{variant}}/perplexity.log",
+    threads: 1
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos perplexity --model {params.model:q}"
+        " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
+        " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+
+
+rule zeroshot:
+    input:
+        model=eval_model_input,
+        include=zeroshot_include_input,
+    output:
+        f"{R}/{{model}}/{{variant}}/eval/zeroshot.json",
+    params:
+        model=eval_model,
+        options=zeroshot_options,
+        batch_size=config["zeroshot"]["batch_size"],
+    log:
+        f"{R}/logs/{{model}}/{{variant}}/zeroshot.log",
+    threads: 1
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_GPU python -m thanos zeroshot --model {params.model:q}"
+        " {params.options} --batch-size {params.batch_size} --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
