@@ -1,0 +1,255 @@
+"""Scan ``results/`` into pandas DataFrames, tolerating whatever is missing.
+
+Layout (docs/cli.md): ``results/{model}/dense/eval/{perplexity,zeroshot}.json`` for the dense model,
+``results/{model}/{recipe}/model/pruning_report.json`` (its ``recipe`` gives method, sparsity, alpha,
+blocksize; its ``layers`` the per-layer stats) and ``results/{model}/{recipe}/eval/*.json`` per recipe.
+A file that is missing or unreadable leaves its cells empty (NaN) and is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from thanos.sparsity import parse_sparsity
+
+log = logging.getLogger(__name__)
+
+NOT_MODELS = {"tables", "figures", "logs"}
+METHOD_ORDER = {"dense": 0, "magnitude": 1, "sparsegpt": 2, "wanda": 3, "thanos": 4}
+METHOD_NAMES = {
+    "dense": "Dense",
+    "magnitude": "Magnitude",
+    "sparsegpt": "SparseGPT",
+    "wanda": "Wanda",
+    "thanos": "Thanos",
+}
+KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3}
+# the paper's appendix column order and labels
+TASK_LABELS = {
+    "arc_challenge": "ArcC",
+    "arc_easy": "ArcE",
+    "boolq": "BoolQ",
+    "hellaswag": "HellaSwag",
+    "openbookqa": "OBQA",
+    "piqa": "PiQA",
+    "winogrande": "WinoGrande",
+}
+
+RECIPE_COLUMNS = [
+    "model",
+    "recipe",
+    "method",
+    "sparsity",
+    "kind",
+    "fraction",
+    "n",
+    "m",
+    "alpha",
+    "blocksize",
+    "damp",
+    "chain",
+    "overall_sparsity",
+    "prune_seconds",
+    "ppl",
+    "seqlen",
+    "ppl_dataset",
+    "zs_mean",
+]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        log.warning("skipping unreadable %s: %s", path, err)
+        return None
+    if not isinstance(data, dict):
+        log.warning("skipping %s: not a JSON object", path)
+        return None
+    return data
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+_NAME = re.compile(r"^(?P<method>[a-z]+)_(?P<pattern>u\d+|s\d+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?")
+
+
+def _recipe_from_name(name: str) -> dict[str, Any]:
+    """Best effort for a recipe without pruning_report.json: ``{method}_{u50|s30|2-4}[_a{alpha}]``."""
+    match = _NAME.match(name)
+    if not match or match["method"] not in METHOD_ORDER:
+        return {"method": "unknown", "sparsity": None}
+    pattern = match["pattern"]
+    if pattern[0] == "u":
+        sparsity = str(int(pattern[1:]) / 100)
+    elif pattern[0] == "s":
+        sparsity = f"structured:{int(pattern[1:]) / 100}"
+    else:
+        sparsity = pattern.replace("-", ":")
+    return {
+        "method": match["method"],
+        "sparsity": sparsity,
+        "alpha": match["alpha"] and float(match["alpha"]),
+    }
+
+
+def _sparsity_fields(spec: Any) -> dict[str, Any]:
+    if spec is None:
+        return {"sparsity": None, "kind": "unknown", "fraction": math.nan, "n": math.nan, "m": math.nan}
+    try:
+        parsed = parse_sparsity(spec)
+    except ValueError:
+        return {"sparsity": str(spec), "kind": "unknown", "fraction": math.nan, "n": math.nan, "m": math.nan}
+    return {
+        "sparsity": str(parsed),
+        "kind": parsed.kind,
+        "fraction": parsed.fraction,
+        "n": parsed.n if parsed.kind == "nm" else math.nan,
+        "m": parsed.m if parsed.kind == "nm" else math.nan,
+    }
+
+
+def _eval_fields(eval_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    row: dict[str, Any] = {}
+    tasks: dict[str, Any] = {}
+    ppl = _read_json(eval_dir / "perplexity.json")
+    if ppl is not None:
+        row |= {"ppl": _float(ppl.get("ppl")), "seqlen": ppl.get("seqlen"), "ppl_dataset": ppl.get("dataset")}
+    zs = _read_json(eval_dir / "zeroshot.json")
+    if zs is not None:
+        row["zs_mean"] = _float(zs.get("mean_acc"))
+        for task, metrics in (zs.get("tasks") or {}).items():
+            if isinstance(metrics, dict):
+                tasks[task] = metrics
+    return row, tasks
+
+
+def variants(results: str | Path) -> list[tuple[str, str, Path]]:
+    """(model, variant, dir) for every dense/recipe directory under ``results`` that has something to show."""
+    root = Path(results)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results directory not found: {root}")
+    found = []
+    for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in NOT_MODELS):
+        for var in sorted(p for p in model_dir.iterdir() if p.is_dir()):
+            if (
+                var.name == "dense"
+                or (var / "model" / "pruning_report.json").is_file()
+                or (var / "eval").is_dir()
+            ):
+                found.append((model_dir.name, var.name, var))
+    return found
+
+
+def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two frames: one row per (model, variant) with recipe metadata, ppl and mean zero-shot accuracy;
+    and one row per (model, variant, task) with ``acc``, ``acc_norm`` and stderrs."""
+    rows, task_rows = [], []
+    for model, variant, path in variants(results):
+        if variant == "dense":
+            row: dict[str, Any] = {"model": model, "recipe": "dense", "method": "dense", "sparsity": "0%"}
+            row |= {"kind": "dense", "fraction": 0.0, "n": math.nan, "m": math.nan}
+        else:
+            report = _read_json(path / "model" / "pruning_report.json")
+            recipe = (report or {}).get("recipe") or _recipe_from_name(variant)
+            row = {"model": model, "recipe": variant, "method": str(recipe.get("method", "unknown")).lower()}
+            row |= _sparsity_fields(recipe.get("sparsity"))
+            for key in ("alpha", "blocksize", "damp"):
+                row[key] = _float(recipe.get(key))
+            row["chain"] = recipe.get("chain")
+            if report is not None:
+                row["overall_sparsity"] = _float(report.get("overall_sparsity"))
+                layers = report.get("layers") or []
+                secs = [_float(layer.get("seconds")) for layer in layers if isinstance(layer, dict)]
+                row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan
+        fields, tasks = _eval_fields(path / "eval")
+        row |= fields
+        rows.append(row)
+        for task, metrics in tasks.items():
+            task_rows.append(
+                {"model": model, "recipe": variant, "task": task}
+                | {k: _float(metrics.get(k)) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")}
+            )
+    frame = (
+        pd.DataFrame(rows).reindex(columns=RECIPE_COLUMNS) if rows else pd.DataFrame(columns=RECIPE_COLUMNS)
+    )
+    task_frame = pd.DataFrame(
+        task_rows, columns=["model", "recipe", "task", "acc", "acc_stderr", "acc_norm", "acc_norm_stderr"]
+    )
+    return frame, task_frame
+
+
+def collect_layers(results: str | Path) -> pd.DataFrame:
+    """One row per pruned layer of every recipe: model, recipe, method, sparsity, kind, alpha, block,
+    layer, numel (weights), seconds, objective, device."""
+    rows = []
+    for model, variant, path in variants(results):
+        if variant == "dense":
+            continue
+        report = _read_json(path / "model" / "pruning_report.json")
+        if report is None:
+            continue
+        recipe = report.get("recipe") or {}
+        base = {"model": model, "recipe": variant, "method": str(recipe.get("method", "unknown")).lower()}
+        base |= {
+            k: v for k, v in _sparsity_fields(recipe.get("sparsity")).items() if k in ("sparsity", "kind")
+        }
+        base["alpha"] = _float(recipe.get("alpha"))
+        for order, layer in enumerate(report.get("layers") or []):
+            if not isinstance(layer, dict):
+                continue
+            shape = layer.get("shape") or []
+            numel = math.prod(int(s) for s in shape) if shape else math.nan
+            rows.append(
+                base
+                | {
+                    "block": layer.get("block"),
+                    "layer": layer.get("layer"),
+                    "order": order,
+                    "numel": numel,
+                    "seconds": _float(layer.get("seconds")),
+                    "objective": _float(layer.get("objective")),
+                    "device": layer.get("device"),
+                }
+            )
+    columns = ["model", "recipe", "method", "sparsity", "kind", "alpha", "block", "layer", "order", "numel"]
+    return pd.DataFrame(rows, columns=[*columns, "seconds", "objective", "device"])
+
+
+def method_label(method: str, alpha: float | None = None) -> str:
+    """Display name: ``Thanos (α=0.1)`` for Thanos with a known alpha, else the method's name."""
+    name = METHOD_NAMES.get(method, method)
+    if method == "thanos" and alpha is not None and not math.isnan(alpha):
+        return f"{name} (α={alpha:g})"
+    return name
+
+
+def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
+    """``Unstructured 50%``, ``Structured 30%``, ``4:8``, ``Dense``."""
+    if kind == "dense":
+        return "0%"
+    if kind == "nm":
+        return str(sparsity)
+    if kind in ("unstructured", "structured"):
+        return f"{kind.capitalize()} {fraction * 100:g}%"
+    return str(sparsity)
+
+
+def pattern_sort_key(kind: str, fraction: float, m: float) -> tuple:
+    """Paper order: unstructured, structured, then n:m (4:8 before 2:4), by fraction within each."""
+    fraction = -1.0 if math.isnan(fraction) else fraction
+    m = 0.0 if math.isnan(m) else m
+    return (KIND_ORDER.get(kind, 9), fraction, -m)

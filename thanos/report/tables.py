@@ -1,0 +1,376 @@
+"""The paper's tables from whatever results exist: CSV, Markdown and LaTeX (booktabs).
+
+- ``perplexity``: method x sparsity rows, models as columns (Table 2): a Dense row, then one group per
+  sparsity pattern; the lowest perplexity of each column within a group in bold.
+- ``zeroshot_avg``: the same layout with the mean zero-shot accuracy in percent (Table 3); highest in bold.
+- ``zeroshot_tasks_{pattern}``: per-task accuracy (percent) for one sparsity pattern, one block of rows per
+  model (Dense first), tasks as columns in the paper's order, then their average (appendix tables).
+
+Missing cells are ``-``. CSV files carry the numbers at full precision (bold exists only in Markdown and
+LaTeX); Markdown and LaTeX show two decimals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from thanos.atomic import atomic_path
+from thanos.report.collect import (
+    METHOD_ORDER,
+    TASK_LABELS,
+    collect,
+    method_label,
+    pattern_label,
+    pattern_sort_key,
+)
+
+log = logging.getLogger(__name__)
+MISSING = "-"
+
+
+@dataclass
+class Row:
+    group: str  # rows of one group are compared for the bold best value
+    keys: list[str]  # leading label cells (e.g. method, sparsity)
+    values: dict[str, float]  # column -> value (NaN or absent: missing)
+    compare: bool = True  # take part in the best-value comparison (Dense does not)
+
+
+@dataclass
+class Table:
+    name: str
+    caption: str
+    key_columns: list[str]
+    value_columns: list[str]
+    rows: list[Row] = field(default_factory=list)
+    lower_is_better: bool = True
+    repeat_keys: tuple[bool, ...] = ()  # per key column: shown on every row of a group (else first only)
+
+    def best(self) -> set[tuple[int, str]]:
+        """(row index, column) of the best value per column within each group."""
+        marks: set[tuple[int, str]] = set()
+        groups: dict[str, list[int]] = {}
+        for i, row in enumerate(self.rows):
+            if row.compare:
+                groups.setdefault(row.group, []).append(i)
+        for members in groups.values():
+            for col in self.value_columns:
+                vals = [(self.rows[i].values.get(col, math.nan), i) for i in members]
+                vals = [(v, i) for v, i in vals if not math.isnan(v)]
+                if not vals:
+                    continue
+                target = min(v for v, _ in vals) if self.lower_is_better else max(v for v, _ in vals)
+                marks.update((i, col) for v, i in vals if v == target)
+        return marks
+
+    def _key_cells(self) -> list[list[str]]:
+        """Label cells as displayed: a non-repeated key column is blank where it equals the row above."""
+        cells, previous = [], None
+        for row in self.rows:
+            shown = []
+            for j, key in enumerate(row.keys):
+                repeat = self.repeat_keys[j] if j < len(self.repeat_keys) else True
+                same = previous is not None and j < len(previous) and previous[j] == key
+                shown.append("" if (same and not repeat) else key)
+            cells.append(shown)
+            previous = row.keys
+        return cells
+
+    def to_csv(self) -> str:
+        frame = pd.DataFrame(
+            [
+                row.keys
+                + [MISSING if math.isnan(v := row.values.get(c, math.nan)) else v for c in self.value_columns]
+                for row in self.rows
+            ],
+            columns=self.key_columns + self.value_columns,
+        )
+        return frame.to_csv(index=False)
+
+    def to_markdown(self) -> str:
+        best = self.best()
+        header = self.key_columns + self.value_columns
+        lines = [f"<!-- {self.caption} -->", "| " + " | ".join(header) + " |"]
+        lines.append(
+            "| " + " | ".join([":--"] * len(self.key_columns) + ["--:"] * len(self.value_columns)) + " |"
+        )
+        for i, (row, keys) in enumerate(zip(self.rows, self._key_cells(), strict=True)):
+            cells = []
+            for col in self.value_columns:
+                text = _fmt(row.values.get(col, math.nan))
+                cells.append(f"**{text}**" if (i, col) in best else text)
+            lines.append("| " + " | ".join(keys + cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def to_latex(self) -> str:
+        best = self.best()
+        ncol = len(self.key_columns) + len(self.value_columns)
+        spec = "l" * len(self.key_columns) + "r" * len(self.value_columns)
+        out = [
+            "% requires \\usepackage{booktabs}",
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{_tex(self.caption)}}}",
+            f"\\label{{tab:{self.name}}}",
+            f"\\begin{{tabular}}{{{spec}}}",
+            "\\toprule",
+            " & ".join(f"\\textbf{{{_tex(c)}}}" for c in self.key_columns + self.value_columns) + " \\\\",
+            "\\midrule",
+        ]
+        previous = None
+        for i, (row, keys) in enumerate(zip(self.rows, self._key_cells(), strict=True)):
+            if previous is not None and row.group != previous:
+                out.append(f"\\cmidrule{{1-{ncol}}}" if previous.startswith("dense") else "\\midrule")
+            previous = row.group
+            cells = []
+            for col in self.value_columns:
+                text = _fmt(row.values.get(col, math.nan))
+                cells.append(f"\\textbf{{{text}}}" if (i, col) in best else text)
+            out.append(" & ".join([_tex(k) for k in keys] + cells) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+        return "\n".join(out) + "\n"
+
+    def write(self, out_dir: Path) -> list[Path]:
+        paths = []
+        for suffix, text in (("csv", self.to_csv()), ("md", self.to_markdown()), ("tex", self.to_latex())):
+            path = out_dir / f"{self.name}.{suffix}"
+            with atomic_path(path) as tmp:
+                tmp.write_text(text, encoding="utf-8")
+            paths.append(path)
+        return paths
+
+
+def _fmt(value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.2f}"
+
+
+def _tex(text: str) -> str:
+    for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#")):
+        text = text.replace(a, b)
+    return text.replace("α", "$\\alpha$")
+
+
+def _nan(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _sortable(value: float) -> float:
+    return -1.0 if math.isnan(value) else value
+
+
+def _drop_empty(table: Table) -> Table:
+    """Rows without any value (recipes not evaluated for this table) are left out."""
+    kept = [row for row in table.rows if any(not math.isnan(v) for v in row.values.values())]
+    dropped = len(table.rows) - len(kept)
+    if dropped:
+        log.info("%s: %d row(s) without any result left out", table.name, dropped)
+    table.rows = kept
+    return table
+
+
+def _pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
+    """u50, s30, 2-4 (the recipe-name convention of the workflow)."""
+    if kind == "nm":
+        return str(sparsity).replace(":", "-")
+    return f"{kind[0]}{fraction * 100:g}"
+
+
+def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Recipes with a known pattern, plus display columns: group, group_label, label, order."""
+    pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
+    if pruned.empty:
+        return pruned.assign(group=[], group_label=[], label=[], order=[])
+    pruned["group_label"] = [
+        pattern_label(k, f, s)
+        for k, f, s in zip(pruned["kind"], pruned["fraction"], pruned["sparsity"], strict=True)
+    ]
+    pruned["group"] = pruned["sparsity"].astype(str)
+    shown_alpha = [
+        a if (m == "thanos" or (not math.isnan(a) and a > 0)) else math.nan
+        for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
+    ]
+    pruned["alpha_shown"] = shown_alpha
+    labels = []
+    for _, r in pruned.iterrows():
+        label = method_label(r["method"], r["alpha_shown"])
+        if r["method"] != "thanos" and not math.isnan(r["alpha_shown"]):
+            label = f"{label} (α={r['alpha_shown']:g})"
+        labels.append(label)
+    pruned["label"] = labels
+    # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
+    for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
+        dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
+        if dup.any():
+            pruned.loc[dup, "label"] = [
+                f"{lab}, {fmt.format(v)}" if not (isinstance(v, float) and math.isnan(v)) else lab
+                for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
+            ]
+    pruned["order"] = [
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), _sortable(a), _sortable(b), lab)
+        for k, f, m, meth, a, b, lab in zip(
+            pruned["kind"],
+            pruned["fraction"],
+            pruned["m"].astype(float),
+            pruned["method"],
+            pruned["alpha_shown"],
+            pruned["blocksize"].astype(float),
+            pruned["label"],
+            strict=True,
+        )
+    ]
+    return pruned
+
+
+def _models(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["model"].unique()) if not frame.empty else []
+
+
+def model_table(
+    frame: pd.DataFrame, metric: str, name: str, caption: str, lower_is_better: bool, scale: float = 1.0
+):
+    """Method x sparsity rows, models as columns (Tables 2 and 3)."""
+    models = _models(frame)
+    table = Table(name, caption, ["Method", "Sparsity"], models, lower_is_better=lower_is_better)
+    table.repeat_keys = (True, False)
+    dense = frame[frame["method"] == "dense"]
+    if not dense.empty:
+        values = {r["model"]: _nan(r[metric]) * scale for _, r in dense.iterrows()}
+        table.rows.append(Row("dense", ["Dense", "0%"], values, compare=False))
+    pruned = _pruned_rows(frame)
+    if not pruned.empty:
+        seen: dict[tuple, Row] = {}
+        for _, r in sorted(pruned.iterrows(), key=lambda item: item[1]["order"]):
+            key = (r["group"], r["label"])
+            if key not in seen:
+                seen[key] = Row(r["group"], [r["label"], r["group_label"]], {})
+                table.rows.append(seen[key])
+            cell = seen[key].values
+            if r["model"] in cell and not math.isnan(cell[r["model"]]):
+                log.warning("%s: two recipes for %s / %s; keeping the first", r["model"], *key)
+                continue
+            cell[r["model"]] = _nan(r[metric]) * scale
+    return _drop_empty(table)
+
+
+def task_columns(tasks: pd.DataFrame) -> list[str]:
+    """Task names in the paper's order (ArcC, ArcE, BoolQ, HellaSwag, OBQA, PiQA, WinoGrande), then others."""
+    present = set(tasks["task"]) if not tasks.empty else set()
+    return [t for t in TASK_LABELS if t in present] + sorted(present - set(TASK_LABELS))
+
+
+def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
+    """One per sparsity pattern: rows (model, method), Dense first per model; tasks then Average."""
+    columns = task_columns(tasks)
+    if not columns:
+        return []
+    labels = [TASK_LABELS.get(t, t) for t in columns] + ["Average"]
+    acc = {(r["model"], r["recipe"], r["task"]): _nan(r["acc"]) * 100 for _, r in tasks.iterrows()}
+
+    def values(model: str, recipe: str, mean: float) -> dict[str, float]:
+        out = {lab: acc.get((model, recipe, t), math.nan) for t, lab in zip(columns, labels, strict=False)}
+        out["Average"] = _nan(mean) * 100
+        return out
+
+    pruned = _pruned_rows(frame)
+    if pruned.empty:
+        return []
+    dense = {r["model"]: r for _, r in frame[frame["method"] == "dense"].iterrows()}
+    out = []
+    for group, members in sorted(pruned.groupby("group"), key=lambda item: item[1]["order"].iloc[0]):
+        first = members.iloc[0]
+        slug = _pattern_slug(first["kind"], first["fraction"], first["sparsity"])
+        title = first["group_label"] if first["kind"] != "nm" else f"Semi-structured {first['group_label']}"
+        table = Table(
+            f"zeroshot_tasks_{slug}",
+            f"Zero-shot accuracy (%) per task, {title} sparsity; best per model in bold",
+            ["Model", "Method"],
+            labels,
+            lower_is_better=False,
+        )
+        table.repeat_keys = (False, True)
+        for model in sorted(set(members["model"])):
+            if model in dense:
+                table.rows.append(
+                    Row(
+                        f"dense:{model}",
+                        [model, "Dense"],
+                        values(model, "dense", dense[model]["zs_mean"]),
+                        False,
+                    )
+                )
+            for _, r in sorted(
+                members[members["model"] == model].iterrows(), key=lambda item: item[1]["order"]
+            ):
+                table.rows.append(
+                    Row(
+                        model,
+                        [model, r["label"]],
+                        values(model, r["recipe"], r["zs_mean"]),
+                    )
+                )
+        _drop_empty(table)
+        with_results = {row.keys[0] for row in table.rows if row.compare}
+        table.rows = [
+            row for row in table.rows if row.keys[0] in with_results
+        ]  # Dense alone: nothing to show
+        if table.rows:
+            out.append(table)
+        else:
+            log.info("no zero-shot results for %s yet", group)
+    return out
+
+
+def build_tables(results: str | Path) -> list[Table]:
+    frame, tasks = collect(results)
+    if frame.empty:
+        return []
+    tables = []
+    datasets = sorted({Path(str(d)).name for d in frame["ppl_dataset"].dropna()})
+    if frame["ppl"].notna().any():
+        where = f" on {', '.join(datasets)}" if datasets else ""
+        tables.append(
+            model_table(
+                frame,
+                "ppl",
+                "perplexity",
+                f"Perplexity{where} (lower is better; best per sparsity in bold)",
+                True,
+            )
+        )
+    if frame["zs_mean"].notna().any():
+        tables.append(
+            model_table(
+                frame,
+                "zs_mean",
+                "zeroshot_avg",
+                "Average zero-shot accuracy (%) (higher is better; best per sparsity in bold)",
+                False,
+                scale=100.0,
+            )
+        )
+    tables += task_tables(frame, tasks)
+    return tables
+
+
+def write_tables(results: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write every table that has data to ``out_dir``; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for table in build_tables(results):
+        paths += table.write(out)
+    if not paths:
+        log.warning("no perplexity or zero-shot results under %s yet; no tables written", results)
+    return paths
