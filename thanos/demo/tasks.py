@@ -76,9 +76,8 @@ def split_sentences(paragraph: str) -> list[str]:
     start = 0
     for match in _BOUNDARY.finditer(paragraph):
         candidate = paragraph[start : match.start()].rstrip("\"')]")
-        last = candidate.rsplit(None, 1)[-1] if candidate.split() else ""
-        word = last.rstrip(".").lower()
-        if word in _ABBREVIATIONS or re.fullmatch(r"[A-Z]|[A-Z]\.[A-Z]", last.rstrip(".")):
+        last = (candidate.rsplit(None, 1)[-1] if candidate.split() else "").lstrip("\"'([").rstrip(".")
+        if last.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-Z]|[A-Z]\.[A-Z]", last):
             continue
         pieces.append(paragraph[start : match.end()].strip())
         start = match.end()

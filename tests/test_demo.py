@@ -1,0 +1,233 @@
+"""The embedded offline demo: data from the gensim wheel, the lm-eval task, the demo model trainer.
+
+The wheel is fetched once per session with pip (PyPI) unless THANOS_GENSIM_WHEEL points at a local copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from thanos.cli import main
+from thanos.demo import splits, tasks, wikidump
+from thanos.textdata import read_documents
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    local = os.environ.get("THANOS_GENSIM_WHEEL")
+    if local:
+        return Path(local)
+    return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory, wheel) -> Path:
+    out = tmp_path_factory.mktemp("demo") / "data"
+    assert main(["demo-data", "--out-dir", str(out), "--wheel", str(wheel), "--seed", "0"]) == 0
+    return out
+
+
+def test_wheel_is_pinned(wheel):
+    assert wikidump.verify_wheel(wheel) in wikidump.KNOWN_WHEELS
+    assert len(wikidump.read_dump(wheel)) == 1695871
+
+
+def test_wheel_cache_is_reused(wheel, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / wikidump.WHEEL_NAME).write_bytes(Path(wheel).read_bytes())
+    # a cached copy is verified, not downloaded again
+    assert wikidump.fetch_wheel(cache) == cache / wikidump.WHEEL_NAME
+    assert sorted(p.name for p in cache.iterdir()) == [wikidump.WHEEL_NAME]
+    (cache / wikidump.WHEEL_NAME).write_bytes(b"corrupt")
+    with pytest.raises(ValueError, match="sha256"):
+        wikidump.fetch_wheel(cache)
+
+
+def test_wrong_wheel_is_refused(tmp_path):
+    fake = tmp_path / "gensim-fake.whl"
+    with zipfile.ZipFile(fake, "w") as archive:
+        archive.writestr(wikidump.DUMP_MEMBER, b"not the dump")
+    with pytest.raises(ValueError, match="expected"):
+        wikidump.read_dump(fake)
+    assert main(["demo-data", "--out-dir", str(tmp_path / "out"), "--wheel", str(fake)]) == 2
+    assert (
+        main(["demo-data", "--out-dir", str(tmp_path / "out"), "--wheel", str(tmp_path / "missing.whl")]) == 2
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_wikitext_to_text_removes_markup():
+    wikitext = """{{Infobox thing|name=X}}
+'''Alpha''' is a [[Greek alphabet|letter]] used in [[mathematics]].<ref>{{cite book|title=Y}}</ref> It has a
+long history, described by many authors over several centuries.<!-- hidden -->
+
+[[File:Alpha.png|thumb|A caption that must go]]
+{| class="wikitable"
+| cell one || cell two
+|}
+* a list item that is not prose at all
+== See also ==
+* [[Beta]] and more words to reach the paragraph minimum length
+== History ==
+The letter was adopted from the Phoenician aleph &amp; kept its form for a very long time.
+[[Category:Letters]]
+[[de:Alpha]]
+"""
+    text = wikidump.wikitext_to_text(wikitext)
+    paragraphs = text.split("\n\n")
+    assert paragraphs[0] == (
+        "Alpha is a letter used in mathematics. It has a long history, described by many authors over "
+        "several centuries."
+    )
+    assert (
+        paragraphs[1]
+        == "The letter was adopted from the Phoenician aleph & kept its form for a very long time."
+    )
+    assert len(paragraphs) == 2
+    for junk in ("Infobox", "cite", "caption", "cell", "list item", "Beta", "Category", "de:", "hidden"):
+        assert junk not in text
+
+
+def test_demo_data_outputs(data_dir):
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    assert manifest["source"]["member_sha256"] == wikidump.DUMP_SHA256
+    assert "CC BY-SA" in manifest["source"]["license"]
+    counts = {name: manifest["splits"][name]["articles"] for name in splits.SPLITS}
+    assert sum(counts.values()) == manifest["articles"] >= 90
+    assert counts["train"] > counts["test"] >= 10 and counts["calib"] >= 8
+    titles = [set(manifest["splits"][name]["titles"]) for name in splits.SPLITS]
+    assert not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
+    for name in splits.SPLITS:
+        path = data_dir / f"{name}.jsonl"
+        docs = read_documents(path)
+        assert len(docs) == counts[name]
+        assert all("[[" not in d and "{{" not in d and "<ref" not in d for d in docs)
+        record = json.loads(path.read_text().splitlines()[0])
+        assert set(record) == {"title", "text"}
+    assert manifest["splits"]["test"]["words"] > 20000
+    assert manifest["task"]["docs"] >= 200
+
+
+def test_demo_data_is_deterministic(data_dir, wheel, tmp_path):
+    """Same split and task from the same wheel; another seed gives another split."""
+    articles = wikidump.extract_articles(wikidump.read_dump(wheel))
+    parts = splits.split_articles(articles, seed=0)
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    for name in splits.SPLITS:
+        splits.write_jsonl(tmp_path / f"{name}.jsonl", parts[name])
+        assert (
+            splits.split_stats(tmp_path / f"{name}.jsonl", parts[name])["sha256"]
+            == (manifest["splits"][name]["sha256"])
+        )
+    docs = tasks.build_docs(parts["test"], seed=0)
+    task_file = data_dir / "tasks" / tasks.TASK_NAME / f"{tasks.TASK_NAME}.jsonl"
+    assert [json.loads(line) for line in task_file.read_text().splitlines()] == docs
+    other = splits.split_articles(articles, seed=1)
+    assert [a.title for a in other["test"]] != [a.title for a in parts["test"]]
+
+
+def test_task_documents(data_dir):
+    task_file = data_dir / "tasks" / tasks.TASK_NAME / f"{tasks.TASK_NAME}.jsonl"
+    docs = [json.loads(line) for line in task_file.read_text().splitlines()]
+    test_text = "\n".join(read_documents(data_dir / "test.jsonl"))
+    labels = [doc["label"] for doc in docs]
+    assert set(labels) == {0, 1, 2, 3}
+    for doc in docs[:50]:
+        assert len(doc["choices"]) == 4 and len(set(doc["choices"])) == 4
+        gold = doc["choices"][doc["label"]]
+        assert f"{doc['context']} {gold}" in test_text
+    train_text = "\n".join(read_documents(data_dir / "train.jsonl"))
+    assert sum(doc["context"] in train_text for doc in docs) == 0
+
+
+def test_split_sentences_keeps_abbreviations():
+    text = 'Dr. Smith met J. R. Doe in St. Louis in 1901. They talked. "It works." Then it ended (c. 1910).'
+    assert tasks.split_sentences(text) == [
+        "Dr. Smith met J. R. Doe in St. Louis in 1901.",
+        "They talked.",
+        '"It works."',
+        "Then it ended (c. 1910).",
+    ]
+
+
+def _tiny_train_args(data_dir: Path, out: Path, steps: int = 4) -> list[str]:
+    return [
+        "train-demo",
+        *("--data-dir", str(data_dir), "--out", str(out), "--steps", str(steps), "--device", "cpu"),
+        *("--vocab-size", "512", "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "4"),
+        *("--num-heads", "4", "--num-kv-heads", "2", "--max-position-embeddings", "128"),
+        *("--seq-len", "64", "--batch-size", "4", "--warmup-steps", "2", "--log-every", "2"),
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, data_dir) -> Path:
+    out = tmp_path_factory.mktemp("model") / "model"
+    assert main(_tiny_train_args(data_dir, out)) == 0
+    return out
+
+
+def test_train_demo_writes_loadable_model(tiny_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report = json.loads((tiny_model / "train_report.json").read_text())
+    assert report["steps"] == 4 and len(report["loss_curve"]) == 2
+    assert report["held_out"]["seqlen"] == 128 and report["held_out"]["ppl"] > 1
+    assert report["model"]["num_key_value_heads"] < report["model"]["num_attention_heads"]
+    assert (tiny_model / "model.safetensors").is_file()
+    assert not [p for p in tiny_model.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == 4
+    assert sum(p.numel() for p in model.parameters()) == report["model"]["parameters"]
+    ids = tokenizer("Anarchism is a political philosophy.", return_tensors="pt")["input_ids"]
+    assert ids[0, 0].item() == tokenizer.bos_token_id
+    assert tokenizer.decode(ids[0], skip_special_tokens=True) == "Anarchism is a political philosophy."
+    assert tokenizer.pad_token is not None and tokenizer.eos_token is not None
+    with torch.no_grad():
+        assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tokenizer))
+
+
+def test_train_demo_is_deterministic(tiny_model, data_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "again"
+    assert main(_tiny_train_args(data_dir, out)) == 0
+    first, second = load_file(tiny_model / "model.safetensors"), load_file(out / "model.safetensors")
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    a = json.loads((tiny_model / "train_report.json").read_text())
+    b = json.loads((out / "train_report.json").read_text())
+    assert a["loss_curve"] == b["loss_curve"] and a["held_out"] == b["held_out"]
+
+
+def test_train_demo_rejects_bad_options(data_dir, tmp_path):
+    out = tmp_path / "bad"
+    assert main([*_tiny_train_args(data_dir, out), "--num-kv-heads", "3"]) == 2
+    assert main([*_tiny_train_args(tmp_path / "nodata", out)]) == 2
+    assert not out.exists()
+
+
+def test_task_runs_in_lm_eval(data_dir, tiny_model):
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    manager = TaskManager(include_path=str(data_dir / "tasks"))
+    assert tasks.TASK_NAME in manager.all_tasks
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    lm = HFLM(
+        pretrained=model, tokenizer=AutoTokenizer.from_pretrained(tiny_model), batch_size=8, device="cpu"
+    )
+    out = lm_eval.simple_evaluate(model=lm, tasks=[tasks.TASK_NAME], task_manager=manager, limit=8)
+    result = out["results"][tasks.TASK_NAME]
+    assert 0 <= result["acc,none"] <= 1 and 0 <= result["acc_norm,none"] <= 1
+    assert out["versions"][tasks.TASK_NAME] == tasks.TASK_VERSION
