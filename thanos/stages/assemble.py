@@ -223,7 +223,9 @@ def assemble(
     # pruned tensors and their stats
     replace: dict[str, Path] = {}
     layers = []
-    for block, layer, file in pruned_layers(root):
+    order = {name: i for i, name in enumerate(info.get("layers", []))}
+    found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
+    for block, layer, file in found:
         name = tensor_name(block, layer, names, info.get("block_prefix"))
         replace[name] = file
         stats_file = file.with_suffix(".json")

@@ -1,0 +1,96 @@
+"""Assemble stage: loadable HF dir, exact zeros, original dtype, sharding, deterministic bytes, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from thanos.stages.assemble import assemble, original_tensors
+from thanos.tiny import build_tiny_model
+
+LAYERS = ["self_attn.q_proj", "mlp.down_proj"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assemble")
+    model = build_tiny_model(root / "model", family="llama", hidden_size=32, num_blocks=2, dtype="bfloat16")
+    pruned = root / "pruned"
+    names = original_tensors(model)
+    for block in range(2):
+        (pruned / f"block{block}").mkdir(parents=True)
+        for layer in LAYERS:
+            name = f"model.layers.{block}.{layer}.weight"
+            with safe_open(names[name], framework="pt") as handle:
+                w = handle.get_tensor(name)
+            w = w.clone()
+            w.view(-1)[::2] = 0  # exactly half removed
+            save_file({"weight": w}, str(pruned / f"block{block}" / f"{layer}.safetensors"))
+            stats = {"achieved_sparsity": 0.5, "objective": 1.0, "seconds": 0.1, "device": "cpu"}
+            (pruned / f"block{block}" / f"{layer}.json").write_text(json.dumps(stats))
+    return root, model, pruned
+
+
+def _run(root, model, pruned, out, **kw):
+    recipe = {"name": "r", "method": "thanos", "sparsity": "unstructured:0.5"}
+    return assemble(model, pruned, json.dumps(recipe), root / out, intermediates=[pruned], **kw)
+
+
+def test_assembled_model_loads_with_zeros_and_dtype(tiny):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root, model, pruned = tiny
+    report = _run(root, model, pruned, "out", max_shard_size="20KB")
+    out = root / "out"
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1, "small max_shard_size must give several shards"
+    loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16)
+    params = dict(loaded.named_parameters())
+    for name, p in original.named_parameters():
+        layer = name.split(".", 3)[-1].removesuffix(".weight")
+        if name.startswith("model.layers.") and layer in LAYERS:
+            assert params[name].dtype == torch.bfloat16
+            assert int((params[name] == 0).sum()) >= p.numel() // 2
+            assert torch.equal(params[name].view(-1)[1::2], p.view(-1)[1::2])
+        else:
+            assert torch.equal(params[name], p), name
+    AutoTokenizer.from_pretrained(out)
+    assert (out / "generation_config.json").is_file()
+    saved = json.loads((out / "pruning_report.json").read_text())
+    assert saved["overall_sparsity"] == pytest.approx(0.5)
+    assert len(saved["layers"]) == 4 and saved["recipe"]["method"] == "thanos"
+    assert saved["versions"]["torch"] and saved["intermediates_bytes"] > 0
+    assert saved["calibration"] is None
+    assert report["num_pruned_layers"] == 4
+
+
+def test_deterministic_bytes(tiny):
+    root, model, pruned = tiny
+    _run(root, model, pruned, "a", max_shard_size="20KB")
+    _run(root, model, pruned, "b", max_shard_size="20KB")
+    files = sorted(p.name for p in (root / "a").iterdir())
+    assert files == sorted(p.name for p in (root / "b").iterdir())
+    for name in files:
+        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+
+
+def test_shape_mismatch_is_refused_and_nothing_written(tiny, tmp_path):
+    root, model, _ = tiny
+    bad = tmp_path / "pruned" / "block0"
+    bad.mkdir(parents=True)
+    save_file({"weight": torch.zeros(3, 3, dtype=torch.bfloat16)}, str(bad / "self_attn.q_proj.safetensors"))
+    with pytest.raises(ValueError, match="differ from the original"):
+        assemble(model, tmp_path / "pruned", '{"name": "x"}', tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_missing_pruned_root(tiny, tmp_path):
+    _, model, _ = tiny
+    with pytest.raises(FileNotFoundError, match="prune stage"):
+        assemble(model, tmp_path / "nope", '{"name": "x"}', tmp_path / "out")
