@@ -49,7 +49,7 @@ rule embed:
         model=model_path,
     log:
         f"{R}/logs/{{model}}/embed.log",
-    threads: 1
+    threads: config["threads"]
     resources:
         gpu=1,
     conda:

@@ -11,7 +11,7 @@ rule capture:
         model=model_path,
     log:
         f"{R}/logs/{{model}}/chains/{{chain}}/capture_{{l}}.log",
-    threads: 1
+    threads: config["threads"]
     resources:
         gpu=1,
     conda:
@@ -34,7 +34,7 @@ rule propagate:
         pruned=pruned_dir_option,
     log:
         f"{R}/logs/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
-    threads: 1
+    threads: config["threads"]
     resources:
         gpu=1,
     conda:

@@ -14,7 +14,7 @@ rule perplexity:
         batch_size=config["perplexity"]["batch_size"],
     log:
         f"{R}/logs/{{model}}/{{variant}}/perplexity.log",
-    threads: 1
+    threads: config["threads"]
     resources:
         gpu=1,
     conda:
@@ -37,7 +37,7 @@ rule zeroshot:
         batch_size=config["zeroshot"]["batch_size"],
     log:
         f"{R}/logs/{{model}}/{{variant}}/zeroshot.log",
-    threads: 1
+    threads: config["threads"]
     resources:
         gpu=1,
     conda:

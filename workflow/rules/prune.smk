@@ -16,7 +16,7 @@ if GRANULARITY == "layer":
             out_dir=prune_out_dir,
         log:
             f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
-        threads: 1
+        threads: config["threads"]
         resources:
             gpu=1,
         conda:
@@ -40,7 +40,7 @@ else:
             layers=block_layers,
         log:
             f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}.log",
-        threads: 1
+        threads: config["threads"]
         resources:
             gpu=1,
         conda:

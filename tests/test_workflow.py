@@ -1,0 +1,284 @@
+"""Real Snakemake runs on tiny random models (CPU): end to end, kill and resume, dense chain, dry runs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"hidden_size": 64, "num_blocks": 2, "num_heads": 4}
+WORDS = (
+    "the a model prunes weights layer block sparse dense matrix input output token sequence calibration "
+    "hessian row column outlier update method paper result small large fast slow and of to in"
+).split()
+
+
+def snakemake(workdir: Path, config: dict, *extra: str, check: bool = True, popen: bool = False):
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
+    if popen:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def base_config(text: Path, models: dict, recipes: dict, **over) -> dict:
+    config = {
+        "models": models,
+        "calibration": {"source": str(text), "nsamples": 8, "seqlen": 32, "seed": 0},
+        "chain": "sequential",
+        "granularity": "block",
+        "device": "cpu",
+        "recipes": recipes,
+        "perplexity": {"enabled": False},
+        "zeroshot": {"enabled": False},
+        "evaluate_dense": False,
+        "report": False,
+    }
+    config.update(over)
+    return config
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory) -> Path:
+    import random
+
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "text.jsonl"
+    with path.open("w") as handle:
+        for _ in range(120):
+            words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 50)))
+            handle.write(json.dumps({"text": words.capitalize() + "."}) + "\n")
+    return path
+
+
+RECIPES = {
+    "thanos_u50": {"method": "thanos", "sparsity": 0.5},
+    "thanos_2-4": {"method": "thanos", "sparsity": "2:4", "alpha": 0.0},
+    "sparsegpt_s30": {"method": "sparsegpt", "sparsity": "structured:0.3"},
+    "magnitude_u50": {"method": "magnitude", "sparsity": 0.5},
+}
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory, text) -> Path:
+    workdir = tmp_path_factory.mktemp("e2e")
+    models = {
+        "llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}},
+        "opt": {"path": "models/opt", "tiny": {"family": "opt", **TINY}},
+    }
+    snakemake(workdir, base_config(text, models, RECIPES))
+    return workdir
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["llama", "opt"])
+def test_end_to_end_models(e2e, model):
+    info = json.loads((e2e / "results" / model / "model_info.json").read_text())
+    prefix = info["block_prefix"]
+    for recipe, spec in RECIPES.items():
+        out = e2e / "results" / model / recipe / "model"
+        assert (out / "model.safetensors.index.json").is_file()
+        weights = _weights(out)
+        report = json.loads((out / "pruning_report.json").read_text())
+        for key in (
+            "recipe",
+            "model",
+            "layers",
+            "overall_sparsity",
+            "calibration",
+            "versions",
+            "intermediates_bytes",
+        ):
+            assert key in report, key
+        assert report["recipe"]["name"] == recipe and report["recipe"]["method"] == spec["method"]
+        assert len(report["layers"]) == info["num_blocks"] * len(info["layers"])
+        assert (report["calibration"] is None) == (spec["method"] == "magnitude")
+        for entry in report["layers"]:
+            for key in ("block", "layer", "achieved_sparsity", "objective", "seconds", "device", "shape"):
+                assert key in entry, key
+        for block in range(info["num_blocks"]):
+            for layer in info["layers"]:
+                w = weights[prefix.format(i=block) + layer + ".weight"]
+                zero = w == 0
+                if spec["sparsity"] == 0.5:
+                    assert int(zero.sum()) == w.numel() // 2, (recipe, block, layer)
+                elif spec["sparsity"] == "2:4":
+                    groups = zero.reshape(w.shape[0], -1, 4).sum(-1)
+                    assert bool((groups >= 2).all()), (recipe, block, layer)
+                else:
+                    dead = int(zero.all(dim=0).sum())
+                    assert dead == math.ceil(0.3 * w.shape[1]), (recipe, block, layer, dead)
+    # block 0 inputs/Hessians are shared (dense chain dir); magnitude has no chain of its own
+    chains = e2e / "results" / model / "chains"
+    assert (chains / "dense" / "hessians_0.zarr").is_dir()
+    assert not (chains / "thanos_u50" / "hessians_0.zarr").exists()
+    assert (chains / "thanos_u50" / "hessians_1.zarr").is_dir()
+    assert not (chains / "magnitude_u50").exists()
+
+
+def _incomplete(workdir: Path) -> set[Path]:
+    marked = set()
+    for marker in (workdir / ".snakemake" / "incomplete").glob("*"):
+        try:
+            marked.add((workdir / base64.b64decode(marker.name).decode()).resolve())
+        except ValueError:
+            continue
+    return marked
+
+
+def _finished_outputs(workdir: Path) -> dict[Path, int]:
+    """mtime_ns of outputs of finished jobs (stores: their directory; files: themselves)."""
+    results = workdir / "results"
+    incomplete = _incomplete(workdir)
+    found = {}
+    for path in (
+        list(results.rglob("*.zarr"))
+        + list(results.rglob("pruned/block*/*"))
+        + [
+            *results.glob("*/model_info.json"),
+            *results.glob("*/*/model"),
+        ]
+    ):
+        if path.name.startswith(".") or path.resolve() in incomplete or not path.exists():
+            continue
+        if path.suffix == ".safetensors" and path.with_suffix(".json").resolve() in incomplete:
+            continue
+        found[path] = path.stat().st_mtime_ns
+    return found
+
+
+@pytest.mark.slow
+def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
+    workdir = tmp_path / "resume"
+    models = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}
+    config = base_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
+    proc = snakemake(workdir, config, popen=True)
+    block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / "block1"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if len(list(block1.glob("*.json"))) >= 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)
+    finished = _finished_outputs(workdir)
+    assert any("block1" in str(p) for p in finished)
+    assert not (workdir / "results" / "llama" / "thanos_u50" / "model").exists()
+    # the documented resume after SIGKILL: --unlock, then the same command with --rerun-incomplete
+    snakemake(workdir, config, "--unlock")
+    snakemake(workdir, config, "--rerun-incomplete")
+    for path, mtime in finished.items():
+        assert path.stat().st_mtime_ns == mtime, f"finished output recomputed: {path}"
+    reference = e2e / "results" / "llama" / "thanos_u50" / "model"
+    resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
+    for shard in sorted(reference.glob("*.safetensors")):
+        assert (resumed / shard.name).read_bytes() == shard.read_bytes(), shard.name
+    # nothing left to do
+    dry = snakemake(workdir, config, "-n")
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+@pytest.mark.slow
+def test_dense_chain_and_magnitude_without_calibration(e2e, text, tmp_path):
+    workdir = tmp_path / "dense"
+    model_dir = e2e / "models" / "llama"
+    dense = base_config(
+        text,
+        {"llama": {"path": str(model_dir)}},
+        {"wanda_u50": {"method": "wanda", "sparsity": 0.5}, "thanos_2-4": RECIPES["thanos_2-4"]},
+        chain="dense",
+    )
+    snakemake(workdir, dense)
+    chains = workdir / "results" / "llama" / "chains"
+    assert sorted(p.name for p in chains.iterdir()) == ["dense"]
+    assert {p.name for p in (chains / "dense").iterdir()} >= {
+        "inputs_0.zarr",
+        "inputs_1.zarr",
+        "hessians_0.zarr",
+        "hessians_1.zarr",
+    }
+    for recipe in ("wanda_u50", "thanos_2-4"):
+        report = json.loads(
+            (workdir / "results" / "llama" / recipe / "model" / "pruning_report.json").read_text()
+        )
+        assert report["recipe"]["chain"] == "dense"
+        assert report["overall_sparsity"] == pytest.approx(0.5)
+
+    magnitude = base_config(
+        text, {"llama": {"path": str(model_dir)}}, {"magnitude_u50": RECIPES["magnitude_u50"]}
+    )
+    out = snakemake(tmp_path / "magnitude", magnitude)
+    assert "calibrate" not in out.stdout + out.stderr
+    results = tmp_path / "magnitude" / "results" / "llama"
+    assert not (results / "calib").exists() and not (results / "chains").exists()
+    assert (results / "magnitude_u50" / "model" / "pruning_report.json").is_file()
+
+
+@pytest.mark.slow
+def test_recipe_change_reruns_only_that_recipe(e2e, text):
+    models = {
+        "llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}},
+        "opt": {"path": "models/opt", "tiny": {"family": "opt", **TINY}},
+    }
+    changed = dict(RECIPES, sparsegpt_s30={"method": "sparsegpt", "sparsity": "structured:0.3", "damp": 0.02})
+    dry = snakemake(e2e, base_config(text, models, changed), "-n", "--quiet", "rules")
+    lines = (dry.stdout + dry.stderr).splitlines()
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in lines
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+    # sparsegpt_s30 on 2 models: 2 prune per model; sequential chain: propagate+capture of block 1; assemble
+    assert counts.get("prune_block") == 4 and counts.get("assemble") == 2, counts
+    assert "calibrate" not in counts and "embed" not in counts and "make_tiny_model" not in counts
+
+
+def test_dry_run_default_config(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
+        + ["--configfile", str(REPO / "config.yaml"), "-n", "--cores", "2", "--nocolor"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "demo_data" in proc.stdout and "train_demo" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("recipes", "message"),
+    [
+        ({"bad": {"method": "obs", "sparsity": 0.5}}, "obs"),
+        ({"bad": {"method": "thanos", "sparsity": 124}}, "sparsity"),
+        ({"dense": {"method": "thanos", "sparsity": 0.5}}, "dense"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path, text, recipes, message):
+    config = base_config(text, {"m": {"path": "nowhere"}}, recipes)
+    proc = snakemake(tmp_path, config, "-n", check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
