@@ -1,0 +1,175 @@
+"""Peak memory of capture + prune + propagate for one block does not grow with the depth of the model.
+
+Builds two random Llama models of the same width (4 and 32 blocks), saves them as sharded safetensors,
+then runs, each in a fresh subprocess: capture(block 1) -> prune(block 1, every layer) -> propagate(block 1),
+recording the peak RSS (resource.getrusage, ru_maxrss) after each stage. For contrast, a third subprocess
+per model loads the whole model with transformers (what a non-lazy pipeline would hold).
+Prints a table and writes bench/out/memory_blocks.json.
+
+    python bench/memory_blocks.py [--hidden 512] [--blocks 4,32] [--nsamples 8] [--seqlen 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "out" / "memory_blocks.json"
+BLOCK = 1
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process (MiB) since start or the last ``reset_peak``.
+
+    Linux: VmHWM of /proc/self/status (ru_maxrss would include the parent's peak, inherited at fork).
+    """
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak() -> None:
+    """Reset the peak RSS to the current RSS (Linux >= 4.0), so that each stage gets its own peak."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def build_model(out: Path, blocks: int, hidden: int) -> Path:
+    """A random fp32 Llama model with ``blocks`` blocks, saved as 100 MB safetensors shards."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 2.75),
+        num_hidden_layers=blocks,
+        num_attention_heads=max(1, hidden // 64),
+        max_position_embeddings=2048,
+    )
+    path = out / f"llama-{blocks}b-{hidden}h"
+    AutoModelForCausalLM.from_config(config).save_pretrained(path, max_shard_size="100MB")
+    return path
+
+
+def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> dict[str, float]:
+    """capture -> prune -> propagate of block ``BLOCK``; peak RSS (MiB) after each stage."""
+    import torch
+
+    from thanos.models import get_adapter, load_config
+    from thanos.stages.capture import capture, propagate
+    from thanos.stages.prune import prune
+    from thanos.storage import write_activations
+
+    hidden = get_adapter(load_config(model)).hidden_size
+    inputs = work / "inputs.zarr"
+    with write_activations(inputs, nsamples, seqlen, hidden, torch.float32, block=BLOCK) as writer:
+        for i in range(nsamples):
+            writer.write(i, torch.randn(1, seqlen, hidden, generator=torch.Generator().manual_seed(i)))
+    peaks = {"imports+inputs": peak_rss_mib()}
+    started = time.perf_counter()
+    reset_peak()
+    capture(model, BLOCK, inputs, work / "hessians.zarr", batch_size=1, device="cpu")
+    peaks["capture"] = peak_rss_mib()
+    reset_peak()
+    prune(model, BLOCK, None, method, "0.5", work / "pruned", hessians=work / "hessians.zarr", device="cpu")
+    peaks["prune"] = peak_rss_mib()
+    reset_peak()
+    propagate(model, BLOCK, inputs, work / "next.zarr", work / "pruned", batch_size=1, device="cpu")
+    peaks["propagate"] = peak_rss_mib()
+    peaks["seconds"] = time.perf_counter() - started
+    return peaks
+
+
+def full_load(model: Path) -> dict[str, float]:
+    """Peak RSS of loading the whole model with transformers (the non-lazy baseline)."""
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(model)
+    sum(float(p.sum()) for p in loaded.parameters())  # touch every weight (mmapped pages count once read)
+    return {"full_model_load": peak_rss_mib()}
+
+
+def in_subprocess(*args: str) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, __file__, *args], check=True, capture_output=True, text=True, cwd=Path.cwd()
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--blocks", default="4,32", help="comma-separated model depths")
+    parser.add_argument("--nsamples", type=int, default=8)
+    parser.add_argument("--seqlen", type=int, default=128)
+    parser.add_argument("--method", default="thanos")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--full-load", help=argparse.SUPPRESS)
+    parser.add_argument("--build", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(Path(args.worker), Path(args.work), args.nsamples, args.seqlen, args.method)))
+        return
+    if args.full_load:
+        print(json.dumps(full_load(Path(args.full_load))))
+        return
+    if args.build:
+        print(json.dumps({"path": str(build_model(Path(args.work), args.build, args.hidden))}))
+        return
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="thanos-bench-") as tmp:
+        for blocks in (int(b) for b in args.blocks.split(",")):
+            # every model is built, used and fully loaded in its own process: the parent stays small
+            built = in_subprocess("--build", str(blocks), "--work", tmp, "--hidden", str(args.hidden))
+            model = Path(built["path"])
+            size = sum(p.stat().st_size for p in model.glob("*.safetensors"))
+            work = Path(tmp) / f"work-{blocks}"
+            work.mkdir()
+            stage = in_subprocess(
+                "--worker", str(model), "--work", str(work), "--nsamples", str(args.nsamples),
+                "--seqlen", str(args.seqlen), "--method", args.method,
+            )  # fmt: skip
+            baseline = in_subprocess("--full-load", str(model))
+            rows.append({"blocks": blocks, "checkpoint_mib": size / 2**20, **stage, **baseline})
+    print(
+        f"peak RSS (MiB) of one process per stage sequence, block {BLOCK}: hidden {args.hidden}, "
+        f"{args.nsamples} x {args.seqlen} tokens, {args.method} 0.5, CPU"
+    )
+    columns = ("blocks", "ckpt MiB", "imports", "capture", "prune", "propagate", "full load", "sec")
+    print(" ".join(f"{c:>9}" for c in columns))
+    for r in rows:
+        values = (r["checkpoint_mib"], r["imports+inputs"], r["capture"], r["prune"], r["propagate"])
+        values += (r["full_model_load"], r["seconds"])
+        print(f"{r['blocks']:>9} " + " ".join(f"{v:>9.1f}" for v in values))
+    stage_peak = [max(r["capture"], r["prune"], r["propagate"]) for r in rows]
+    print(
+        f"stage peak {rows[0]['blocks']} -> {rows[-1]['blocks']} blocks: "
+        f"{stage_peak[-1] - stage_peak[0]:+.1f} MiB; "
+        f"checkpoint {rows[-1]['checkpoint_mib'] - rows[0]['checkpoint_mib']:+.1f} MiB; "
+        f"full load {rows[-1]['full_model_load'] - rows[0]['full_model_load']:+.1f} MiB"
+    )
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"hidden": args.hidden, "nsamples": args.nsamples, "seqlen": args.seqlen, "method": args.method}
+    meta |= {"block": BLOCK, "python": platform.python_version(), "machine": platform.machine()}
+    OUT.write_text(json.dumps({"config": meta, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
