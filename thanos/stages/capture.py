@@ -37,7 +37,7 @@ def embed(
         raise ValueError(f"{tokens}: seqlen {seqlen} exceeds the model's {adapter.max_positions} positions")
     dev = resolve_device(device)
     embedding = adapter.load_embedding(checkpoint).to(dev)
-    vocab = embedding.tokens.num_embeddings if hasattr(embedding, "tokens") else embedding.num_embeddings
+    vocab = int(adapter.config.vocab_size)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         raise ValueError(
             f"{tokens}: token ids span {int(ids.min())}..{int(ids.max())} but the model's vocabulary has "
