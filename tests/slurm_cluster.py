@@ -135,6 +135,11 @@ class SlurmCluster:
                 jobs.append(fields)
         return jobs
 
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` fields of a job slurmctld still knows (finished less than MinJobAge ago)."""
+        out = self.run("scontrol", "-o", "show", "job", job_id).stdout
+        return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
     def sacct_works(self) -> bool:
         return self.run("sacct", "-X", "--noheader", "--parsable2", check=False).returncode == 0
 
@@ -270,6 +275,8 @@ def slurm_cluster(root: Path | str, gpus: int = 2, partition: str = "debug") -> 
     logs = []
     try:
         munge_log = root / "munged.log"
+        munge_out = open(root / "munged.stdout", "w")  # noqa: SIM115 (closed in finally)
+        logs.append(munge_out)
         cluster.procs["munged"] = subprocess.Popen(
             [
                 _which("munged"),
@@ -283,6 +290,8 @@ def slurm_cluster(root: Path | str, gpus: int = 2, partition: str = "debug") -> 
             ],
             env=env,
             stdin=subprocess.DEVNULL,
+            stdout=munge_out,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 20
         while not paths["socket"].exists():

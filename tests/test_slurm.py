@@ -1,0 +1,231 @@
+"""The pipeline on a real SLURM cluster (tests/slurm_cluster.py) through workflow/profiles/slurm.
+
+One slow test, in order:
+1. a local `--cores` run of a small config (tiny random Llama, 2 blocks, one Thanos recipe, sequential
+   chain, perplexity of the pruned model): the reference;
+2. the same config through `snakemake --profile workflow/profiles/slurm` with the squeue status command:
+   every rule job goes through sbatch (SLURM job ids in Snakemake's log, slurmctld's jobcomp record, the
+   plugin's per-job SLURM logs); GPU rules ask for `--gpus=1` and get a (stand-in) GPU;
+   one running job (capture of block 1) is cancelled with `scancel`, so that run fails (--retries 0);
+3. the same command again finishes the run and resubmits none of the jobs that had finished (their
+   outputs keep their mtimes; no new SLURM job for them);
+4. the assembled model's safetensors are byte-identical to the local run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from slurm_cluster import slurm_cluster  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "workflow" / "profiles" / "slurm"
+
+pytestmark = pytest.mark.slow
+
+RECIPE = "thanos_u50"
+MODEL = "tiny"
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = "the of a model block layer weight prune sparse dense hessian token sample calibration".split()
+    return [" ".join(rng.choice(words) for _ in range(80)) for _ in range(n)]
+
+
+def _write_config(tmp: Path, model: Path, results: Path) -> Path:
+    data = tmp / "data"
+    if not data.exists():
+        data.mkdir()
+        for name, seed in (("calib", 0), ("test", 1)):
+            with open(data / f"{name}.jsonl", "w") as f:
+                for text in _texts(16, seed):
+                    f.write(json.dumps({"text": text}) + "\n")
+    config = {
+        "results": str(results),
+        "models": {MODEL: {"path": str(model)}},
+        "calibration": {"source": str(data / "calib.jsonl"), "nsamples": 4, "seqlen": 32},
+        "chain": "sequential",
+        "granularity": "block",
+        "device": "auto",
+        "recipes": {RECIPE: {"method": "thanos", "sparsity": 0.5}},
+        "perplexity": {"enabled": True, "source": str(data / "test.jsonl"), "seqlen": 32, "batch_size": 4},
+        "zeroshot": {"enabled": False},
+        "evaluate_dense": False,
+        "report": False,
+    }
+    path = results.parent / f"{results.name}.yaml"
+    path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+    return path
+
+
+def _snakemake(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 480):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _safetensors_digests(model_dir: Path) -> dict[str, str]:
+    files = sorted(model_dir.glob("*.safetensors"))
+    assert files, f"no safetensors in {model_dir}"
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def _submitted(log: str) -> dict[str, str]:
+    """SLURM job id -> rule, from Snakemake's 'submitted with SLURM jobid' lines."""
+    jobs = {}
+    for m in re.finditer(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_([A-Za-z0-9_]+)/", log):
+        jobs[m.group(1)] = m.group(2)
+    return jobs
+
+
+def _slurm_env(cluster_env: dict[str, str]) -> dict[str, str]:
+    return dict(
+        cluster_env,
+        THANOS_SLURM_PARTITION="debug",
+        THANOS_SLURM_ACCOUNT="",  # the test cluster has no accounts
+        THANOS_MODEL_B="0.001",  # smallest requests: the tiny model
+    )
+
+
+SLURM_ARGS = [
+    "--profile",
+    str(PROFILE),
+    "--jobs",
+    "2",  # the node has the machine's CPUs (2 on CI): no point queueing more
+    "--slurm-status-command",
+    "squeue",  # the test cluster has no accounting (sacct: "accounting storage is disabled")
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+    "--latency-wait",
+    "5",
+    "--retries",
+    "0",  # a cancelled job fails the run (the profile would resubmit it)
+    "--slurm-keep-successful-logs",
+]
+
+
+def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(tmp_path):
+    pytest.importorskip(
+        "snakemake_executor_plugin_slurm", reason='needs the slurm extra: pip install -e ".[slurm]"'
+    )
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd needs root (CI runs as root)")
+    model = tmp_path / "model"
+    subprocess.run(
+        [sys.executable, "-m", "thanos", "make-tiny-model", "--family", "llama", "--hidden-size", "64"]
+        + ["--num-blocks", "2", "--num-heads", "4", "--seed", "0", "--out", str(model)],
+        check=True,
+        capture_output=True,
+    )
+
+    # 1. Local reference.
+    local_cfg = _write_config(tmp_path, model, tmp_path / "local")
+    res = _snakemake(["--cores", "2", "--configfile", str(local_cfg)], dict(os.environ), tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    local_model = tmp_path / "local" / MODEL / RECIPE / "model"
+
+    # 2. Through SLURM, with one job cancelled mid-run.
+    slurm_cfg = _write_config(tmp_path, model, tmp_path / "slurm")
+    out = tmp_path / "slurm" / MODEL
+    with slurm_cluster(tmp_path / "cluster") as cluster:
+        env = _slurm_env(cluster.env)
+        args = [*SLURM_ARGS, "--configfile", str(slurm_cfg)]
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *args]
+        first_log = tmp_path / "first_run.log"
+        with open(first_log, "w") as log:
+            proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+            cancelled = _cancel_when_running(
+                cluster, proc, f"rule_capture_wildcards_{MODEL}_{RECIPE}_1", timeout=300
+            )
+            rc = proc.wait(timeout=300)
+        first = first_log.read_text()
+        assert rc != 0, "the run with a cancelled job should fail\n" + first[-3000:]
+        assert f"SLURM-job '{cancelled}' failed, SLURM status is: 'CANCELLED'" in first, first[-3000:]
+        submitted_first = _submitted(first)
+        assert submitted_first[cancelled] == "capture"
+
+        # Outputs of the jobs that finished before the cancel, and their mtimes.
+        finished = [
+            out / "model_info.json",
+            out / "calib" / "tokens.zarr",
+            out / "chains" / "dense" / "inputs_0.zarr",
+            out / "chains" / "dense" / "hessians_0.zarr",
+            out / RECIPE / "pruned" / "block0",
+            out / "chains" / RECIPE / "inputs_1.zarr",
+        ]
+        for path in finished:
+            assert path.exists(), f"{path} should exist before the cancel\n{first[-3000:]}"
+        mtimes = {p: _tree_mtimes(p) for p in finished}
+        assert not (out / "chains" / RECIPE / "hessians_1.zarr").exists()
+
+        # 3. The same command again: finishes, recomputes nothing that had finished.
+        res = _snakemake(args, env, tmp_path)
+        second = res.stdout + res.stderr
+        assert res.returncode == 0, second[-4000:]
+        submitted_second = _submitted(second)
+        rules_second = sorted(submitted_second.values())
+        assert rules_second == ["assemble", "capture", "perplexity", "prune_block"], second[-4000:]
+        assert not set(submitted_second) & set(submitted_first)
+        for path in finished:
+            assert _tree_mtimes(path) == mtimes[path], f"{path} was rewritten by the second run"
+
+        # Every job really went through sbatch: slurmctld's job completion record lists each SLURM job id
+        # Snakemake reported, with the plugin's run id as job name; GPU rules got a GPU.
+        completed = {j["JobId"]: j for j in cluster.completed_jobs()}
+        all_jobs = {**submitted_first, **submitted_second}
+        assert set(all_jobs) <= set(completed), (all_jobs, completed)
+        assert completed[cancelled]["JobState"] == "CANCELLED"
+        for job_id, rule in all_jobs.items():
+            if job_id != cancelled:
+                assert completed[job_id]["JobState"] == "COMPLETED", (rule, completed[job_id])
+            tres = cluster.job(job_id).get("TresPerJob", "")
+            gpu_rule = rule in ("embed", "capture", "propagate", "prune_block", "perplexity")
+            assert ("gpu:1" in tres) == gpu_rule, (rule, tres)
+        assert {"model_info", "calibrate", "embed", "capture", "prune_block", "propagate"} <= set(
+            submitted_first.values()
+        )
+
+    # 4. Byte-identical assembled model.
+    slurm_model = out / RECIPE / "model"
+    assert _safetensors_digests(slurm_model) == _safetensors_digests(local_model)
+    ppl_local = json.loads((tmp_path / "local" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
+    ppl_slurm = json.loads((out / RECIPE / "eval" / "perplexity.json").read_text())
+    assert ppl_slurm["ppl"] == ppl_local["ppl"]
+
+
+def _tree_mtimes(path: Path) -> dict[str, int]:
+    if path.is_file():
+        return {path.name: path.stat().st_mtime_ns}
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
+
+
+def _cancel_when_running(cluster, proc: subprocess.Popen, comment_glob: str, timeout: float) -> str:
+    """Wait until a job whose SLURM comment matches `comment_glob` is RUNNING, scancel it, return its id."""
+    import fnmatch
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"snakemake exited ({proc.returncode}) before the job to cancel ran")
+        res = cluster.run("squeue", "--noheader", "--states=RUNNING", "--format=%i|%k", check=False)
+        for line in res.stdout.splitlines():
+            job_id, _, comment = line.strip().partition("|")
+            if fnmatch.fnmatch(comment, comment_glob):
+                cluster.run("scancel", job_id)
+                return job_id
+        time.sleep(0.3)
+    proc.kill()
+    raise AssertionError(f"no running job matching {comment_glob} within {timeout} s: {cluster.squeue()}")
