@@ -164,6 +164,7 @@ def _tiny_train_args(data_dir: Path, out: Path, steps: int = 4) -> list[str]:
         *("--vocab-size", "512", "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "4"),
         *("--num-heads", "4", "--num-kv-heads", "2", "--max-position-embeddings", "128"),
         *("--seq-len", "64", "--batch-size", "4", "--warmup-steps", "2", "--log-every", "2"),
+        *("--eval-batch-size", "64"),
     ]
 
 
