@@ -171,7 +171,7 @@ def _finished_outputs(workdir: Path) -> dict[Path, int]:
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
+def test_kill_and_resume_is_byte_identical(text, tmp_path):
     workdir = tmp_path / "resume"
     models = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}
     config = base_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
@@ -179,7 +179,8 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / "block1"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
-        if len(list(block1.glob("*.json"))) >= 2:
+        done = [p for p in block1.glob("*.json") if p.resolve() not in _incomplete(workdir)]
+        if len(done) >= 1:  # at least one job of block 1 finished, others still to run
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be killed"
@@ -194,7 +195,9 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     snakemake(workdir, config, "--rerun-incomplete")
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"finished output recomputed: {path}"
-    reference = e2e / "results" / "llama" / "thanos_u50" / "model"
+    # an uninterrupted run of the same config (one job per block this time) gives the same bytes
+    snakemake(tmp_path / "reference", dict(config, granularity="block"))
+    reference = tmp_path / "reference" / "results" / "llama" / "thanos_u50" / "model"
     resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
     for shard in sorted(reference.glob("*.safetensors")):
         assert (resumed / shard.name).read_bytes() == shard.read_bytes(), shard.name
@@ -204,9 +207,10 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
 
 
 @pytest.mark.slow
-def test_dense_chain_and_magnitude_without_calibration(e2e, text, tmp_path):
+def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
     workdir = tmp_path / "dense"
-    model_dir = e2e / "models" / "llama"
+    model_dir = tmp_path / "models" / "llama"
+    subprocess.run([sys.executable, "-m", "thanos", "make-tiny-model", "--out", str(model_dir)], check=True)
     dense = base_config(
         text,
         {"llama": {"path": str(model_dir)}},
