@@ -35,16 +35,16 @@ class TrainOptions:
     num_kv_heads: int = 2
     max_position_embeddings: int = 512
     seq_len: int = 512
-    batch_size: int = 4
-    steps: int = 700
-    lr: float = 1e-2
+    batch_size: int = 8
+    steps: int = 300
+    lr: float = 3e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
+    warmup_steps: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
     eval_batch_size: int = 4
-    log_every: int = 20
+    log_every: int = 10
 
     def validate(self) -> None:
         if self.num_heads % self.num_kv_heads or self.hidden_size % self.num_heads:
