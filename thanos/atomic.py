@@ -25,7 +25,20 @@ def _tmp_sibling(path: Path, is_dir: bool) -> Path:
     return Path(name)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish_mode(tmp: Path) -> None:
+    """Give the temporary file or directory the permissions a plain create would (mkstemp uses 0600)."""
+    mode = (0o777 if tmp.is_dir() else 0o666) & ~_umask()
+    os.chmod(tmp, mode)
+
+
 def _replace(tmp: Path, path: Path) -> None:
+    _publish_mode(tmp)
     if path.is_dir() and not path.is_symlink():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
         path.rename(old)
