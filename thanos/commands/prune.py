@@ -8,9 +8,11 @@ import argparse
 HELP = "prune layers of block l -> DIR/{layer}.safetensors + DIR/{layer}.json"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.prune import METHODS
+# thanos.prune.METHODS, spelled out so that building the parser does not import the algorithms
+METHOD_CHOICES = ("magnitude", "wanda", "sparsegpt", "thanos")
 
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
     parser.add_argument("--block", type=int, required=True, help="block index l")
     parser.add_argument(
@@ -20,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: every prunable layer of the block)",
     )
     parser.add_argument("--hessians", default=None, help="hessians_l.zarr (omit for magnitude)")
-    parser.add_argument("--method", required=True, choices=METHODS, help="pruning method")
+    parser.add_argument("--method", required=True, choices=METHOD_CHOICES, help="pruning method")
     parser.add_argument("--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3")
     parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
     parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")

@@ -230,7 +230,14 @@ def hessians_path(model, recipe, block):
     return f"{R}/{model}/chains/{chain_of(recipe, block)}/hessians_{block}.zarr"
 
 
+def chain_marker(model, recipe):
+    """granularity chain: the summary the chain job writes after its last block."""
+    return f"{R}/{model}/{recipe}/pruned/chain.json"
+
+
 def pruned_block_outputs(model, recipe, block):
+    if GRANULARITY == "chain":
+        return [chain_marker(model, recipe)]
     root = f"{R}/{model}/{recipe}/pruned/block{block}"
     if GRANULARITY == "block":
         return [root]
@@ -285,19 +292,47 @@ def pruned_dir_option(wildcards):
 
 
 def assemble_inputs(wildcards):
-    num_blocks = model_info(wildcards.model)["num_blocks"]
-    inputs = {
-        "info": info_path(wildcards),
-        "model": model_dir_input(wildcards),
-        "pruned": [
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if GRANULARITY == "chain":
+        inputs["pruned"] = [chain_marker(wildcards.model, wildcards.recipe)]
+    else:
+        num_blocks = model_info(wildcards.model)["num_blocks"]
+        inputs["pruned"] = [
             f
             for block in range(num_blocks)
             for f in pruned_block_outputs(wildcards.model, wildcards.recipe, block)
-        ],
-    }
+        ]
     if needs_calibration(wildcards.recipe):
         inputs["tokens"] = tokens_path(wildcards.model)
     return inputs
+
+
+def chain_inputs(wildcards):
+    """granularity chain: the shared dense stores the recipe's chain job reads (none for magnitude)."""
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if needs_calibration(wildcards.recipe):
+        dense = f"{R}/{wildcards.model}/chains/dense"
+        if CHAIN == "dense":
+            blocks = range(model_info(wildcards.model)["num_blocks"])
+            inputs["hessians"] = [f"{dense}/hessians_{block}.zarr" for block in blocks]
+        else:
+            inputs["inputs"] = f"{dense}/inputs_0.zarr"
+            inputs["hessians"] = f"{dense}/hessians_0.zarr"
+    return inputs
+
+
+def chain_options(wildcards):
+    """The chain command's store options: dense stores, and the recipe's own chain when sequential."""
+    if not needs_calibration(wildcards.recipe):
+        return ""
+    options = f"--dense-dir {R}/{wildcards.model}/chains/dense"
+    if CHAIN == "sequential":
+        options += f" --chain-dir {R}/{wildcards.model}/chains/{wildcards.recipe}"
+        if not config["retention"]["activations"]:
+            options += " --drop-activations"
+        if not config["retention"]["hessians"]:
+            options += " --drop-hessians"
+    return options
 
 
 def calibration_option(wildcards, input):

@@ -1,5 +1,5 @@
 # Per recipe: prune block l's linear layers, one job per layer (granularity: layer, the default) or one
-# job per block (granularity: block). Recipe options are params, so editing a recipe reruns its jobs only.
+# job per block (granularity: block); granularity chain: workflow/rules/chain.smk. Recipe options are params, so editing a recipe reruns its jobs only.
 
 if GRANULARITY == "layer":
 
@@ -26,7 +26,7 @@ if GRANULARITY == "layer":
             " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} {params.options}"
             " --device $THANOS_WF_DEVICE --out-dir {params.out_dir} > {log} 2>&1"
 
-else:
+elif GRANULARITY == "block":
 
     rule prune_block:
         input:
