@@ -1,4 +1,9 @@
-"""Real Snakemake runs on tiny random models (CPU): end to end, kill and resume, dense chain, dry runs."""
+"""Real Snakemake runs on tiny random models (CPU): end to end, kill and resume, dense chain, dry runs.
+
+Process starts dominate on CPU, so one module-scoped run (Llama and OPT, granularity chain) serves the
+end-to-end assertions, the byte-identity reference of the kill/resume test (granularity layer), the
+chain-resume test and the recipe-change dry run.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import base64
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +23,7 @@ import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"hidden_size": 64, "num_blocks": 2, "num_heads": 4}
+TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}
 WORDS = (
     "the a model prunes weights layer block sparse dense matrix input output token sequence calibration "
     "hessian row column outlier update method paper result small large fast slow and of to in"
@@ -42,7 +48,7 @@ def base_config(text: Path, models: dict, recipes: dict, **over) -> dict:
         "models": models,
         "calibration": {"source": str(text), "nsamples": 8, "seqlen": 32, "seed": 0},
         "chain": "sequential",
-        "granularity": "block",
+        "granularity": "chain",
         "device": "cpu",
         "recipes": recipes,
         "perplexity": {"enabled": False},
@@ -75,14 +81,17 @@ RECIPES = {
 }
 
 
+MODELS = {
+    "llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}},
+    "opt": {"path": "models/opt", "tiny": {"family": "opt", **TINY}},
+}
+
+
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory, text) -> Path:
+    """One uninterrupted run: both families, every recipe, granularity chain (one job per recipe)."""
     workdir = tmp_path_factory.mktemp("e2e")
-    models = {
-        "llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}},
-        "opt": {"path": "models/opt", "tiny": {"family": "opt", **TINY}},
-    }
-    snakemake(workdir, base_config(text, models, RECIPES))
+    snakemake(workdir, base_config(text, MODELS, RECIPES))
     return workdir
 
 
@@ -136,7 +145,24 @@ def test_end_to_end_models(e2e, model):
     assert (chains / "dense" / "hessians_0.zarr").is_dir()
     assert not (chains / "thanos_u50" / "hessians_0.zarr").exists()
     assert (chains / "thanos_u50" / "hessians_1.zarr").is_dir()
+    assert (chains / "thanos_u50" / "inputs_1.zarr").is_dir()
     assert not (chains / "magnitude_u50").exists()
+    for recipe in RECIPES:  # granularity chain: the per-block layout of granularity block/layer
+        pruned = e2e / "results" / model / recipe / "pruned"
+        assert json.loads((pruned / "chain.json").read_text())["num_blocks"] == info["num_blocks"]
+        for block in range(info["num_blocks"]):
+            for layer in info["layers"]:
+                for ext in ("safetensors", "json"):
+                    assert (pruned / f"block{block}" / f"{layer}.{ext}").is_file(), (recipe, block, layer)
+
+
+def _tree_bytes(root: Path, pattern: str = "*") -> dict[str, bytes]:
+    """Relative path -> bytes of the files under ``root`` (not Snakemake's timestamp files)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob(pattern))
+        if p.is_file() and p.name != ".snakemake_timestamp"
+    }
 
 
 def _incomplete(workdir: Path) -> set[Path]:
@@ -171,9 +197,9 @@ def _finished_outputs(workdir: Path) -> dict[Path, int]:
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_byte_identical(text, tmp_path):
+def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     workdir = tmp_path / "resume"
-    models = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}
+    models = {"llama": MODELS["llama"]}
     config = base_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
     proc = snakemake(workdir, config, popen=True)
     block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / "block1"
@@ -195,25 +221,63 @@ def test_kill_and_resume_is_byte_identical(text, tmp_path):
     snakemake(workdir, config, "--rerun-incomplete")
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"finished output recomputed: {path}"
-    # an uninterrupted run of the same config (one job per block this time) gives the same bytes
-    snakemake(tmp_path / "reference", dict(config, granularity="block"))
-    reference = tmp_path / "reference" / "results" / "llama" / "thanos_u50" / "model"
-    resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
-    for shard in sorted(reference.glob("*.safetensors")):
-        assert (resumed / shard.name).read_bytes() == shard.read_bytes(), shard.name
+    # the uninterrupted run (same models, calibration and recipe; granularity chain) gives the same bytes
+    reference = e2e / "results" / "llama"
+    resumed = workdir / "results" / "llama"
+    shards = sorted((reference / "thanos_u50" / "model").glob("*.safetensors"))
+    assert shards
+    for shard in shards:
+        assert (resumed / "thanos_u50" / "model" / shard.name).read_bytes() == shard.read_bytes(), shard.name
+    assert _tree_bytes(resumed / "thanos_u50" / "pruned", "*.safetensors") == _tree_bytes(
+        reference / "thanos_u50" / "pruned", "*.safetensors"
+    )
+    for store in ("dense/hessians_0.zarr", "thanos_u50/inputs_1.zarr", "thanos_u50/hessians_1.zarr"):
+        assert _tree_bytes(resumed / "chains" / store) == _tree_bytes(reference / "chains" / store), store
     # nothing left to do
     dry = snakemake(workdir, config, "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
 @pytest.mark.slow
+def test_chain_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
+    """A chain job that died after block 0 (pruned, propagated) keeps that work and finishes the rest;
+    a changed recipe discards the previous per-block outputs."""
+    workdir = tmp_path / "chain"
+    shutil.copytree(e2e, workdir, symlinks=True)  # copystat: the same mtimes, so Snakemake sees no change
+    config = base_config(text, MODELS, RECIPES)
+    results = workdir / "results" / "llama"
+    pruned = results / "thanos_u50" / "pruned"
+    reference = _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50")
+    (pruned / "chain.json").unlink()
+    shutil.rmtree(pruned / "block1")
+    shutil.rmtree(results / "chains" / "thanos_u50" / "hessians_1.zarr")
+    kept = {
+        p: p.stat().st_mtime_ns
+        for p in [*(pruned / "block0").iterdir(), results / "chains" / "thanos_u50" / "inputs_1.zarr"]
+    }
+    out = snakemake(workdir, config, "--quiet", "rules")
+    ran = out.stdout + out.stderr
+    assert "prune_chain" in ran and "capture" not in ran and "calibrate" not in ran, ran[-2000:]
+    for path, mtime in kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"finished block output recomputed: {path}"
+    summary = json.loads((pruned / "chain.json").read_text())
+    assert summary["computed"] == {"capture": 1, "prune": len(summary["layers"]), "propagate": 0}
+    assert _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50") == reference
+    # another damp for the same recipe name: every block is recomputed, nothing stale is reused
+    changed = dict(RECIPES, thanos_u50=dict(RECIPES["thanos_u50"], damp=0.02))
+    snakemake(workdir, base_config(text, MODELS, changed))
+    summary = json.loads((pruned / "chain.json").read_text())
+    assert summary["reused"] == {"capture": 0, "prune": 0, "propagate": 0}
+    assert all(p.stat().st_mtime_ns != mtime for p, mtime in kept.items() if p.exists())
+
+
+@pytest.mark.slow
 def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
     workdir = tmp_path / "dense"
-    model_dir = tmp_path / "models" / "llama"
-    subprocess.run([sys.executable, "-m", "thanos", "make-tiny-model", "--out", str(model_dir)], check=True)
+    model_dir = workdir / "models" / "llama"
     dense = base_config(
         text,
-        {"llama": {"path": str(model_dir)}},
+        {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}},
         {"wanda_u50": {"method": "wanda", "sparsity": 0.5}, "thanos_2-4": RECIPES["thanos_2-4"]},
         chain="dense",
     )
@@ -232,6 +296,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
         )
         assert report["recipe"]["chain"] == "dense"
         assert report["overall_sparsity"] == pytest.approx(0.5)
+        assert len(report["layers"]) == 2 * 7
 
     magnitude = base_config(
         text, {"llama": {"path": str(model_dir)}}, {"magnitude_u50": RECIPES["magnitude_u50"]}
@@ -245,21 +310,19 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
 
 @pytest.mark.slow
 def test_recipe_change_reruns_only_that_recipe(e2e, text):
-    models = {
-        "llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}},
-        "opt": {"path": "models/opt", "tiny": {"family": "opt", **TINY}},
-    }
     changed = dict(RECIPES, sparsegpt_s30={"method": "sparsegpt", "sparsity": "structured:0.3", "damp": 0.02})
-    dry = snakemake(e2e, base_config(text, models, changed), "-n", "--quiet", "rules")
+    dry = snakemake(e2e, base_config(text, MODELS, changed), "-n", "--quiet", "rules")
     lines = (dry.stdout + dry.stderr).splitlines()
     counts = {
         line.split()[0]: int(line.split()[1])
         for line in lines
         if len(line.split()) == 2 and line.split()[1].isdigit()
     }
-    # sparsegpt_s30 on 2 models: 2 prune per model; sequential chain: propagate+capture of block 1; assemble
-    assert counts.get("prune_block") == 4 and counts.get("assemble") == 2, counts
-    assert "calibrate" not in counts and "embed" not in counts and "make_tiny_model" not in counts
+    # sparsegpt_s30 on 2 models: its chain job (capture, prune, propagate of every block) and assemble
+    assert counts.get("prune_chain") == 2 and counts.get("assemble") == 2, counts
+    for rule in ("calibrate", "embed", "capture", "propagate", "make_tiny_model", "model_info"):
+        assert rule not in counts, counts
+    assert counts.get("total") == 5, counts  # + the `all` target
 
 
 def test_dry_run_default_config(tmp_path):
