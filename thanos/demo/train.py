@@ -27,19 +27,24 @@ BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 
 @dataclass
 class TrainOptions:
-    vocab_size: int = 4096
+    """Defaults (measured on 2 CPU cores, shared): 3.30M parameters (tied embeddings), 400 steps of 16 x 256
+    tokens = 1.64M tokens (~2.6 epochs of the demo train split), ~0.94 s/step alone (~6-7 min), held-out
+    perplexity ~174 at vocab 2048 (windows of 256). Training windows match the evaluation windows
+    (max_position_embeddings = seq_len = 256), so no position is scored that training never saw."""
+
+    vocab_size: int = 2048
     hidden_size: int = 256
     intermediate_size: int = 688
     num_layers: int = 4
     num_heads: int = 8
     num_kv_heads: int = 2
-    max_position_embeddings: int = 512
-    seq_len: int = 512
-    batch_size: int = 8
-    steps: int = 300
-    lr: float = 3e-3
+    max_position_embeddings: int = 256
+    seq_len: int = 256
+    batch_size: int = 16
+    steps: int = 400
+    lr: float = 6e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 30
+    warmup_steps: int = 40
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
