@@ -9,7 +9,7 @@ same paths.
 
 Resumable: a store (``complete`` attribute) or a pruned layer (``.safetensors`` and ``.json``) that already
 exists is kept, so a killed chain job resumes at the first unfinished step. Reuse is guarded by a
-fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the model and the identity (mtime, inode) of the
+fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the model and the modification times of the
 upstream inputs): when any of them changed, the recipe's previous per-block outputs are deleted first.
 """
 
@@ -41,12 +41,12 @@ def store_complete(path: Path) -> bool:
     return True
 
 
-def _identity(path: str | Path) -> list[int] | None:
+def _identity(path: str | Path) -> int | None:
+    """An upstream input's modification time (what Snakemake compares too): rewritten inputs change it."""
     try:
-        st = os.stat(path)
+        return os.stat(path).st_mtime_ns
     except OSError:
         return None
-    return [st.st_mtime_ns, st.st_ino]
 
 
 def _remove(path: Path) -> None:
