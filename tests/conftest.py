@@ -8,6 +8,7 @@ it directly or through the ``tiny_model`` fixture (parametrised over ``FAMILIES`
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -114,3 +115,14 @@ def tiny_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 def corpus(tmp_path: Path) -> Path:
     """A small jsonl calibration corpus."""
     return write_corpus(tmp_path / "corpus" / "calib.jsonl")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The gensim 4.4.0 wheel of the demo data: $THANOS_GENSIM_WHEEL, else fetched once with pip (PyPI)."""
+    from thanos.demo import wikidump
+
+    local = os.environ.get("THANOS_GENSIM_WHEEL")
+    if local:
+        return Path(local)
+    return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))

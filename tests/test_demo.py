@@ -6,7 +6,6 @@ The wheel is fetched once per session with pip (PyPI) unless THANOS_GENSIM_WHEEL
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 from pathlib import Path
 
@@ -16,14 +15,6 @@ import torch
 from thanos.cli import main
 from thanos.demo import splits, tasks, wikidump
 from thanos.textdata import read_documents
-
-
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory) -> Path:
-    local = os.environ.get("THANOS_GENSIM_WHEEL")
-    if local:
-        return Path(local)
-    return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
 
 
 @pytest.fixture(scope="session")

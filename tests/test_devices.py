@@ -19,10 +19,10 @@ RECORD = (
 )
 
 
-def _run_pool(tmp_path, slots, jobs, hold=0.4):
+def _run_pool(tmp_path, slots, jobs, hold=0.4, count=1):
     procs = []
     for i in range(jobs):
-        cmd = [sys.executable, "-m", "thanos.devices", "--slots", str(slots)]
+        cmd = [sys.executable, "-m", "thanos.devices", "--slots", str(slots), "--count", str(count)]
         cmd += ["--lock-dir", str(tmp_path / "locks")]
         cmd += ["--", sys.executable, "-c", RECORD, str(tmp_path / f"job{i}.json"), str(hold)]
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -41,6 +41,25 @@ def test_concurrent_jobs_never_share_a_slot(tmp_path):
             assert start >= end, f"two jobs held device {dev} at once"
     # more than one device was used concurrently: the pool spreads jobs
     assert len({r["dev"] for r in records}) > 1
+
+
+def test_multi_gpu_jobs_get_distinct_devices_never_shared(tmp_path):
+    records = _run_pool(tmp_path, slots=3, jobs=5, count=2, hold=0.3)
+    spans = []
+    for r in records:
+        devices = r["dev"].split(",")
+        assert len(devices) == 2 and len(set(devices)) == 2 and set(devices) <= {"0", "1", "2"}
+        spans += [(dev, r["start"], r["end"]) for dev in devices]
+    for dev in {"0", "1", "2"}:
+        held = sorted((start, end) for d, start, end in spans if d == dev)
+        for (_, end), (start, _) in zip(held, held[1:], strict=False):
+            assert start >= end, f"two jobs held device {dev} at once"
+    too_many = subprocess.run(
+        [sys.executable, "-m", "thanos.devices", "--slots", "2", "--count", "3", "--", "true"],
+        capture_output=True,
+        text=True,
+    )
+    assert too_many.returncode == 2 and "cannot lock 3 GPU slots: the pool has 2" in too_many.stderr
 
 
 def test_lock_released_when_process_is_killed(tmp_path):

@@ -92,7 +92,7 @@ def fake_results(root: Path) -> Path:
             _write(root / model / "dense" / "eval" / "zeroshot.json", _zeroshot(0.50))
             r("sparsegpt_2-4", "sparsegpt", "2:4", ppl=21.0, zs=0.41)
             r("wanda_2-4", "wanda", "2:4", ppl=None, zs=None)  # pruned, not evaluated yet
-            r("thanos_s30_a0.1", "thanos", "structured:0.3", ppl=45.0, zs=None)
+            r("thanos_s30_a0.1", "thanos", "structured:0.3", ppl=45.0, zs=None, alpha=0.1)
             # sparsity sweeps (Figure 1), block-size and alpha ablations
             for p, ppl in (("0.3", 9.0), ("0.6", 30.0), ("0.7", 300.0)):
                 r(f"thanos_u{int(float(p) * 100)}", "thanos", p, ppl=ppl, blocksize=128)
@@ -184,3 +184,37 @@ def test_tables_without_results(tmp_path):
     assert build_tables(tmp_path / "results") == []
     assert main(["tables", "--results", str(tmp_path / "results"), "--out-dir", str(tmp_path / "t")]) == 0
     assert main(["tables", "--results", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "t")]) == 2
+
+
+def test_figures_from_partial_results(results, tmp_path):
+    out = tmp_path / "figures"
+    assert main(["figures", "--results", str(results), "--out-dir", str(out)]) == 0
+    stems = {p.stem for p in out.glob("*.png")}
+    assert stems == {p.stem for p in out.glob("*.pdf")}
+    # Figure 1: only tiny-a sweeps unstructured sparsity; no other (model, kind) has two sparsities
+    assert {s for s in stems if s.startswith("ppl_vs_sparsity")} == {"ppl_vs_sparsity_tiny-a_unstructured"}
+    assert {s for s in stems if s.startswith("blocksize_ablation")} == {"blocksize_ablation_tiny-a"}
+    # alpha: tiny-b has alpha 0 and 0.1 for 2:4 (two values are enough for a line)
+    assert {s for s in stems if s.startswith("alpha_ablation")} == {
+        "alpha_ablation_tiny-a",
+        "alpha_ablation_tiny-b",
+    }
+    assert "pruning_time_vs_layer_size" in stems
+    # one heatmap per recipe with objectives: magnitude has none, so none is drawn for it
+    heatmaps = {s for s in stems if s.startswith("objective_heatmap_")}
+    assert "objective_heatmap_tiny-a_thanos_2-4_a0.1" in heatmaps
+    assert not any("magnitude" in s for s in heatmaps)
+    frame, _ = collect(results)
+    calibrated = frame[frame["method"].isin(["wanda", "sparsegpt", "thanos"])]
+    assert len(heatmaps) == len(calibrated)
+    for path in out.iterdir():
+        head = path.read_bytes()[:8]
+        assert head.startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF"), path
+
+
+def test_figures_without_results(tmp_path):
+    (tmp_path / "results").mkdir()
+    out = tmp_path / "figures"
+    assert main(["figures", "--results", str(tmp_path / "results"), "--out-dir", str(out)]) == 0
+    assert list(out.iterdir()) == []
+    assert main(["figures", "--results", str(tmp_path / "nowhere"), "--out-dir", str(out)]) == 2

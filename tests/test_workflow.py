@@ -351,3 +351,24 @@ def test_config_errors_name_the_key(tmp_path, text, recipes, message):
     proc = snakemake(tmp_path, config, "-n", check=False)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
+
+
+def test_recipe_name_made_twice_is_refused(tmp_path, text):
+    grid = [{"methods": ["thanos"], "sparsities": ["0.5"]}]
+    config = base_config(
+        text,
+        {"m": {"path": "nowhere"}},
+        {"thanos_u50": {"method": "thanos", "sparsity": 0.6}},
+        recipe_grid=grid,
+    )
+    proc = snakemake(tmp_path, config, "-n", check=False)
+    assert proc.returncode != 0
+    assert "recipes.thanos_u50: recipe_grid already makes a recipe of that name" in proc.stdout + proc.stderr
+
+
+def test_eval_gpus_needs_a_gpu_device(tmp_path, text):
+    recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
+    config = base_config(text, {"m": {"path": "nowhere"}}, recipes, eval_gpus=2)  # device: cpu
+    proc = snakemake(tmp_path, config, "-n", check=False)
+    assert proc.returncode != 0
+    assert "eval_gpus: 2" in proc.stdout + proc.stderr and "device: cpu" in proc.stdout + proc.stderr

@@ -3,10 +3,11 @@
 Snakemake's ``--resources gpu=K`` caps how many GPU jobs run at once but does not say *which* GPU a job
 may use. Every GPU rule therefore runs its command through this module::
 
-    python -m thanos.devices [--slots K|auto] [--lock-dir DIR] -- python -m thanos capture ...
+    python -m thanos.devices [--slots K|auto] [--lock-dir DIR] [--count N] -- python -m thanos capture ...
 
 It takes a free slot among K with a non-blocking ``fcntl.flock`` on ``DIR/gpu-{device}.lock`` (polling
-until one is free), sets ``CUDA_VISIBLE_DEVICES`` to that device and ``exec``s the command. The lock file
+until one is free; ``--count N`` locks N at once, for an evaluation spread over N GPUs), sets
+``CUDA_VISIBLE_DEVICES`` to the locked device(s) and ``exec``s the command. The lock file
 descriptor is inherited across ``exec``, so the slot is held exactly as long as the stage process lives and
 the kernel releases it when that process exits, however it exits (including SIGKILL): no stale locks.
 
@@ -100,8 +101,23 @@ def acquire(
     timeout: float | None = None,
 ) -> tuple[int, str, int]:
     """Lock a free slot; return (slot index, device id, locked fd). Polls until one is free."""
+    [(slot, device, fd)] = acquire_many(devices, 1, lock_dir, poll, timeout)
+    return slot, device, fd
+
+
+def acquire_many(
+    devices: list[str],
+    count: int,
+    lock_dir: str | os.PathLike | None = None,
+    poll: float = 0.05,
+    timeout: float | None = None,
+) -> list[tuple[int, str, int]]:
+    """Lock ``count`` free slots at once; return [(slot index, device id, locked fd)]. Polls until enough
+    are free. A try that gets fewer releases what it got, so two multi-slot jobs never deadlock."""
     if not devices:
         raise ValueError("acquire() needs at least one device")
+    if not 1 <= count <= len(devices):
+        raise ValueError(f"cannot lock {count} GPU slots: the pool has {len(devices)} ({devices})")
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -109,22 +125,31 @@ def acquire(
     # start at a pid-dependent slot so that concurrent starters spread out instead of racing for slot 0
     offset = os.getpid() % len(devices)
     while True:
+        held = []
         for k in range(len(devices)):
             slot = (offset + k) % len(devices)
             fd = _try_lock(lock_dir / f"gpu-{devices[slot]}.lock")
             if fd is not None:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-                return slot, devices[slot], fd
+                held.append((slot, devices[slot], fd))
+                if len(held) == count:
+                    for _, _, fd in held:
+                        os.ftruncate(fd, 0)
+                        os.write(fd, f"{os.getpid()}\n".encode())
+                    return sorted(held)
+        for _, _, fd in held:
+            os.close(fd)
         waited = time.monotonic() - start
         if timeout is not None and waited > timeout:
-            raise TimeoutError(f"no free GPU slot among {devices} in {lock_dir} after {waited:.0f} s")
+            raise TimeoutError(
+                f"no {count} free GPU slot(s) among {devices} in {lock_dir} after {waited:.0f} s"
+            )
         if not warned and waited > 10:
             print(
-                f"thanos.devices: waiting for a free GPU slot among {devices} ({lock_dir})", file=sys.stderr
+                f"thanos.devices: waiting for {count} free GPU slot(s) among {devices} ({lock_dir})",
+                file=sys.stderr,
             )
             warned = True
-        time.sleep(poll)
+        time.sleep(poll * (1 + (os.getpid() % 7) / 7))  # desynchronise competing multi-slot pollers
 
 
 @contextlib.contextmanager
@@ -150,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--slots", default=None, help=f"'auto' (default, or ${ENV_SLOTS}) or K slots")
     parser.add_argument("--lock-dir", default=None, help=f"default ${ENV_LOCK_DIR} or a node-local tmp dir")
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=1,
+        help="slots (GPUs) the command needs at once, e.g. 2 for a model spread over two GPUs (default 1)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command and arguments")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -161,10 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     env = dict(os.environ)
     if devices:
-        slot, device, fd = acquire(devices, args.lock_dir)
-        os.set_inheritable(fd, True)  # the stage process keeps the lock until it exits
-        env["CUDA_VISIBLE_DEVICES"] = device
-        env[ENV_SLOT] = str(slot)
+        try:
+            held = acquire_many(devices, args.count, args.lock_dir)
+        except ValueError as err:
+            parser.error(str(err))
+        for _, _, fd in held:
+            os.set_inheritable(fd, True)  # the stage process keeps the locks until it exits
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(device for _, device, _ in held)
+        env[ENV_SLOT] = ",".join(str(slot) for slot, _, _ in held)
     try:
         os.execvpe(command[0], command, env)
     except OSError as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -23,8 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wheel",
         type=Path,
-        default=None,
-        help="local copy of the gensim 4.4.0 wheel (default: fetch it with pip into OUT_DIR/_cache once)",
+        default=os.environ.get("THANOS_GENSIM_WHEEL") or None,
+        help="local copy of the gensim 4.4.0 wheel, checked against its sha256"
+        " (default: $THANOS_GENSIM_WHEEL,"
+        " else fetched with pip into OUT_DIR/_cache once)",
     )
     parser.add_argument("--seed", type=int, default=0, help="split and task seed (default 0)")
     parser.add_argument("--test-fraction", type=float, default=0.12, help="share of articles for test")

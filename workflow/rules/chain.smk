@@ -15,7 +15,7 @@ if GRANULARITY == "chain":
             model=model_path,
             options=recipe_options,
             stores=chain_options,
-            root=lambda wildcards: f"{R}/{wildcards.model}/{wildcards.recipe}/pruned",
+            root=chain_pruned_root,
         log:
             f"{R}/logs/{{model}}/{{recipe}}/prune_chain.log",
         threads: config["threads"]

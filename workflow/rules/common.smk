@@ -68,8 +68,17 @@ def _expand_recipes():
                     for key in ("blocksize", "damp"):
                         if key in entry:
                             recipe[key] = entry[key]
+                    if name in recipes:
+                        raise ConfigError(
+                            f"recipe_grid[{i}] makes recipe {name!r} a second time: "
+                            "list each method x sparsity x alpha once"
+                        )
                     recipes[name] = recipe
     for name, recipe in config["recipes"].items():
+        if name in recipes:
+            raise ConfigError(
+                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
+            )
         recipes[name] = dict(recipe, sparsity=_sparsity_text(f"recipes.{name}.sparsity", recipe["sparsity"]))
     reserved = {"dense", "chains", "calib", "model", "data", "eval", "tables", "figures", "logs", "pruned"}
     for name in recipes:
@@ -100,11 +109,27 @@ wildcard_constraints:
 # Rules read these as shell variables; set here, they reach every job (local or re-parsed remotely).
 
 CONDA_ENV = "../../envs/thanos.yaml"
+EVAL_GPUS = config["eval_gpus"]
+if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
+    raise ConfigError(
+        f"eval_gpus: {EVAL_GPUS} spreads evaluated models over several GPUs, which needs device: auto or"
+        f" cuda (got device: {config['device']}); set eval_gpus: 1"
+    )
+
+
+def _slot_pool(count):
+    """The GPU slot-pool wrapper of a job needing `count` GPUs (none on device: cpu)."""
+    if config["device"] == "cpu":
+        return ""
+    return f"python -m thanos.devices --slots {config['gpu_slots']} --count {count} --"
+
+
 JOB_ENV = {
     "THANOS_WF_DEVICE": config["device"],
-    "THANOS_WF_GPU": (
-        "" if config["device"] == "cpu" else f"python -m thanos.devices --slots {config['gpu_slots']} --"
-    ),
+    "THANOS_WF_GPU": _slot_pool(1),
+    "THANOS_WF_EVAL_GPU": _slot_pool(EVAL_GPUS),
+    # where an evaluation puts the model: one device, or spread over eval_gpus GPUs
+    "THANOS_WF_EVAL_PLACEMENT": "--device-map auto" if EVAL_GPUS > 1 else f"--device {config['device']}",
     "THANOS_WF_ZEROSHOT_ENV": "env HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1" if config["zeroshot"]["offline"] else "",
 }
 os.environ.update(JOB_ENV)
@@ -113,6 +138,8 @@ os.environ.update(JOB_ENV)
 envvars:
     "THANOS_WF_DEVICE",
     "THANOS_WF_GPU",
+    "THANOS_WF_EVAL_GPU",
+    "THANOS_WF_EVAL_PLACEMENT",
     "THANOS_WF_ZEROSHOT_ENV",
 
 
@@ -233,6 +260,10 @@ def hessians_path(model, recipe, block):
 def chain_marker(model, recipe):
     """granularity chain: the summary the chain job writes after its last block."""
     return f"{R}/{model}/{recipe}/pruned/chain.json"
+
+
+def chain_pruned_root(wildcards):
+    return f"{R}/{wildcards.model}/{wildcards.recipe}/pruned"
 
 
 def pruned_block_outputs(model, recipe, block):

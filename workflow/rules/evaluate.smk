@@ -16,13 +16,13 @@ rule perplexity:
         f"{R}/logs/{{model}}/{{variant}}/perplexity.log",
     threads: config["threads"]
     resources:
-        gpu=1,
+        gpu=EVAL_GPUS,
     conda:
         CONDA_ENV
     shell:
-        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos perplexity --model {params.model:q}"
+        "OMP_NUM_THREADS={threads} $THANOS_WF_EVAL_GPU python -m thanos perplexity --model {params.model:q}"
         " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
-        " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+        " $THANOS_WF_EVAL_PLACEMENT --out {output} > {log} 2>&1"
 
 
 rule zeroshot:
@@ -39,9 +39,10 @@ rule zeroshot:
         f"{R}/logs/{{model}}/{{variant}}/zeroshot.log",
     threads: config["threads"]
     resources:
-        gpu=1,
+        gpu=EVAL_GPUS,
     conda:
         CONDA_ENV
     shell:
-        "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_GPU python -m thanos zeroshot --model {params.model:q}"
-        " {params.options} --batch-size {params.batch_size} --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos zeroshot"
+        " --model {params.model:q} {params.options} --batch-size {params.batch_size} $THANOS_WF_EVAL_PLACEMENT"
+        " --out {output} > {log} 2>&1"

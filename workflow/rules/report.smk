@@ -1,11 +1,20 @@
 # Tables and figures from whatever results exist (rebuilt when any model or evaluation changes).
+# `snakemake --report report.html` (or report.zip for large runs) embeds them with their captions.
+
+
+report: "../report/workflow.rst"
 
 
 rule tables:
     input:
         report_inputs,
     output:
-        directory(f"{R}/tables"),
+        report(
+            directory(f"{R}/tables"),
+            patterns=["{name}.csv"],
+            caption="../report/tables.rst",
+            category="Tables",
+        ),
     params:
         results=results_dir,
     log:
@@ -20,7 +29,12 @@ rule figures:
     input:
         report_inputs,
     output:
-        directory(f"{R}/figures"),
+        report(
+            directory(f"{R}/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
     params:
         results=results_dir,
     log:

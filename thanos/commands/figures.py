@@ -1,0 +1,21 @@
+"""Figures from whatever results exist under --results (PDF and PNG): perplexity vs sparsity per method,
+Thanos block-size and alpha ablations, pruning time per layer vs layer size, per-layer objective heatmaps."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+HELP = "figures (PDF, PNG) from results/"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="results", help="results root (default: %(default)s)")
+    parser.add_argument("--out-dir", required=True, help="where to write the figures (e.g. results/figures)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.report.figures import write_figures
+
+    paths = write_figures(args.results, args.out_dir)
+    logging.getLogger("thanos").info("wrote %d figure files to %s", len(paths), args.out_dir)
