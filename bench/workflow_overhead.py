@@ -8,7 +8,7 @@ Builds a random Llama whose layers take about a second or more to prune on CPU (
 and prints both wall times and the overhead. It also checks that both produce byte-identical weights.
 
     python bench/workflow_overhead.py                       # hidden 1024, 4 blocks
-    python bench/workflow_overhead.py --blocks 8 --granularity layer
+    python bench/workflow_overhead.py --blocks 8 --granularity layer   # or chain: one job per recipe
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=128)
     parser.add_argument("--method", default="thanos")
     parser.add_argument("--sparsity", default="0.5")
-    parser.add_argument("--granularity", choices=("layer", "block"), default="block")
+    parser.add_argument("--granularity", choices=("layer", "block", "chain"), default="block")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
@@ -61,7 +61,7 @@ def main() -> None:
     model = build_tiny_model(
         out / "model", "llama", hidden_size=args.hidden, num_blocks=args.blocks, num_heads=args.hidden // 64
     )
-    threads = args.cores if args.granularity == "block" else 1
+    threads = args.cores if args.granularity in ("block", "chain") else 1
 
     # (a) the same stages in one process
     work = out / "inprocess"
