@@ -132,12 +132,12 @@ def acquire_many(
             if fd is not None:
                 held.append((slot, devices[slot], fd))
                 if len(held) == count:
-                    for _, _, fd in held:
-                        os.ftruncate(fd, 0)
-                        os.write(fd, f"{os.getpid()}\n".encode())
+                    for _, _, lock_fd in held:
+                        os.ftruncate(lock_fd, 0)
+                        os.write(lock_fd, f"{os.getpid()}\n".encode())
                     return sorted(held)
-        for _, _, fd in held:
-            os.close(fd)
+        for _, _, lock_fd in held:
+            os.close(lock_fd)
         waited = time.monotonic() - start
         if timeout is not None and waited > timeout:
             raise TimeoutError(

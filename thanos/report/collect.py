@@ -237,6 +237,33 @@ def method_label(method: str, alpha: float | None = None) -> str:
     return name
 
 
+def as_float(value: Any) -> float:
+    """``float(value)``, NaN for None or anything that is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def sortable(value: float | None) -> float:
+    """A sort key that puts missing values (None, NaN) first."""
+    return -1.0 if value is None or math.isnan(value) else value
+
+
+def shown_alpha(method: str, alpha: float) -> float:
+    """The alpha a label shows: always Thanos's (a hyper-parameter of every Thanos recipe), another
+    method's only when it keeps outlier rows (alpha > 0); NaN when nothing is shown."""
+    return alpha if method == "thanos" or (not math.isnan(alpha) and alpha > 0) else math.nan
+
+
+def recipe_label(method: str, alpha_shown: float) -> str:
+    """``Thanos (α=0.1)``, ``SparseGPT``, ``Wanda (α=0.1)``: the method with the alpha it shows."""
+    label = method_label(method, alpha_shown)
+    if method != "thanos" and not math.isnan(alpha_shown):
+        label += f" (α={alpha_shown:g})"
+    return label
+
+
 def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
     """``Unstructured 50%``, ``Structured 30%``, ``4:8``, ``Dense``."""
     if kind == "dense":

@@ -19,7 +19,17 @@ from pathlib import Path
 import pandas as pd
 
 from thanos.atomic import atomic_path
-from thanos.report.collect import METHOD_ORDER, collect, collect_layers, method_label, pattern_label
+from thanos.report.collect import (
+    METHOD_ORDER,
+    as_float,
+    collect,
+    collect_layers,
+    method_label,
+    pattern_label,
+    recipe_label,
+    shown_alpha,
+    sortable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +67,6 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-def _nan(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _ppl_axis(ax, values) -> None:
     """Log scale where perplexity spans a decade or more."""
     finite = [v for v in values if v > 0 and math.isfinite(v)]
@@ -72,14 +75,8 @@ def _ppl_axis(ax, values) -> None:
     ax.set_ylabel("perplexity (log scale)" if ax.get_yscale() == "log" else "perplexity")
 
 
-def _shown_alpha(method: str, alpha: float) -> float:
-    return alpha if method == "thanos" or (not math.isnan(alpha) and alpha > 0) else math.nan
-
-
 def _label(method: str, alpha: float, blocksize: float | None = None) -> str:
-    label = method_label(method, alpha)
-    if method != "thanos" and not math.isnan(alpha):
-        label += f" (α={alpha:g})"
+    label = recipe_label(method, alpha)
     if blocksize is not None and not math.isnan(blocksize):
         label += f", B={blocksize:g}"
     return label
@@ -92,7 +89,7 @@ def _style(method: str, index: int) -> dict:
 def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
     pruned = frame[(frame["method"] != "dense") & frame["ppl"].notna() & (frame["kind"] != "unknown")].copy()
     pruned["alpha_s"] = [
-        _shown_alpha(m, _nan(a)) for m, a in zip(pruned["method"], pruned["alpha"], strict=True)
+        shown_alpha(m, as_float(a)) for m, a in zip(pruned["method"], pruned["alpha"], strict=True)
     ]
     pruned["blocksize"] = pruned["blocksize"].astype(float)
     return pruned
@@ -119,7 +116,7 @@ def ppl_vs_sparsity(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         if not families:
             continue
         families.sort(
-            key=lambda item: (METHOD_ORDER.get(item[0][0], 9), _sortable(item[0][1]), _sortable(item[0][2]))
+            key=lambda item: (METHOD_ORDER.get(item[0][0], 9), sortable(item[0][1]), sortable(item[0][2]))
         )
         ambiguous = len({(m, a) for (m, a, _), _ in families}) < len(families)
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -144,10 +141,6 @@ def ppl_vs_sparsity(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def _sortable(value: float) -> float:
-    return -1.0 if value is None or math.isnan(value) else value
-
-
 def _ablation(frame: pd.DataFrame, out_dir: Path, vary: str, fixed: str, stem: str) -> list[Path]:
     """Thanos perplexity vs ``vary`` (blocksize or alpha_s), one line per (sparsity pattern, ``fixed``)."""
     plt = _plt()
@@ -166,7 +159,7 @@ def _ablation(frame: pd.DataFrame, out_dir: Path, vary: str, fixed: str, stem: s
             key=lambda item: (
                 item[1]["kind"].iloc[0] != "unstructured",
                 str(item[0][0]),
-                _sortable(item[0][1]),
+                sortable(item[0][1]),
             )
         )
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -260,7 +253,7 @@ def objective_heatmaps(layers: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_ylabel("block")
         ax.grid(False)
         first = rows.iloc[0]
-        label = _label(first["method"], _shown_alpha(first["method"], _nan(first["alpha"])))
+        label = _label(first["method"], shown_alpha(first["method"], as_float(first["alpha"])))
         ax.set_title(f"{model} / {recipe}\n{label}, {first['sparsity']}")
         fig.colorbar(image, ax=ax, label="objective ‖ΔW X‖² (log scale)")
         paths += _save(fig, out_dir, f"objective_heatmap_{_safe(model)}_{_safe(recipe)}")

@@ -23,10 +23,13 @@ from thanos.atomic import atomic_path
 from thanos.report.collect import (
     METHOD_ORDER,
     TASK_LABELS,
+    as_float,
     collect,
-    method_label,
     pattern_label,
     pattern_sort_key,
+    recipe_label,
+    shown_alpha,
+    sortable,
 )
 
 log = logging.getLogger(__name__)
@@ -159,17 +162,6 @@ def _tex(text: str) -> str:
     return text.replace("α", "$\\alpha$")
 
 
-def _nan(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _sortable(value: float) -> float:
-    return -1.0 if math.isnan(value) else value
-
-
 def _drop_empty(table: Table) -> Table:
     """Rows without any value (recipes not evaluated for this table) are left out."""
     kept = [row for row in table.rows if any(not math.isnan(v) for v in row.values.values())]
@@ -197,18 +189,12 @@ def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
         for k, f, s in zip(pruned["kind"], pruned["fraction"], pruned["sparsity"], strict=True)
     ]
     pruned["group"] = pruned["sparsity"].astype(str)
-    shown_alpha = [
-        a if (m == "thanos" or (not math.isnan(a) and a > 0)) else math.nan
-        for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
+    pruned["alpha_shown"] = [
+        shown_alpha(m, a) for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
     ]
-    pruned["alpha_shown"] = shown_alpha
-    labels = []
-    for _, r in pruned.iterrows():
-        label = method_label(r["method"], r["alpha_shown"])
-        if r["method"] != "thanos" and not math.isnan(r["alpha_shown"]):
-            label = f"{label} (α={r['alpha_shown']:g})"
-        labels.append(label)
-    pruned["label"] = labels
+    pruned["label"] = [
+        recipe_label(m, a) for m, a in zip(pruned["method"], pruned["alpha_shown"], strict=True)
+    ]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
         dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
@@ -218,7 +204,7 @@ def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
                 for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
             ]
     pruned["order"] = [
-        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), _sortable(a), _sortable(b), lab)
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), sortable(a), sortable(b), lab)
         for k, f, m, meth, a, b, lab in zip(
             pruned["kind"],
             pruned["fraction"],
@@ -246,7 +232,7 @@ def model_table(
     table.repeat_keys = (True, False)
     dense = frame[frame["method"] == "dense"]
     if not dense.empty:
-        values = {r["model"]: _nan(r[metric]) * scale for _, r in dense.iterrows()}
+        values = {r["model"]: as_float(r[metric]) * scale for _, r in dense.iterrows()}
         table.rows.append(Row("dense", ["Dense", "0%"], values, compare=False))
     pruned = _pruned_rows(frame)
     if not pruned.empty:
@@ -260,7 +246,7 @@ def model_table(
             if r["model"] in cell and not math.isnan(cell[r["model"]]):
                 log.warning("%s: two recipes for %s / %s; keeping the first", r["model"], *key)
                 continue
-            cell[r["model"]] = _nan(r[metric]) * scale
+            cell[r["model"]] = as_float(r[metric]) * scale
     return _drop_empty(table)
 
 
@@ -276,11 +262,11 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
     if not columns:
         return []
     labels = [TASK_LABELS.get(t, t) for t in columns] + ["Average"]
-    acc = {(r["model"], r["recipe"], r["task"]): _nan(r["acc"]) * 100 for _, r in tasks.iterrows()}
+    acc = {(r["model"], r["recipe"], r["task"]): as_float(r["acc"]) * 100 for _, r in tasks.iterrows()}
 
     def values(model: str, recipe: str, mean: float) -> dict[str, float]:
         out = {lab: acc.get((model, recipe, t), math.nan) for t, lab in zip(columns, labels, strict=False)}
-        out["Average"] = _nan(mean) * 100
+        out["Average"] = as_float(mean) * 100
         return out
 
     pruned = _pruned_rows(frame)
