@@ -1,15 +1,19 @@
 """The pipeline on a real SLURM cluster (tests/slurm_cluster.py) through workflow/profiles/slurm.
 
-One slow test, in order:
-1. a local `--cores` run of a small config (tiny random Llama, 2 blocks, one Thanos recipe, sequential
-   chain, perplexity of the pruned model): the reference;
-2. the same config through `snakemake --profile workflow/profiles/slurm` with the squeue status command:
+The reference (module fixture): a local `--cores` run of a small config (tiny random Llama, 2 blocks, one
+Thanos recipe, sequential chain, perplexity of the pruned model).
+
+A cluster with (stand-in) GPUs, `device: auto`, in order:
+1. the reference config through `snakemake --profile workflow/profiles/slurm` with the squeue status command:
    every rule job goes through sbatch (SLURM job ids in Snakemake's log, slurmctld's jobcomp record, the
    plugin's per-job SLURM logs); GPU rules ask for `--gpus=1` and get a (stand-in) GPU;
    one running job (capture of block 1) is cancelled with `scancel`, so that run fails (--retries 0);
-3. the same command again finishes the run and resubmits none of the jobs that had finished (their
+2. the same command again finishes the run and resubmits none of the jobs that had finished (their
    outputs keep their mtimes; no new SLURM job for them);
-4. the assembled model's safetensors are byte-identical to the local run's.
+3. the assembled model's safetensors are byte-identical to the local run's.
+
+A CPU-only cluster (no GPU gres at all), `device: cpu`, granularity recipe: every job is accepted by
+sbatch (no --gpus request), completes, and the model is byte-identical to the local run's.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _texts(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(80)) for _ in range(n)]
 
 
-def _write_config(tmp: Path, model: Path, results: Path) -> Path:
+def _write_config(tmp: Path, model: Path, results: Path, **overrides) -> Path:
     data = tmp / "data"
     if not data.exists():
         data.mkdir()
@@ -65,6 +69,7 @@ def _write_config(tmp: Path, model: Path, results: Path) -> Path:
         "zeroshot": {"enabled": False},
         "evaluate_dense": False,
         "report": False,
+        **overrides,
     }
     path = results.parent / f"{results.name}.yaml"
     path.write_text(json.dumps(config, indent=1))  # JSON is YAML
@@ -118,7 +123,7 @@ SLURM_ARGS = [
 ]
 
 
-def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(tmp_path):
+def _require_slurm() -> None:
     # In CI (root, slurm extra installed by .ci/run) a missing prerequisite is a failure, not a skip.
     missing = None
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
@@ -127,21 +132,31 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(tmp_path)
         missing = "starting slurmd needs root (CI runs as root)"
     if missing:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
-    model = tmp_path / "model"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, Path]:
+    """(tiny model directory, results of the local --cores run of the reference config)."""
+    _require_slurm()
+    root = tmp_path_factory.mktemp("reference")
+    model = root / "model"
     subprocess.run(
         [sys.executable, "-m", "thanos", "make-tiny-model", "--family", "llama", "--hidden-size", "64"]
         + ["--num-blocks", "2", "--num-heads", "4", "--seed", "0", "--out", str(model)],
         check=True,
         capture_output=True,
     )
-
-    # 1. Local reference.
-    local_cfg = _write_config(tmp_path, model, tmp_path / "local")
-    res = _snakemake(["--cores", "2", "--configfile", str(local_cfg)], dict(os.environ), tmp_path)
+    local_cfg = _write_config(root, model, root / "local")
+    res = _snakemake(["--cores", "2", "--configfile", str(local_cfg)], dict(os.environ), root)
     assert res.returncode == 0, res.stderr[-4000:]
-    local_model = tmp_path / "local" / MODEL / RECIPE / "model"
+    return model, root / "local"
 
-    # 2. Through SLURM, with one job cancelled mid-run.
+
+def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference, tmp_path):
+    model, local = reference
+    local_model = local / MODEL / RECIPE / "model"
+
+    # 1. Through SLURM, with one job cancelled mid-run.
     slurm_cfg = _write_config(tmp_path, model, tmp_path / "slurm")
     out = tmp_path / "slurm" / MODEL
     with slurm_cluster(tmp_path / "cluster") as cluster:
@@ -175,7 +190,7 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(tmp_path)
         mtimes = {p: _tree_mtimes(p) for p in finished}
         assert not (out / "chains" / RECIPE / "hessians_1.zarr").exists()
 
-        # 3. The same command again: finishes, recomputes nothing that had finished.
+        # 2. The same command again: finishes, recomputes nothing that had finished.
         res = _snakemake(args, env, tmp_path)
         second = res.stdout + res.stderr
         assert res.returncode == 0, second[-4000:]
@@ -202,11 +217,36 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(tmp_path)
             submitted_first.values()
         )
 
-    # 4. Byte-identical assembled model.
+    # 3. Byte-identical assembled model.
     slurm_model = out / RECIPE / "model"
     assert _safetensors_digests(slurm_model) == _safetensors_digests(local_model)
-    ppl_local = json.loads((tmp_path / "local" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
+    ppl_local = json.loads((local / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
     ppl_slurm = json.loads((out / RECIPE / "eval" / "perplexity.json").read_text())
+    assert ppl_slurm["ppl"] == ppl_local["ppl"]
+
+
+def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, tmp_path):
+    model, local = reference
+    # One job per recipe (granularity recipe) keeps the number of sbatch round trips small.
+    cfg = _write_config(tmp_path, model, tmp_path / "slurm", device="cpu", granularity="chain")
+    with slurm_cluster(tmp_path / "cluster", gpus=0) as cluster:
+        assert "Gres=(null)" in cluster.run("scontrol", "show", "node").stdout
+        res = _snakemake([*SLURM_ARGS, "--configfile", str(cfg)], _slurm_env(cluster.env), tmp_path)
+        log = res.stdout + res.stderr
+        assert res.returncode == 0, log[-4000:]
+        assert "Invalid generic resource" not in log
+        submitted = _submitted(log)
+        rules = {"model_info", "calibrate", "embed", "capture", "prune_chain", "assemble", "perplexity"}
+        assert rules <= set(submitted.values()), submitted
+        completed = {j["JobId"]: j for j in cluster.completed_jobs()}
+        for job_id, rule in submitted.items():
+            assert completed[job_id]["JobState"] == "COMPLETED", (rule, completed[job_id])
+            assert "gpu" not in cluster.job(job_id).get("TresPerJob", ""), rule
+
+    slurm_model = tmp_path / "slurm" / MODEL / RECIPE / "model"
+    assert _safetensors_digests(slurm_model) == _safetensors_digests(local / MODEL / RECIPE / "model")
+    ppl_local = json.loads((local / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
+    ppl_slurm = json.loads((tmp_path / "slurm" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
     assert ppl_slurm["ppl"] == ppl_local["ppl"]
 
 

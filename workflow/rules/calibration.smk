@@ -51,7 +51,7 @@ rule embed:
         f"{R}/logs/{{model}}/embed.log",
     threads: config["threads"]
     resources:
-        gpu=1,
+        gpu=JOB_GPUS,
     conda:
         CONDA_ENV
     shell:

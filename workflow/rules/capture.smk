@@ -13,7 +13,7 @@ rule capture:
         f"{R}/logs/{{model}}/chains/{{chain}}/capture_{{l}}.log",
     threads: config["threads"]
     resources:
-        gpu=1,
+        gpu=JOB_GPUS,
     conda:
         CONDA_ENV
     shell:
@@ -36,7 +36,7 @@ rule propagate:
         f"{R}/logs/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
     threads: config["threads"]
     resources:
-        gpu=1,
+        gpu=JOB_GPUS,
     conda:
         CONDA_ENV
     shell:

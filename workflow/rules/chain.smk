@@ -20,7 +20,7 @@ if GRANULARITY == "chain":
             f"{R}/logs/{{model}}/{{recipe}}/prune_chain.log",
         threads: config["threads"]
         resources:
-            gpu=1,
+            gpu=JOB_GPUS,
         conda:
             CONDA_ENV
         shell:

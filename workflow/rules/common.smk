@@ -115,6 +115,10 @@ if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
         f"eval_gpus: {EVAL_GPUS} spreads evaluated models over several GPUs, which needs device: auto or"
         f" cuda (got device: {config['device']}); set eval_gpus: 1"
     )
+# The one place that decides how many GPUs a job asks for (the `gpu` resource of the rules: local
+# `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
+JOB_GPUS = 0 if config["device"] == "cpu" else 1
+EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
 
 
 def _slot_pool(count):

@@ -16,7 +16,7 @@ rule perplexity:
         f"{R}/logs/{{model}}/{{variant}}/perplexity.log",
     threads: config["threads"]
     resources:
-        gpu=EVAL_GPUS,
+        gpu=EVAL_JOB_GPUS,
     conda:
         CONDA_ENV
     shell:
@@ -39,7 +39,7 @@ rule zeroshot:
         f"{R}/logs/{{model}}/{{variant}}/zeroshot.log",
     threads: config["threads"]
     resources:
-        gpu=EVAL_GPUS,
+        gpu=EVAL_JOB_GPUS,
     conda:
         CONDA_ENV
     shell:

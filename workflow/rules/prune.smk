@@ -18,7 +18,7 @@ if GRANULARITY == "layer":
             f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
         threads: config["threads"]
         resources:
-            gpu=1,
+            gpu=JOB_GPUS,
         conda:
             CONDA_ENV
         shell:
@@ -42,7 +42,7 @@ elif GRANULARITY == "block":
             f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}.log",
         threads: config["threads"]
         resources:
-            gpu=1,
+            gpu=JOB_GPUS,
         conda:
             CONDA_ENV
         shell:
