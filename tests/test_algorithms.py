@@ -326,7 +326,7 @@ W0, _, H0 = layer(8, 16, 64)
         ({"sparsity": "structured:0.8", "alpha": 0.5}, r"columns"),
         ({"hessian": torch.eye(8)}, r"hessian.*\(16, 16\)"),
         ({"hessian": None}, r"hessian.*needs"),
-        ({"method": "obc"}, r"method.*magnitude, wanda, sparsegpt, thanos"),
+        ({"method": "obc"}, r"method.*magnitude, sparsegpt, wanda, thanos"),
         ({"damp": -1.0}, r"damp"),
     ],
 )
