@@ -135,7 +135,7 @@ def prune_layer(
     Args:
         weight: (c, b) = (out_features, in_features), any float dtype; the result keeps dtype and device.
         hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
-        method: a name in ``thanos.METHODS``: "magnitude", "sparsegpt", "wanda" or "thanos".
+        method: a name in ``thanos.METHODS`` (``thanos/methods.py``).
         sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3" or a ``Sparsity``.
         blocksize: B; default: the method's (``thanos.methods``; Thanos 128 unstructured, 512 n:m).
         alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
