@@ -5,12 +5,14 @@
 #   snakemake --cores 8 --configfile workflow/configs/paper.yaml --resources gpu=4
 
 
-include: "workflow/rules/common.smk"
+include: "workflow/rules/config.smk"
+include: "workflow/rules/inputs.smk"
+include: "workflow/rules/pruning_inputs.smk"
+include: "workflow/rules/targets.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/calibration.smk"
 include: "workflow/rules/capture.smk"
 include: "workflow/rules/prune.smk"
-include: "workflow/rules/chain.smk"
 include: "workflow/rules/assemble.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import torch
 
-from thanos import prune_layer
+from thanos import METHODS, prune_layer
 
 PATTERNS = ("0.5", "2:4", "4:8", "structured:0.3")
-METHODS = ("magnitude", "wanda", "sparsegpt", "thanos")
 
 
 def make_layer(b: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

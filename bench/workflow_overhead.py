@@ -8,7 +8,7 @@ Builds a random Llama whose layers take about a second or more to prune on CPU (
 and prints both wall times and the overhead. It also checks that both produce byte-identical weights.
 
     python bench/workflow_overhead.py                       # hidden 1024, 4 blocks
-    python bench/workflow_overhead.py --blocks 8 --granularity layer   # or chain: one job per recipe
+    python bench/workflow_overhead.py --blocks 8 --granularity layer   # or recipe: one job per recipe
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=128)
     parser.add_argument("--method", default="thanos")
     parser.add_argument("--sparsity", default="0.5")
-    parser.add_argument("--granularity", choices=("layer", "block", "chain"), default="block")
+    parser.add_argument("--granularity", choices=("layer", "block", "recipe"), default="block")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
 
     from thanos.cli import main as thanos_main
+    from thanos.recipes import Recipe
     from thanos.tiny import build_tiny_model
 
     out = Path(args.out)
@@ -61,11 +62,11 @@ def main() -> None:
     model = build_tiny_model(
         out / "model", "llama", hidden_size=args.hidden, num_blocks=args.blocks, num_heads=args.hidden // 64
     )
-    threads = args.cores if args.granularity in ("block", "chain") else 1
+    threads = args.cores if args.granularity in ("block", "recipe") else 1
 
     # (a) the same stages in one process
     work = out / "inprocess"
-    recipe = {"name": "r", "method": args.method, "sparsity": args.sparsity, "chain": "sequential"}
+    recipe = Recipe("r", args.method, args.sparsity, chain="sequential")
 
     def stage(*argv: str) -> None:
         if thanos_main([str(a) for a in argv]) != 0:
@@ -136,7 +137,7 @@ def main() -> None:
         "--pruned-root",
         work / "pruned",
         "--recipe-json",
-        json.dumps(recipe),
+        recipe.to_json(),
         "--calibration",
         tokens,
         "--model-info",

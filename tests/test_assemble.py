@@ -9,6 +9,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from thanos.recipes import Recipe
 from thanos.stages.assemble import assemble, original_tensors
 from thanos.tiny import build_tiny_model
 
@@ -36,8 +37,8 @@ def tiny(tmp_path_factory):
 
 
 def _run(root, model, pruned, out, **kw):
-    recipe = {"name": "r", "method": "thanos", "sparsity": "unstructured:0.5"}
-    return assemble(model, pruned, json.dumps(recipe), root / out, intermediates=[pruned], **kw)
+    recipe = Recipe(name="r", method="thanos", sparsity="unstructured:0.5")
+    return assemble(model, pruned, recipe, root / out, intermediates=[pruned], **kw)
 
 
 def test_assembled_model_loads_with_zeros_and_dtype(tiny):

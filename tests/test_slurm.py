@@ -228,7 +228,7 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
 def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, tmp_path):
     model, local = reference
     # One job per recipe (granularity recipe) keeps the number of sbatch round trips small.
-    cfg = _write_config(tmp_path, model, tmp_path / "slurm", device="cpu", granularity="chain")
+    cfg = _write_config(tmp_path, model, tmp_path / "slurm", device="cpu", granularity="recipe")
     with slurm_cluster(tmp_path / "cluster", gpus=0) as cluster:
         assert "Gres=(null)" in cluster.run("scontrol", "show", "node").stdout
         res = _snakemake([*SLURM_ARGS, "--configfile", str(cfg)], _slurm_env(cluster.env), tmp_path)
@@ -236,7 +236,7 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, tmp_path):
         assert res.returncode == 0, log[-4000:]
         assert "Invalid generic resource" not in log
         submitted = _submitted(log)
-        rules = {"model_info", "calibrate", "embed", "capture", "prune_chain", "assemble", "perplexity"}
+        rules = {"model_info", "calibrate", "embed", "capture", "prune_recipe", "assemble", "perplexity"}
         assert rules <= set(submitted.values()), submitted
         completed = {j["JobId"]: j for j in cluster.completed_jobs()}
         for job_id, rule in submitted.items():

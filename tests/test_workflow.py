@@ -1,8 +1,8 @@
 """Real Snakemake runs on tiny random models (CPU): end to end, kill and resume, dense chain, dry runs.
 
-Process starts dominate on CPU, so one module-scoped run (Llama and OPT, granularity chain) serves the
+Process starts dominate on CPU, so one module-scoped run (Llama and OPT, granularity recipe) serves the
 end-to-end assertions, the byte-identity reference of the kill/resume test (granularity layer), the
-chain-resume test and the recipe-change dry run.
+recipe-job resume test and the recipe-change dry run.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def base_config(text: Path, models: dict, recipes: dict, **over) -> dict:
         "models": models,
         "calibration": {"source": str(text), "nsamples": 8, "seqlen": 32, "seed": 0},
         "chain": "sequential",
-        "granularity": "chain",
+        "granularity": "recipe",
         "device": "cpu",
         "recipes": recipes,
         "perplexity": {"enabled": False},
@@ -89,7 +89,7 @@ MODELS = {
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory, text) -> Path:
-    """One uninterrupted run: both families, every recipe, granularity chain (one job per recipe)."""
+    """One uninterrupted run: both families, every recipe, granularity recipe (one job per recipe)."""
     workdir = tmp_path_factory.mktemp("e2e")
     snakemake(workdir, base_config(text, MODELS, RECIPES))
     return workdir
@@ -147,7 +147,7 @@ def test_end_to_end_models(e2e, model):
     assert (chains / "thanos_u50" / "hessians_1.zarr").is_dir()
     assert (chains / "thanos_u50" / "inputs_1.zarr").is_dir()
     assert not (chains / "magnitude_u50").exists()
-    for recipe in RECIPES:  # granularity chain: the per-block layout of granularity block/layer
+    for recipe in RECIPES:  # granularity recipe: the per-block layout of granularity block/layer
         pruned = e2e / "results" / model / recipe / "pruned"
         assert json.loads((pruned / "chain.json").read_text())["num_blocks"] == info["num_blocks"]
         for block in range(info["num_blocks"]):
@@ -221,7 +221,7 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     snakemake(workdir, config, "--rerun-incomplete")
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"finished output recomputed: {path}"
-    # the uninterrupted run (same models, calibration and recipe; granularity chain) gives the same bytes
+    # the uninterrupted run (same models, calibration and recipe; granularity recipe) gives the same bytes
     reference = e2e / "results" / "llama"
     resumed = workdir / "results" / "llama"
     shards = sorted((reference / "thanos_u50" / "model").glob("*.safetensors"))
@@ -239,9 +239,9 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
 
 
 @pytest.mark.slow
-def test_chain_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
-    """A chain job that died after block 0 (pruned, propagated) keeps that work and finishes the rest;
-    a changed recipe discards the previous per-block outputs."""
+def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
+    """A recipe's job (granularity recipe) that died after block 0 (pruned, propagated) keeps that work
+    and finishes the rest; a changed recipe discards the previous per-block outputs."""
     workdir = tmp_path / "chain"
     shutil.copytree(e2e, workdir, symlinks=True)  # copystat: the same mtimes, so Snakemake sees no change
     config = base_config(text, MODELS, RECIPES)
@@ -258,7 +258,7 @@ def test_chain_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     }
     out = snakemake(workdir, config, "--quiet", "rules")
     ran = out.stdout + out.stderr
-    assert "prune_chain" in ran and "assemble" in ran, ran[-2000:]
+    assert "prune_recipe" in ran and "assemble" in ran, ran[-2000:]
     assert "capture" not in ran and "calibrate" not in ran and "embed" not in ran, ran[-2000:]
     for path, mtime in kept.items():
         assert path.stat().st_mtime_ns == mtime, f"finished block output recomputed: {path}"
@@ -321,7 +321,7 @@ def test_recipe_change_reruns_only_that_recipe(e2e, text):
         if len(line.split()) == 2 and line.split()[1].isdigit()
     }
     # sparsegpt_s30 on 2 models: its chain job (capture, prune, propagate of every block) and assemble
-    assert counts.get("prune_chain") == 2 and counts.get("assemble") == 2, counts
+    assert counts.get("prune_recipe") == 2 and counts.get("assemble") == 2, counts
     for rule in ("calibrate", "embed", "capture", "propagate", "make_tiny_model", "model_info"):
         assert rule not in counts, counts
     assert counts.get("total") == 5, counts  # + the `all` target
@@ -364,6 +364,14 @@ def test_recipe_name_made_twice_is_refused(tmp_path, text):
     proc = snakemake(tmp_path, config, "-n", check=False)
     assert proc.returncode != 0
     assert "recipes.thanos_u50: recipe_grid already makes a recipe of that name" in proc.stdout + proc.stderr
+
+
+def test_granularity_chain_is_the_old_name_of_recipe(tmp_path, text):
+    recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
+    models = {"m": {"path": "models/m", "tiny": {"family": "llama", **TINY}}}
+    config = base_config(text, models, recipes, granularity="chain")
+    proc = snakemake(tmp_path, config, "-n")
+    assert "granularity: 'chain' is the old name of 'recipe'" in proc.stdout + proc.stderr
 
 
 def test_eval_gpus_needs_a_gpu_device(tmp_path, text):

@@ -2,20 +2,38 @@
 
 >>> from thanos import prune_layer
 >>> result = prune_layer(W, H, "thanos", "2:4")
+
+The names below are imported on first use, so that the torch-free modules (``thanos.methods``,
+``thanos.recipes``, ``thanos.layout``) load without torch, e.g. when Snakemake parses the workflow.
 """
 
-from thanos.hessian import HessianAccumulator
-from thanos.prune import METHODS, PruneResult, PruneStats, layer_objective, prune_layer
-from thanos.sparsity import Sparsity, parse_sparsity
+from __future__ import annotations
 
-__all__ = [
-    "METHODS",
-    "HessianAccumulator",
-    "PruneResult",
-    "PruneStats",
-    "Sparsity",
-    "layer_objective",
-    "parse_sparsity",
-    "prune_layer",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names __getattr__ provides, for type checkers and editors
+    from thanos.hessian import HessianAccumulator  # noqa: F401
+    from thanos.prune import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
+    from thanos.sparsity import Sparsity, parse_sparsity  # noqa: F401
+
+_HOMES = {
+    "HessianAccumulator": "thanos.hessian",
+    "METHODS": "thanos.prune",
+    "PruneResult": "thanos.prune",
+    "PruneStats": "thanos.prune",
+    "layer_objective": "thanos.prune",
+    "prune_layer": "thanos.prune",
+    "Sparsity": "thanos.sparsity",
+    "parse_sparsity": "thanos.sparsity",
+}
+__all__ = sorted(_HOMES)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'thanos' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value

@@ -1,7 +1,8 @@
 """``prune_layer``: one entry point for every method and sparsity pattern.
 
 It validates arguments, prepares H (dead columns, damping, Cholesky of the inverse), sets the outlier rows
-aside, calls the method's kernel in fp32 and returns the weight in its original dtype with stats.
+aside, calls the method's kernel in fp32 and returns the weight in its original dtype with stats. What
+each method needs, its defaults and its kernels come from ``thanos.methods``.
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ from typing import Any
 
 import torch
 
-from thanos.algorithms import magnitude, masks, sparsegpt, thanos, wanda
+from thanos import methods
+from thanos.algorithms import masks
 from thanos.hessian import inverse_cholesky
-from thanos.sparsity import (
-    Sparsity,
-    exact,
-    outlier_count,
-    parse_sparsity,
-    structured_count,
-    unstructured_count,
-)
+from thanos.kernels import Problem
+from thanos.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
 
-METHODS = ("magnitude", "wanda", "sparsegpt", "thanos")
+METHODS = methods.names()
 DEFAULT_ROW_BATCH_BYTES = 1 << 30
 
 
@@ -56,20 +52,6 @@ class PruneResult:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def default_blocksize(method: str, pattern: Sparsity) -> int | None:
-    """Thanos: 128 unstructured, 512 n:m (paper's defaults); SparseGPT: 128; others: none."""
-    if method == "thanos" and pattern.kind != "structured":
-        return 512 if pattern.kind == "nm" else 128
-    if method == "sparsegpt":
-        return 128
-    return None
-
-
-def default_alpha(method: str, pattern: Sparsity) -> float:
-    """0.1 for Thanos n:m and structured (the paper's best setting), 0 elsewhere."""
-    return 0.1 if method == "thanos" and pattern.kind in ("nm", "structured") else 0.0
-
-
 def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
     """tr(dW H dW^T) / 2 = (1/N) sum_l ||dW X_l||^2 for H = (2/N) sum_l X_l X_l^T (eq. loss_to_minimize)."""
     total = 0.0
@@ -88,14 +70,13 @@ def _check_finite(name: str, t: torch.Tensor) -> None:
 def _validate(
     weight: torch.Tensor,
     hessian: torch.Tensor | None,
-    method: str,
+    method: methods.Method,
     pattern: Sparsity,
     blocksize: int | None,
     alpha: Fraction,
     damp: float,
 ) -> None:
-    if method not in METHODS:
-        raise ValueError(f"method: unknown {method!r}; choose one of {', '.join(METHODS)}")
+    methods.kernel(method.name, pattern.kind)  # a method without a kernel for this pattern fails first
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
         raise ValueError("weight: expected a 2-D floating-point tensor (out_features, in_features)")
     c, b = weight.shape
@@ -103,9 +84,10 @@ def _validate(
         raise ValueError(f"weight: empty shape {tuple(weight.shape)}")
     _check_finite("weight", weight)
     if hessian is None:
-        if method != "magnitude":
+        if method.needs_hessian:
             raise ValueError(
-                f"hessian: method {method!r} needs the layer Hessian; only magnitude runs without"
+                f"hessian: method {method.name!r} needs the layer Hessian; "
+                f"only {methods.without_hessian()} run without one"
             )
     else:
         if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (b, b):
@@ -117,7 +99,7 @@ def _validate(
     if alpha > 0 and pattern.kind == "unstructured":
         raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 2, 5); use alpha=0")
     if alpha > 0 and hessian is None:
-        raise ValueError("alpha: outlier rows are ranked with the Hessian; magnitude needs alpha=0")
+        raise ValueError("alpha: outlier rows are ranked with the Hessian; without one use alpha=0")
     if not damp >= 0:
         raise ValueError(f"damp: must be >= 0 (fraction of mean(diag H)), got {damp}")
     if blocksize is not None and (not isinstance(blocksize, int) or blocksize < 1):
@@ -153,22 +135,21 @@ def prune_layer(
     Args:
         weight: (c, b) = (out_features, in_features), any float dtype; the result keeps dtype and device.
         hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
-        method: "magnitude", "wanda", "sparsegpt" or "thanos".
+        method: a name in ``thanos.METHODS`` (``thanos/methods.py``).
         sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3" or a ``Sparsity``.
-        blocksize: B; Thanos default 128 (unstructured) / 512 (n:m), SparseGPT 128.
-        alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default 0.1 for Thanos
-            n:m and structured, 0 elsewhere.
+        blocksize: B; default: the method's (``thanos.methods``; Thanos 128 unstructured, 512 n:m).
+        alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
+            (Thanos 0.1 for n:m and structured), else 0.
         damp: lambda = damp * mean(diag H) is added to diag H before inversion (retried x10 on failure).
         row_batch_bytes: memory bound for the batched per-row solves of Thanos.
         name: layer name used in error messages.
     """
     pattern = parse_sparsity(sparsity)
-    method = method.lower() if isinstance(method, str) else method
-    if method in METHODS:
-        blocksize = default_blocksize(method, pattern) if blocksize is None else blocksize
-        alpha = default_alpha(method, pattern) if alpha is None else alpha
+    spec = methods.get(method.lower() if isinstance(method, str) else method)
+    blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
+    alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
     alpha_q = exact(alpha or 0)
-    _validate(weight, hessian, method, pattern, blocksize, alpha_q, damp)
+    _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp)
     started = time.perf_counter()
 
     c, b = weight.shape
@@ -186,11 +167,12 @@ def prune_layer(
     sub = W[rows]
 
     factor = None
-    if method in ("sparsegpt", "thanos") and rows.numel():
+    if spec.updates_weights and rows.numel():
         factor = inverse_cholesky(H, damp=damp, name=name)
         sub[:, factor.dead] = 0.0
 
-    sub, sub_mask = _run(method, pattern, sub, H, factor, B, alpha_q, b, row_batch_bytes)
+    U = None if factor is None else factor.U
+    sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes))
 
     mask = torch.zeros_like(W, dtype=torch.bool)
     mask[rows] = sub_mask
@@ -204,7 +186,7 @@ def prune_layer(
     if H is not None:
         objective = layer_objective(out.to(torch.float32) - weight.detach().to(torch.float32), H)
     stats = PruneStats(
-        method=method,
+        method=spec.name,
         sparsity=str(pattern),
         achieved_sparsity=float(mask.sum()) / (c * b),
         objective=objective,
@@ -222,50 +204,8 @@ def prune_layer(
     return PruneResult(weight=out, mask=mask, stats=stats, options=options)
 
 
-def _run(
-    method: str,
-    pattern: Sparsity,
-    W: torch.Tensor,
-    H: torch.Tensor | None,
-    factor: Any,
-    B: int | None,
-    alpha: Fraction,
-    b: int,
-    row_batch_bytes: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dispatch to the method's kernel on the rows to prune. Returns (W, mask) for those rows."""
-    c = W.shape[0]
-    if c == 0:
-        return W, torch.zeros_like(W, dtype=torch.bool)
-    kind = pattern.kind
-    s = structured_count(pattern.p, alpha, b) if kind == "structured" else 0
-    if method == "magnitude":
-        if kind == "unstructured":
-            mask = magnitude.magnitude_unstructured(W, unstructured_count(pattern.p, c, b))
-        elif kind == "nm":
-            mask = magnitude.magnitude_nm(W, pattern.n, pattern.m)
-        else:
-            mask = magnitude.magnitude_structured(W, s)
-        return W, mask
-    if method == "wanda":
-        if kind == "unstructured":
-            mask = wanda.wanda_unstructured(W, H, unstructured_count(pattern.p, 1, b))
-        elif kind == "nm":
-            mask = wanda.wanda_nm(W, H, pattern.n, pattern.m)
-        else:
-            mask = wanda.wanda_structured(W, H, s)
-        return W, mask
-    U = factor.U
-    if method == "sparsegpt":
-        if kind == "unstructured":
-            return sparsegpt.sparsegpt(W, U, B, p=pattern.p)
-        if kind == "nm":
-            return sparsegpt.sparsegpt(W, U, B, n=pattern.n, m=pattern.m)
-        return sparsegpt.sparsegpt(W, U, B, column_mask=sparsegpt.structured_columns(W, U, s))
-    xnorm = masks.input_norms(H)
-    if kind == "unstructured":
-        k = unstructured_count(pattern.p, c, b)
-        return thanos.thanos_unstructured(W, U, xnorm, k, B, row_batch_bytes)
-    if kind == "nm":
-        return thanos.thanos_nm(W, U, xnorm, pattern.n, pattern.m, B, row_batch_bytes)
-    return thanos.thanos_structured(W, U, xnorm, s)
+def _run(method: methods.Method, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """The method's kernel for this pattern on the rows to prune. Returns (W, mask) for those rows."""
+    if problem.W.shape[0] == 0:
+        return problem.W, torch.zeros_like(problem.W, dtype=torch.bool)
+    return methods.kernel(method.name, problem.pattern.kind)(problem)

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recipe-json",
         required=True,
-        help="recipe: a JSON file or inline JSON {name, method, sparsity, ...}",
+        help="the recipe as JSON text {name, method, sparsity, blocksize?, alpha?, damp?, chain?} "
+        "(thanos.recipes.Recipe.to_json)",
     )
     parser.add_argument("--calibration", default=None, help="tokens.zarr (provenance); omit for magnitude")
     parser.add_argument(
@@ -34,12 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.recipes import Recipe
     from thanos.stages.assemble import assemble
 
     assemble(
         model=args.model,
         pruned_root=args.pruned_root,
-        recipe=args.recipe_json,
+        recipe=Recipe.from_json(args.recipe_json, key="--recipe-json"),
         out=args.out,
         calibration=args.calibration,
         intermediates=args.intermediates,

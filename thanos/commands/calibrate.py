@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "calibration token windows from C4 or local files -> tokens.zarr"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id (its tokenizer is used)")
-    parser.add_argument(
-        "--source",
-        default="c4",
-        help="'c4' (hub: allenai/c4, en/c4-train.00000-of-01024.json.gz) or a local text/jsonl/parquet file "
-        "or directory (default: %(default)s)",
-    )
+    _args.add_text_source(parser, "c4", "hub: allenai/c4, en/c4-train.00000-of-01024.json.gz")
     parser.add_argument("--nsamples", type=int, default=128, help="number of windows (default: 128)")
     parser.add_argument(
         "--seqlen", type=int, default=None, help="tokens per window (default: min(2048, max positions))"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument(
-        "--text-field", default="text", help="jsonl/parquet field with the text (default: text)"
-    )
     parser.add_argument("--out", required=True, help="output tokens.zarr")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "dense block l over inputs_l.zarr -> hessians_l.zarr (one fp32 H per input group)"
 
 
@@ -13,8 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block", type=int, required=True, help="block index l")
     parser.add_argument("--inputs", required=True, help="block l inputs (inputs_l.zarr)")
     parser.add_argument("--out", required=True, help="output hessians_l.zarr")
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default: 8)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    _args.add_batch_size(parser, 8, "samples")
+    _args.add_device(parser)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "one recipe's whole chain (capture, prune, propagate per block) in one process -> pruned/"
+from thanos.commands import _args
 
-METHOD_CHOICES = ("magnitude", "wanda", "sparsegpt", "thanos")  # thanos.prune.METHODS
+HELP = "one recipe's whole chain (capture, prune, propagate per block) in one process -> pruned/"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
-    parser.add_argument("--method", required=True, choices=METHOD_CHOICES, help="pruning method")
-    parser.add_argument("--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3")
-    parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
-    parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")
-    parser.add_argument("--damp", type=float, default=0.01, help="damping fraction of mean(diag H)")
+    _args.add_recipe(parser)
     parser.add_argument(
         "--dense-dir",
         default=None,
@@ -35,14 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pruned-root", required=True, help="output ROOT: block{l}/{layer}.safetensors|.json"
     )
     parser.add_argument("--out", required=True, help="summary JSON, written when every block is done")
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default: 8)")
+    _args.add_batch_size(parser, 8, "samples")
     parser.add_argument(
         "--drop-activations", action="store_true", help="delete the chain's inputs_l at the end"
     )
     parser.add_argument(
         "--drop-hessians", action="store_true", help="delete the chain's hessians_l at the end"
     )
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    _args.add_device(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -50,15 +46,11 @@ def run(args: argparse.Namespace) -> None:
 
     chain(
         args.model,
-        args.method,
-        args.sparsity,
-        args.pruned_root,
-        args.out,
+        pruned_root=args.pruned_root,
+        out=args.out,
         dense_dir=args.dense_dir,
         chain_dir=args.chain_dir,
-        blocksize=args.blocksize,
-        alpha=args.alpha,
-        damp=args.damp,
+        **_args.recipe(args),
         batch_size=args.batch_size,
         device=args.device,
         keep_activations=not args.drop_activations,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "tokens.zarr -> block 0 inputs (embeddings) inputs_0.zarr"
 
 
@@ -11,8 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
     parser.add_argument("--tokens", required=True, help="tokens.zarr written by calibrate")
     parser.add_argument("--out", required=True, help="output activation store (inputs_0.zarr)")
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per step (default: 8)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    _args.add_batch_size(parser, 8, "samples")
+    _args.add_device(parser)
 
 
 def run(args: argparse.Namespace) -> None:

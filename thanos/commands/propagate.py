@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "block l (pruned or dense) over inputs_l.zarr -> inputs_{l+1}.zarr"
 
 
@@ -16,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pruned-dir", default=None, help="directory of block l's pruned layers (omit: dense)"
     )
     parser.add_argument("--out", required=True, help="output inputs_{l+1}.zarr")
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default: 8)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    _args.add_batch_size(parser, 8, "samples")
+    _args.add_device(parser)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "prune layers of block l -> DIR/{layer}.safetensors + DIR/{layer}.json"
-
-
-# thanos.prune.METHODS, spelled out so that building the parser does not import the algorithms
-METHOD_CHOICES = ("magnitude", "wanda", "sparsegpt", "thanos")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: every prunable layer of the block)",
     )
     parser.add_argument("--hessians", default=None, help="hessians_l.zarr (omit for magnitude)")
-    parser.add_argument("--method", required=True, choices=METHOD_CHOICES, help="pruning method")
-    parser.add_argument("--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3")
-    parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
-    parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")
-    parser.add_argument("--damp", type=float, default=0.01, help="damping fraction of mean(diag H)")
+    _args.add_recipe(parser)
     parser.add_argument("--out-dir", required=True, help="output directory for this block's pruned layers")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    _args.add_device(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -39,12 +33,8 @@ def run(args: argparse.Namespace) -> None:
         args.model,
         args.block,
         layers,
-        args.method,
-        args.sparsity,
-        args.out_dir,
+        out_dir=args.out_dir,
         hessians=args.hessians,
-        blocksize=args.blocksize,
-        alpha=args.alpha,
-        damp=args.damp,
         device=args.device,
+        **_args.recipe(args),
     )

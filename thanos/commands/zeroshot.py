@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "lm-eval zero-shot accuracy of a model -> zeroshot.json"
 
 
@@ -36,36 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at most K documents per task (a fraction < 1: that share); quick checks only",
     )
     parser.add_argument("--num-fewshot", type=int, default=0, help="few-shot examples (paper: 0)")
-    parser.add_argument(
-        "--device", default="auto", help="auto (GPU if available, else CPU), cpu, cuda or cuda:N"
-    )
-    parser.add_argument(
-        "--device-map",
-        choices=["auto"],
-        default=None,
-        help="'auto': spread the model over all visible GPUs (for models that do not fit one GPU); "
-        "overrides --device",
-    )
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
-        help="weights dtype (default auto: the saved dtype; float16 becomes float32 on CPU)",
-    )
-    parser.add_argument(
-        "--offline",
-        action="store_true",
-        help="never contact the hub: sets HF_DATASETS_OFFLINE=1 and HF_HUB_OFFLINE=1 (datasets must be "
-        "cached or come from --include-path tasks)",
-    )
-    parser.add_argument("--out", required=True, help="output JSON (written atomically)")
+    _args.add_evaluation(parser)
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.offline:
-        from thanos.evaluation.loading import set_offline
-
-        set_offline()  # before lm_eval/datasets are imported
+    _args.apply_offline(args)
     from thanos.atomic import write_json
     from thanos.evaluation.zeroshot import evaluate_zeroshot
 
@@ -76,8 +53,6 @@ def run(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         limit=args.limit,
         num_fewshot=args.num_fewshot,
-        device=args.device,
-        dtype=args.dtype,
-        device_map=args.device_map,
+        **_args.placement(args),
     )
     write_json(args.out, summary)

@@ -11,25 +11,20 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from thanos import methods, recipes
+from thanos.layout import DENSE, NOT_MODELS
 from thanos.sparsity import parse_sparsity
 
 log = logging.getLogger(__name__)
 
-NOT_MODELS = {"tables", "figures", "logs"}
-METHOD_ORDER = {"dense": 0, "magnitude": 1, "sparsegpt": 2, "wanda": 3, "thanos": 4}
-METHOD_NAMES = {
-    "dense": "Dense",
-    "magnitude": "Magnitude",
-    "sparsegpt": "SparseGPT",
-    "wanda": "Wanda",
-    "thanos": "Thanos",
-}
+# the dense model first, then the methods in their registry order (thanos/methods.py)
+METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
+METHOD_NAMES = {DENSE: "Dense"} | {name: method.label for name, method in methods.METHODS.items()}
 KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3}
 # the paper's appendix column order and labels
 TASK_LABELS = {
@@ -84,26 +79,9 @@ def _float(value: Any) -> float:
     return float(value)
 
 
-_NAME = re.compile(r"^(?P<method>[a-z]+)_(?P<pattern>u\d+|s\d+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?")
-
-
 def _recipe_from_name(name: str) -> dict[str, Any]:
-    """Best effort for a recipe without pruning_report.json: ``{method}_{u50|s30|2-4}[_a{alpha}]``."""
-    match = _NAME.match(name)
-    if not match or match["method"] not in METHOD_ORDER:
-        return {"method": "unknown", "sparsity": None}
-    pattern = match["pattern"]
-    if pattern[0] == "u":
-        sparsity = str(int(pattern[1:]) / 100)
-    elif pattern[0] == "s":
-        sparsity = f"structured:{int(pattern[1:]) / 100}"
-    else:
-        sparsity = pattern.replace("-", ":")
-    return {
-        "method": match["method"],
-        "sparsity": sparsity,
-        "alpha": match["alpha"] and float(match["alpha"]),
-    }
+    """Best effort for a recipe without pruning_report.json: its grid name (``thanos.recipes``)."""
+    return recipes.from_name(name) or {"method": "unknown", "sparsity": None}
 
 
 def _sparsity_fields(spec: Any) -> dict[str, Any]:
@@ -229,10 +207,14 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "seconds", "objective", "device"])
 
 
+def _alpha_in_label(method: str) -> bool:
+    return method in methods.METHODS and methods.METHODS[method].alpha_in_label
+
+
 def method_label(method: str, alpha: float | None = None) -> str:
     """Display name: ``Thanos (α=0.1)`` for Thanos with a known alpha, else the method's name."""
     name = METHOD_NAMES.get(method, method)
-    if method == "thanos" and alpha is not None and not math.isnan(alpha):
+    if _alpha_in_label(method) and alpha is not None and not math.isnan(alpha):
         return f"{name} (α={alpha:g})"
     return name
 
@@ -253,13 +235,13 @@ def sortable(value: float | None) -> float:
 def shown_alpha(method: str, alpha: float) -> float:
     """The alpha a label shows: always Thanos's (a hyper-parameter of every Thanos recipe), another
     method's only when it keeps outlier rows (alpha > 0); NaN when nothing is shown."""
-    return alpha if method == "thanos" or (not math.isnan(alpha) and alpha > 0) else math.nan
+    return alpha if _alpha_in_label(method) or (not math.isnan(alpha) and alpha > 0) else math.nan
 
 
 def recipe_label(method: str, alpha_shown: float) -> str:
     """``Thanos (α=0.1)``, ``SparseGPT``, ``Wanda (α=0.1)``: the method with the alpha it shows."""
     label = method_label(method, alpha_shown)
-    if method != "thanos" and not math.isnan(alpha_shown):
+    if not _alpha_in_label(method) and not math.isnan(alpha_shown):
         label += f" (α={alpha_shown:g})"
     return label
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from thanos import methods
 from thanos.atomic import atomic_path
 from thanos.report.collect import (
     METHOD_ORDER,
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("pdf", "png")
 KIND_TITLES = {"unstructured": "Unstructured", "nm": "Semi-structured n:m", "structured": "Structured"}
-METHOD_COLORS = {"magnitude": "#7f7f7f", "wanda": "#2ca02c", "sparsegpt": "#1f77b4", "thanos": "#d62728"}
+METHOD_COLORS = {name: method.color for name, method in methods.METHODS.items()}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 

@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.atomic import atomic_path
+from thanos.recipes import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +128,6 @@ def tensor_name(block: int, layer: str, names: list[str], block_prefix: str | No
     return matches[0]
 
 
-def load_recipe(recipe: str | os.PathLike | dict) -> dict[str, Any]:
-    """A recipe from a dict, a JSON file path or inline JSON text (starting with '{')."""
-    if isinstance(recipe, dict):
-        return dict(recipe)
-    text = str(recipe).strip()
-    if text.startswith("{"):
-        return json.loads(text)
-    path = Path(text)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe JSON {path} not found (pass a file or inline JSON)")
-    return json.loads(path.read_text())
-
-
 def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] | None:
     if tokens is None:
         return None
@@ -199,7 +187,7 @@ def _shards(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[lis
 def assemble(
     model: str | os.PathLike,
     pruned_root: str | os.PathLike,
-    recipe: str | os.PathLike | dict,
+    recipe: Recipe,
     out: str | os.PathLike,
     calibration: str | os.PathLike | None = None,
     intermediates: list[str | os.PathLike] | None = None,
@@ -212,7 +200,6 @@ def assemble(
 
     model_dir = resolve_model_dir(model)
     root = Path(pruned_root)
-    recipe_dict = load_recipe(recipe)
     info = json.loads(Path(model_info).read_text()) if model_info else {}
     max_bytes = parse_size(max_shard_size)
     sources = original_tensors(model_dir)
@@ -298,7 +285,7 @@ def assemble(
             ):
                 shutil.copyfile(file, tmp / file.name)
         report = {
-            "recipe": recipe_dict,
+            "recipe": recipe.to_dict(),
             "model": {
                 "name": model_name,
                 "path": str(model),

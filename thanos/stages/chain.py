@@ -1,8 +1,9 @@
-"""``chain`` stage: one recipe's whole chain in one process (workflow ``granularity: chain``).
+"""``chain`` stage: one recipe's whole chain in one process (workflow ``granularity: recipe``).
 
 For each block l, in order: capture block l's Hessians (sequential chain, l >= 1: from the recipe's own
-``inputs_l``; block 0 and the dense chain read the shared dense stores), prune every layer of block l,
-then propagate through the pruned block l into ``inputs_{l+1}`` (sequential chain only). It calls the
+``inputs_l``; block 0 and the dense chain read the shared dense stores, ``thanos.layout``), prune every
+layer of block l, then propagate through the pruned block l into ``inputs_{l+1}`` (sequential chain
+only): the block loop of ``chain`` reads like SparseGPT's sequential loop over the layers. It calls the
 ``capture``, ``prune`` and ``propagate`` stage functions with the same arguments the per-block jobs pass,
 so every store and pruned file is byte-identical to what ``granularity: block`` or ``layer`` writes, at the
 same paths.
@@ -19,10 +20,13 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from thanos import methods
 from thanos.atomic import write_json
+from thanos.layout import StoreKind, pruned_block_name, pruned_layer_name, reads_dense_chain, store_name
 from thanos.stages.capture import capture, propagate
 from thanos.stages.prune import prune
 from thanos.storage import open_complete
@@ -56,6 +60,112 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+@dataclass
+class _Chain:
+    """One recipe's chain: where its stores live, how it prunes, and which steps it computed or reused.
+
+    ``own``: the recipe's sequential chain stores (l >= 1); None for the dense chain (every block reads
+    ``dense``). ``dense`` is None only for methods that need no Hessian.
+    """
+
+    model: str | Path
+    root: Path
+    dense: Path | None
+    own: Path | None
+    layers: list[str]
+    prune_options: dict[str, Any]
+    batch_size: int
+    device: str
+    computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
+    reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
+
+    def store(self, kind: StoreKind, block: int) -> Path:
+        chain_dir = self.dense if reads_dense_chain(block, sequential=self.own is not None) else self.own
+        return chain_dir / store_name(kind, block)
+
+    def capture(self, block: int) -> Path | None:
+        """Block l's Hessians: the dense chain's, or captured over the recipe's own inputs_l (l >= 1)."""
+        if self.dense is None:
+            return None
+        H = self.store("hessians", block)
+        if reads_dense_chain(block, sequential=self.own is not None):
+            return H  # the dense chain's jobs computed it
+        if store_complete(H):
+            self.reused["capture"] += 1
+        else:
+            _remove(H)
+            capture(self.model, block, self.store("inputs", block), H, self.batch_size, self.device)
+            self.computed["capture"] += 1
+        return H
+
+    def prune(self, block: int, H: Path | None) -> Path:
+        """The block's layers that are not pruned yet, with the per-block job's arguments."""
+        block_dir = self.root / pruned_block_name(block)
+        todo = [
+            layer
+            for layer in self.layers
+            if not all(
+                (block_dir / pruned_layer_name(layer, ext)).is_file() for ext in ("safetensors", "json")
+            )
+        ]
+        self.reused["prune"] += len(self.layers) - len(todo)
+        if todo:
+            prune(
+                self.model,
+                block,
+                todo,
+                out_dir=block_dir,
+                hessians=H,
+                device=self.device,
+                **self.prune_options,
+            )
+            self.computed["prune"] += len(todo)
+        return block_dir
+
+    def propagate(self, block: int, block_dir: Path) -> None:
+        """Block l+1's inputs of the sequential chain, through the pruned block l."""
+        nxt = self.store("inputs", block + 1)
+        if store_complete(nxt):
+            self.reused["propagate"] += 1
+            return
+        _remove(nxt)
+        propagate(
+            self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device
+        )
+        self.computed["propagate"] += 1
+
+    def upstream(self, num_blocks: int) -> list[str]:
+        """The inputs this chain reads from other jobs (their modification times guard reuse)."""
+        if self.dense is None:
+            return [str(self.model)]
+        if self.own is None:
+            return [str(self.model), *(str(self.store("hessians", b)) for b in range(num_blocks))]
+        return [str(self.model), str(self.store("inputs", 0)), str(self.store("hessians", 0))]
+
+    def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
+        """Delete the previous per-block outputs when the recipe or an upstream input changed."""
+        state = self.root / FINGERPRINT
+        previous = json.loads(state.read_text()) if state.is_file() else None
+        if previous == fingerprint:
+            return
+        stale = sorted(self.root.glob("block*")) + (sorted(self.own.glob("*.zarr")) if self.own else [])
+        if stale:
+            log.info("chain: recipe or upstream inputs changed: removing %d previous outputs", len(stale))
+        for path in stale:
+            _remove(path)
+        write_json(state, fingerprint)
+
+    def drop(self, num_blocks: int, activations: bool, hessians: bool) -> None:
+        """Delete the recipe's own stores (retention false) once every block is done."""
+        if self.own is None:
+            return
+        for block in range(1, num_blocks):
+            if activations:
+                _remove(self.store("inputs", block))
+            if hessians:
+                _remove(self.store("hessians", block))
+
+
 def chain(
     model: str | Path,
     method: str,
@@ -76,35 +186,28 @@ def chain(
 
     ``dense_dir``: the dense chain's stores (``inputs_0``, ``hessians_0``; every ``hessians_l`` when
     ``chain_dir`` is None, the dense chain). ``chain_dir``: the recipe's sequential chain stores (l >= 1),
-    written here. Magnitude needs neither.
+    written here. Methods without a Hessian (magnitude) need neither.
     """
     from thanos.models import open_model
 
     _, adapter, _ = open_model(model)
     num_blocks = int(adapter.num_blocks)
-    layers = list(adapter.layers)
-    calibrated = method != "magnitude"
+    calibrated = methods.get(method).needs_hessian
     if calibrated and dense_dir is None:
-        raise ValueError(f"--dense-dir is required for method {method!r} (only magnitude runs without)")
-    root = Path(pruned_root)
-    dense = Path(dense_dir) if dense_dir is not None else None
-    own = Path(chain_dir) if (calibrated and chain_dir is not None) else None
-
-    def inputs(block: int) -> Path:
-        return dense / f"inputs_{block}.zarr" if block == 0 or own is None else own / f"inputs_{block}.zarr"
-
-    def hessians(block: int) -> Path:
-        return (
-            dense / f"hessians_{block}.zarr" if block == 0 or own is None else own / f"hessians_{block}.zarr"
+        raise ValueError(
+            f"--dense-dir is required for method {method!r} (only {methods.without_hessian()} run without)"
         )
-
-    upstream = [str(model)]
-    if calibrated:
-        upstream += (
-            [str(inputs(0)), str(hessians(0))]
-            if own is not None
-            else [str(hessians(b)) for b in range(num_blocks)]
-        )
+    options = {"method": method, "sparsity": sparsity, "blocksize": blocksize, "alpha": alpha, "damp": damp}
+    run = _Chain(
+        model=model,
+        root=Path(pruned_root),
+        dense=Path(dense_dir) if calibrated else None,
+        own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
+        layers=list(adapter.layers),
+        prune_options=options,
+        batch_size=batch_size,
+        device=device,
+    )
     fingerprint = {
         "model": str(model),
         "method": method,
@@ -112,82 +215,29 @@ def chain(
         "blocksize": blocksize,
         "alpha": alpha,
         "damp": damp,
-        "chain": "dense" if own is None else "sequential",
-        "chain_dir": None if own is None else str(own),
+        "chain": "dense" if run.own is None else "sequential",
+        "chain_dir": None if run.own is None else str(run.own),
         "batch_size": batch_size,
-        "upstream": {path: _identity(path) for path in upstream},
+        "upstream": {path: _identity(path) for path in run.upstream(num_blocks)},
     }
-    state = root / FINGERPRINT
-    previous = json.loads(state.read_text()) if state.is_file() else None
-    if previous != fingerprint:
-        stale = sorted(root.glob("block*")) + (sorted(own.glob("*.zarr")) if own is not None else [])
-        if stale:
-            log.info("chain: recipe or upstream inputs changed: removing %d previous outputs", len(stale))
-        for path in stale:
-            _remove(path)
-        write_json(state, fingerprint)
+    run.discard_if_changed(fingerprint)
 
-    done = {"capture": 0, "prune": 0, "propagate": 0}
-    reused = dict(done)
     for block in range(num_blocks):
-        H = None
-        if calibrated:
-            H = hessians(block)
-            if block > 0 and own is not None:
-                if store_complete(H):
-                    reused["capture"] += 1
-                else:
-                    _remove(H)
-                    capture(model, block, inputs(block), H, batch_size, device)
-                    done["capture"] += 1
-        block_dir = root / f"block{block}"
-        todo = [
-            layer
-            for layer in layers
-            if not (
-                (block_dir / f"{layer}.safetensors").is_file() and (block_dir / f"{layer}.json").is_file()
-            )
-        ]
-        reused["prune"] += len(layers) - len(todo)
-        if todo:  # the missing layers only, with the per-block job's arguments
-            prune(
-                model,
-                block,
-                todo,
-                method,
-                sparsity,
-                block_dir,
-                hessians=H,
-                blocksize=blocksize,
-                alpha=alpha,
-                damp=damp,
-                device=device,
-            )
-            done["prune"] += len(todo)
-        if own is not None and block + 1 < num_blocks:
-            nxt = inputs(block + 1)
-            if store_complete(nxt):
-                reused["propagate"] += 1
-            else:
-                _remove(nxt)
-                propagate(model, block, inputs(block), nxt, block_dir, batch_size, device)
-                done["propagate"] += 1
+        H = run.capture(block)
+        block_dir = run.prune(block, H)
+        if run.own is not None and block + 1 < num_blocks:
+            run.propagate(block, block_dir)
         log.info("chain: block %d/%d done", block + 1, num_blocks)
 
-    if own is not None:
-        for block in range(1, num_blocks):
-            if not keep_activations:
-                _remove(inputs(block))
-            if not keep_hessians:
-                _remove(hessians(block))
+    run.drop(num_blocks, activations=not keep_activations, hessians=not keep_hessians)
     summary = {
         "method": method,
         "sparsity": str(sparsity),
         "num_blocks": num_blocks,
-        "layers": layers,
+        "layers": run.layers,
         "chain": fingerprint["chain"],
-        "computed": done,
-        "reused": reused,
+        "computed": run.computed,
+        "reused": run.reused,
     }
     write_json(out, summary)
     return summary

@@ -13,7 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from thanos import methods
 from thanos.atomic import atomic_path, write_json
+from thanos.layout import pruned_layer_name
 from thanos.models import open_model
 from thanos.prune import prune_layer
 from thanos.stages.common import resolve_device
@@ -48,8 +50,10 @@ def prune(
             raise ValueError(
                 f"{hessians} holds the Hessians of block {store.attrs['block']}, not block {block}"
             )
-    elif method != "magnitude":
-        raise ValueError(f"--hessians is required for method {method!r} (only magnitude runs without)")
+    elif methods.get(method).needs_hessian:
+        raise ValueError(
+            f"--hessians is required for method {method!r} (only {methods.without_hessian()} run without)"
+        )
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     results = []
@@ -83,9 +87,9 @@ def prune(
             "group": group,
             "options": result.options,
         }
-        with atomic_path(out_dir / f"{layer}.safetensors") as tmp:
+        with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
             save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
-        write_json(out_dir / f"{layer}.json", stats)
+        write_json(out_dir / pruned_layer_name(layer, "json"), stats)
         log.info(
             "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
             block,

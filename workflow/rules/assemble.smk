@@ -5,7 +5,7 @@ rule assemble:
     input:
         unpack(assemble_inputs),
     output:
-        directory(f"{R}/{{model}}/{{recipe}}/model"),
+        directory(PATHS.model_dir("{model}", "{recipe}")),
     params:
         model=model_path,
         info=info_file,
@@ -15,7 +15,7 @@ rule assemble:
         intermediates=intermediates,
         max_shard_size=config["assemble"]["max_shard_size"],
     log:
-        f"{R}/logs/{{model}}/{{recipe}}/assemble.log",
+        f"{PATHS.logs}/{{model}}/{{recipe}}/assemble.log",
     conda:
         CONDA_ENV
     shell:

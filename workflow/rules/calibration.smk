@@ -5,11 +5,11 @@ checkpoint model_info:
     input:
         model=model_dir_input,
     output:
-        f"{R}/{{model}}/model_info.json",
+        PATHS.model_info("{model}"),
     params:
         model=model_path,
     log:
-        f"{R}/logs/{{model}}/model_info.log",
+        f"{PATHS.logs}/{{model}}/model_info.log",
     conda:
         CONDA_ENV
     shell:
@@ -21,7 +21,7 @@ rule calibrate:
         model=model_dir_input,
         source=calibration_source_input,
     output:
-        directory(f"{R}/{{model}}/calib/tokens.zarr"),
+        directory(PATHS.tokens("{model}")),
     params:
         model=model_path,
         source=config["calibration"]["source"],
@@ -30,7 +30,7 @@ rule calibrate:
         seed=config["calibration"]["seed"],
         text_field=config["calibration"]["text_field"],
     log:
-        f"{R}/logs/{{model}}/calibrate.log",
+        f"{PATHS.logs}/{{model}}/calibrate.log",
     conda:
         CONDA_ENV
     shell:
@@ -42,13 +42,13 @@ rule calibrate:
 rule embed:
     input:
         model=model_dir_input,
-        tokens=f"{R}/{{model}}/calib/tokens.zarr",
+        tokens=PATHS.tokens("{model}"),
     output:
-        retain(directory(f"{R}/{{model}}/chains/dense/inputs_0.zarr"), "activations"),
+        retain(directory(PATHS.store("{model}", DENSE, "inputs", 0)), "activations"),
     params:
         model=model_path,
     log:
-        f"{R}/logs/{{model}}/embed.log",
+        f"{PATHS.logs}/{{model}}/embed.log",
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,

@@ -6,11 +6,11 @@ rule capture:
     input:
         unpack(capture_inputs),
     output:
-        retain(directory(f"{R}/{{model}}/chains/{{chain}}/hessians_{{l}}.zarr"), "hessians"),
+        retain(directory(PATHS.store("{model}", "{chain}", "hessians", "{l}")), "hessians"),
     params:
         model=model_path,
     log:
-        f"{R}/logs/{{model}}/chains/{{chain}}/capture_{{l}}.log",
+        f"{PATHS.logs}/{{model}}/chains/{{chain}}/capture_{{l}}.log",
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,
@@ -25,7 +25,7 @@ rule propagate:
     input:
         unpack(propagate_inputs),
     output:
-        retain(directory(f"{R}/{{model}}/chains/{{chain}}/inputs_{{l}}.zarr"), "activations"),
+        retain(directory(PATHS.store("{model}", "{chain}", "inputs", "{l}")), "activations"),
     wildcard_constraints:
         l=r"[1-9]\d*",
     params:
@@ -33,7 +33,7 @@ rule propagate:
         previous=previous_block,
         pruned=pruned_dir_option,
     log:
-        f"{R}/logs/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
+        f"{PATHS.logs}/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,

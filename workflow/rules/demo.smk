@@ -6,7 +6,7 @@ if DEMO["enabled"]:
         output:
             directory(DEMO["data_dir"]),
         log:
-            f"{R}/logs/demo/demo_data.log",
+            f"{PATHS.logs}/demo/demo_data.log",
         conda:
             CONDA_ENV
         shell:
@@ -18,7 +18,7 @@ if DEMO["enabled"]:
         output:
             directory(DEMO["model_dir"]),
         log:
-            f"{R}/logs/demo/train_demo.log",
+            f"{PATHS.logs}/demo/train_demo.log",
         threads: workflow.cores
         conda:
             CONDA_ENV
@@ -37,7 +37,7 @@ if TINY_MODELS:
         params:
             options=tiny_model_options,
         log:
-            f"{R}/logs/tiny/{{tiny_path}}.log",
+            f"{PATHS.logs}/tiny/{{tiny_path}}.log",
         conda:
             CONDA_ENV
         shell:

@@ -6,14 +6,14 @@ rule perplexity:
         model=eval_model_input,
         source=perplexity_source_input,
     output:
-        f"{R}/{{model}}/{{variant}}/eval/perplexity.json",
+        PATHS.evaluation("{model}", "{variant}", "perplexity"),
     params:
         model=eval_model,
         source=config["perplexity"]["source"],
         options=perplexity_options,
         batch_size=config["perplexity"]["batch_size"],
     log:
-        f"{R}/logs/{{model}}/{{variant}}/perplexity.log",
+        f"{PATHS.logs}/{{model}}/{{variant}}/perplexity.log",
     threads: config["threads"]
     resources:
         gpu=EVAL_JOB_GPUS,
@@ -30,13 +30,13 @@ rule zeroshot:
         model=eval_model_input,
         include=zeroshot_include_input,
     output:
-        f"{R}/{{model}}/{{variant}}/eval/zeroshot.json",
+        PATHS.evaluation("{model}", "{variant}", "zeroshot"),
     params:
         model=eval_model,
         options=zeroshot_options,
         batch_size=config["zeroshot"]["batch_size"],
     log:
-        f"{R}/logs/{{model}}/{{variant}}/zeroshot.log",
+        f"{PATHS.logs}/{{model}}/{{variant}}/zeroshot.log",
     threads: config["threads"]
     resources:
         gpu=EVAL_JOB_GPUS,

@@ -1,5 +1,8 @@
-# Per recipe: prune block l's linear layers, one job per layer (granularity: layer, the default) or one
-# job per block (granularity: block); granularity chain: workflow/rules/chain.smk. Recipe options are params, so editing a recipe reruns its jobs only.
+# Per recipe: prune its blocks' linear layers, as config granularity says: one job per layer (layer, the
+# default), one per block (block), or one per recipe (recipe: `python -m thanos chain` runs capture,
+# prune and propagate of every block in one process, same files byte for byte; its output is the summary
+# written after the last block, so a killed job keeps its finished blocks and resumes there). Recipe
+# options are params, so editing a recipe reruns its jobs only.
 
 if GRANULARITY == "layer":
 
@@ -7,15 +10,15 @@ if GRANULARITY == "layer":
         input:
             unpack(prune_inputs),
         output:
-            weight=retain(f"{R}/{{model}}/{{recipe}}/pruned/block{{l}}/{{layer}}.safetensors", "pruned_layers"),
-            stats=retain(f"{R}/{{model}}/{{recipe}}/pruned/block{{l}}/{{layer}}.json", "pruned_layers"),
+            weight=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "safetensors"), "pruned_layers"),
+            stats=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "json"), "pruned_layers"),
         params:
             model=model_path,
             options=recipe_options,
             hessians=hessians_option,
             out_dir=prune_out_dir,
         log:
-            f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
+            f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
@@ -32,14 +35,14 @@ elif GRANULARITY == "block":
         input:
             unpack(prune_inputs),
         output:
-            retain(directory(f"{R}/{{model}}/{{recipe}}/pruned/block{{l}}"), "pruned_layers"),
+            retain(directory(PATHS.pruned_block("{model}", "{recipe}", "{l}")), "pruned_layers"),
         params:
             model=model_path,
             options=recipe_options,
             hessians=hessians_option,
             layers=block_layers,
         log:
-            f"{R}/logs/{{model}}/{{recipe}}/prune/block{{l}}.log",
+            f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}.log",
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
@@ -49,3 +52,27 @@ elif GRANULARITY == "block":
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {params.layers} {params.hessians} {params.options}"
             " --device $THANOS_WF_DEVICE --out-dir {output} > {log} 2>&1"
+
+elif GRANULARITY == "recipe":
+
+    rule prune_recipe:
+        input:
+            unpack(recipe_inputs),
+        output:
+            PATHS.chain_summary("{model}", "{recipe}"),
+        params:
+            model=model_path,
+            options=recipe_options,
+            stores=recipe_store_options,
+            root=recipe_pruned_root,
+        log:
+            f"{PATHS.logs}/{{model}}/{{recipe}}/prune_recipe.log",
+        threads: config["threads"]
+        resources:
+            gpu=JOB_GPUS,
+        conda:
+            CONDA_ENV
+        shell:
+            "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
+            " {params.options} {params.stores} --pruned-root {params.root} --device $THANOS_WF_DEVICE"
+            " --out {output} > {log} 2>&1"

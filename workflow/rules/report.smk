@@ -10,7 +10,7 @@ rule tables:
         report_inputs,
     output:
         report(
-            directory(f"{R}/tables"),
+            directory(PATHS.tables),
             patterns=["{name}.csv"],
             caption="../report/tables.rst",
             category="Tables",
@@ -18,7 +18,7 @@ rule tables:
     params:
         results=results_dir,
     log:
-        f"{R}/logs/tables.log",
+        f"{PATHS.logs}/tables.log",
     conda:
         CONDA_ENV
     shell:
@@ -30,7 +30,7 @@ rule figures:
         report_inputs,
     output:
         report(
-            directory(f"{R}/figures"),
+            directory(PATHS.figures),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
@@ -38,7 +38,7 @@ rule figures:
     params:
         results=results_dir,
     log:
-        f"{R}/logs/figures.log",
+        f"{PATHS.logs}/figures.log",
     conda:
         CONDA_ENV
     shell:

@@ -1,0 +1,111 @@
+"""The one call signature of every pruning kernel, and the built-in methods' kernels in that form.
+
+``prune_layer`` hands each kernel a ``Problem`` (the rows of W to prune, the outlier rows already set
+aside) and gets ``(W, mask)`` back; ``thanos.methods`` says which kernel serves which (method, pattern
+kind). The functions below adapt the algorithm modules (``thanos.algorithms.*``), whose own signatures
+stay those of the paper's algorithms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+
+from thanos.algorithms import magnitude, masks, sparsegpt, thanos, wanda
+from thanos.sparsity import Sparsity, structured_count, unstructured_count
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One layer's pruning problem as a kernel receives it, in fp32.
+
+    ``W`` (c, b): the rows to prune (the kernel may change it in place); ``H`` (b, b) or None;
+    ``U``: the upper Cholesky factor of the damped H^-1 (H^-1 = U^T U) for methods that update weights,
+    else None; ``blocksize``: B, at most b, or None; ``alpha``: the outlier-row fraction (those rows are
+    already removed from ``W``, but structured sparsity counts its columns with it).
+    """
+
+    W: torch.Tensor
+    H: torch.Tensor | None
+    U: torch.Tensor | None
+    pattern: Sparsity
+    blocksize: int | None
+    alpha: Fraction
+    row_batch_bytes: int
+
+    @property
+    def k(self) -> int:
+        """Unstructured: floor(p c b) weights to remove from these rows (Alg. 1, line 2)."""
+        c, b = self.W.shape
+        return unstructured_count(self.pattern.p, c, b)
+
+    @property
+    def k_per_row(self) -> int:
+        """Unstructured, compared per row (Wanda): floor(p b) weights of each row."""
+        return unstructured_count(self.pattern.p, 1, self.W.shape[1])
+
+    @property
+    def s(self) -> int:
+        """Structured: s = ceil(p b / (1 - alpha)) columns to remove (Alg. 2, line 2)."""
+        return structured_count(self.pattern.p, self.alpha, self.W.shape[1])
+
+
+Result = tuple[torch.Tensor, torch.Tensor]
+
+
+def magnitude_unstructured(problem: Problem) -> Result:
+    return problem.W, magnitude.magnitude_unstructured(problem.W, problem.k)
+
+
+def magnitude_nm(problem: Problem) -> Result:
+    return problem.W, magnitude.magnitude_nm(problem.W, problem.pattern.n, problem.pattern.m)
+
+
+def magnitude_structured(problem: Problem) -> Result:
+    return problem.W, magnitude.magnitude_structured(problem.W, problem.s)
+
+
+def wanda_unstructured(problem: Problem) -> Result:
+    return problem.W, wanda.wanda_unstructured(problem.W, problem.H, problem.k_per_row)
+
+
+def wanda_nm(problem: Problem) -> Result:
+    return problem.W, wanda.wanda_nm(problem.W, problem.H, problem.pattern.n, problem.pattern.m)
+
+
+def wanda_structured(problem: Problem) -> Result:
+    return problem.W, wanda.wanda_structured(problem.W, problem.H, problem.s)
+
+
+def sparsegpt_unstructured(problem: Problem) -> Result:
+    return sparsegpt.sparsegpt(problem.W, problem.U, problem.blocksize, p=problem.pattern.p)
+
+
+def sparsegpt_nm(problem: Problem) -> Result:
+    n, m = problem.pattern.n, problem.pattern.m
+    return sparsegpt.sparsegpt(problem.W, problem.U, problem.blocksize, n=n, m=m)
+
+
+def sparsegpt_structured(problem: Problem) -> Result:
+    columns = sparsegpt.structured_columns(problem.W, problem.U, problem.s)
+    return sparsegpt.sparsegpt(problem.W, problem.U, problem.blocksize, column_mask=columns)
+
+
+def thanos_unstructured(problem: Problem) -> Result:
+    xnorm = masks.input_norms(problem.H)
+    return thanos.thanos_unstructured(
+        problem.W, problem.U, xnorm, problem.k, problem.blocksize, problem.row_batch_bytes
+    )
+
+
+def thanos_nm(problem: Problem) -> Result:
+    xnorm = masks.input_norms(problem.H)
+    n, m = problem.pattern.n, problem.pattern.m
+    return thanos.thanos_nm(problem.W, problem.U, xnorm, n, m, problem.blocksize, problem.row_batch_bytes)
+
+
+def thanos_structured(problem: Problem) -> Result:
+    xnorm = masks.input_norms(problem.H)
+    return thanos.thanos_structured(problem.W, problem.U, xnorm, problem.s)

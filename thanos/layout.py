@@ -1,0 +1,133 @@
+"""Where the workflow's files live under the results directory: the one description of the layout.
+
+The Snakemake rules build every path from a ``Layout``; the ``chain`` stage finds its stores with
+``reads_dense_chain`` and ``store_name``; the report skips ``NOT_MODELS``. docs/cli.md ("Results layout")
+shows the tree. The public part (``{model}/{recipe}/model/``, ``{model}/{variant}/eval/*.json``,
+``tables/``, ``figures/``) does not change between versions: users' scripts read it.
+
+A chain is where a block's calibration inputs come from: ``dense`` (the dense model's activations,
+shared by every recipe) or a recipe's own sequential chain (the outputs of its pruned blocks). Block 0's
+inputs are the embeddings of the calibration tokens, the same for every recipe, so block 0 always reads
+the dense chain; with ``chain: dense`` every block does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+StoreKind = Literal["inputs", "hessians"]
+
+DENSE = "dense"  # the dense chain's name, and the variant name of the unpruned model
+# names used next to the recipes under results/{model}/, or by the results root's own directories and
+# the demo's: no recipe may take one
+RESERVED = (
+    "dense",
+    "chains",
+    "calib",
+    "model",
+    "data",
+    "eval",
+    "pruned",
+    "tables",
+    "figures",
+    "logs",
+    "tiny",
+    "demo",
+)
+NOT_MODELS = ("tables", "figures", "logs")  # directories of the results root that are not models
+RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def reads_dense_chain(block: int | str, sequential: bool) -> bool:
+    """Whether ``block`` reads the dense chain's stores: block 0 always, every block of a dense chain."""
+    return not sequential or int(block) == 0
+
+
+def chain_of(chain: str, block: int | str, sequential: bool) -> str:
+    """The chain whose stores block ``block`` of ``chain`` (a recipe, or ``dense``) reads."""
+    return DENSE if reads_dense_chain(block, sequential) else chain
+
+
+def store_name(kind: StoreKind, block: int | str) -> str:
+    """``inputs_{l}.zarr`` (block l's inputs) or ``hessians_{l}.zarr`` (its Hessians) of a chain."""
+    return f"{kind}_{block}.zarr"
+
+
+def pruned_block_name(block: int | str) -> str:
+    """The directory of a recipe's pruned layers of block l: ``PRUNED/block{l}``."""
+    return f"block{block}"
+
+
+def pruned_layer_name(layer: str, ext: str) -> str:
+    """``{layer}.safetensors`` (tensor ``weight``, the original dtype) or ``{layer}.json`` (its stats)."""
+    return f"{layer}.{ext}"
+
+
+CHAIN_SUMMARY = "chain.json"  # PRUNED/chain.json: written last by a recipe's chain job
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of one results root. ``sequential``: the config's ``chain: sequential`` (else dense).
+
+    Arguments are names or Snakemake wildcard patterns (``"{model}"``): the methods only format text,
+    except ``inputs``/``hessians``, which choose the chain (block 0 and dense chains read ``dense``).
+    """
+
+    root: str
+    sequential: bool = True
+
+    def model_info(self, model: str) -> str:
+        return f"{self.root}/{model}/model_info.json"
+
+    def tokens(self, model: str) -> str:
+        return f"{self.root}/{model}/calib/tokens.zarr"
+
+    def chain_dir(self, model: str, chain: str) -> str:
+        return f"{self.root}/{model}/chains/{chain}"
+
+    def store(self, model: str, chain: str, kind: StoreKind, block: int | str) -> str:
+        """The store of ``chain`` itself (rule outputs): no choice of chain."""
+        return f"{self.chain_dir(model, chain)}/{store_name(kind, block)}"
+
+    def inputs(self, model: str, chain: str, block: int | str) -> str:
+        """Block ``block``'s inputs as ``chain`` (a recipe or ``dense``) reads them."""
+        return self.store(model, chain_of(chain, block, self.sequential), "inputs", block)
+
+    def hessians(self, model: str, chain: str, block: int | str) -> str:
+        """Block ``block``'s Hessians as ``chain`` (a recipe or ``dense``) reads them."""
+        return self.store(model, chain_of(chain, block, self.sequential), "hessians", block)
+
+    def pruned(self, model: str, recipe: str) -> str:
+        return f"{self.root}/{model}/{recipe}/pruned"
+
+    def pruned_block(self, model: str, recipe: str, block: int | str) -> str:
+        return f"{self.pruned(model, recipe)}/{pruned_block_name(block)}"
+
+    def pruned_layer(self, model: str, recipe: str, block: int | str, layer: str, ext: str) -> str:
+        return f"{self.pruned_block(model, recipe, block)}/{pruned_layer_name(layer, ext)}"
+
+    def chain_summary(self, model: str, recipe: str) -> str:
+        return f"{self.pruned(model, recipe)}/{CHAIN_SUMMARY}"
+
+    def model_dir(self, model: str, recipe: str) -> str:
+        """The assembled Hugging Face directory (with pruning_report.json)."""
+        return f"{self.root}/{model}/{recipe}/model"
+
+    def evaluation(self, model: str, variant: str, name: str) -> str:
+        """``name``: ``perplexity`` or ``zeroshot``; ``variant``: a recipe or ``dense``."""
+        return f"{self.root}/{model}/{variant}/eval/{name}.json"
+
+    @property
+    def tables(self) -> str:
+        return f"{self.root}/tables"
+
+    @property
+    def figures(self) -> str:
+        return f"{self.root}/figures"
+
+    @property
+    def logs(self) -> str:
+        return f"{self.root}/logs"

@@ -1,0 +1,183 @@
+"""Recipes: a method, a sparsity pattern and optional hyper-parameters, under a name.
+
+A ``Recipe`` travels as itself, or as its JSON text (``to_json``/``from_json``) across a process
+boundary (the workflow's ``assemble --recipe-json``). ``expand`` turns the config's ``recipes:`` and
+``recipe_grid:`` into named recipes, with errors that name the offending config key; the grid names its
+recipes ``{method}_{pattern}[_a{alpha}]`` (``pattern_tag``), and ``from_name`` reads such a name back.
+Torch-free: the workflow imports this module when it parses its config.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from typing import Any
+
+from thanos import methods
+from thanos.layout import RECIPE_NAME, RESERVED
+from thanos.sparsity import parse_sparsity
+
+HYPERPARAMETERS = ("blocksize", "alpha", "damp")  # optional; unset: the method's default
+
+
+class ConfigError(ValueError):
+    """A config value the schema cannot check; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """``sparsity`` is the canonical text (``unstructured:0.5``, ``2:4``, ``structured:0.3``); ``chain``
+    (``sequential`` or ``dense``) is recorded by the workflow for the pruning report. Values are kept as
+    written (an ``alpha: 0`` stays the integer 0), so the options and JSON a recipe produces are stable."""
+
+    name: str
+    method: str
+    sparsity: str
+    blocksize: int | None = None
+    alpha: float | None = None
+    damp: float | None = None
+    chain: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], key: str = "recipe") -> Recipe:
+        """A checked recipe; errors name ``key`` (e.g. ``recipes.thanos_u50``) and the field."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{key}: expected an object {{name, method, sparsity, ...}}, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"{key}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        for required in ("name", "method", "sparsity"):
+            if data.get(required) is None:
+                raise ConfigError(f"{key}: {required} is missing")
+        try:
+            methods.get(data["method"], key=f"{key}.method")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        for name in HYPERPARAMETERS:
+            value = data.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ConfigError(f"{key}.{name}: expected a number, got {value!r}")
+        return cls(**dict(data, sparsity=sparsity_text(f"{key}.sparsity", data["sparsity"])))
+
+    @classmethod
+    def from_json(cls, text: str, key: str = "recipe") -> Recipe:
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise ConfigError(f'{key}: not JSON ({err}); pass {{"name": ..., "method": ...}}') from None
+        return cls.from_dict(data, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that are set, keys sorted (the ``recipe`` of pruning_report.json)."""
+        return {name: value for name, value in sorted(vars(self).items()) if value is not None}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def options(self) -> str:
+        """The recipe as options of ``python -m thanos prune`` and ``chain`` (``thanos.commands._args``)."""
+        words = [f"--method {self.method}", f"--sparsity {self.sparsity}"]
+        words += [
+            f"--{name} {getattr(self, name)}" for name in HYPERPARAMETERS if getattr(self, name) is not None
+        ]
+        return " ".join(words)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether the method needs Hessians (calibration tokens, inputs and capture jobs)."""
+        return methods.get(self.method).needs_hessian
+
+
+def sparsity_text(key: str, value: Any) -> str:
+    """Check a sparsity value and return its canonical text; the error names ``key``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        raise ConfigError(
+            f"{key}: got {value}; quote n:m patterns in YAML ('2:4'), "
+            "an unquoted 2:4 is read as the number 124"
+        )
+    try:
+        return str(parse_sparsity(value))
+    except ValueError as err:
+        raise ConfigError(
+            f"{key}: {err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
+            "'structured:0.3')"
+        ) from None
+
+
+def pattern_tag(sparsity: str) -> str:
+    """The pattern in a grid recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30."""
+    pattern = parse_sparsity(sparsity)
+    if pattern.kind == "nm":
+        return f"{pattern.n}-{pattern.m}"
+    return f"{pattern.kind[0]}{float(pattern.p) * 100:g}"
+
+
+def grid_name(method: str, sparsity: str, alpha: float | None, several_alphas: bool) -> str:
+    """``{method}_{pattern}``, with ``_a{alpha}`` when the grid entry lists several alphas."""
+    name = f"{method}_{pattern_tag(sparsity)}"
+    return f"{name}_a{alpha:g}" if several_alphas else name
+
+
+def from_name(name: str) -> dict[str, Any] | None:
+    """``method``, ``sparsity`` and ``alpha`` read back from a ``grid_name``; None for other names."""
+    alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
+    match = re.match(
+        rf"^(?P<method>{alternatives})_(?P<tag>[us][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?", name
+    )
+    if not match:
+        return None
+    tag = match["tag"]
+    try:
+        if tag[0] in "us":
+            kind = "unstructured" if tag[0] == "u" else "structured"
+            sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))
+        else:
+            sparsity = str(parse_sparsity(tag.replace("-", ":")))
+        alpha = float(match["alpha"]) if match["alpha"] else None
+    except ValueError:
+        return None
+    return {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
+
+
+def expand(config: dict[str, Any]) -> dict[str, Recipe]:
+    """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``."""
+    chain = config.get("chain")
+    recipes: dict[str, Recipe] = {}
+    for i, entry in enumerate(config.get("recipe_grid") or []):
+        alphas = entry.get("alpha", [None])
+        for j, method in enumerate(entry["methods"]):
+            try:
+                methods.get(method, key=f"recipe_grid[{i}].methods[{j}]")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            for k, value in enumerate(entry["sparsities"]):
+                sparsity = sparsity_text(f"recipe_grid[{i}].sparsities[{k}]", value)
+                for alpha in alphas:
+                    name = grid_name(method, sparsity, alpha, len(alphas) > 1)
+                    if name in recipes:
+                        raise ConfigError(
+                            f"recipe_grid[{i}] makes recipe {name!r} a second time: "
+                            "list each method x sparsity x alpha once"
+                        )
+                    extra = {key: entry[key] for key in ("blocksize", "damp") if key in entry}
+                    recipes[name] = Recipe(name, method, sparsity, alpha=alpha, chain=chain, **extra)
+    for name, entry in (config.get("recipes") or {}).items():
+        if name in recipes:
+            raise ConfigError(
+                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
+            )
+        recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
+    for name in recipes:
+        if name in RESERVED or not RECIPE_NAME.fullmatch(name):
+            raise ConfigError(
+                f"recipe name {name!r} is reserved or invalid: use letters, digits and _.+- (starting with "
+                f"a letter or digit), and none of {', '.join(RESERVED)}"
+            )
+    if not recipes:
+        raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
+    return recipes

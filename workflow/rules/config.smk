@@ -1,0 +1,98 @@
+# The config and the constants every rule reads: loaded, validated against the schema, then checked by
+# thanos.recipes for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
+# built by thanos.layout (PATHS); every stage is a `python -m thanos <command>` call (docs/cli.md).
+
+import os
+import re
+
+from snakemake.logging import logger
+from snakemake.utils import validate
+
+from thanos.layout import DENSE, NOT_MODELS, Layout
+from thanos.recipes import ConfigError, expand
+
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+validate(config, "../schemas/config.schema.yaml")
+
+R = config["results"]
+CHAIN = config["chain"]
+PATHS = Layout(R, sequential=CHAIN == "sequential")
+DEMO = config["demo"]
+MODELS = config["models"]
+RECIPES = expand(config)
+TINY_MODELS = {os.path.normpath(m["path"]): m["tiny"] for m in MODELS.values() if "tiny" in m}
+
+GRANULARITY = config["granularity"]
+if GRANULARITY == "chain":
+    logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")
+    GRANULARITY = "recipe"
+
+if set(MODELS) & set(NOT_MODELS):
+    raise ConfigError(
+        f"models: {', '.join(sorted(set(MODELS) & set(NOT_MODELS)))} names a directory of the report"
+        f" ({', '.join(NOT_MODELS)} under {R}); rename the model"
+    )
+
+
+def _alternation(names):
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!x)x"
+
+
+wildcard_constraints:
+    model=_alternation(MODELS),
+    recipe=_alternation(RECIPES),
+    chain=_alternation([DENSE, *RECIPES]),
+    variant=_alternation([DENSE, *RECIPES]),
+    l=r"\d+",
+    layer=r"[A-Za-z0-9_.]+",
+
+
+# --- job environment (not params: changing the device does not invalidate finished results) -------
+# Rules read these as shell variables; set here, they reach every job (local or re-parsed remotely).
+
+CONDA_ENV = "../../envs/thanos.yaml"
+EVAL_GPUS = config["eval_gpus"]
+if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
+    raise ConfigError(
+        f"eval_gpus: {EVAL_GPUS} spreads evaluated models over several GPUs, which needs device: auto or"
+        f" cuda (got device: {config['device']}); set eval_gpus: 1"
+    )
+# The one place that decides how many GPUs a job asks for (the `gpu` resource of the rules: local
+# `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
+JOB_GPUS = 0 if config["device"] == "cpu" else 1
+EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
+
+
+def _slot_pool(count):
+    """The GPU slot-pool wrapper of a job needing `count` GPUs (none on device: cpu)."""
+    if config["device"] == "cpu":
+        return ""
+    return f"python -m thanos.devices --slots {config['gpu_slots']} --count {count} --"
+
+
+JOB_ENV = {
+    "THANOS_WF_DEVICE": config["device"],
+    "THANOS_WF_GPU": _slot_pool(1),
+    "THANOS_WF_EVAL_GPU": _slot_pool(EVAL_GPUS),
+    # where an evaluation puts the model: one device, or spread over eval_gpus GPUs
+    "THANOS_WF_EVAL_PLACEMENT": "--device-map auto" if EVAL_GPUS > 1 else f"--device {config['device']}",
+    "THANOS_WF_ZEROSHOT_ENV": "env HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1" if config["zeroshot"]["offline"] else "",
+}
+os.environ.update(JOB_ENV)
+
+
+envvars:
+    "THANOS_WF_DEVICE",
+    "THANOS_WF_GPU",
+    "THANOS_WF_EVAL_GPU",
+    "THANOS_WF_EVAL_PLACEMENT",
+    "THANOS_WF_ZEROSHOT_ENV",
+
+
+def retain(path, kind):
+    """Mark an intermediate temp() when config retention.<kind> is false."""
+    return path if config["retention"][kind] else temp(path)

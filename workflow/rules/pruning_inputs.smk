@@ -1,0 +1,150 @@
+# Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
+# stores a block reads, and every path, come from thanos.layout through PATHS (config.smk).
+
+
+def needs_calibration(recipe):
+    return RECIPES[recipe].needs_calibration
+
+
+def recipe_options(wildcards):
+    """The recipe's prune options (a param: changing them reruns this recipe's jobs only)."""
+    return RECIPES[wildcards.recipe].options()
+
+
+def recipe_json(wildcards):
+    return RECIPES[wildcards.recipe].to_json()
+
+
+def pruned_block_outputs(model, recipe, block):
+    """What a finished block of a recipe is, as job outputs: its layers' files, its directory, or (one
+    job per recipe) the recipe's chain summary."""
+    if GRANULARITY == "recipe":
+        return [PATHS.chain_summary(model, recipe)]
+    if GRANULARITY == "block":
+        return [PATHS.pruned_block(model, recipe, block)]
+    layers = model_info(model)["layers"]
+    return [
+        PATHS.pruned_layer(model, recipe, block, layer, ext) for layer in layers for ext in ("safetensors", "json")
+    ]
+
+
+def prune_inputs(wildcards):
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if needs_calibration(wildcards.recipe):
+        inputs["hessians"] = PATHS.hessians(wildcards.model, wildcards.recipe, wildcards.l)
+    return inputs
+
+
+def hessians_option(wildcards, input):
+    return f"--hessians {input.hessians}" if "hessians" in input.keys() else ""
+
+
+def block_layers(wildcards):
+    return ",".join(model_info(wildcards.model)["layers"])
+
+
+# Parameters that take `output`, although they do not need it: Snakemake records no such parameter, so
+# results made before these paths came from PATHS are not rebuilt for a parameter it never stored.
+
+
+def prune_out_dir(wildcards, output):
+    return PATHS.pruned_block(wildcards.model, wildcards.recipe, wildcards.l)
+
+
+def pruned_root(wildcards, output):
+    return PATHS.pruned(wildcards.model, wildcards.recipe)
+
+
+def capture_inputs(wildcards):
+    return {
+        "info": info_path(wildcards),
+        "model": model_dir_input(wildcards),
+        "inputs": PATHS.inputs(wildcards.model, wildcards.chain, wildcards.l),
+    }
+
+
+def previous_block(wildcards):
+    return int(wildcards.l) - 1
+
+
+def propagate_inputs(wildcards):
+    previous = previous_block(wildcards)
+    inputs = {
+        "info": info_path(wildcards),
+        "model": model_dir_input(wildcards),
+        "inputs": PATHS.inputs(wildcards.model, wildcards.chain, previous),
+        "pruned": [],
+    }
+    if wildcards.chain != DENSE:
+        inputs["pruned"] = pruned_block_outputs(wildcards.model, wildcards.chain, previous)
+    return inputs
+
+
+def pruned_dir_option(wildcards):
+    if wildcards.chain == DENSE:
+        return ""
+    return f"--pruned-dir {PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))}"
+
+
+def recipe_inputs(wildcards):
+    """granularity recipe: the dense chain's stores the recipe's job reads (none without calibration):
+    block 0's inputs and Hessians (sequential: the job computes the rest), or every block's Hessians."""
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if needs_calibration(wildcards.recipe):
+        model, recipe = wildcards.model, wildcards.recipe
+        if PATHS.sequential:
+            inputs["inputs"] = PATHS.inputs(model, recipe, 0)
+            inputs["hessians"] = PATHS.hessians(model, recipe, 0)
+        else:
+            blocks = range(model_info(model)["num_blocks"])
+            inputs["hessians"] = [PATHS.hessians(model, recipe, block) for block in blocks]
+    return inputs
+
+
+def recipe_store_options(wildcards):
+    """The chain command's store options: the dense chain, and the recipe's own chain when sequential."""
+    if not needs_calibration(wildcards.recipe):
+        return ""
+    options = f"--dense-dir {PATHS.chain_dir(wildcards.model, DENSE)}"
+    if PATHS.sequential:
+        options += f" --chain-dir {PATHS.chain_dir(wildcards.model, wildcards.recipe)}"
+        if not config["retention"]["activations"]:
+            options += " --drop-activations"
+        if not config["retention"]["hessians"]:
+            options += " --drop-hessians"
+    return options
+
+
+def recipe_pruned_root(wildcards):
+    return PATHS.pruned(wildcards.model, wildcards.recipe)
+
+
+# --- assemble --------------------------------------------------------------------------------------
+
+
+def assemble_inputs(wildcards):
+    model, recipe = wildcards.model, wildcards.recipe
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if GRANULARITY == "recipe":
+        inputs["pruned"] = [PATHS.chain_summary(model, recipe)]
+    else:
+        blocks = range(model_info(model)["num_blocks"])
+        inputs["pruned"] = [f for block in blocks for f in pruned_block_outputs(model, recipe, block)]
+    if needs_calibration(recipe):
+        inputs["tokens"] = PATHS.tokens(model)
+    return inputs
+
+
+def calibration_option(wildcards, input):
+    return f"--calibration {input.tokens}" if "tokens" in input.keys() else ""
+
+
+def intermediates(wildcards):
+    """Paths whose disk use the pruning report lists."""
+    model, recipe = wildcards.model, wildcards.recipe
+    paths = [PATHS.pruned(model, recipe)]
+    if needs_calibration(recipe):
+        paths += [PATHS.tokens(model), PATHS.chain_dir(model, DENSE)]
+        if PATHS.sequential:
+            paths.append(PATHS.chain_dir(model, recipe))
+    return " ".join(paths)
