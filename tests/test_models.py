@@ -25,7 +25,7 @@ def walk_blocks(model_dir: Path, input_ids: torch.Tensor) -> tuple[torch.Tensor,
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "opt"])
 def test_block_walk_matches_full_model(tmp_path: Path, family: str) -> None:
-    model_dir = make_tiny_model(tmp_path, family, num_blocks=3, max_positions=64)
+    model_dir = make_tiny_model(tmp_path, family, num_blocks=3, max_position_embeddings=64)
     input_ids = torch.randint(4, 60, (2, 24), generator=torch.Generator().manual_seed(1))
     final, logits = walk_blocks(model_dir, input_ids)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -94,7 +94,7 @@ def test_missing_config_or_weights(tmp_path: Path) -> None:
 
 
 def test_bf16_block_runs_in_bf16(tmp_path: Path) -> None:
-    model_dir = make_tiny_model(tmp_path, "mistral", dtype=torch.bfloat16)
+    model_dir = make_tiny_model(tmp_path, "mistral", dtype="bfloat16")
     assert json.loads((model_dir / "config.json").read_text())["dtype"] == "bfloat16"
     _, adapter, checkpoint = open_model(model_dir)
     assert adapter.dtype == torch.bfloat16
