@@ -208,3 +208,15 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     assert not (tmp_path / "h.zarr").exists() and not (tmp_path / "o.zarr").exists()
     assert not list(tmp_path.glob(".*.tmp"))
 
+
+def test_device_resolution_names_the_fix() -> None:
+    """One resolver for stages, evaluation and the demo trainer: auto, cpu, cuda[:N] if visible."""
+    from thanos.stages.common import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" Auto ").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    missing = f"cuda:{torch.cuda.device_count()}"  # one past the last visible GPU
+    with pytest.raises(ValueError, match=rf"--device {missing}: .*use --device cpu or auto"):
+        resolve_device(missing)
+    with pytest.raises(ValueError, match="unknown 'gpu'; use auto, cpu, cuda or cuda:N"):
+        resolve_device("gpu")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from thanos.stages.common import resolve_device as resolve_device  # the command resolves --device with it
+
 log = logging.getLogger(__name__)
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -160,15 +162,6 @@ def _batches(stream: torch.Tensor, opts: TrainOptions, generator: torch.Generato
         for start in range(0, usable - opts.batch_size + 1, opts.batch_size):
             yield epoch, windows[order[start : start + opts.batch_size]]
         epoch += 1
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu or auto")
-    return device
 
 
 def train_demo(
