@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from thanos.tiny import FAMILIES, build_tiny_model
 
-VOCAB_SIZE = 128  # more embedding rows than the tokenizer has tokens, as padded vocabularies do
 WORDS = (
     "the a one two three cat dog bird fish tree house river stone cloud light dark small big old new "
     "red green blue runs sees eats sleeps jumps sings walks flies swims reads writes under over near far "
     "and but or with without before after today tomorrow slowly quickly happily sadly again always never"
 ).split()
+TINY_DEFAULTS = {"hidden_size": 32, "max_position_embeddings": 64, "max_shard_size": "40KB", "jitter": 0.1}
+# more embedding rows (128) than the tokenizer has tokens, as padded vocabularies have
+TINY_DEFAULTS |= {"words": (*WORDS, "."), "vocab_size": 128}
 
 
 def corpus_sentences(count: int, seed: int = 0, words: int = 12) -> list[str]:
@@ -32,31 +34,14 @@ def corpus_sentences(count: int, seed: int = 0, words: int = 12) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(words)) + " ." for _ in range(count)]
 
 
-def make_tiny_model(
-    tmp_path: Path,
-    family: str,
-    num_blocks: int = 2,
-    hidden_size: int = 32,
-    max_position_embeddings: int = 64,
-    dtype: str = "float32",
-    max_shard_size: str = "40KB",
-    words: Sequence[str] = (*WORDS, "."),
-) -> Path:
-    """A tiny random model of ``family`` in a directory under ``tmp_path`` named after its shape: sharded
-    safetensors, a word-level tokenizer over ``words``, random biases and norms (so that every parameter
-    matters in equivalence tests)."""
-    return build_tiny_model(
-        Path(tmp_path) / f"{family}-{num_blocks}b-{hidden_size}h-{dtype}",
-        family,
-        hidden_size=hidden_size,
-        num_blocks=num_blocks,
-        max_position_embeddings=max_position_embeddings,
-        dtype=dtype,
-        words=words,
-        vocab_size=VOCAB_SIZE,
-        jitter=0.1,
-        max_shard_size=max_shard_size,
-    )
+def make_tiny_model(tmp_path: Path, family: str, **options: Any) -> Path:
+    """A tiny random model of ``family`` (``build_tiny_model`` with ``options``) in a directory under
+    ``tmp_path`` named after its shape. Defaults: 2 blocks, hidden size 32, 64 positions, float32, shards
+    of 40KB, a word-level tokenizer over ``WORDS``, random biases and norms (so that every parameter matters
+    in equivalence tests)."""
+    options = TINY_DEFAULTS | options
+    shape = f"{options.get('num_blocks', 2)}b-{options['hidden_size']}h-{options.get('dtype', 'float32')}"
+    return build_tiny_model(Path(tmp_path) / f"{family}-{shape}", family, **options)
 
 
 def write_corpus(path: Path, docs: int = 24, words: int = 40, kind: str = "jsonl", seed: int = 0) -> Path:

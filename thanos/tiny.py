@@ -60,19 +60,12 @@ def tiny_config(
     """The ``PretrainedConfig`` of ``family`` with these sizes (token ids of ``SPECIAL``)."""
     from transformers import LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
 
-    common = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_hidden_layers=num_blocks,
-        num_attention_heads=num_heads,
-        max_position_embeddings=max_position_embeddings,
-        pad_token_id=3,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    common = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_blocks}
+    common |= {"num_attention_heads": num_heads, "max_position_embeddings": max_position_embeddings}
+    common |= {"pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 2}  # their indices in SPECIAL
     if family == "opt":
         return OPTConfig(ffn_dim=intermediate_size, word_embed_proj_dim=hidden_size, **common)
-    common |= dict(intermediate_size=intermediate_size, num_key_value_heads=num_kv_heads)
+    common |= {"intermediate_size": intermediate_size, "num_key_value_heads": num_kv_heads}
     if family == "llama":
         return LlamaConfig(tie_word_embeddings=False, **common)
     if family == "mistral":
