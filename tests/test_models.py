@@ -101,3 +101,26 @@ def test_bf16_block_runs_in_bf16(tmp_path: Path) -> None:
     hidden = adapter.load_embedding(checkpoint)(torch.randint(4, 60, (1, 8)))
     out = adapter.run_block(adapter.load_block(checkpoint, 0), 0, hidden)
     assert out.dtype == torch.bfloat16 and out.shape == hidden.shape
+
+
+def test_make_tiny_model_builds_every_family(tmp_path: Path) -> None:
+    """``python -m thanos make-tiny-model``: every family, a byte-level tokenizer that encodes any text."""
+    from transformers import AutoTokenizer
+
+    from thanos.cli import main
+    from thanos.tiny import FAMILIES, build_tiny_model
+
+    for family in FAMILIES:
+        out = tmp_path / family
+        assert main(["make-tiny-model", "--family", family, "--hidden-size", "32", "--out", str(out)]) == 0
+        adapter = get_adapter(load_config(out))
+        assert adapter.model_type == family and adapter.num_blocks == 2 and adapter.hidden_size == 32
+        tied = family in ("qwen2", "opt")  # the output layer reuses the token embeddings
+        assert Checkpoint(out).names("lm_head") == ([] if tied else ["lm_head.weight"])
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        text = "any text: ü, 2:4 ="
+        assert tokenizer.decode(tokenizer(text).input_ids) == text
+    with pytest.raises(ValueError, match="vocab_size 3 is smaller than the tokenizer's 5 tokens"):
+        build_tiny_model(tmp_path / "small", words=["word"], vocab_size=3)
+    with pytest.raises(ValueError, match="family must be one of llama, mistral, qwen2, opt"):
+        build_tiny_model(tmp_path / "gpt2", family="gpt2")
