@@ -47,21 +47,19 @@ def reset_peak() -> None:
 
 def build_model(out: Path, blocks: int, hidden: int) -> Path:
     """A random fp32 Llama model with ``blocks`` blocks, saved as 100 MB safetensors shards."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from thanos.tiny import build_tiny_model
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=1024,
+    return build_tiny_model(
+        out / f"llama-{blocks}b-{hidden}h",
+        "llama",
         hidden_size=hidden,
         intermediate_size=int(hidden * 2.75),
-        num_hidden_layers=blocks,
-        num_attention_heads=max(1, hidden // 64),
+        num_blocks=blocks,
+        num_heads=max(1, hidden // 64),
         max_position_embeddings=2048,
+        vocab_size=1024,
+        max_shard_size="100MB",
     )
-    path = out / f"llama-{blocks}b-{hidden}h"
-    AutoModelForCausalLM.from_config(config).save_pretrained(path, max_shard_size="100MB")
-    return path
 
 
 def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> dict[str, float]:

@@ -68,7 +68,7 @@ def main() -> None:
     work = out / "inprocess"
     recipe = Recipe("r", args.method, args.sparsity, chain="sequential")
 
-    def stage(*argv: str) -> None:
+    def stage(*argv: object) -> None:
         if thanos_main([str(a) for a in argv]) != 0:
             raise SystemExit(f"stage failed: {argv}")
 
@@ -79,57 +79,17 @@ def main() -> None:
     calib = ["--source", text, "--nsamples", args.nsamples, "--seqlen", args.seqlen]
     stage("calibrate", "--model", model, *calib, "--out", tokens)
     stage("embed", "--model", model, "--tokens", tokens, "--device", "cpu", "--out", work / "inputs_0.zarr")
+    layers = ",".join(info["layers"])
+    method = ("--method", args.method, "--sparsity", args.sparsity)
     for block in range(info["num_blocks"]):
         inputs, hessians = work / f"inputs_{block}.zarr", work / f"hessians_{block}.zarr"
         pruned = work / "pruned" / f"block{block}"
-        stage(
-            "capture",
-            "--model",
-            model,
-            "--block",
-            block,
-            "--inputs",
-            inputs,
-            "--device",
-            "cpu",
-            "--out",
-            hessians,
-        )
-        stage(
-            "prune",
-            "--model",
-            model,
-            "--block",
-            block,
-            "--layers",
-            ",".join(info["layers"]),
-            "--hessians",
-            hessians,
-            "--method",
-            args.method,
-            "--sparsity",
-            args.sparsity,
-            "--device",
-            "cpu",
-            "--out-dir",
-            pruned,
-        )
+        at_block = ("--model", model, "--block", block, "--device", "cpu")
+        stage("capture", *at_block, "--inputs", inputs, "--out", hessians)
+        stage("prune", *at_block, *method, "--layers", layers, "--hessians", hessians, "--out-dir", pruned)
         if block + 1 < info["num_blocks"]:
-            stage(
-                "propagate",
-                "--model",
-                model,
-                "--block",
-                block,
-                "--inputs",
-                inputs,
-                "--pruned-dir",
-                pruned,
-                "--device",
-                "cpu",
-                "--out",
-                work / f"inputs_{block + 1}.zarr",
-            )
+            nxt = work / f"inputs_{block + 1}.zarr"
+            stage("propagate", *at_block, "--inputs", inputs, "--pruned-dir", pruned, "--out", nxt)
     stage(
         "assemble",
         "--model",

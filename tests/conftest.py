@@ -1,8 +1,9 @@
 """Shared fixtures: tiny random models of every supported family, saved like real checkpoints.
 
-``make_tiny_model(tmp_path, family)`` builds a random model from a config (no download), saves it as
-sharded safetensors next to a tiny word-level tokenizer and returns the directory. Other test files use
-it directly or through the ``tiny_model`` fixture (parametrised over ``FAMILIES``).
+``make_tiny_model(tmp_path, family)`` builds a random model with ``thanos.tiny.build_tiny_model`` (no
+download) in the tests' shape: sharded safetensors, a word-level tokenizer over ``WORDS``, random biases
+and norms. Other test files use it directly or through the ``tiny_model`` fixture (parametrised over
+``FAMILIES``).
 """
 
 from __future__ import annotations
@@ -11,27 +12,20 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
-import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import (
-    AutoModelForCausalLM,
-    LlamaConfig,
-    MistralConfig,
-    OPTConfig,
-    PretrainedConfig,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-)
 
-FAMILIES = ("llama", "mistral", "qwen2", "opt")
-VOCAB_SIZE = 128
+from thanos.tiny import FAMILIES, build_tiny_model
+
 WORDS = (
     "the a one two three cat dog bird fish tree house river stone cloud light dark small big old new "
     "red green blue runs sees eats sleeps jumps sings walks flies swims reads writes under over near far "
     "and but or with without before after today tomorrow slowly quickly happily sadly again always never"
 ).split()
+TINY_DEFAULTS = {"hidden_size": 32, "max_position_embeddings": 64, "max_shard_size": "40KB", "jitter": 0.1}
+# more embedding rows (128) than the tokenizer has tokens, as padded vocabularies have
+TINY_DEFAULTS |= {"words": (*WORDS, "."), "vocab_size": 128}
 
 
 def corpus_sentences(count: int, seed: int = 0, words: int = 12) -> list[str]:
@@ -40,58 +34,14 @@ def corpus_sentences(count: int, seed: int = 0, words: int = 12) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(words)) + " ." for _ in range(count)]
 
 
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over ``WORDS`` that prepends ``<s>`` like Llama's."""
-    specials = ["<unk>", "<s>", "</s>", "<pad>"]
-    vocab = {token: i for i, token in enumerate([*specials, *WORDS, "."])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
-    )
-
-
-def tiny_config(family: str, num_blocks: int, hidden: int, max_positions: int) -> PretrainedConfig:
-    """A random-init config of ``family`` (Mistral: GQA + sliding window, Qwen2: q/k/v bias, OPT: biases)."""
-    common = {"vocab_size": VOCAB_SIZE, "hidden_size": hidden, "num_hidden_layers": num_blocks}
-    common |= {"num_attention_heads": 4, "max_position_embeddings": max_positions}
-    common |= {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3}
-    if family == "llama":
-        return LlamaConfig(**common, intermediate_size=2 * hidden, tie_word_embeddings=False)
-    if family == "mistral":
-        return MistralConfig(**common, intermediate_size=2 * hidden, num_key_value_heads=2, sliding_window=16)
-    if family == "qwen2":
-        return Qwen2Config(
-            **common, intermediate_size=2 * hidden, num_key_value_heads=2, tie_word_embeddings=True
-        )
-    if family == "opt":
-        return OPTConfig(**common, ffn_dim=2 * hidden, word_embed_proj_dim=hidden, do_layer_norm_before=True)
-    raise ValueError(f"unknown family {family}")
-
-
-def make_tiny_model(
-    tmp_path: Path,
-    family: str,
-    num_blocks: int = 2,
-    hidden: int = 32,
-    max_positions: int = 64,
-    dtype: torch.dtype = torch.float32,
-    max_shard_size: str = "40KB",
-    seed: int = 0,
-) -> Path:
-    """Build, save (sharded safetensors + tokenizer) and return the directory of a tiny random model."""
-    torch.manual_seed(seed)
-    config = tiny_config(family, num_blocks, hidden, max_positions)
-    model = AutoModelForCausalLM.from_config(config).to(dtype)
-    with torch.no_grad():  # random biases/norms so that every parameter matters in equivalence tests
-        for name, param in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                param.add_(0.1 * torch.randn_like(param))
-    out = Path(tmp_path) / f"{family}-{num_blocks}b-{hidden}h-{str(dtype).removeprefix('torch.')}"
-    model.save_pretrained(out, max_shard_size=max_shard_size)
-    make_tokenizer().save_pretrained(out)
-    return out
+def make_tiny_model(tmp_path: Path, family: str, **options: Any) -> Path:
+    """A tiny random model of ``family`` (``build_tiny_model`` with ``options``) in a directory under
+    ``tmp_path`` named after its shape. Defaults: 2 blocks, hidden size 32, 64 positions, float32, shards
+    of 40KB, a word-level tokenizer over ``WORDS``, random biases and norms (so that every parameter matters
+    in equivalence tests)."""
+    options = TINY_DEFAULTS | options
+    shape = f"{options.get('num_blocks', 2)}b-{options['hidden_size']}h-{options.get('dtype', 'float32')}"
+    return build_tiny_model(Path(tmp_path) / f"{family}-{shape}", family, **options)
 
 
 def write_corpus(path: Path, docs: int = 24, words: int = 40, kind: str = "jsonl", seed: int = 0) -> Path:

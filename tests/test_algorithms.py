@@ -138,7 +138,7 @@ def literal_thanos(
     p: float | None = None,
     nm: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 1 / Alg. 5 as written (float64): re-invert H_res for every block, solve row by row."""
+    """Alg. 1 / Alg. 8 (n:m) as written (float64): re-invert H_res for every block, solve row by row."""
     W = W.to(torch.float64).clone()
     H = H.to(torch.float64)
     xnorm = torch.sqrt(torch.diagonal(H))
@@ -176,7 +176,7 @@ def literal_thanos(
     ("pattern", "blocksize"), [("0.5", 16), ("0.5", 1), ("0.3", 24), ("2:4", 16), ("4:8", 32)]
 )
 def test_thanos_matches_the_literal_algorithm(pattern: str, blocksize: int) -> None:
-    """Several blocks: the fast implementation equals Alg. 1 / Alg. 5 written out literally."""
+    """Several blocks: the fast implementation equals Alg. 1 / Alg. 8 (n:m) written out literally."""
     W, _, H = layer(24, 64, 300)
     result = prune_layer(W, H, "thanos", pattern, blocksize=blocksize, alpha=0.0)
     nm = tuple(map(int, pattern.split(":"))) if ":" in pattern else None

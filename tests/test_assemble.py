@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
+from thanos.models import Checkpoint
 from thanos.recipes import Recipe
-from thanos.stages.assemble import assemble, original_tensors
+from thanos.stages.assemble import assemble
 from thanos.tiny import build_tiny_model
 
 LAYERS = ["self_attn.q_proj", "mlp.down_proj"]
@@ -21,14 +21,12 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("assemble")
     model = build_tiny_model(root / "model", family="llama", hidden_size=32, num_blocks=2, dtype="bfloat16")
     pruned = root / "pruned"
-    names = original_tensors(model)
+    checkpoint = Checkpoint(model)
     for block in range(2):
         (pruned / f"block{block}").mkdir(parents=True)
         for layer in LAYERS:
             name = f"model.layers.{block}.{layer}.weight"
-            with safe_open(names[name], framework="pt") as handle:
-                w = handle.get_tensor(name)
-            w = w.clone()
+            w = checkpoint.tensor(name).clone()
             w.view(-1)[::2] = 0  # exactly half removed
             save_file({"weight": w}, str(pruned / f"block{block}" / f"{layer}.safetensors"))
             stats = {"achieved_sparsity": 0.5, "objective": 1.0, "seconds": 0.1, "device": "cpu"}

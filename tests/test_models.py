@@ -25,7 +25,7 @@ def walk_blocks(model_dir: Path, input_ids: torch.Tensor) -> tuple[torch.Tensor,
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "opt"])
 def test_block_walk_matches_full_model(tmp_path: Path, family: str) -> None:
-    model_dir = make_tiny_model(tmp_path, family, num_blocks=3, max_positions=64)
+    model_dir = make_tiny_model(tmp_path, family, num_blocks=3, max_position_embeddings=64)
     input_ids = torch.randint(4, 60, (2, 24), generator=torch.Generator().manual_seed(1))
     final, logits = walk_blocks(model_dir, input_ids)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -94,10 +94,33 @@ def test_missing_config_or_weights(tmp_path: Path) -> None:
 
 
 def test_bf16_block_runs_in_bf16(tmp_path: Path) -> None:
-    model_dir = make_tiny_model(tmp_path, "mistral", dtype=torch.bfloat16)
+    model_dir = make_tiny_model(tmp_path, "mistral", dtype="bfloat16")
     assert json.loads((model_dir / "config.json").read_text())["dtype"] == "bfloat16"
     _, adapter, checkpoint = open_model(model_dir)
     assert adapter.dtype == torch.bfloat16
     hidden = adapter.load_embedding(checkpoint)(torch.randint(4, 60, (1, 8)))
     out = adapter.run_block(adapter.load_block(checkpoint, 0), 0, hidden)
     assert out.dtype == torch.bfloat16 and out.shape == hidden.shape
+
+
+def test_make_tiny_model_builds_every_family(tmp_path: Path) -> None:
+    """``python -m thanos make-tiny-model``: every family, a byte-level tokenizer that encodes any text."""
+    from transformers import AutoTokenizer
+
+    from thanos.cli import main
+    from thanos.tiny import FAMILIES, build_tiny_model
+
+    for family in FAMILIES:
+        out = tmp_path / family
+        assert main(["make-tiny-model", "--family", family, "--hidden-size", "32", "--out", str(out)]) == 0
+        adapter = get_adapter(load_config(out))
+        assert adapter.model_type == family and adapter.num_blocks == 2 and adapter.hidden_size == 32
+        tied = family in ("qwen2", "opt")  # the output layer reuses the token embeddings
+        assert Checkpoint(out).names("lm_head") == ([] if tied else ["lm_head.weight"])
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        text = "any text: ü, 2:4 ="
+        assert tokenizer.decode(tokenizer(text).input_ids) == text
+    with pytest.raises(ValueError, match="vocab_size 3 is smaller than the tokenizer's 5 tokens"):
+        build_tiny_model(tmp_path / "small", words=["word"], vocab_size=3)
+    with pytest.raises(ValueError, match="family must be one of llama, mistral, qwen2, opt"):
+        build_tiny_model(tmp_path / "gpt2", family="gpt2")

@@ -10,43 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_tiny_model
 
 from thanos.cli import main
 from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text
 
 WORDS = [f"w{i}" for i in range(60)] + ["the", "of", "and", "=", "@-@", ",", "."]
-
-
-def _tiny_model(root: Path, max_positions: int = 64) -> Path:
-    """A tiny random LlamaForCausalLM + word-level tokenizer (BOS added like Llama's), saved to ``root``."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for word in WORDS:
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(root)
-    tokenizer.save_pretrained(root)
-    return root
 
 
 def _raw_text(seed: int = 0, lines: int = 40) -> str:
@@ -65,7 +34,8 @@ def _raw_text(seed: int = 0, lines: int = 40) -> str:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    return _tiny_model(tmp_path_factory.mktemp("ppl") / "model")
+    """A tiny random Llama (64 positions) whose word-level tokenizer knows the words of ``_raw_text``."""
+    return make_tiny_model(tmp_path_factory.mktemp("ppl"), "llama", words=WORDS)
 
 
 @pytest.fixture()

@@ -100,7 +100,7 @@ def test_stages_match_full_model(tmp_path: Path, family: str) -> None:
 
 
 def test_bfloat16_activations_are_lossless(tmp_path: Path) -> None:
-    model, tokens = calibrated(tmp_path, "mistral", dtype=torch.bfloat16)
+    model, tokens = calibrated(tmp_path, "mistral", dtype="bfloat16")
     inputs0, inputs1 = tmp_path / "inputs_0.zarr", tmp_path / "inputs_1.zarr"
     assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs0) == 0
     assert cli("propagate", "--model", model, "--block", 0, "--inputs", inputs0, "--out", inputs1) == 0
@@ -182,7 +182,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
             match="holds the inputs of block 0, not block 1")  # fmt: skip
     failing("capture", "--model", tmp_path, "--block", 0, "--inputs", inputs0, "--out", hess0,
             match="has no config.json")  # fmt: skip
-    wide = make_tiny_model(tmp_path, "llama", hidden=64)
+    wide = make_tiny_model(tmp_path, "llama", hidden_size=64)
     failing("capture", "--model", wide, "--block", 0, "--inputs", inputs0, "--out", hess0,
             match="hidden size 32, the model has 64")  # fmt: skip
     failing("prune", "--model", wide, "--block", 0, "--hessians", hess0, "--method", "thanos",
@@ -207,3 +207,16 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     assert Activations(inputs0).nsamples == NSAMPLES
     assert not (tmp_path / "h.zarr").exists() and not (tmp_path / "o.zarr").exists()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_device_resolution_names_the_fix() -> None:
+    """One resolver for stages, evaluation and the demo trainer: auto, cpu, cuda[:N] if visible."""
+    from thanos.stages.common import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" Auto ").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    missing = f"cuda:{torch.cuda.device_count()}"  # one past the last visible GPU
+    with pytest.raises(ValueError, match=rf"--device {missing}: .*use --device cpu or auto"):
+        resolve_device(missing)
+    with pytest.raises(ValueError, match="unknown 'gpu'; use auto, cpu, cuda or cuda:N"):
+        resolve_device("gpu")

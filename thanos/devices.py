@@ -25,7 +25,6 @@ directory is ``$THANOS_GPU_LOCK_DIR`` or ``{tmp}/thanos-gpu-slots-{uid}`` (node-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fcntl
 import os
 import shutil
@@ -33,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ENV_SLOTS = "THANOS_GPU_SLOTS"
@@ -150,22 +148,6 @@ def acquire_many(
             )
             warned = True
         time.sleep(poll * (1 + (os.getpid() % 7) / 7))  # desynchronise competing multi-slot pollers
-
-
-@contextlib.contextmanager
-def gpu_slot(
-    slots: str | int | None = None, lock_dir: str | os.PathLike | None = None
-) -> Iterator[str | None]:
-    """In-process use: hold a slot for the duration of the block; yields the device id (None: no GPU)."""
-    devices = resolve_devices(slots)
-    if not devices:
-        yield None
-        return
-    _, device, fd = acquire(devices, lock_dir)
-    try:
-        yield device
-    finally:
-        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

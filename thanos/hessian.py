@@ -73,7 +73,8 @@ def inverse_cholesky(
     ``max_retries`` times.
 
     Note: for U upper triangular, inv(H[i:, i:]) = U[i:, i:]^T U[i:, i:], so one factorisation serves
-    every block of SparseGPT and Thanos (no re-inversion per block, DESIGN.md section 6).
+    every block of SparseGPT and Thanos (Alg. 1 as printed re-inverts the remaining columns' Hessian for
+    every block instead).
     """
     H = H.to(torch.float32).clone()
     diag = torch.diagonal(H)

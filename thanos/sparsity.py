@@ -101,12 +101,12 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
 
 
 def unstructured_count(p: Fraction, c: int, b: int) -> int:
-    """floor(p c b): weights to remove from a (c, b) layer (Alg. 1, line 2; appendix eq. floor)."""
+    """floor(p c b): weights to remove from a (c, b) layer (Alg. 1, line 2; the constraint of eq. (2))."""
     return math.floor(p * c * b)
 
 
 def outlier_count(alpha: Fraction, c: int) -> int:
-    """ceil(alpha c): rows kept dense (Section 4, 'Outlier rows')."""
+    """ceil(alpha c): rows kept dense (Section 4.7.1, 'Outlier rows')."""
     return math.ceil(alpha * c)
 
 

@@ -1,73 +1,78 @@
 """Tiny random causal LMs built from a config (no download): for the smoke workflow, tests and benchmarks.
 
-``build_tiny_model(out, family="llama"|"opt", ...)`` writes a Hugging Face directory (config, generation
-config, a byte-level BPE tokenizer that encodes any text, safetensors weights) with seeded random weights.
+``build_tiny_model(out, family, ...)`` writes a Hugging Face directory (config, generation config, a
+tokenizer, safetensors weights) with seeded random weights, for every supported family: Llama, Mistral
+(grouped-query attention and a sliding window), Qwen2 (grouped-query attention, q/k/v biases, tied
+embeddings) and OPT (biases everywhere). The tokenizer is byte-level (it encodes any text) unless
+``words`` is given: then it is a word-level tokenizer over those words, which keeps test texts short.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from thanos.atomic import atomic_path
 
-FAMILIES = ("llama", "opt")
+FAMILIES = ("llama", "mistral", "qwen2", "opt")
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
+SLIDING_WINDOW = 16  # Mistral's attention window: shorter than test sequences, so that the window matters
 
 
-def build_tokenizer():
-    """A byte-level tokenizer with 256 byte tokens + 4 special tokens (vocab 260): encodes any text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(words: Sequence[str] | None = None) -> Any:
+    """A ``PreTrainedTokenizerFast`` with the special tokens ``SPECIAL`` first.
+
+    ``words=None``: byte-level BPE without merges, 256 byte tokens (vocab 260), encodes any text.
+    Otherwise: one token per whitespace-separated word of ``words`` (others are ``<unk>``), with ``<s>``
+    prepended to every text as Llama's tokenizer does.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + alphabet)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
+    if words is None:
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        vocab = {token: i for i, token in enumerate(SPECIAL + alphabet)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        vocab = {token: i for i, token in enumerate(dict.fromkeys([*SPECIAL, *words]))}
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
 
 
 def tiny_config(
-    family: str = "llama",
-    hidden_size: int = 64,
-    intermediate_size: int | None = None,
-    num_blocks: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int | None = None,
-    max_position_embeddings: int = 512,
-    vocab_size: int = 260,
-):
-    from transformers import LlamaConfig, OPTConfig
+    family: str,
+    hidden_size: int,
+    intermediate_size: int,
+    num_blocks: int,
+    num_heads: int,
+    num_kv_heads: int,
+    max_position_embeddings: int,
+    vocab_size: int,
+) -> Any:
+    """The ``PretrainedConfig`` of ``family`` with these sizes (token ids of ``SPECIAL``)."""
+    from transformers import LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
 
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    if hidden_size % num_heads:
-        raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
-    ffn = intermediate_size or 2 * hidden_size
-    common = dict(vocab_size=vocab_size, pad_token_id=3, bos_token_id=1, eos_token_id=2)
+    common = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_blocks}
+    common |= {"num_attention_heads": num_heads, "max_position_embeddings": max_position_embeddings}
+    common |= {"pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 2}  # their indices in SPECIAL
+    if family == "opt":
+        return OPTConfig(ffn_dim=intermediate_size, word_embed_proj_dim=hidden_size, **common)
+    common |= {"intermediate_size": intermediate_size, "num_key_value_heads": num_kv_heads}
     if family == "llama":
-        return LlamaConfig(
-            hidden_size=hidden_size,
-            intermediate_size=ffn,
-            num_hidden_layers=num_blocks,
-            num_attention_heads=num_heads,
-            num_key_value_heads=num_kv_heads or num_heads,
-            max_position_embeddings=max_position_embeddings,
-            tie_word_embeddings=False,
-            **common,
-        )
-    return OPTConfig(
-        hidden_size=hidden_size,
-        ffn_dim=ffn,
-        num_hidden_layers=num_blocks,
-        num_attention_heads=num_heads,
-        word_embed_proj_dim=hidden_size,
-        max_position_embeddings=max_position_embeddings,
-        **common,
-    )
+        return LlamaConfig(tie_word_embeddings=False, **common)
+    if family == "mistral":
+        return MistralConfig(sliding_window=SLIDING_WINDOW, **common)
+    if family == "qwen2":
+        return Qwen2Config(tie_word_embeddings=True, **common)
+    raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
 
 
 def build_tiny_model(
@@ -81,21 +86,57 @@ def build_tiny_model(
     max_position_embeddings: int = 512,
     dtype: str = "float32",
     seed: int = 0,
+    words: Sequence[str] | None = None,
+    vocab_size: int | None = None,
+    jitter: float = 0.0,
+    max_shard_size: str | None = None,
 ) -> Path:
-    """Write a tiny random model directory to ``out`` (atomically) and return its path."""
+    """Write a tiny random model directory to ``out`` (atomically) and return its path.
+
+    ``intermediate_size`` defaults to 2 x ``hidden_size``; ``num_kv_heads`` to ``num_heads`` for Llama
+    and half of them for Mistral and Qwen2 (grouped-query attention); ``vocab_size`` to the tokenizer's
+    (``words``: see ``build_tokenizer``). ``jitter`` adds that much Gaussian noise to every bias and
+    norm weight (transformers initialises them to 0 and 1), so that each of them changes the output.
+    ``max_shard_size`` (e.g. ``"40KB"``) splits the weights into several safetensors shards.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = tiny_config(
-        family, hidden_size, intermediate_size, num_blocks, num_heads, num_kv_heads, max_position_embeddings
-    )
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
+    if num_kv_heads is None:
+        num_kv_heads = num_heads // 2 if family in ("mistral", "qwen2") and num_heads % 2 == 0 else num_heads
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r} (float32, float16, bfloat16)")
+    tokenizer = build_tokenizer(words)
+    vocab_size = vocab_size or len(tokenizer)
+    if vocab_size < len(tokenizer):
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
+    config = tiny_config(
+        family,
+        hidden_size,
+        intermediate_size or 2 * hidden_size,
+        num_blocks,
+        num_heads,
+        num_kv_heads,
+        max_position_embeddings,
+        vocab_size,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).to(torch_dtype).eval()
+    if jitter:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("bias") or "norm" in name:
+                    param.add_(jitter * torch.randn_like(param))
+    shard = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     out = Path(out)
     with atomic_path(out, is_dir=True) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        build_tokenizer().save_pretrained(tmp)
+        model.save_pretrained(tmp, safe_serialization=True, **shard)
+        tokenizer.save_pretrained(tmp)
     return out

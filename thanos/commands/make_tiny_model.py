@@ -1,4 +1,4 @@
-"""Build a tiny random Llama or OPT model (config, byte-level tokenizer, safetensors) without any download.
+"""Build a tiny random Llama, Mistral, Qwen2 or OPT model (config, byte-level tokenizer, safetensors) offline.
 
 Used by the smoke workflow (workflow/configs/smoke.yaml), the workflow tests and the overhead benchmark.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "build a tiny random Llama/OPT HF directory from a config (offline)"
+HELP = "build a tiny random Llama/Mistral/Qwen2/OPT HF directory from a config (offline)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

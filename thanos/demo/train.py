@@ -3,9 +3,9 @@ train split, deterministically, on CPU in a few minutes (or on a GPU when there 
 
 The training stream is the train documents joined with blank lines and tokenized once (as the perplexity
 protocol does with the test documents), cut into windows of ``seq_len`` tokens whose order is shuffled by a
-seeded generator every epoch. Held-out perplexity follows the evaluation protocol (DESIGN.md section 7):
-test documents joined with "\\n\\n", tokenized once, non-overlapping windows of min(2048,
-max_position_embeddings) tokens, remainder dropped, ppl = exp(mean token NLL).
+seeded generator every epoch. Held-out perplexity follows the evaluation protocol of
+``thanos.evaluation.perplexity``: test documents joined with "\\n\\n", tokenized once, non-overlapping
+windows of min(2048, max_position_embeddings) tokens, remainder dropped, ppl = exp(mean token NLL).
 """
 
 from __future__ import annotations
@@ -20,9 +20,20 @@ from pathlib import Path
 
 import torch
 
+from thanos.stages.common import resolve_device as resolve_device  # the command resolves --device with it
+
 log = logging.getLogger(__name__)
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+REPORTED_CONFIG = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
 
 
 @dataclass
@@ -162,15 +173,6 @@ def _batches(stream: torch.Tensor, opts: TrainOptions, generator: torch.Generato
         epoch += 1
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu or auto")
-    return device
-
-
 def train_demo(
     train_docs: Sequence[str],
     test_docs: Sequence[str],
@@ -270,13 +272,7 @@ def train_demo(
             "architecture": "LlamaForCausalLM",
             "parameters": params,
             "non_embedding_parameters": params - model.get_input_embeddings().weight.numel(),
-            "vocab_size": len(tokenizer),
-            "hidden_size": opts.hidden_size,
-            "intermediate_size": opts.intermediate_size,
-            "num_hidden_layers": opts.num_layers,
-            "num_attention_heads": opts.num_heads,
-            "num_key_value_heads": opts.num_kv_heads,
-            "max_position_embeddings": opts.max_position_embeddings,
+            **{key: getattr(model.config, key) for key in REPORTED_CONFIG},
         },
         "options": asdict(opts),
         "data": {

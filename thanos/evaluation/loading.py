@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from thanos.stages.common import resolve_device
+
 log = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -31,21 +33,6 @@ def set_offline() -> None:
         cfg = sys.modules["datasets.config"]
         cfg.HF_HUB_OFFLINE = True
         cfg.HF_DATASETS_OFFLINE = True
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` if available else ``cpu``; ``cuda``/``cuda:N`` checked for availability."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device is available; use --device cpu or auto")
-        return device
-    raise ValueError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
 
 
 @dataclass
@@ -103,7 +90,7 @@ def load_model(
         devices = sorted({str(p.device) for p in model.parameters()})
         placement = f"device_map=auto ({', '.join(devices)})"
     else:
-        in_device = resolve_device(device)
+        in_device = str(resolve_device(device))
         torch_dtype = _torch_dtype(dtype, in_device, config)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         model.to(in_device)

@@ -15,8 +15,6 @@ from transformers import PretrainedConfig
 
 from thanos.models.checkpoint import Checkpoint
 
-GROUP_ORDER = ("attn_in", "attn_out", "mlp_in", "mlp_out")
-
 
 def config_dtype(config: PretrainedConfig) -> torch.dtype:
     """The model's dtype from its config (``dtype`` / ``torch_dtype``), float32 if unset."""

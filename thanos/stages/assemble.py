@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -24,13 +25,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.atomic import atomic_path
+from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.recipes import Recipe
 
 log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
-SKIP_FILES = {"model.safetensors.index.json", "pytorch_model.bin.index.json", "pruning_report.json"}
+SKIP_FILES = {INDEX_FILE, "pytorch_model.bin.index.json", "pruning_report.json"}
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
+DTYPE_BYTES = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1, "I8": 1}  # others: 2
 VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")
 
 
@@ -58,42 +61,6 @@ def parse_size(text: str | int) -> int:
     if unit not in scale:
         raise ValueError(f"cannot parse size {text!r} (examples: 2GB, 500MB, 1GiB)")
     return int(number * scale[unit])
-
-
-def resolve_model_dir(model: str | os.PathLike) -> Path:
-    """A local HF directory, or a hub id resolved to its local snapshot (download if allowed)."""
-    path = Path(model)
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(str(model)))
-    except Exception as err:  # noqa: BLE001 - any hub failure becomes one clear error
-        raise FileNotFoundError(
-            f"model {model!r} is neither a local directory nor a downloadable hub id ({err}); "
-            "point models.<name>.path at a local Hugging Face directory"
-        ) from err
-
-
-def original_tensors(model_dir: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it (sorted by name)."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: model_dir / weight_map[name] for name in sorted(weight_map)}
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(
-            f"no safetensors weights in {model_dir}; convert the model first "
-            "(AutoModelForCausalLM.from_pretrained(...).save_pretrained(dir, safe_serialization=True))"
-        )
-    names: dict[str, Path] = {}
-    for file in files:
-        with safe_open(file, framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
-                names[name] = file
-    return dict(sorted(names.items()))
 
 
 def pruned_layers(root: Path) -> list[tuple[int, str, Path]]:
@@ -129,6 +96,7 @@ def tensor_name(block: int, layer: str, names: list[str], block_prefix: str | No
 
 
 def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] | None:
+    """The attributes of a complete calibration token store (its provenance), or None without one."""
     if tokens is None:
         return None
     import zarr
@@ -145,6 +113,7 @@ def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] |
 
 
 def disk_usage(paths: list[str | os.PathLike]) -> dict[str, int]:
+    """Bytes on disk of each file or directory (symlinks not followed); 0 for a missing path."""
     usage = {}
     for p in paths:
         path = Path(p)
@@ -162,6 +131,7 @@ def disk_usage(paths: list[str | os.PathLike]) -> dict[str, int]:
 
 
 def package_versions() -> dict[str, str | None]:
+    """Python and the versions of the packages that shape the result (None: not installed)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for package in VERSION_PACKAGES:
         try:
@@ -172,7 +142,8 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _shards(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+def shard_names(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """``names`` cut in order into shards of at most ``max_bytes`` (a larger tensor gets its own shard)."""
     shards: list[list[str]] = [[]]
     current = 0
     for name in names:
@@ -195,95 +166,28 @@ def assemble(
     model_name: str | None = None,
     max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
 ) -> dict[str, Any]:
-    """Write the pruned HF model directory ``out``; return the pruning report."""
-    import torch
+    """Write the pruned HF model directory ``out``; return the pruning report.
 
-    model_dir = resolve_model_dir(model)
-    root = Path(pruned_root)
+    Everything is read and checked before anything is written, so a bad input leaves no output behind.
+    """
+    model_dir = resolve_model_path(model)
     info = json.loads(Path(model_info).read_text()) if model_info else {}
     max_bytes = parse_size(max_shard_size)
-    sources = original_tensors(model_dir)
-    names = list(sources)
+    sources = Checkpoint(model_dir).weight_map
+    names = sorted(sources)
     provenance = calibration_provenance(calibration)
     config = json.loads((model_dir / "config.json").read_text())
 
-    # pruned tensors and their stats
-    replace: dict[str, Path] = {}
-    layers = []
-    order = {name: i for i, name in enumerate(info.get("layers", []))}
-    found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
-    for block, layer, file in found:
-        name = tensor_name(block, layer, names, info.get("block_prefix"))
-        replace[name] = file
-        stats_file = file.with_suffix(".json")
-        stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
-        layers.append({"block": block, "layer": layer, "tensor": name, **stats})
-
-    # sizes and metadata of every output tensor, without reading the data
-    sizes: dict[str, int] = {}
-    dtypes: dict[str, Any] = {}
-    for name in names:
-        with safe_open(sources[name], framework="pt") as handle:
-            sl = handle.get_slice(name)
-            shape, dtype = list(sl.get_shape()), sl.get_dtype()
-        if name in replace:
-            with safe_open(replace[name], framework="pt") as handle:
-                if "weight" not in handle.keys():  # noqa: SIM118
-                    raise ValueError(f"{replace[name]} has no tensor 'weight'")
-                psl = handle.get_slice("weight")
-                if list(psl.get_shape()) != shape or psl.get_dtype() != dtype:
-                    raise ValueError(
-                        f"{replace[name]}: shape/dtype {psl.get_shape()}/{psl.get_dtype()} differ from the "
-                        f"original {name} {shape}/{dtype}; delete it and rerun its prune job"
-                    )
-        n = 1
-        for s in shape:
-            n *= s
-        sizes[name] = n * {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1, "I8": 1}.get(dtype, 2)
-        dtypes[name] = dtype
-    shards = _shards(names, sizes, max_bytes)
-
-    # report: overall sparsity of pruned layers from the stats (recomputed from the tensors if missing)
-    total = removed = 0
-    for entry in layers:
-        file = replace[entry["tensor"]]
-        with safe_open(file, framework="pt") as handle:
-            w = handle.get_tensor("weight")
-        zeros = int((w == 0).sum())
-        entry.setdefault("shape", list(w.shape))
-        entry["zeros"] = zeros
-        entry.setdefault("achieved_sparsity", zeros / w.numel())
-        total += w.numel()
-        removed += round(float(entry["achieved_sparsity"]) * w.numel())
-        del w
+    replace, layers = pruned_tensors(Path(pruned_root), names, info)
+    sizes = tensor_sizes(names, sources, replace)
+    shards = shard_names(names, sizes, max_bytes)
+    total, removed = count_pruned(layers, replace)
 
     out = Path(out)
     with atomic_path(out, is_dir=True) as tmp:
-        weight_map: dict[str, str] = {}
-        for i, shard in enumerate(shards):
-            shard_name = (
-                "model.safetensors"
-                if len(shards) == 1
-                else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            )
-            tensors: dict[str, torch.Tensor] = {}
-            for name in shard:
-                source, key = (replace[name], "weight") if name in replace else (sources[name], name)
-                with safe_open(source, framework="pt") as handle:
-                    tensors[name] = handle.get_tensor(key).contiguous()
-                weight_map[name] = shard_name
-            save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
-            del tensors
-        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-        for file in sorted(model_dir.iterdir()):
-            if (
-                file.is_file()
-                and not file.name.startswith(".")
-                and file.name not in SKIP_FILES
-                and not file.name.endswith(WEIGHT_SUFFIXES)
-            ):
-                shutil.copyfile(file, tmp / file.name)
+        write_shards(tmp, shards, sources, replace, sizes)
+        copy_model_files(model_dir, tmp)
+        usage = disk_usage(list(intermediates or []))
         report = {
             "recipe": recipe.to_dict(),
             "model": {
@@ -299,12 +203,9 @@ def assemble(
             "overall_sparsity": removed / total if total else 0.0,
             "calibration": provenance,
             "versions": package_versions(),
-            "intermediates_bytes": None,
-            "intermediates": None,
+            "intermediates_bytes": sum(usage.values()),
+            "intermediates": usage,
         }
-        usage = disk_usage(list(intermediates or []))
-        report["intermediates"] = usage
-        report["intermediates_bytes"] = sum(usage.values())
         (tmp / "pruning_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info(
         "assembled %s: %d tensors in %d shard(s), %d pruned layers, overall sparsity %.4f",
@@ -315,3 +216,100 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
+
+
+def pruned_tensors(root: Path, names: list[str], info: dict[str, Any]) -> tuple[dict[str, Path], list[dict]]:
+    """The pruned layers under ``root``: {original tensor name: file} and one report entry per layer (its
+    stats json, if any), in block order and, within a block, in the model's layer order."""
+    replace: dict[str, Path] = {}
+    layers = []
+    order = {name: i for i, name in enumerate(info.get("layers", []))}
+    found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
+    for block, layer, file in found:
+        name = tensor_name(block, layer, names, info.get("block_prefix"))
+        replace[name] = file
+        stats_file = file.with_suffix(".json")
+        stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+        layers.append({"block": block, "layer": layer, "tensor": name, **stats})
+    return replace, layers
+
+
+def tensor_sizes(names: list[str], sources: dict[str, Path], replace: dict[str, Path]) -> dict[str, int]:
+    """Bytes of every output tensor, from the headers only; a pruned layer whose shape or dtype differs
+    from the original's is refused."""
+    sizes: dict[str, int] = {}
+    for name in names:
+        with safe_open(sources[name], framework="pt") as handle:
+            sl = handle.get_slice(name)
+            shape, dtype = list(sl.get_shape()), sl.get_dtype()
+        if name in replace:
+            check_replacement(replace[name], name, shape, dtype)
+        sizes[name] = math.prod(shape) * DTYPE_BYTES.get(dtype, 2)
+    return sizes
+
+
+def check_replacement(file: Path, name: str, shape: list[int], dtype: str) -> None:
+    """``file`` holds a tensor ``weight`` with the original tensor's shape and dtype."""
+    with safe_open(file, framework="pt") as handle:
+        if "weight" not in handle.keys():  # noqa: SIM118
+            raise ValueError(f"{file} has no tensor 'weight'")
+        psl = handle.get_slice("weight")
+        if list(psl.get_shape()) != shape or psl.get_dtype() != dtype:
+            raise ValueError(
+                f"{file}: shape/dtype {psl.get_shape()}/{psl.get_dtype()} differ from the "
+                f"original {name} {shape}/{dtype}; delete it and rerun its prune job"
+            )
+
+
+def count_pruned(layers: list[dict], replace: dict[str, Path]) -> tuple[int, int]:
+    """(parameters, removed parameters) of the pruned layers; completes each report entry with its
+    zeros, and its shape and achieved sparsity when the stats did not give them."""
+    total = removed = 0
+    for entry in layers:
+        with safe_open(replace[entry["tensor"]], framework="pt") as handle:
+            w = handle.get_tensor("weight")
+        zeros = int((w == 0).sum())
+        entry.setdefault("shape", list(w.shape))
+        entry["zeros"] = zeros
+        entry.setdefault("achieved_sparsity", zeros / w.numel())
+        total += w.numel()
+        removed += round(float(entry["achieved_sparsity"]) * w.numel())
+    return total, removed
+
+
+def write_shards(
+    tmp: Path,
+    shards: list[list[str]],
+    sources: dict[str, Path],
+    replace: dict[str, Path],
+    sizes: dict[str, int],
+) -> None:
+    """The weights as safetensors shards and ``model.safetensors.index.json``, one shard in memory at a
+    time; a single shard is named ``model.safetensors``."""
+    weight_map: dict[str, str] = {}
+    for i, shard in enumerate(shards):
+        shard_name = (
+            "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        )
+        tensors = {}
+        for name in shard:
+            source, key = (replace[name], "weight") if name in replace else (sources[name], name)
+            with safe_open(source, framework="pt") as handle:
+                tensors[name] = handle.get_tensor(key).contiguous()
+            weight_map[name] = shard_name
+        save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
+        del tensors
+    index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+    (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def copy_model_files(model_dir: Path, tmp: Path) -> None:
+    """Config, generation config, tokenizer and other non-weight files of the model, byte for byte."""
+    for file in sorted(model_dir.iterdir()):
+        if (
+            file.is_file()
+            and not file.name.startswith(".")
+            and file.name not in SKIP_FILES
+            and not file.name.endswith(WEIGHT_SUFFIXES)
+        ):
+            shutil.copyfile(file, tmp / file.name)

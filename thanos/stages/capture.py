@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from thanos.hessian import HessianAccumulator
-from thanos.models import open_model
+from thanos.models import Checkpoint, ModelAdapter, open_model
 from thanos.stages.common import batches, check_finite, resolve_device
 from thanos.storage import Activations, read_tokens, write_activations, write_hessians
 
@@ -56,6 +56,17 @@ def embed(
             writer.write(start, hidden.cpu())
 
 
+def open_block(
+    model: str | Path, block: int, inputs: str | Path
+) -> tuple[ModelAdapter, Checkpoint, Activations]:
+    """The model's adapter and lazy checkpoint, and block ``block``'s input store checked against them."""
+    _, adapter, checkpoint = open_model(model)
+    adapter.check_block(block)
+    acts = Activations(inputs)
+    acts.check(adapter.hidden_size, block)
+    return adapter, checkpoint, acts
+
+
 def capture(
     model: str | Path,
     block: int,
@@ -65,10 +76,7 @@ def capture(
     device: str = "auto",
 ) -> None:
     """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs."""
-    _, adapter, checkpoint = open_model(model)
-    adapter.check_block(block)
-    acts = Activations(inputs)
-    acts.check(adapter.hidden_size, block)
+    adapter, checkpoint, acts = open_block(model, block, inputs)
     dev = resolve_device(device)
     module = adapter.load_block(checkpoint, block).to(dev)
     accumulators: dict[str, HessianAccumulator] = {}
@@ -135,10 +143,7 @@ def propagate(
     device: str = "auto",
 ) -> None:
     """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs."""
-    _, adapter, checkpoint = open_model(model)
-    adapter.check_block(block)
-    acts = Activations(inputs)
-    acts.check(adapter.hidden_size, block)
+    adapter, checkpoint, acts = open_block(model, block, inputs)
     overrides = {} if pruned_dir is None else load_pruned(pruned_dir, adapter.layers)
     dense = [layer for layer in adapter.layers if layer not in overrides]
     if pruned_dir is not None and dense:
