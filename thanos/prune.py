@@ -53,7 +53,7 @@ class PruneResult:
 
 
 def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
-    """tr(dW H dW^T) / 2 = (1/N) sum_l ||dW X_l||^2 for H = (2/N) sum_l X_l X_l^T (eq. loss_to_minimize)."""
+    """tr(dW H dW^T) / 2 = (1/N) sum_l ||dW X_l||^2 for H = (2/N) sum_l X_l X_l^T (eq. (1))."""
     total = 0.0
     for start in range(0, dW.shape[0], row_batch):
         rows = dW[start : start + row_batch]
@@ -97,7 +97,7 @@ def _validate(
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha: outlier-row fraction must lie in [0, 1), got {float(alpha)}")
     if alpha > 0 and pattern.kind == "unstructured":
-        raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 2, 5); use alpha=0")
+        raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 8, 2); use alpha=0")
     if alpha > 0 and hessian is None:
         raise ValueError("alpha: outlier rows are ranked with the Hessian; without one use alpha=0")
     if not damp >= 0:

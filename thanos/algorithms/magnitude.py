@@ -1,4 +1,4 @@
-"""Magnitude pruning (paper Section 3.1, appendix Alg. 'Magnitude'): remove the smallest |W_ij|, no update."""
+"""Magnitude pruning (paper Section 3.1, appendix Alg. 4): remove the smallest |W_ij|, no update."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def kth_smallest(flat: torch.Tensor, k: int) -> torch.Tensor:
 def smallest(metric: torch.Tensor, k: int) -> torch.Tensor:
     """Mask of exactly the ``k`` smallest entries of ``metric`` (any shape), ties by flat index.
 
-    This is psi_X(W, r) of eq. (psi_def) when ``metric`` is the Wanda score |W_ij| ||X_j||.
+    This is psi_X(W, r) of eq. (11) when ``metric`` is the Wanda score |W_ij| ||X_j||.
     """
     flat = metric.reshape(-1)
     if k <= 0:
@@ -81,7 +81,7 @@ def input_norms(H: torch.Tensor) -> torch.Tensor:
 def outlier_rows(W: torch.Tensor, H: torch.Tensor, count: int) -> torch.Tensor:
     """Bool (c,): the ``count`` rows with the largest h_i = ||W_i X||^2 = (W H W^T)_ii / 2.
 
-    h_i is eq. (row_outlier_loss), computed exactly from H.
+    h_i is eq. (14), computed exactly from H.
 
     These rows are kept dense: neither pruned nor updated.
     """

@@ -1,7 +1,7 @@
-"""SparseGPT (Frantar & Alistarh 2023; paper Section 3.3 and appendix Alg. 'SparseGPT').
+"""SparseGPT (Frantar & Alistarh 2023; paper Section 3.3 and appendix Alg. 5).
 
 Columns are processed left to right in blocks of B; removing column i's masked weights is an OBS step
-(eq. obs_solution) whose error is spread over the columns to its right with row i of U, where
+(eq. (4)) whose error is spread over the columns to its right with row i of U, where
 H^-1 = U^T U is the upper Cholesky factor. In-block updates are applied column by column, the rest of
 the matrix is updated lazily once per block with one matrix product.
 """

@@ -8,7 +8,7 @@ from thanos.algorithms import masks
 
 
 def wanda_metric(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """S_ij = |W_ij| ||X_j|| (eq. psi_def), with ||X_j|| taken from diag(H)."""
+    """S_ij = |W_ij| ||X_j|| (eq. (11)), with ||X_j|| taken from diag(H)."""
     return W.abs() * masks.input_norms(H).unsqueeze(0)
 
 

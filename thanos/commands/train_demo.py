@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.demo.splits import read_jsonl
-    from thanos.demo.train import TrainOptions, resolve_device, train_demo
+    from thanos.demo.train import TrainOptions, train_demo
+    from thanos.stages.common import resolve_device
 
     opts = TrainOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)})
     opts.validate()

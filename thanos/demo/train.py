@@ -20,8 +20,6 @@ from pathlib import Path
 
 import torch
 
-from thanos.stages.common import resolve_device as resolve_device  # the command resolves --device with it
-
 log = logging.getLogger(__name__)
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
