@@ -2,20 +2,37 @@
 
 >>> from thanos import prune_layer
 >>> result = prune_layer(W, H, "thanos", "2:4")
+
+The names below are imported on first use, so that ``python -m thanos <command>`` does not load torch
+before it needs it.
 """
 
-from thanos.hessian import HessianAccumulator
-from thanos.prune import METHODS, PruneResult, PruneStats, layer_objective, prune_layer
-from thanos.sparsity import Sparsity, parse_sparsity
+from __future__ import annotations
 
-__all__ = [
-    "METHODS",
-    "HessianAccumulator",
-    "PruneResult",
-    "PruneStats",
-    "Sparsity",
-    "layer_objective",
-    "parse_sparsity",
-    "prune_layer",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "HessianAccumulator": "thanos.hessian",
+    "METHODS": "thanos.prune",
+    "PruneResult": "thanos.prune",
+    "PruneStats": "thanos.prune",
+    "layer_objective": "thanos.prune",
+    "prune_layer": "thanos.prune",
+    "Sparsity": "thanos.sparsity",
+    "parse_sparsity": "thanos.sparsity",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'thanos' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
