@@ -33,10 +33,10 @@ def env() -> dict[str, str]:
 
 
 def run_thanos(*args: str | Path, log: Path) -> int:
-    """``python -m thanos ARGS`` with stderr to ``log``, as a Snakemake job runs it."""
+    """``python -m thanos ARGS > log 2>&1``, as a Snakemake job runs it."""
     with open(log, "w") as stderr:
         command = [sys.executable, "-m", "thanos", *map(str, args)]
-        return subprocess.run(command, stderr=stderr, stdout=subprocess.DEVNULL, env=env()).returncode
+        return subprocess.run(command, stderr=stderr, stdout=stderr, env=env()).returncode
 
 
 def on_terminal(*args: str | Path) -> tuple[int, str]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import errno
 import importlib
 import logging
 import pkgutil
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -115,11 +115,15 @@ def _report(err: BaseException, verbose: bool) -> None:
     line = describe(err)
     if verbose or not sys.stderr.isatty():
         log.error("%s", line, exc_info=err)
-    else:
-        log.debug("%s", "".join(traceback.format_exception(err)))
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    print(f"ERROR: {line}", file=sys.stderr, flush=True)
+    _last_line(f"ERROR: {line}")
+
+
+def _last_line(line: str) -> None:
+    """``line`` on stderr after everything already written (stdout too: ``> log 2>&1`` shares the file)."""
+    for stream in (sys.stdout, *(getattr(h, "stream", None) for h in logging.getLogger().handlers)):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    print(line, file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(command).parse_args(argv)
         args._run(args)
     except KeyboardInterrupt:
-        print("ERROR: interrupted", file=sys.stderr, flush=True)
+        _last_line("ERROR: interrupted")
         return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - every error ends as one line (and a logged traceback)
         _report(err, verbose)

@@ -1,9 +1,9 @@
 """Zarr stores of the pipeline: calibration tokens, block activations and block Hessians.
 
 Every store is written into a temporary sibling directory and renamed into place. Every chunk ends with
-its crc32c (zarr's ``crc32c`` codec, after zstd), and at completion the store's attributes get a
-``manifest`` (per array: chunk count and a digest of its metadata and of every chunk file's name, size
-and crc32c) and then ``complete: true``. Readers (``open_complete``) refuse a store whose manifest is
+its crc32c (zarr's ``crc32c`` codec; chunks are not compressed), and at completion the store's attributes
+get a ``manifest`` (per array: chunk count and a digest of its metadata and of every chunk file's name,
+size and crc32c) and then ``complete: true``. Readers (``open_complete``) refuse a store whose manifest is
 missing or does not match the files (a deleted, truncated or replaced chunk: a few bytes read per chunk),
 and a chunk whose crc32c does not match its bytes fails when it is read; both errors name the store and
 say to delete it and rerun. Layouts are in docs/cli.md:
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.codecs import Crc32cCodec
 
 from thanos.atomic import atomic_path
 from thanos.errors import PathError
@@ -37,8 +37,9 @@ MANIFEST = "manifest"
 MANIFEST_VERSION = 1
 TOKENS = "tokens"
 HIDDEN = "hidden"
-# zstd as zarr's default, then a crc32c of the compressed bytes (checked before they are decoded)
-COMPRESSORS = (ZstdCodec(level=0), Crc32cCodec())
+# a crc32c of each chunk's bytes, no compression: zstd saved 22 % of bf16 activations and 8 % of fp32
+# Hessians but made reading them 2-3x slower (docs/benchmarks.md, "Store read throughput")
+COMPRESSORS = (Crc32cCodec(),)
 # torch dtypes stored as themselves; bfloat16 is stored as its bits (zarr has no bfloat16)
 _NUMPY = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64"}
 _BITS = {torch.bfloat16: "uint16"}
