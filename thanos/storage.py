@@ -37,8 +37,8 @@ MANIFEST = "manifest"
 MANIFEST_VERSION = 1
 TOKENS = "tokens"
 HIDDEN = "hidden"
-# a crc32c of each chunk's bytes, no compression: zstd saved 22 % of bf16 activations and 8 % of fp32
-# Hessians but made reading them 2-3x slower (docs/benchmarks.md, "Store read throughput")
+# a crc32c of each chunk's bytes, no compression: zstd saved 22 % of bf16 and 8 % of fp32 random data but
+# made reading 2.8-3x slower (docs/benchmarks.md, "Store read throughput")
 COMPRESSORS = (Crc32cCodec(),)
 # torch dtypes stored as themselves; bfloat16 is stored as its bits (zarr has no bfloat16)
 _NUMPY = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64"}
