@@ -4,7 +4,8 @@
 >>> result = prune_layer(W, H, "thanos", "2:4")
 
 The names below are imported on first use, so that the torch-free modules (``thanos.methods``,
-``thanos.recipes``, ``thanos.layout``) load without torch, e.g. when Snakemake parses the workflow.
+``thanos.recipes``, ``thanos.layout``) load without torch (e.g. when Snakemake parses the workflow), and
+``python -m thanos <command>`` does not load torch before it needs it.
 """
 
 from __future__ import annotations
@@ -37,3 +38,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(_HOMES[name]), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

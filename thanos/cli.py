@@ -1,52 +1,148 @@
 """``python -m thanos <command>``: the command-line interface the Snakemake rules call.
 
-Commands are discovered from the modules of ``thanos.commands``: each defines ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args)``. A module ``foo_bar`` is the command ``foo-bar``.
+Commands are discovered from the modules of ``thanos.commands``: each defines ``HELP`` (one line, a string
+literal: ``--help`` reads it from the source), ``add_arguments(parser)`` and ``run(args)``. A module
+``foo_bar`` is the command ``foo-bar``; only the module of the command being run is imported.
+
+Any error ends the command with exit status 2 and one line, last on stderr: ``ERROR: <what went wrong>
+(<path>); <how to fix it>``. When stderr is a file (a Snakemake job's log) the traceback is logged before
+that line; on a terminal only the line is shown (``-v`` shows the traceback too).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import errno
 import importlib
 import logging
 import pkgutil
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 import thanos.commands
+from thanos.errors import PathError
+
+log = logging.getLogger("thanos")
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+MAX_LINE = 2000
+_OS_HINTS = {
+    errno.ENOSPC: "disk full: free space on that filesystem (or point the results elsewhere) and rerun",
+    errno.EDQUOT: "disk quota exceeded: free space or raise the quota, then rerun",
+    errno.EACCES: "permission denied: check the permissions of the path",
+    errno.EPERM: "operation not permitted: check the permissions of the path",
+    errno.ENOENT: "check the path",
+    errno.EROFS: "read-only filesystem: write the results elsewhere",
+}
+
+# errors of libraries that do not name the file they failed on (the codebase's own readers do)
+_LIBRARY_HINTS = {
+    "safetensors": "a .safetensors file is truncated or damaged, the traceback shows which reader",
+    "zarr": "a zarr store is damaged, the traceback shows which one",
+    "numcodecs": "a zarr store is damaged, the traceback shows which one",
+}
 
 
 def _command_modules() -> dict[str, str]:
     names = sorted(
         m.name for m in pkgutil.iter_modules(thanos.commands.__path__) if not m.name.startswith("_")
     )
-    return {name.replace("_", "-"): f"thanos.commands.{name}" for name in names}
+    return {name.replace("_", "-"): name for name in names}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _help(name: str) -> str:
+    """A command module's ``HELP``, read from its source without importing it (imports can be slow)."""
+    source = Path(thanos.commands.__path__[0], f"{name}.py").read_text()
+    for node in ast.parse(source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["HELP"]
+            and isinstance(node.value, ast.Constant)
+        ):
+            return str(node.value.value)
+    return importlib.import_module(f"thanos.commands.{name}").HELP
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv``: its first word that is not an option (global options take none)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with the arguments of ``command`` only (its module is the only one imported); the
+    other commands are listed with their ``HELP``."""
     parser = argparse.ArgumentParser(
         prog="thanos",
         description="Thanos LLM pruning: pipeline stages (calibrate, capture, prune, assemble, evaluate).",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
-    for command, module_name in _command_modules().items():
-        module = importlib.import_module(module_name)
-        cmd = sub.add_parser(command, help=module.HELP, description=module.__doc__)
+    for name, module_name in _command_modules().items():
+        if name != command:
+            sub.add_parser(name, help=_help(module_name))
+            continue
+        module = importlib.import_module(f"thanos.commands.{module_name}")
+        cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def describe(err: BaseException) -> str:
+    """One line: what went wrong, the path involved, and how to fix it."""
+    if isinstance(err, PathError):
+        text = str(err)
+    elif isinstance(err, OSError) and err.errno is not None:
+        paths = " -> ".join(str(p) for p in (err.filename, err.filename2) if p is not None)
+        hint = _OS_HINTS.get(err.errno, "check the path and its filesystem, then rerun")
+        text = f"{err.strerror or err}" + (f" ({paths})" if paths else "") + f"; {hint}"
+    elif isinstance(err, (ValueError, FileNotFoundError)):
+        text = str(err)  # the codebase's own errors: they name the path and the fix
+    else:
+        library = type(err).__module__.split(".")[0]
+        hint = _LIBRARY_HINTS.get(library, "unexpected error")
+        text = f"{type(err).__name__}: {err}; {hint}: the traceback is in the job's log (or rerun with -v)"
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def _report(err: BaseException, verbose: bool) -> None:
+    """The traceback to the log (stderr when it is not a terminal, or with -v), then the one line."""
+    line = describe(err)
+    if verbose or not sys.stderr.isatty():
+        log.error("%s", line, exc_info=err)
+    _last_line(f"ERROR: {line}")
+
+
+def _last_line(line: str) -> None:
+    """``line`` on stderr after everything already written (stdout too: ``> log 2>&1`` shares the file)."""
+    for stream in (sys.stdout, *(getattr(h, "stream", None) for h in logging.getLogger().handlers)):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(argv)
+    before = argv[: argv.index(command)] if command else argv
+    verbose = "-v" in before or "--verbose" in before
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
+        args = build_parser(command).parse_args(argv)
         args._run(args)
-    except (ValueError, FileNotFoundError) as err:
-        logging.getLogger("thanos").error("%s", err)
-        return 2
+    except KeyboardInterrupt:
+        _last_line("ERROR: interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - every error ends as one line (and a logged traceback)
+        _report(err, verbose)
+        return EXIT_ERROR
     return 0

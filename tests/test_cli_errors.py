@@ -1,0 +1,175 @@
+"""``python -m thanos``: every error is one line ``ERROR: <what> (<path>); <fix>``, last on stderr, exit 2;
+the traceback goes to the job's log (stderr is a file under Snakemake) but not to a terminal. ``--help``
+and one command's parser import no other command module (and no torch). Real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import json
+import os
+import pkgutil
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_model
+from safetensors import SafetensorError
+
+import thanos.commands
+from thanos.atomic import atomic_path
+from thanos.cli import describe
+from thanos.storage import write_activations
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def env() -> dict[str, str]:
+    return os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def run_thanos(*args: str | Path, log: Path) -> int:
+    """``python -m thanos ARGS > log 2>&1``, as a Snakemake job runs it."""
+    with open(log, "w") as stderr:
+        command = [sys.executable, "-m", "thanos", *map(str, args)]
+        return subprocess.run(command, stderr=stderr, stdout=stderr, env=env()).returncode
+
+
+def on_terminal(*args: str | Path) -> tuple[int, str]:
+    """``python -m thanos ARGS`` with stderr on a pseudo-terminal; (exit status, what the terminal shows)."""
+    main, secondary = pty.openpty()
+    command = [sys.executable, "-m", "thanos", *map(str, args)]
+    process = subprocess.Popen(command, stderr=secondary, stdout=subprocess.DEVNULL, env=env())
+    os.close(secondary)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the process closed the terminal
+        while chunk := os.read(main, 4096):
+            shown += chunk
+    os.close(main)
+    return process.wait(), shown.decode().replace("\r\n", "\n")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("model"), "llama")
+
+
+def damaged_inputs(model: Path, path: Path, damage: str) -> Path:
+    hidden = json.loads((model / "config.json").read_text())["hidden_size"]
+    with write_activations(path, 4, 16, hidden, torch.float32, block=0) as writer:
+        writer.write(0, torch.randn(4, 16, hidden, generator=torch.Generator().manual_seed(0)))
+    chunk = sorted(p for p in (path / "hidden").rglob("*") if p.is_file() and p.name != "zarr.json")[2]
+    if damage == "deleted chunk":
+        chunk.unlink()
+    else:
+        data = bytearray(chunk.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        chunk.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize(("damage", "words"), [("deleted chunk", "chunk files"), ("flipped byte", "crc32c")])
+def test_damaged_store_ends_the_log_with_one_error_line(
+    model: Path, tmp_path: Path, damage: str, words: str
+) -> None:
+    inputs = damaged_inputs(model, tmp_path / "inputs_0.zarr", damage)
+    log = tmp_path / "capture.log"
+    out = tmp_path / "hessians_0.zarr"
+    rc = run_thanos("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", out, log=log)
+    lines = log.read_text().rstrip("\n").split("\n")
+    assert rc == 2
+    assert lines[-1].startswith("ERROR: activations store"), lines[-1]
+    assert f"({inputs}); delete {inputs} and rerun" in lines[-1] and words in lines[-1], lines[-1]
+    assert sum(line.startswith("ERROR:") for line in lines) == 1
+    assert "Traceback (most recent call last)" in log.read_text()
+    assert not out.exists() and not list(tmp_path.glob(".hessians_0.zarr.*"))
+
+
+def test_terminal_shows_the_line_and_no_traceback(model: Path, tmp_path: Path) -> None:
+    inputs = damaged_inputs(model, tmp_path / "inputs_0.zarr", "deleted chunk")
+    args = ("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", tmp_path / "h.zarr")
+    rc, shown = on_terminal(*args)
+    assert rc == 2 and "Traceback" not in shown, shown
+    assert shown.strip().split("\n")[-1].startswith("ERROR: activations store"), shown
+    rc, shown = on_terminal("-v", *args)
+    assert rc == 2 and "Traceback" in shown and shown.strip().split("\n")[-1].startswith("ERROR:"), shown
+
+
+def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where a directory should be")
+    log = tmp_path / "info.log"
+    assert run_thanos("model-info", "--model", model, "--out", blocker / "info.json", log=log) == 2
+    last = log.read_text().rstrip("\n").split("\n")[-1]
+    assert last.startswith("ERROR: ") and str(blocker) in last and "; check the path" in last, last
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")
+def test_disk_full_names_the_output_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "model.safetensors"
+    with pytest.raises(OSError) as info, atomic_path(out), open("/dev/full", "wb") as full:
+        full.write(b"x" * 8192)
+        full.flush()  # ENOSPC, an OSError that names no file
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(out)
+    line = describe(info.value)
+    assert line.startswith(f"No space left on device ({out}); disk full"), line
+    # what safetensors 0.8 raises on a full filesystem (seen on a 64 KiB tmpfs; it writes a temporary file
+    # and renames it, so /dev/full cannot be its target)
+    full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    with pytest.raises(OSError) as info, atomic_path(out):
+        raise full
+    assert info.value.errno == errno.ENOSPC and info.value.__cause__ is full
+    assert describe(info.value).startswith(f"No space left on device ({out}); disk full")
+    assert not list(tmp_path.iterdir())
+
+
+def test_library_errors_say_what_is_damaged(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    with pytest.raises(Exception) as info:  # noqa: B017 - whatever safetensors raises
+        load_file(bad)
+    assert "a .safetensors file is truncated or damaged" in describe(info.value)
+    assert describe(RuntimeError("boom\n  detail")).startswith("RuntimeError: boom detail; unexpected error")
+
+
+def command_helps() -> dict[str, str]:
+    names = [m.name for m in pkgutil.iter_modules(thanos.commands.__path__) if not m.name.startswith("_")]
+    return {n.replace("_", "-"): importlib.import_module(f"thanos.commands.{n}").HELP for n in names}
+
+
+def test_help_lists_every_command(tmp_path: Path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "thanos", "--help"], capture_output=True, text=True, env=env(), check=True
+    ).stdout
+    flat = "".join(shown.split())
+    helps = command_helps()
+    assert len(helps) >= 10
+    for command, text in helps.items():
+        assert command in shown and "".join(text.split()) in flat, command
+
+
+def test_one_command_imports_one_command_module_and_no_torch() -> None:
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "thanos", "prune", "--help"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        check=True,
+    )
+    assert "--hessians" in timed.stdout
+    imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if "|" in line}
+    assert "thanos.cli" in imported and "torch" not in imported and "zarr" not in imported
+    code = (
+        "import sys; from thanos.cli import build_parser; build_parser('prune'); "
+        "print(sorted(m for m in sys.modules if m.startswith('thanos.commands.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), check=True
+    ).stdout
+    assert loaded.strip() == "['thanos.commands.prune']"
