@@ -157,7 +157,7 @@ def test_options_parse_back_through_the_commands(command):
         "prune": ["--model", "m", "--block", "0", "--out-dir", "d"],
         "chain": ["--model", "m", "--pruned-root", "p", "--out", "o"],
     }[command]
-    args = build_parser().parse_args([command, *required, *shlex.split(recipe.options())])
+    args = build_parser(command).parse_args([command, *required, *shlex.split(recipe.options())])
     assert _args.recipe(args) == {
         "method": "thanos",
         "sparsity": "structured:0.3",
