@@ -1,14 +1,16 @@
 """Workflow overhead: the Snakemake run against the same stages called one after another in one process.
 
-Builds a random Llama whose layers take about a second or more to prune on CPU (default hidden 1024,
-4 blocks), writes a calibration text, then times
-  (a) in-process: model-info, calibrate, embed, capture/prune/propagate for every block, assemble, each
-      through ``thanos.cli.main`` in this one Python process (no process starts, no scheduling);
-  (b) ``snakemake --cores C`` on the same config (granularity block by default: one prune job per block),
+Builds a random Llama (default hidden 1024, 4 blocks), writes a calibration text, then times
+  (a) in-process: model-info, calibrate, embed, then per recipe capture/prune/propagate for every block
+      (block 0's Hessians shared by the recipes, as the workflow shares them) and assemble, each through
+      ``thanos.cli.main`` in this one Python process (no process starts, no scheduling): what a single
+      in-process pruning script does;
+  (b) ``snakemake --cores C`` on the same config (``--granularity auto``, the default: the config has no
+      granularity key, as a new user's),
 and prints both wall times and the overhead. It also checks that both produce byte-identical weights.
 
-    python bench/workflow_overhead.py                       # hidden 1024, 4 blocks
-    python bench/workflow_overhead.py --blocks 8 --granularity layer   # or recipe: one job per recipe
+    python bench/workflow_overhead.py --hidden 256 --recipes 6          # the default config, 6 recipes
+    python bench/workflow_overhead.py --hidden 2048 --granularity layer # per-layer jobs
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ REPO = Path(__file__).resolve().parents[1]
 WORDS = (
     "the a of to and in model prunes weights layer block sparse dense input output token row column".split()
 )
+RECIPES = {  # name: (method, sparsity)
+    "thanos_u50": ("thanos", "0.5"),
+    "sparsegpt_u50": ("sparsegpt", "0.5"),
+    "wanda_u50": ("wanda", "0.5"),
+    "magnitude_u50": ("magnitude", "0.5"),
+    "thanos_2-4": ("thanos", "2:4"),
+    "thanos_s30": ("thanos", "structured:0.3"),
+}
 
 
 def main() -> None:
@@ -38,9 +48,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--nsamples", type=int, default=16)
     parser.add_argument("--seqlen", type=int, default=128)
-    parser.add_argument("--method", default="thanos")
-    parser.add_argument("--sparsity", default="0.5")
-    parser.add_argument("--granularity", choices=("layer", "block", "recipe"), default="block")
+    parser.add_argument(
+        "--recipes", type=int, default=1, choices=range(1, len(RECIPES) + 1), help="the first N of RECIPES"
+    )
+    parser.add_argument("--granularity", choices=("auto", "layer", "block", "recipe"), default="auto")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
@@ -62,11 +73,14 @@ def main() -> None:
     model = build_tiny_model(
         out / "model", "llama", hidden_size=args.hidden, num_blocks=args.blocks, num_heads=args.hidden // 64
     )
-    threads = args.cores if args.granularity in ("block", "recipe") else 1
+    recipes = dict(list(RECIPES.items())[: args.recipes])
+    from thanos.granularity import choose_granularity
+
+    granularity = choose_granularity(args.granularity, cluster=False, gpus=0)[0]  # device cpu, local
+    threads = args.cores if granularity in ("block", "recipe") else 1
 
     # (a) the same stages in one process
     work = out / "inprocess"
-    recipe = Recipe("r", args.method, args.sparsity, chain="sequential")
 
     def stage(*argv: object) -> None:
         if thanos_main([str(a) for a in argv]) != 0:
@@ -80,31 +94,28 @@ def main() -> None:
     stage("calibrate", "--model", model, *calib, "--out", tokens)
     stage("embed", "--model", model, "--tokens", tokens, "--device", "cpu", "--out", work / "inputs_0.zarr")
     layers = ",".join(info["layers"])
-    method = ("--method", args.method, "--sparsity", args.sparsity)
-    for block in range(info["num_blocks"]):
-        inputs, hessians = work / f"inputs_{block}.zarr", work / f"hessians_{block}.zarr"
-        pruned = work / "pruned" / f"block{block}"
-        at_block = ("--model", model, "--block", block, "--device", "cpu")
-        stage("capture", *at_block, "--inputs", inputs, "--out", hessians)
-        stage("prune", *at_block, *method, "--layers", layers, "--hessians", hessians, "--out-dir", pruned)
-        if block + 1 < info["num_blocks"]:
-            nxt = work / f"inputs_{block + 1}.zarr"
-            stage("propagate", *at_block, "--inputs", inputs, "--pruned-dir", pruned, "--out", nxt)
-    stage(
-        "assemble",
-        "--model",
-        model,
-        "--pruned-root",
-        work / "pruned",
-        "--recipe-json",
-        recipe.to_json(),
-        "--calibration",
-        tokens,
-        "--model-info",
-        work / "info.json",
-        "--out",
-        work / "model",
-    )
+    for name, (method, sparsity) in recipes.items():
+        calibrated = method != "magnitude"
+        chain = work / name
+        for block in range(info["num_blocks"]):
+            inputs = (work if block == 0 else chain) / f"inputs_{block}.zarr"
+            hessians = (work if block == 0 else chain) / f"hessians_{block}.zarr"
+            pruned = chain / "pruned" / f"block{block}"
+            at_block = ("--model", model, "--block", block, "--device", "cpu")
+            if calibrated and not hessians.exists():
+                stage("capture", *at_block, "--inputs", inputs, "--out", hessians)
+            options = ("--method", method, "--sparsity", sparsity, "--layers", layers, "--out-dir", pruned)
+            stage("prune", *at_block, *options, *(("--hessians", hessians) if calibrated else ()))
+            if calibrated and block + 1 < info["num_blocks"]:
+                nxt = chain / f"inputs_{block + 1}.zarr"
+                stage("propagate", *at_block, "--inputs", inputs, "--pruned-dir", pruned, "--out", nxt)
+        recipe = Recipe(name, method, sparsity, chain="sequential")
+        stage(
+            "assemble",
+            *("--model", model, "--pruned-root", chain / "pruned", "--recipe-json", recipe.to_json()),
+            *(("--calibration", tokens) if calibrated else ()),
+            *("--model-info", work / "info.json", "--out", chain / "model"),
+        )
     inprocess = time.perf_counter() - t0
 
     # (b) snakemake
@@ -114,10 +125,10 @@ def main() -> None:
         "models": {"bench": {"path": str(model)}},
         "calibration": {"source": str(text), "nsamples": args.nsamples, "seqlen": args.seqlen},
         "chain": "sequential",
-        "granularity": args.granularity,
+        **({} if args.granularity == "auto" else {"granularity": args.granularity}),
         "threads": threads,
         "device": "cpu",
-        "recipes": {"r": {"method": args.method, "sparsity": args.sparsity}},
+        "recipes": {name: {"method": m, "sparsity": p} for name, (m, p) in recipes.items()},
         "perplexity": {"enabled": False},
         "zeroshot": {"enabled": False},
         "evaluate_dense": False,
@@ -136,17 +147,19 @@ def main() -> None:
     )
 
     same = all(
-        (wf / "results" / "bench" / "r" / "model" / f.name).read_bytes() == f.read_bytes()
-        for f in sorted((work / "model").glob("*.safetensors"))
+        (wf / "results" / "bench" / name / "model" / f.name).read_bytes() == f.read_bytes()
+        for name in recipes
+        for f in sorted((work / name / "model").glob("*.safetensors"))
     )
     print(
         f"model: llama hidden {args.hidden}, {args.blocks} blocks, {args.nsamples} x {args.seqlen} tokens; "
-        f"{args.method} {args.sparsity}; granularity {args.granularity}; "
+        f"{len(recipes)} recipe(s) {', '.join(recipes)}; granularity {args.granularity} -> {granularity}; "
         f"--cores {args.cores} (threads/job {threads})"
     )
     print(f"in-process stages : {inprocess:8.1f} s")
     print(f"snakemake run     : {workflow:8.1f} s  ({jobs} outputs recorded)")
-    print(f"overhead          : {100 * (workflow / inprocess - 1):8.1f} %")
+    ratio = workflow / inprocess
+    print(f"overhead          : {100 * (ratio - 1):8.1f} %  (ratio {ratio:.2f}x)")
     print(f"identical weights : {same}")
 
 

@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-info", default=None, help="model_info.json (block_prefix, ...)")
     parser.add_argument("--model-name", default=None, help="the model's name in the config (for the report)")
     parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (default 2GB)")
+    parser.add_argument("--granularity", default=None, help="how the workflow ran (for the report)")
+    parser.add_argument("--granularity-reason", default=None, help="why that granularity (for the report)")
     parser.add_argument("--out", required=True, help="output model directory")
 
 
@@ -48,4 +50,7 @@ def run(args: argparse.Namespace) -> None:
         model_info=args.model_info,
         model_name=args.model_name,
         max_shard_size=args.max_shard_size,
+        workflow={"granularity": args.granularity, "granularity_reason": args.granularity_reason}
+        if args.granularity
+        else None,
     )

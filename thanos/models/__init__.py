@@ -7,13 +7,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-from transformers import AutoConfig, PretrainedConfig
+from typing import TYPE_CHECKING
 
 from thanos.models.base import ModelAdapter
 from thanos.models.checkpoint import Checkpoint, resolve_model_path
 from thanos.models.llama import LlamaAdapter
 from thanos.models.opt import OPTAdapter
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 ADAPTERS: tuple[type[ModelAdapter], ...] = (LlamaAdapter, OPTAdapter)
 SUPPORTED = tuple(t for cls in ADAPTERS for t in cls.model_types)
@@ -24,6 +26,8 @@ def load_config(model_dir: str | Path) -> PretrainedConfig:
     path = Path(model_dir)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: pass a Hugging Face model directory")
+    from transformers import AutoConfig
+
     return AutoConfig.from_pretrained(path)
 
 

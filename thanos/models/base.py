@@ -7,13 +7,15 @@ blocks live in the checkpoint and how to run one decoder block on its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig
 
 from thanos.models.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def config_dtype(config: PretrainedConfig) -> torch.dtype:

@@ -8,14 +8,16 @@ layers) and passed to every layer as ``position_embeddings``.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig
 
 from thanos.models.base import ModelAdapter, causal_mask, module_from_state
 from thanos.models.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 # model_type -> (transformers modeling module, class name prefix)
 FAMILY = {
@@ -50,12 +52,25 @@ class LlamaAdapter(ModelAdapter):
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
-        module_name, prefix = FAMILY[config.model_type]
-        module = importlib.import_module(module_name)
-        self._layer_cls = getattr(module, f"{prefix}DecoderLayer")
-        self._rotary_cls = getattr(module, f"{prefix}RotaryEmbedding")
-        self._norm_cls = getattr(module, f"{prefix}RMSNorm")
         self._rotary: dict[torch.device, nn.Module] = {}
+
+    def _modeling(self, name: str) -> type[nn.Module]:
+        """transformers' ``{Family}{name}`` class, imported on first use (stages that only read tensors,
+        such as prune, never import the modeling code: it costs seconds per process)."""
+        module_name, prefix = FAMILY[self.config.model_type]
+        return getattr(importlib.import_module(module_name), f"{prefix}{name}")
+
+    @property
+    def _layer_cls(self) -> type[nn.Module]:
+        return self._modeling("DecoderLayer")
+
+    @property
+    def _rotary_cls(self) -> type[nn.Module]:
+        return self._modeling("RotaryEmbedding")
+
+    @property
+    def _norm_cls(self) -> type[nn.Module]:
+        return self._modeling("RMSNorm")
 
     def new_block(self, block: int) -> nn.Module:
         return self._layer_cls(self.config, layer_idx=block)

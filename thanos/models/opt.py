@@ -7,12 +7,18 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.models.opt import modeling_opt
 
 from thanos.models.base import ModelAdapter, causal_mask, module_from_state
 from thanos.models.checkpoint import Checkpoint
 
 PREFIX = "model.decoder."
+
+
+def _modeling_opt() -> Any:
+    """transformers' OPT modeling module, imported on first use (seconds; prune never needs it)."""
+    from transformers.models.opt import modeling_opt
+
+    return modeling_opt
 
 
 class OPTEmbedding(nn.Module):
@@ -64,7 +70,7 @@ class OPTAdapter(ModelAdapter):
     block_template = PREFIX + "layers.{i}."
 
     def new_block(self, block: int) -> nn.Module:
-        return modeling_opt.OPTDecoderLayer(self.config, layer_idx=block)
+        return _modeling_opt().OPTDecoderLayer(self.config, layer_idx=block)
 
     def _projection(self, checkpoint: Checkpoint, name: str, out_dim: int, in_dim: int) -> nn.Module | None:
         if self.config.word_embed_proj_dim == self.config.hidden_size:
@@ -74,7 +80,7 @@ class OPTAdapter(ModelAdapter):
     def load_embedding(self, checkpoint: Checkpoint) -> nn.Module:
         tokens = nn.Embedding.from_pretrained(checkpoint.tensor(f"{PREFIX}embed_tokens.weight"), freeze=True)
         positions = module_from_state(
-            modeling_opt.OPTLearnedPositionalEmbedding,
+            _modeling_opt().OPTLearnedPositionalEmbedding,
             checkpoint.prefixed(f"{PREFIX}embed_positions."),
             self.config.max_position_embeddings,
             self.hidden_size,

@@ -165,8 +165,11 @@ def assemble(
     model_info: str | os.PathLike | None = None,
     model_name: str | None = None,
     max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
+    workflow: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
+
+    ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
 
     Everything is read and checked before anything is written, so a bad input leaves no output behind.
     """
@@ -205,6 +208,7 @@ def assemble(
             "versions": package_versions(),
             "intermediates_bytes": sum(usage.values()),
             "intermediates": usage,
+            "workflow": workflow,
         }
         (tmp / "pruning_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info(

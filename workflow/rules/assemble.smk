@@ -22,4 +22,5 @@ rule assemble:
         "python -m thanos assemble --model {params.model:q} --model-name {wildcards.model}"
         " --pruned-root {params.pruned_root} --recipe-json {params.recipe:q} {params.calibration}"
         " --model-info {params.info} --intermediates {params.intermediates}"
-        " --max-shard-size {params.max_shard_size} --out {output} > {log} 2>&1"
+        " --max-shard-size {params.max_shard_size} --granularity \"$THANOS_WF_GRANULARITY\""
+        " --granularity-reason \"$THANOS_WF_GRANULARITY_REASON\" --out {output} > {log} 2>&1"

@@ -8,6 +8,8 @@ import re
 from snakemake.logging import logger
 from snakemake.utils import validate
 
+from thanos.devices import resolve_devices
+from thanos.granularity import ALIASES, choose_granularity
 from thanos.layout import DENSE, NOT_MODELS, Layout
 from thanos.recipes import ConfigError, expand
 
@@ -26,10 +28,31 @@ MODELS = config["models"]
 RECIPES = expand(config)
 TINY_MODELS = {os.path.normpath(m["path"]): m["tiny"] for m in MODELS.values() if "tiny" in m}
 
-GRANULARITY = config["granularity"]
-if GRANULARITY == "chain":
+if config["granularity"] in ALIASES:
     logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")
-    GRANULARITY = "recipe"
+
+
+def _local_gpus():
+    """GPUs the jobs of this machine can use at once: --resources gpu=K, else the slot pool's devices."""
+    if config["device"] == "cpu":
+        return 0
+    given = getattr(workflow.global_resources.get("gpu"), "value", None)
+    if given is not None:
+        return int(given)
+    return len(resolve_devices(config["gpu_slots"]))
+
+
+# auto is resolved once, by the Snakemake process that schedules the jobs; jobs that Snakemake re-parses
+# (cluster jobs) take its choice from the environment, so both see the same rules.
+if workflow.remote_exec and "THANOS_WF_GRANULARITY" in os.environ:
+    GRANULARITY = os.environ["THANOS_WF_GRANULARITY"]
+    GRANULARITY_REASON = os.environ.get("THANOS_WF_GRANULARITY_REASON", "")
+else:
+    GRANULARITY, GRANULARITY_REASON = choose_granularity(
+        config["granularity"], cluster=workflow.resource_settings.nodes is not None, gpus=_local_gpus()
+    )
+    if config["granularity"] == "auto":
+        logger.info(f"granularity: {GRANULARITY} ({GRANULARITY_REASON})")
 
 if set(MODELS) & set(NOT_MODELS):
     raise ConfigError(
@@ -81,6 +104,8 @@ JOB_ENV = {
     # where an evaluation puts the model: one device, or spread over eval_gpus GPUs
     "THANOS_WF_EVAL_PLACEMENT": "--device-map auto" if EVAL_GPUS > 1 else f"--device {config['device']}",
     "THANOS_WF_ZEROSHOT_ENV": "env HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1" if config["zeroshot"]["offline"] else "",
+    "THANOS_WF_GRANULARITY": GRANULARITY,
+    "THANOS_WF_GRANULARITY_REASON": GRANULARITY_REASON,
 }
 os.environ.update(JOB_ENV)
 
@@ -91,6 +116,8 @@ envvars:
     "THANOS_WF_EVAL_GPU",
     "THANOS_WF_EVAL_PLACEMENT",
     "THANOS_WF_ZEROSHOT_ENV",
+    "THANOS_WF_GRANULARITY",
+    "THANOS_WF_GRANULARITY_REASON",
 
 
 def retain(path, kind):
