@@ -173,3 +173,21 @@ def test_one_command_imports_one_command_module_and_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env(), check=True
     ).stdout
     assert loaded.strip() == "['thanos.commands.prune']"  # (and the shared argument helpers, _args)
+
+
+def test_prune_imports_no_transformers(tmp_path) -> None:
+    """A prune job reads tensors by name: its process start is torch's, not transformers' (seconds)."""
+    from thanos.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "model", "llama", hidden_size=32, num_blocks=1)
+    argv = ["prune", "--model", str(model), "--block", "0", "--method", "magnitude", "--sparsity", "0.5"]
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "thanos", *argv, "--out-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env(),
+        check=True,
+    )
+    imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if "|" in line}
+    assert "torch" in imported and "transformers" not in imported
+    assert (tmp_path / "out" / "mlp.down_proj.safetensors").is_file()

@@ -38,7 +38,7 @@ def prune(
     device: str = "auto",
 ) -> list[dict]:
     """Prune ``layers`` (all of the block's when None) and return their stats dicts."""
-    _, adapter, checkpoint = open_model(model)
+    _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
     layers = list(layers) if layers else adapter.layers
     for layer in layers:
