@@ -21,8 +21,6 @@ if GRANULARITY == "chain":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
             " {params.options} {params.stores} --pruned-root {params.root} --device $THANOS_WF_DEVICE"

@@ -19,8 +19,6 @@ if GRANULARITY == "layer":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} {params.options}"
@@ -43,8 +41,6 @@ elif GRANULARITY == "block":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {params.layers} {params.hessians} {params.options}"
