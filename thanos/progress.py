@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import sys
 import threading
 import time
@@ -130,9 +131,8 @@ class Progress(logging.Handler):
         with self._mutex:
             if self.interactive and self._status:
                 self.stream.write("\r\x1b[K")
+                self._status = ""
             self.stream.write(text + "\n")
-            if self.interactive and self._status:
-                self.stream.write(self._status)
             self.stream.flush()
 
     def note(self, text: str) -> None:
@@ -152,7 +152,7 @@ class Progress(logging.Handler):
                 for job in self.running.values()
             )
             status = f"[{self.elapsed()}] {self._jobs()} jobs done" + (f" | {doing}" if doing else "")
-            width = 200
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line could not be redrawn
             self._status = status[:width]
             self.stream.write("\r\x1b[K" + self._status)
             self.stream.flush()
