@@ -5,10 +5,12 @@ Builds a random Llama whose layers take about a second or more to prune on CPU (
   (a) in-process: model-info, calibrate, embed, capture/prune/propagate for every block, assemble, each
       through ``thanos.cli.main`` in this one Python process (no process starts, no scheduling);
   (b) ``snakemake --cores C`` on the same config (granularity block by default: one prune job per block),
+      or, with ``--runner prune-model``, ``thanos prune-model`` (granularity chain, publishing to --out),
 and prints both wall times and the overhead. It also checks that both produce byte-identical weights.
 
     python bench/workflow_overhead.py                       # hidden 1024, 4 blocks
     python bench/workflow_overhead.py --blocks 8 --granularity layer   # or chain: one job per recipe
+    python bench/workflow_overhead.py --hidden 64 --runner prune-model  # the one-command path, tiny model
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main() -> None:
     parser.add_argument("--sparsity", default="0.5")
     parser.add_argument("--granularity", choices=("layer", "block", "chain"), default="block")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--runner", choices=("snakemake", "prune-model"), default="snakemake")
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
 
@@ -146,9 +149,29 @@ def main() -> None:
     )
     inprocess = time.perf_counter() - t0
 
-    # (b) snakemake
+    # (b) snakemake, or thanos prune-model
     wf = out / "workflow"
     wf.mkdir()
+    if args.runner == "prune-model":
+        cmd = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", args.method]
+        cmd += ["--sparsity", args.sparsity, "--calibration", str(text), "--nsamples", str(args.nsamples)]
+        cmd += ["--seqlen", str(args.seqlen), "--device", "cpu", "--cores", str(args.cores)]
+        cmd += ["--workdir", str(wf / "work"), "--out", str(wf / "out")]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        workflow = time.perf_counter() - t0
+        same = all(
+            (wf / "out" / f.name).read_bytes() == f.read_bytes()
+            for f in sorted((work / "model").glob("*.safetensors"))
+        )
+        print(
+            f"model: llama hidden {args.hidden}, {args.blocks} blocks, {args.nsamples} x {args.seqlen} tokens"
+        )
+        print(f"in-process stages   : {inprocess:8.1f} s")
+        print(f"thanos prune-model  : {workflow:8.1f} s")
+        print(f"overhead            : {100 * (workflow / inprocess - 1):8.1f} %")
+        print(f"identical weights   : {same}")
+        return
     config = {
         "models": {"bench": {"path": str(model)}},
         "calibration": {"source": str(text), "nsamples": args.nsamples, "seqlen": args.seqlen},
