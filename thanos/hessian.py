@@ -73,7 +73,7 @@ def inverse_cholesky(
     ``max_retries`` times.
 
     Note: for U upper triangular, inv(H[i:, i:]) = U[i:, i:]^T U[i:, i:], so one factorisation serves
-    every block of SparseGPT and Thanos (no re-inversion per block, DESIGN.md section 6).
+    every block of SparseGPT and Thanos (no inverse of H[i:, i:] recomputed for every block).
     """
     H = H.to(torch.float32).clone()
     diag = torch.diagonal(H)
