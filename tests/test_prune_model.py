@@ -199,6 +199,36 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
 
 
+@pytest.mark.slow
+def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_path):
+    model, calib = inputs
+    text = tmp_path / "text.jsonl"
+    text.write_text(json.dumps({"text": "too short"}) + "\n")
+    args = ["prune-model", "--model", model, "--method", "wanda", "--sparsity", "0.5", "--calibration", text]
+    args += [
+        *CALIBRATION,
+        "--device",
+        "cpu",
+        "--cores",
+        "2",
+        "--workdir",
+        tmp_path / "w",
+        "--out",
+        tmp_path / "o",
+    ]
+    failed = thanos(*args, cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "FAILED after" in failed.stderr and "sample calibration tokens" in failed.stderr
+    assert "calibrate.log ---" in failed.stderr  # the failing job's log tail
+    assert "no calibration document is longer than seqlen=64 tokens" in failed.stderr
+    assert "run the same command again" in failed.stderr and not (tmp_path / "o").exists()
+    text.write_text(calib.read_text())  # the fix
+    fixed = thanos(*args, cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "read the model's structure" not in fixed.stderr  # finished before the failure: kept
+    assert "sample calibration tokens" in fixed.stderr and (tmp_path / "o" / "model.safetensors").is_file()
+
+
 # --- checks made before any job runs (fast) ----------------------------------------------------------
 
 

@@ -282,7 +282,8 @@ def prune_model(
                     f"interrupted after {took}: finished jobs are kept; run the same command to resume",
                 )
             else:
-                _print(stream, f"FAILED after {took}: {err}")
+                what = "; ".join(job.label for job in progress.failed) or str(err)
+                _print(stream, f"FAILED after {took}: {what}")
                 for job in progress.failed:
                     for log in job.logs:
                         _print(stream, f"--- {job.label}: last lines of {workdir / log} ---")

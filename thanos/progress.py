@@ -198,8 +198,7 @@ class Progress(logging.Handler):
                 rule = record.rule_name
                 job = next((j for j in self.running.values() if j.rule == rule), None)
                 label = job.label if job else rule
-                self.failed.append(FailedJob(rule, label, list(record.log or [])))
-                self.note(f"FAILED: {label}")
+                self.failed.append(FailedJob(rule, label, list(record.log or [])))  # reported at the end
             elif name is None:
                 message = str(record.msg)
                 if "Nothing to be done" in message:

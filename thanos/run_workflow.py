@@ -6,8 +6,9 @@ finished jobs are never recomputed and a rerun resumes. What this adds for a one
 - Snakemake's full log goes to ``log_file``; the terminal gets ``thanos.progress.Progress`` lines.
 - Resuming needs no flags: a run always reruns incomplete jobs (``--rerun-incomplete``), and a lock left
   by a killed run is removed (``--unlock``) once it is certain that nothing else uses the working
-  directory: an exclusive lock file held for the whole run (``.thanos-run.lock``) and no other process
-  whose current directory is inside it (a killed run's jobs would be). Both are said on the terminal.
+  directory: an exclusive lock file is held for the whole run (``.thanos-run.lock``), and no other
+  process may have its current directory inside it (a killed run's jobs would). Both are said on the
+  terminal.
 - Jobs run ``python -m thanos ...``: the directory of this interpreter is put first on ``PATH``, so they
   use this installation even when its environment is not activated.
 """
@@ -66,11 +67,13 @@ def exclusive_workdir(workdir: Path) -> Iterator[None]:
 
 
 def processes_inside(workdir: Path) -> list[psutil.Process]:
-    """Other processes whose current directory is ``workdir`` or below it (e.g. jobs of a killed run)."""
+    """Other processes whose current directory is ``workdir`` or below it (e.g. jobs of a killed run);
+    not this process and its ancestors (the shell it was started from may sit there)."""
     root = str(workdir.resolve())
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     found = []
     for process in psutil.process_iter(["pid"]):
-        if process.pid == os.getpid():
+        if process.pid in mine:
             continue
         try:
             cwd = process.cwd()
@@ -153,7 +156,8 @@ def _snakemake(
                 dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
         finally:
             snakemake_logger.propagate = propagate
-            signal.signal(signal.SIGTERM, sigterm)  # the scheduler installs its own handler
+            with contextlib.suppress(ValueError):  # only the main thread may; Snakemake's scheduler did
+                signal.signal(signal.SIGTERM, sigterm)
 
 
 def run_workflow(
@@ -175,20 +179,20 @@ def run_workflow(
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     with exclusive_workdir(workdir), contextlib.ExitStack() as stack:
-        busy = processes_inside(workdir)
-        if busy:
-            raise ValueError(
-                f"processes are running inside {workdir} (a previous run's jobs?): "
-                + "; ".join(_describe(p) for p in busy[:5])
-                + "; wait for them or stop them, then run the same command again"
-            )
-        if not path.split(os.pathsep)[:1] == [bindir]:
+        if path.split(os.pathsep)[0] != bindir:
             os.environ["PATH"] = bindir + os.pathsep + path
             stack.callback(os.environ.__setitem__, "PATH", path)
         file_handler = _file_handler(log_file)
         stack.callback(file_handler.close)
         handlers = (file_handler, progress)
         if _snakemake_lock_files(workdir):
+            busy = processes_inside(workdir)
+            if busy:
+                raise ValueError(
+                    f"{workdir} is locked by a previous run and processes still run inside it (its jobs?): "
+                    + "; ".join(_describe(p) for p in busy[:5])
+                    + "; wait for them or stop them, then run the same command again"
+                )
             progress.note(
                 "a previous run was stopped before it could unlock the working directory and nothing "
                 "is running in it: unlocking (snakemake --unlock)"
