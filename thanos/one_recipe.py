@@ -166,11 +166,12 @@ def workflow_config(
     return config
 
 
-def _evaluation(model_root: Path) -> dict[str, Any] | None:
+def _evaluation(model_root: Path, evaluate: tuple[str, ...]) -> dict[str, Any] | None:
+    """The evaluations this run asked for (an earlier run's may describe an earlier model)."""
     found = {}
-    for name in ("perplexity", "zeroshot"):
+    for option, name in (("ppl", "perplexity"), ("zeroshot", "zeroshot")):
         path = model_root / "eval" / f"{name}.json"
-        if path.is_file():
+        if option in evaluate and path.is_file():
             found[name] = json.loads(path.read_text())
     return found or None
 
@@ -296,7 +297,7 @@ def prune_model(
     model_root = workdir / "results" / model_slug(reference) / name
     model_dir = model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())
-    evaluation = _evaluation(model_root)
+    evaluation = _evaluation(model_root, evaluate)
     summary = summarize(model_dir, report)
     card = model_card(report, summary, evaluation, out)
     changed = publish(model_dir, out, {CARD: card})
