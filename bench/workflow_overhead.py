@@ -6,11 +6,13 @@ Builds a random Llama (default hidden 1024, 4 blocks), writes a calibration text
       ``thanos.cli.main`` in this one Python process (no process starts, no scheduling): what a single
       in-process pruning script does;
   (b) ``snakemake --cores C`` on the same config (``--granularity auto``, the default: the config has no
-      granularity key, as a new user's),
+      granularity key, as a new user's), or with ``--runner prune-model`` one ``thanos prune-model``
+      command per recipe (one work directory: the recipes share calibration and block 0),
 and prints both wall times and the overhead. It also checks that both produce byte-identical weights.
 
     python bench/workflow_overhead.py --hidden 256 --recipes 6          # the default config, 6 recipes
     python bench/workflow_overhead.py --hidden 2048 --granularity layer # per-layer jobs
+    python bench/workflow_overhead.py --hidden 64 --runner prune-model  # the one-command path
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def main() -> None:
     )
     parser.add_argument("--granularity", choices=("auto", "layer", "block", "recipe"), default="auto")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--runner", choices=("snakemake", "prune-model"), default="snakemake")
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
 
@@ -118,36 +121,45 @@ def main() -> None:
         )
     inprocess = time.perf_counter() - t0
 
-    # (b) snakemake
+    # (b) snakemake, or thanos prune-model
     wf = out / "workflow"
     wf.mkdir()
-    config = {
-        "models": {"bench": {"path": str(model)}},
-        "calibration": {"source": str(text), "nsamples": args.nsamples, "seqlen": args.seqlen},
-        "chain": "sequential",
-        **({} if args.granularity == "auto" else {"granularity": args.granularity}),
-        "threads": threads,
-        "device": "cpu",
-        "recipes": {name: {"method": m, "sparsity": p} for name, (m, p) in recipes.items()},
-        "perplexity": {"enabled": False},
-        "zeroshot": {"enabled": False},
-        "evaluate_dense": False,
-        "report": False,
-    }
-    (wf / "config.yaml").write_text(yaml.safe_dump(config))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(wf)]
-    cmd += ["--configfile", str(wf / "config.yaml"), "--cores", str(args.cores), "--quiet", "all"]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    workflow = time.perf_counter() - t0
-    jobs = (
-        len(list((wf / ".snakemake" / "metadata").glob("*")))
-        if (wf / ".snakemake" / "metadata").is_dir()
-        else -1
-    )
+    if args.runner == "prune-model":
+        t0 = time.perf_counter()
+        for name, (method, sparsity) in recipes.items():
+            cmd = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", method]
+            cmd += ["--sparsity", sparsity, "--calibration", str(text), "--nsamples", str(args.nsamples)]
+            cmd += ["--seqlen", str(args.seqlen), "--device", "cpu", "--cores", str(args.cores)]
+            subprocess.run([*cmd, "--workdir", str(wf / "work"), "--out", str(wf / "out" / name)], check=True)
+        workflow = time.perf_counter() - t0
+        published = {name: wf / "out" / name for name in recipes}
+        jobs = -1
+    else:
+        config = {
+            "models": {"bench": {"path": str(model)}},
+            "calibration": {"source": str(text), "nsamples": args.nsamples, "seqlen": args.seqlen},
+            "chain": "sequential",
+            **({} if args.granularity == "auto" else {"granularity": args.granularity}),
+            "threads": threads,
+            "device": "cpu",
+            "recipes": {name: {"method": m, "sparsity": p} for name, (m, p) in recipes.items()},
+            "perplexity": {"enabled": False},
+            "zeroshot": {"enabled": False},
+            "evaluate_dense": False,
+            "report": False,
+        }
+        (wf / "config.yaml").write_text(yaml.safe_dump(config))
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(wf)]
+        cmd += ["--configfile", str(wf / "config.yaml"), "--cores", str(args.cores), "--quiet", "all"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        workflow = time.perf_counter() - t0
+        metadata = wf / ".snakemake" / "metadata"
+        jobs = len(list(metadata.glob("*"))) if metadata.is_dir() else -1
+        published = {name: wf / "results" / "bench" / name / "model" for name in recipes}
 
     same = all(
-        (wf / "results" / "bench" / name / "model" / f.name).read_bytes() == f.read_bytes()
+        (published[name] / f.name).read_bytes() == f.read_bytes()
         for name in recipes
         for f in sorted((work / name / "model").glob("*.safetensors"))
     )
@@ -157,7 +169,7 @@ def main() -> None:
         f"--cores {args.cores} (threads/job {threads})"
     )
     print(f"in-process stages : {inprocess:8.1f} s")
-    print(f"snakemake run     : {workflow:8.1f} s  ({jobs} outputs recorded)")
+    print(f"{args.runner:<18}: {workflow:8.1f} s  ({jobs} outputs recorded)")
     ratio = workflow / inprocess
     print(f"overhead          : {100 * (ratio - 1):8.1f} %  (ratio {ratio:.2f}x)")
     print(f"identical weights : {same}")

@@ -57,10 +57,12 @@ def _recipe(root, model, name, method, sparsity, ppl=None, zs=None, alpha=0.0, b
                 }
             )
     recipe = {"name": name, "method": method, "sparsity": sparsity, "blocksize": blocksize, "alpha": alpha}
+    fraction = 0.5 if ":" in sparsity and "structured" not in sparsity else float(sparsity.split(":")[-1])
+    dense_rows = alpha if sparsity == "2:4" else 0.0  # n:m keeps a fraction alpha of the rows dense
     report = {
         "recipe": recipe | {"damp": 0.01, "chain": "sequential"},
         "layers": layers,
-        "overall_sparsity": 0.5,
+        "overall_sparsity": fraction * (1 - dense_rows),
     }
     _write(root / model / name / "model" / "pruning_report.json", report)
     if ppl is not None:
@@ -135,42 +137,48 @@ def test_perplexity_table_layout_bold_and_missing(results, tmp_path):
     assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0
     md = (out / "perplexity.md").read_text()
     lines = [line for line in md.splitlines() if line.startswith("| ") and ":--" not in line]
-    assert lines[0] == "| Method | Sparsity | tiny-a | tiny-b |"
-    assert lines[1].startswith("| Dense | 0% | 10.00 | 7.00 |")  # Dense first, never bold
+    assert lines[0] == "| Method | Sparsity | Achieved | tiny-a | tiny-b |"
+    assert lines[1].startswith("| Dense | 0% | 0% | 10.00 | 7.00 |")  # Dense first, never bold
     # unstructured 50% group: Thanos best on both models; Magnitude first (paper order)
-    assert "| Magnitude | Unstructured 50% | 40.00 | 28.00 |" in lines
-    assert "| Thanos (α=0), B=128 |  | 12.50 | **8.75** |" in lines
-    assert "| Thanos (α=0), B=2048 |  | **12.30** | - |" in lines  # the block-size ablation
+    assert "| Magnitude | Unstructured 50% | 50.0% | 40.00 | 28.00 |" in lines
+    assert "| Thanos (α=0), B=128 |  | 50.0% | 12.50 | **8.75** |" in lines
+    assert "| Thanos (α=0), B=2048 |  | 50.0% | **12.30** | - |" in lines  # the block-size ablation
     blocks = [line.split("|")[1].strip() for line in lines if ", B=" in line]
     assert blocks == [f"Thanos (α=0), B={b}" for b in (8, 128, 512, 2048)]
     # 2:4 group: best within the group, missing cells "-"; recipes not evaluated yet left out
-    assert "| SparseGPT | 2:4 | 21.00 | - |" in lines
-    assert not any(line.startswith("| Wanda |  | - | - |") for line in lines)
-    assert "| Thanos (α=0.1) |  | 18.00 | **12.60** |" in lines
-    assert "| Thanos (α=0.2) |  | **17.50** | - |" in lines
+    assert "| SparseGPT | 2:4 | 50.0% | 21.00 | - |" in lines
+    assert not any(line.startswith("| Wanda |  | 50.0% | - | - |") for line in lines)
+    # Thanos n:m with alpha > 0 keeps alpha of the rows dense: labelled so, with the sparsity it reaches
+    assert "| Thanos (2:4 + 10% dense rows) |  | 45.0% | 18.00 | **12.60** |" in lines
+    assert "| Thanos (2:4 + 20% dense rows) |  | 40.0% | **17.50** | - |" in lines
+    assert "| Thanos (α=0.1) | Structured 30% | 30.0% | **45.00** | - |" not in lines  # SparseGPT leads
+    assert "| Thanos (α=0.1) |  | 30.0% | **45.00** | - |" in lines  # structured: alpha keeps the 30%
     order = [line.split("|")[2].strip() for line in lines[1:] if line.split("|")[2].strip()]
     assert order[:4] == ["0%", "Unstructured 30%", "Unstructured 50%", "Unstructured 60%"]
     assert order.index("Structured 30%") < order.index("2:4")
 
     csv = pd.read_csv(out / "perplexity.csv", na_values="-")
-    assert list(csv.columns) == ["Method", "Sparsity", "tiny-a", "tiny-b"]
+    assert list(csv.columns) == ["Method", "Sparsity", "Achieved", "tiny-a", "tiny-b"]
     assert csv.loc[csv["Method"] == "SparseGPT"].shape[0] >= 4
     tex = (out / "perplexity.tex").read_text()
     assert "\\toprule" in tex and "\\bottomrule" in tex and "\\textbf{12.30}" in tex
     assert "Thanos ($\\alpha$=0.1)" in tex and "Unstructured 50\\%" in tex
+    assert "Thanos (2:4 + 10\\% dense rows) &  & 45.0\\%" in tex
 
 
 def test_zeroshot_tables(results, tmp_path):
     out = tmp_path / "tables"
     assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0
     avg = (out / "zeroshot_avg.md").read_text()
-    assert "| Dense | 0% | 53.00 | - |" in avg  # tiny-b has no dense zero-shot
-    assert "| SparseGPT |  | **50.00** | **50.00** |" in avg  # highest mean in the u50 group
+    assert "| Dense | 0% | 0% | 53.00 | - |" in avg  # tiny-b has no dense zero-shot
+    assert "| SparseGPT |  | 50.0% | **50.00** | **50.00** |" in avg  # highest mean in the u50 group
     tasks = (out / "zeroshot_tasks_u50.md").read_text().splitlines()
-    header = "| Model | Method | ArcC | ArcE | BoolQ | HellaSwag | OBQA | PiQA | WinoGrande | Average |"
+    header = (
+        "| Model | Method | Achieved | ArcC | ArcE | BoolQ | HellaSwag | OBQA | PiQA | WinoGrande | Average |"
+    )
     assert header in tasks
-    assert any(line.startswith("| tiny-a | Dense | 56.00 |") for line in tasks)
-    assert any(line.startswith("|  | SparseGPT | **53.00** |") for line in tasks)
+    assert any(line.startswith("| tiny-a | Dense | 0% | 56.00 |") for line in tasks)
+    assert any(line.startswith("|  | SparseGPT | 50.0% | **53.00** |") for line in tasks)
     assert not any("B=8" in line or line.startswith("| tiny-b | Dense") for line in tasks)  # no values
     assert {p.name for p in out.glob("zeroshot_tasks_*.md")} == {
         "zeroshot_tasks_u50.md",

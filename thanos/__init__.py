@@ -2,6 +2,8 @@
 
 >>> from thanos import prune_layer
 >>> result = prune_layer(W, H, "thanos", "2:4")
+>>> from thanos import prune_model  # a whole model, through the Snakemake workflow
+>>> report = prune_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "thanos", "2:4", out="tinyllama-2of4")
 
 The names below are imported on first use, so that the torch-free modules (``thanos.methods``,
 ``thanos.recipes``, ``thanos.layout``) load without torch (e.g. when Snakemake parses the workflow), and
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names __getattr__ provides, for type checkers and editors
     from thanos.hessian import HessianAccumulator  # noqa: F401
+    from thanos.one_recipe import prune_model  # noqa: F401
     from thanos.prune import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
     from thanos.sparsity import Sparsity, parse_sparsity  # noqa: F401
 
@@ -25,6 +28,7 @@ _HOMES = {
     "PruneStats": "thanos.prune",
     "layer_objective": "thanos.prune",
     "prune_layer": "thanos.prune",
+    "prune_model": "thanos.one_recipe",  # imports Snakemake only when used
     "Sparsity": "thanos.sparsity",
     "parse_sparsity": "thanos.sparsity",
 }

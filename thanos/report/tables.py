@@ -1,7 +1,9 @@
 """The paper's tables from whatever results exist: CSV, Markdown and LaTeX (booktabs).
 
 - ``perplexity``: method x sparsity rows, models as columns (Table 2): a Dense row, then one group per
-  sparsity pattern; the lowest perplexity of each column within a group in bold.
+  sparsity pattern; the lowest perplexity of each column within a group in bold. ``Achieved`` is the
+  sparsity the pruned layers really have (zeros / weights; a range when the models differ): Thanos n:m
+  with alpha > 0 keeps a fraction alpha of the rows dense, and is labelled so (``2:4 + 10% dense rows``).
 - ``zeroshot_avg``: the same layout with the mean zero-shot accuracy in percent (Table 3); highest in bold.
 - ``zeroshot_tasks_{pattern}``: per-task accuracy (percent) for one sparsity pattern, one block of rows per
   model (Dense first), tasks as columns in the paper's order, then their average (appendix tables).
@@ -21,6 +23,7 @@ import pandas as pd
 
 from thanos.atomic import atomic_path
 from thanos.report.collect import (
+    METHOD_NAMES,
     METHOD_ORDER,
     TASK_LABELS,
     as_float,
@@ -179,6 +182,22 @@ def _pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
     return f"{kind[0]}{fraction * 100:g}"
 
 
+def achieved_text(values: list[float]) -> str:
+    """``45.0%``, or ``44.7-45.1%`` when the models differ; ``-`` when unknown."""
+    known = sorted(v for v in values if not math.isnan(v))
+    if not known:
+        return MISSING
+    low, high = f"{100 * known[0]:.1f}", f"{100 * known[-1]:.1f}"
+    return f"{low}%" if low == high else f"{low}-{high}%"
+
+
+def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
+    """The recipe label; Thanos n:m with alpha > 0 says what it is: ``Thanos (2:4 + 10% dense rows)``."""
+    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
+        return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
+    return recipe_label(method, alpha_shown)
+
+
 def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Recipes with a known pattern, plus display columns: group, group_label, label, order."""
     pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
@@ -193,7 +212,10 @@ def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
         shown_alpha(m, a) for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
     ]
     pruned["label"] = [
-        recipe_label(m, a) for m, a in zip(pruned["method"], pruned["alpha_shown"], strict=True)
+        row_label(m, k, s, a)
+        for m, k, s, a in zip(
+            pruned["method"], pruned["kind"], pruned["sparsity"], pruned["alpha_shown"], strict=True
+        )
     ]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
@@ -228,25 +250,29 @@ def model_table(
 ):
     """Method x sparsity rows, models as columns (Tables 2 and 3)."""
     models = _models(frame)
-    table = Table(name, caption, ["Method", "Sparsity"], models, lower_is_better=lower_is_better)
-    table.repeat_keys = (True, False)
+    table = Table(name, caption, ["Method", "Sparsity", "Achieved"], models, lower_is_better=lower_is_better)
+    table.repeat_keys = (True, False, True)
     dense = frame[frame["method"] == "dense"]
     if not dense.empty:
         values = {r["model"]: as_float(r[metric]) * scale for _, r in dense.iterrows()}
-        table.rows.append(Row("dense", ["Dense", "0%"], values, compare=False))
+        table.rows.append(Row("dense", ["Dense", "0%", "0%"], values, compare=False))
     pruned = _pruned_rows(frame)
     if not pruned.empty:
         seen: dict[tuple, Row] = {}
+        achieved: dict[tuple, list[float]] = {}
         for _, r in sorted(pruned.iterrows(), key=lambda item: item[1]["order"]):
             key = (r["group"], r["label"])
             if key not in seen:
-                seen[key] = Row(r["group"], [r["label"], r["group_label"]], {})
+                seen[key] = Row(r["group"], [r["label"], r["group_label"], MISSING], {})
                 table.rows.append(seen[key])
             cell = seen[key].values
             if r["model"] in cell and not math.isnan(cell[r["model"]]):
                 log.warning("%s: two recipes for %s / %s; keeping the first", r["model"], *key)
                 continue
             cell[r["model"]] = as_float(r[metric]) * scale
+            achieved.setdefault(key, []).append(as_float(r["overall_sparsity"]))
+        for key, row in seen.items():
+            row.keys[2] = achieved_text(achieved.get(key, []))
     return _drop_empty(table)
 
 
@@ -281,17 +307,17 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
         table = Table(
             f"zeroshot_tasks_{slug}",
             f"Zero-shot accuracy (%) per task, {title} sparsity; best per model in bold",
-            ["Model", "Method"],
+            ["Model", "Method", "Achieved"],
             labels,
             lower_is_better=False,
         )
-        table.repeat_keys = (False, True)
+        table.repeat_keys = (False, True, True)
         for model in sorted(set(members["model"])):
             if model in dense:
                 table.rows.append(
                     Row(
                         f"dense:{model}",
-                        [model, "Dense"],
+                        [model, "Dense", "0%"],
                         values(model, "dense", dense[model]["zs_mean"]),
                         False,
                     )
@@ -302,7 +328,7 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
                 table.rows.append(
                     Row(
                         model,
-                        [model, r["label"]],
+                        [model, r["label"], achieved_text([as_float(r["overall_sparsity"])])],
                         values(model, r["recipe"], r["zs_mean"]),
                     )
                 )

@@ -3,9 +3,10 @@
 The output directory holds the original config, generation config and tokenizer files (copied byte for
 byte), the weights as sharded safetensors with ``model.safetensors.index.json`` (pruned layers taken from
 ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original dtypes) and
-``pruning_report.json``. Tensors are streamed shard by shard (``safe_open`` + ``save_file``): peak memory
-is one output shard, never the whole model. The directory is written atomically and its bytes depend only
-on the inputs (no timestamps; tensors in a fixed order).
+``pruning_report.json``; last, ``thanos.model_card.describe_model`` adds the sparsity metadata to
+``config.json`` and writes the model card ``README.md``. Tensors are streamed shard by shard
+(``safe_open`` + ``save_file``): peak memory is one output shard, never the whole model. The directory
+is written atomically and its bytes depend only on the inputs (no timestamps; tensors in a fixed order).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.atomic import atomic_path
+from thanos.model_card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.recipes import Recipe
 
@@ -211,6 +213,7 @@ def assemble(
             "workflow": workflow,
         }
         (tmp / "pruning_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        describe_model(tmp, report)  # config.json sparsity metadata, README.md model card
     log.info(
         "assembled %s: %d tensors in %d shard(s), %d pruned layers, overall sparsity %.4f",
         out,

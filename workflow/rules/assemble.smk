@@ -16,8 +16,6 @@ rule assemble:
         max_shard_size=config["assemble"]["max_shard_size"],
     log:
         f"{PATHS.logs}/{{model}}/{{recipe}}/assemble.log",
-    conda:
-        CONDA_ENV
     shell:
         "python -m thanos assemble --model {params.model:q} --model-name {wildcards.model}"
         " --pruned-root {params.pruned_root} --recipe-json {params.recipe:q} {params.calibration}"

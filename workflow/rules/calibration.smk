@@ -10,8 +10,6 @@ checkpoint model_info:
         model=model_path,
     log:
         f"{PATHS.logs}/{{model}}/model_info.log",
-    conda:
-        CONDA_ENV
     shell:
         "python -m thanos model-info --model {params.model:q} --out {output} > {log} 2>&1"
 
@@ -31,8 +29,6 @@ rule calibrate:
         text_field=config["calibration"]["text_field"],
     log:
         f"{PATHS.logs}/{{model}}/calibrate.log",
-    conda:
-        CONDA_ENV
     shell:
         "python -m thanos calibrate --model {params.model:q} --source {params.source:q}"
         " --nsamples {params.nsamples} --seqlen {params.seqlen} --seed {params.seed}"
@@ -52,8 +48,6 @@ rule embed:
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,
-    conda:
-        CONDA_ENV
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens}"
         " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"

@@ -14,8 +14,6 @@ rule capture:
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,
-    conda:
-        CONDA_ENV
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos capture --model {params.model:q} --block {wildcards.l}"
         " --inputs {input.inputs} --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
@@ -37,8 +35,6 @@ rule propagate:
     threads: config["threads"]
     resources:
         gpu=JOB_GPUS,
-    conda:
-        CONDA_ENV
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos propagate --model {params.model:q}"
         " --block {params.previous} --inputs {input.inputs} {params.pruned} --device $THANOS_WF_DEVICE"

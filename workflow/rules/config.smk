@@ -77,7 +77,6 @@ wildcard_constraints:
 # --- job environment (not params: changing the device does not invalidate finished results) -------
 # Rules read these as shell variables; set here, they reach every job (local or re-parsed remotely).
 
-CONDA_ENV = "../../envs/thanos.yaml"
 EVAL_GPUS = config["eval_gpus"]
 if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
     raise ConfigError(

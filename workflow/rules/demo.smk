@@ -7,8 +7,6 @@ if DEMO["enabled"]:
             directory(DEMO["data_dir"]),
         log:
             f"{PATHS.logs}/demo/demo_data.log",
-        conda:
-            CONDA_ENV
         shell:
             "python -m thanos demo-data --out-dir {output} > {log} 2>&1"
 
@@ -20,8 +18,6 @@ if DEMO["enabled"]:
         log:
             f"{PATHS.logs}/demo/train_demo.log",
         threads: workflow.cores
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input}"
             " --out {output} > {log} 2>&1"
@@ -38,7 +34,5 @@ if TINY_MODELS:
             options=tiny_model_options,
         log:
             f"{PATHS.logs}/tiny/{{tiny_path}}.log",
-        conda:
-            CONDA_ENV
         shell:
             "python -m thanos make-tiny-model {params.options} --out {output} > {log} 2>&1"

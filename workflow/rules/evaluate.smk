@@ -17,8 +17,6 @@ rule perplexity:
     threads: config["threads"]
     resources:
         gpu=EVAL_JOB_GPUS,
-    conda:
-        CONDA_ENV
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_EVAL_GPU python -m thanos perplexity --model {params.model:q}"
         " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
@@ -40,8 +38,6 @@ rule zeroshot:
     threads: config["threads"]
     resources:
         gpu=EVAL_JOB_GPUS,
-    conda:
-        CONDA_ENV
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos zeroshot"
         " --model {params.model:q} {params.options} --batch-size {params.batch_size} $THANOS_WF_EVAL_PLACEMENT"

@@ -22,8 +22,6 @@ if GRANULARITY == "layer":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} {params.options}"
@@ -46,8 +44,6 @@ elif GRANULARITY == "block":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {params.layers} {params.hessians} {params.options}"
@@ -70,8 +66,6 @@ elif GRANULARITY == "recipe":
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
-        conda:
-            CONDA_ENV
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
             " {params.options} {params.stores} --pruned-root {params.root} --device $THANOS_WF_DEVICE"

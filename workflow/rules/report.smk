@@ -19,8 +19,6 @@ rule tables:
         results=results_dir,
     log:
         f"{PATHS.logs}/tables.log",
-    conda:
-        CONDA_ENV
     shell:
         "python -m thanos tables --results {params.results} --out-dir {output} > {log} 2>&1"
 
@@ -39,7 +37,5 @@ rule figures:
         results=results_dir,
     log:
         f"{PATHS.logs}/figures.log",
-    conda:
-        CONDA_ENV
     shell:
         "python -m thanos figures --results {params.results} --out-dir {output} > {log} 2>&1"

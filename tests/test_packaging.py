@@ -1,0 +1,105 @@
+"""The project as a user installs it (a built wheel, not editable) ships its Snakemake workflow:
+``thanos prune-model`` runs from a directory outside the repository, in a fresh virtual environment.
+
+Cheap and offline: the wheel is built without build isolation, installed with ``--no-deps`` into a new
+venv, and the dependencies are taken from the running interpreter's site-packages through a plain path
+in a ``.pth`` file. ``.pth`` files inside that directory are not executed, so the editable install of
+the development environment (a finder hook in such a file) stays invisible: only the wheel's ``thanos``
+can be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_SHIPPED = (".git", "results", ".snakemake", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+
+
+def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """(venv bin directory, environment) of a venv holding only the wheel of this project."""
+    root = tmp_path_factory.mktemp("packaging")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            root / "dist",
+            source,
+        ]
+    )
+    (wheel,) = (root / "dist").glob("thanos_prune-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in ("Snakefile", "workflow/rules/common.smk", "workflow/schemas/config.schema.yaml"):
+        assert f"thanos/_workflow/{shipped}" in names, shipped
+    venv = root / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    bindir = venv / "bin"
+    site = Path(
+        run(
+            [bindir / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+        ).stdout.strip()
+    )
+    paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (site / "dependencies.pth").write_text("".join(f"{p}\n" for p in paths))
+    run([bindir / "python", "-m", "pip", "install", "--no-deps", "--no-index", wheel])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return bindir, env
+
+
+@pytest.mark.slow
+def test_the_wheel_is_what_runs(installed, tmp_path):
+    bindir, env = installed
+    code = "import thanos, thanos.workflow_files as w; print(thanos.__file__); print(w.snakefile())"
+    package, snakefile = run([bindir / "python", "-c", code], env=env, cwd=tmp_path).stdout.split()
+    venv = bindir.parent
+    assert Path(package).is_relative_to(venv) and Path(snakefile).is_relative_to(venv), (package, snakefile)
+    assert Path(snakefile).parent.name == "_workflow"
+    helped = run([bindir / "thanos", "prune-model", "--help"], env=env, cwd=tmp_path)
+    assert "examples:" in helped.stdout and "thanos prune-model --model" in helped.stdout
+
+
+@pytest.mark.slow
+def test_prune_model_from_a_directory_outside_the_repository(installed, tmp_path):
+    bindir, env = installed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run([bindir / "python", "-m", "thanos", "make-tiny-model", "--hidden-size", "32", "--out", "tiny"],
+        env=env, cwd=elsewhere)  # fmt: skip
+    # the venv is not activated and PATH has no `python` at all: bin/thanos is called by its path, and
+    # the jobs (`python -m thanos ...`) must still find this installation
+    bare = dict(env, PATH="/usr/bin:/bin")
+    pruned = run(
+        [bindir / "thanos", "prune-model", "--model", "tiny", "--method", "magnitude", "--sparsity", "0.5",
+         "--out", "tiny-50", "--workdir", "work", "--device", "cpu", "--cores", "2"],
+        env=bare, cwd=elsewhere,
+    )  # fmt: skip
+    assert f"written: {elsewhere / 'tiny-50'}" in pruned.stderr
+    report = json.loads((elsewhere / "tiny-50" / "pruning_report.json").read_text())
+    assert report["overall_sparsity"] == pytest.approx(0.5)
+    assert (elsewhere / "tiny-50" / "README.md").is_file()
+    log = (elsewhere / "work" / "results" / "logs" / "tiny" / "model_info.log").read_text()
+    assert "Traceback" not in log
+    assert not (REPO / "work").exists() and not list(elsewhere.glob(".snakemake"))

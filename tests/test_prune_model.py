@@ -1,0 +1,313 @@
+"""``thanos prune-model`` end to end on a tiny model (real Snakemake, real transformers, real
+compressed-tensors): a run, a second run that does nothing, a run killed with SIGKILL after a block
+finished and resumed (same bytes), a second recipe that reuses the calibration; and the checks made
+before any job runs (bad arguments, unsupported architecture, a foreign --out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from thanos.one_recipe import default_workdir, model_slug, recipe_spec
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
+RECIPE = "thanos_2-4_a0_B512"  # --method thanos --sparsity 2:4 --alpha 0
+CALIBRATION = ("--nsamples", "16", "--seqlen", "64")
+
+
+def thanos(*args: str | Path, cwd: Path, popen: bool = False, env: dict[str, str] | None = None):
+    cmd = [sys.executable, "-m", "thanos", *map(str, args)]
+    if popen:
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny 6-block Llama (python -m thanos make-tiny-model) and a local jsonl calibration file."""
+    import random
+
+    root = tmp_path_factory.mktemp("inputs")
+    model = root / "tiny-llama"
+    built = thanos("make-tiny-model", "--hidden-size", "64", "--num-blocks", "6", "--out", model, cwd=root)
+    assert built.returncode == 0, built.stderr[-2000:]
+    rng = random.Random(0)
+    calib = root / "calib.jsonl"
+    calib.write_text(
+        "".join(
+            json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(90))}) + "\n" for _ in range(60)
+        )
+    )
+    return model, calib
+
+
+def prune(inputs, out: Path, workdir: Path, *extra: str, popen: bool = False):
+    model, calib = inputs
+    args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4", "--alpha", "0"]
+    args += ["--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2"]
+    args += ["--workdir", workdir, "--out", out, *extra]
+    return thanos(*args, cwd=out.parent, popen=popen)
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(directory.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def first(inputs, tmp_path_factory) -> tuple[Path, Path, str]:
+    """One complete run: (out, workdir, terminal output)."""
+    root = tmp_path_factory.mktemp("first")
+    run = prune(inputs, root / "out", root / "work")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    return root / "out", root / "work", run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
+    from compressed_tensors.config import SparsityCompressionConfig
+    from transformers import AutoModelForCausalLM
+
+    out, workdir, terminal = first
+    for line in ("recipe thanos_2-4_a0_B512", "jobs done: sample calibration tokens", "block 6/6 done"):
+        assert line in terminal, terminal
+    assert f"written: {out}" in terminal
+    assert "Building DAG" not in terminal  # Snakemake's own log went to the log file
+    assert "Building DAG" in (workdir / "logs" / f"{RECIPE}.log").read_text()
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert report["recipe"]["name"] == RECIPE and report["calibration"]["nsamples"] == 16
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    weights = dict(model.named_parameters())
+    assert len(report["layers"]) == 6 * 7
+    for entry in report["layers"]:  # 2:4 holds in every group of every row of every pruned layer
+        w = weights[entry["tensor"]]
+        zeros_per_group = (w == 0).reshape(w.shape[0], -1, 4).sum(-1)
+        assert bool((zeros_per_group >= 2).all()), entry["tensor"]
+    original = AutoModelForCausalLM.from_pretrained(inputs[0])
+    for name, p in original.named_parameters():
+        if name not in {entry["tensor"] for entry in report["layers"]}:
+            assert torch.equal(weights[name], p), name
+
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "compressed-tensors"
+    sparsity = SparsityCompressionConfig.load_from_registry(
+        config["sparsity_config"]["format"], **config["sparsity_config"]
+    )
+    assert sparsity.format == "dense" and sparsity.sparsity_structure == "2:4"
+    assert sparsity.targets == ["Linear"] and sparsity.ignore == ["lm_head"]
+    total = sum(p.numel() for p in model.parameters())
+    zeros = sum(int((p == 0).sum()) for p in model.parameters())
+    assert sparsity.global_sparsity == pytest.approx(zeros / total, abs=1e-6)
+
+    card = (out / "README.md").read_text()
+    assert "# tiny-llama: Thanos 2:4" in card and "dense rows" not in card.split("\n## ")[0]
+    assert "| achieved sparsity | 50.00 % of the" in card
+    assert "| self_attn.q_proj | 6 |" in card
+    assert "16 x 64 tokens from" in card and str(inputs[1]) in card
+    assert f"--sparsity 2:4 --alpha 0 --blocksize 512 --calibration {inputs[1]}" in card
+    assert f"--out {out}" in card and "@inproceedings{ilin2025thanos" in card
+    assert "Not evaluated" in card
+
+
+@pytest.mark.slow
+def test_second_run_does_nothing(first, inputs):
+    out, workdir, _ = first
+    before = _files(out)
+    again = prune(inputs, out, workdir)
+    terminal = again.stdout + again.stderr
+    assert again.returncode == 0, terminal[-3000:]
+    assert "nothing to do" in terminal and "jobs done" not in terminal
+    assert f"unchanged (it already holds this model): {out}" in terminal
+    assert _files(out) == before
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
+    reference = first[0]
+    out, workdir = tmp_path / "out", tmp_path / "work"
+    pruned = workdir / "results" / "tiny-llama" / RECIPE / "pruned"
+    proc = prune(inputs, out, workdir, popen=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((pruned / "block0").glob("*.json"))) == 7 and not (pruned / "block5").exists():
+            break  # block 0 pruned, blocks left to do
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the command and its jobs, as a lost session would
+    proc.wait()
+    killed = proc.stdout.read().decode()
+    assert not out.exists() and "written" not in killed
+    block0 = {p: p.stat().st_mtime_ns for p in (pruned / "block0").iterdir()}
+
+    resumed = prune(inputs, out, workdir)
+    terminal = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, terminal[-4000:]
+    assert "unlocking (snakemake --unlock)" in terminal and "--rerun-incomplete" in terminal
+    assert "sample calibration tokens" not in terminal  # finished before the kill: kept
+    assert {p: p.stat().st_mtime_ns for p in (pruned / "block0").iterdir()} == block0
+    summary = json.loads((pruned / "chain.json").read_text())
+    assert summary["reused"]["prune"] >= 7  # the chain job resumed after block 0
+    for name in ("model.safetensors", "config.json", "model.safetensors.index.json"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    card = (out / "README.md").read_text().replace(str(out), "OUT")
+    assert card == (reference / "README.md").read_text().replace(str(reference), "OUT")
+
+
+@pytest.mark.slow
+def test_another_recipe_reuses_calibration_and_block0(first, inputs):
+    out, workdir, _ = first
+    results = workdir / "results" / "tiny-llama"
+    shared = [results / "calib" / "tokens.zarr", results / "chains" / "dense" / "hessians_0.zarr"]
+    before = {p: p.stat().st_mtime_ns for p in shared}
+    model, calib = inputs
+    other = out.parent / "sparsegpt-50"
+    run = thanos(
+        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "4:8", "--calibration", calib,
+        *CALIBRATION, "--device", "cpu", "--cores", "2", "--workdir", workdir, "--out", other,
+        "--evaluate", "ppl", "--ppl-source", calib, cwd=out.parent,
+    )  # fmt: skip
+    terminal = run.stdout + run.stderr
+    assert run.returncode == 0, terminal[-4000:]
+    for job in ("sample calibration tokens", "embed the calibration", "Hessians of block 0"):
+        assert job not in terminal, terminal
+    assert {p: p.stat().st_mtime_ns for p in shared} == before
+    assert "perplexity" in terminal
+    report = json.loads((other / "pruning_report.json").read_text())
+    assert report["recipe"]["alpha"] == 0.1  # Thanos n:m default: 10 % of the rows kept dense
+    dense_rows = sum(entry["outlier_rows"] for entry in report["layers"])
+    assert dense_rows > 0
+    config = json.loads((other / "config.json").read_text())["quantization_config"]["sparsity_config"]
+    assert config["sparsity_structure"] == "unstructured"  # 4:8 does not hold in the dense rows
+    card = (other / "README.md").read_text()
+    assert "Thanos 4:8 + 10 % dense rows" in card and f"{dense_rows} of " in card
+    ppl = json.loads(
+        (workdir / "results" / "tiny-llama" / "thanos_4-8_a0.1_B512" / "eval" / "perplexity.json").read_text()
+    )
+    assert f"perplexity **{ppl['ppl']:.2f}**" in card
+    assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
+
+
+@pytest.mark.slow
+def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_path):
+    model, calib = inputs
+    text = tmp_path / "text.jsonl"
+    text.write_text(json.dumps({"text": "too short"}) + "\n")
+    args = ["prune-model", "--model", model, "--method", "wanda", "--sparsity", "0.5", "--calibration", text]
+    args += [
+        *CALIBRATION,
+        "--device",
+        "cpu",
+        "--cores",
+        "2",
+        "--workdir",
+        tmp_path / "w",
+        "--out",
+        tmp_path / "o",
+    ]
+    failed = thanos(*args, cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "FAILED after" in failed.stderr and "sample calibration tokens" in failed.stderr
+    assert "calibrate.log ---" in failed.stderr  # the failing job's log tail
+    assert "no calibration document is longer than seqlen=64 tokens" in failed.stderr
+    assert "run the same command again" in failed.stderr and not (tmp_path / "o").exists()
+    text.write_text(calib.read_text())  # the fix
+    fixed = thanos(*args, cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "read the model's structure" not in fixed.stderr  # finished before the failure: kept
+    assert "sample calibration tokens" in fixed.stderr and (tmp_path / "o" / "model.safetensors").is_file()
+
+
+# --- checks made before any job runs (fast) ----------------------------------------------------------
+
+
+def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=2, n_embd=32, n_head=4).save_pretrained(tmp_path / "gpt2")
+    run = thanos(
+        "prune-model", "--model", tmp_path / "gpt2", "--method", "thanos", "--sparsity", "2:4",
+        "--out", tmp_path / "out", "--workdir", tmp_path / "work", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "unsupported model_type 'gpt2'; supported: llama, mistral, qwen2, opt" in run.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sparsity", "3:2"], "--sparsity '3:2'"),
+        (["--evaluate", "bleu"], "--evaluate bleu"),
+        (["--calibration", "missing.jsonl"], "--calibration missing.jsonl: no such file"),
+        (["--model", "./nowhere"], "--model ./nowhere: no such directory"),
+    ],
+)
+def test_bad_arguments_name_the_option(tmp_path, args, message):
+    from thanos.tiny import build_tiny_model
+
+    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4"}
+    base |= dict(zip(args[::2], args[1::2], strict=True))
+    flat = [x for pair in base.items() for x in pair]
+    run = thanos("prune-model", *flat, "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_foreign_out_directory_is_refused(tmp_path):
+    from thanos.tiny import build_tiny_model
+
+    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    run = thanos(
+        "prune-model", "--model", tmp_path / "m", "--method", "wanda", "--sparsity", "0.5",
+        "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2 and "is not empty and is not a previous result" in run.stderr
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_recipe_names_carry_the_resolved_defaults():
+    assert recipe_spec("thanos", "2:4", None, None, 0.01) == (
+        "thanos_2-4_a0.1_B512",
+        {"method": "thanos", "sparsity": "2:4", "alpha": 0.1, "blocksize": 512},
+    )
+    assert recipe_spec("thanos", "0.5", None, None, 0.01)[0] == "thanos_u50_a0_B128"
+    assert recipe_spec("magnitude", "structured:0.3", None, None, 0.02) == (
+        "magnitude_s30_a0_damp0.02",
+        {"method": "magnitude", "sparsity": "structured:0.3", "alpha": 0.0, "damp": 0.02},
+    )
+    with pytest.raises(ValueError, match="--method 'obs'"):
+        recipe_spec("obs", "0.5", None, None, 0.01)
+
+
+def test_workdir_is_keyed_by_model_and_calibration(tmp_path, monkeypatch):
+    monkeypatch.setenv("THANOS_WORKDIR", str(tmp_path))
+    calib = {"source": "c4", "nsamples": 128, "seqlen": 2048, "seed": 0, "text_field": "text"}
+    a = default_workdir("meta-llama/Llama-2-7b-hf", calib)
+    assert a.parent == tmp_path and a.name.startswith("meta-llama--Llama-2-7b-hf-")
+    assert default_workdir("meta-llama/Llama-2-7b-hf", calib) == a
+    assert default_workdir("meta-llama/Llama-2-7b-hf", calib | {"nsamples": 64}) != a
+    assert default_workdir("/models/llama", calib).name.startswith("llama-")
+    assert model_slug("/models/my model") == "my-model"
+
+
+def test_importing_thanos_does_not_import_snakemake():
+    code = (
+        "import sys, thanos; assert 'snakemake' not in sys.modules; f = thanos.prune_model; print(f.__name__)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "prune_model", run.stderr

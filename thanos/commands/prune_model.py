@@ -1,0 +1,112 @@
+"""Prune one model with one recipe in one command: runs the package's Snakemake workflow (resumable:
+run the same command again after a crash or Ctrl-C) and writes a loadable, self-describing model
+(config.json sparsity metadata, README.md model card) to --out."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "prune a model with one recipe, resumably: --model M --method thanos --sparsity 2:4 --out DIR"
+
+EXAMPLES = """\
+examples:
+  thanos prune-model --model TinyLlama/TinyLlama-1.1B-Chat-v1.0 --method thanos --sparsity 2:4 \\
+      --out tinyllama-2of4 --evaluate ppl
+  thanos prune-model --model ./my-llama --method sparsegpt --sparsity 0.5 \\
+      --calibration corpus.jsonl --nsamples 64 --seqlen 1024 --out ./my-llama-50 --device cpu
+
+Interrupted (Ctrl-C, crash, lost session)? Run the same command again: it resumes where it stopped.
+Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_WORKDIR defaulting to
+~/.cache/thanos): another recipe on the same model and calibration reuses them; delete it when done.
+"""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.one_recipe import DEFAULT_DAMP, DEFAULT_NSAMPLES, METHODS
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES
+    parser.add_argument("--model", required=True, help="Hugging Face model directory or hub id")
+    parser.add_argument("--method", required=True, choices=METHODS, help="pruning method")
+    parser.add_argument("--sparsity", required=True, help="0.5 (unstructured), 2:4, 4:8, structured:0.3")
+    parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
+    alpha_help = "outlier-row fraction kept dense (default: 0.1 for Thanos n:m and structured, else 0)"
+    parser.add_argument("--alpha", type=float, default=None, help=alpha_help)
+    parser.add_argument(
+        "--blocksize",
+        type=_positive,
+        default=None,
+        help="B (default: Thanos 128 unstructured / 512 n:m, SparseGPT 128)",
+    )
+    parser.add_argument(
+        "--damp",
+        type=float,
+        default=DEFAULT_DAMP,
+        help=f"damping, fraction of mean(diag H) (default {DEFAULT_DAMP})",
+    )
+    parser.add_argument(
+        "--calibration",
+        default="c4",
+        help="c4 (the hub, default) or a local text/jsonl/parquet file or directory",
+    )
+    parser.add_argument(
+        "--nsamples",
+        type=_positive,
+        default=DEFAULT_NSAMPLES,
+        help=f"calibration windows (default {DEFAULT_NSAMPLES})",
+    )
+    parser.add_argument(
+        "--seqlen",
+        type=_positive,
+        default=None,
+        help="tokens per window (default min(2048, the model's max positions))",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="calibration sampling seed (default 0)")
+    parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
+    parser.add_argument("--workdir", default=None, help="where intermediates go (default: see below)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if visible), cpu, cuda, cuda:N")
+    parser.add_argument("--evaluate", default="", help="ppl and/or zeroshot, comma-separated (default none)")
+    parser.add_argument(
+        "--ppl-source",
+        default="wikitext2",
+        help="perplexity text: wikitext2 (the hub, default) or a local file",
+    )
+    tasks_help = "zero-shot lm-eval tasks, comma-separated (default: the paper's 7)"
+    parser.add_argument("--tasks", default=None, help=tasks_help)
+    parser.add_argument("--cores", type=_positive, default=None, help="CPU cores to use (default: all)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.one_recipe import prune_model
+    from thanos.run_workflow import WorkflowFailed
+
+    try:
+        prune_model(
+            args.model,
+            args.method,
+            args.sparsity,
+            out=args.out,
+            calibration=args.calibration,
+            alpha=args.alpha,
+            blocksize=args.blocksize,
+            damp=args.damp,
+            nsamples=args.nsamples,
+            seqlen=args.seqlen,
+            seed=args.seed,
+            text_field=args.text_field,
+            workdir=args.workdir,
+            device=args.device,
+            evaluate=args.evaluate,
+            ppl_source=args.ppl_source,
+            tasks=args.tasks.split(",") if args.tasks else None,
+            cores=args.cores,
+        )
+    except WorkflowFailed as err:  # prune_model has printed what failed and how to resume
+        raise SystemExit(130 if err.interrupted else 1) from None

@@ -1,0 +1,317 @@
+"""Prune one model with one recipe in one call: ``thanos.prune_model`` and ``thanos prune-model``.
+
+It writes a one-model, one-recipe config for the package's Snakemake workflow and runs it
+(``thanos.run_workflow``) in a working directory keyed by the model and the calibration, so that
+
+- a rerun of the same call after a crash, Ctrl-C or a lost session resumes where it stopped;
+- another recipe on the same model and calibration reuses the calibration tokens and block 0's inputs
+  and Hessians (and any recipe already pruned there);
+
+then publishes the assembled model to ``out`` with a model card that includes the evaluation and the
+command. The working directory is ``$THANOS_WORKDIR/<model>-<hash>`` (``THANOS_WORKDIR`` defaults to
+``~/.cache/thanos``); the hash covers the model and the calibration (source, samples, length, seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from thanos import methods
+from thanos.atomic import atomic_path
+
+# how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
+# block in one process (layers of small models prune in milliseconds, a process start costs seconds)
+GRANULARITY = "recipe"
+METHODS = methods.names()  # thanos/methods.py: torch-free
+EVALUATIONS = ("ppl", "zeroshot")
+HUB_SOURCES = {"calibration": "c4", "perplexity": "wikitext2"}
+DEFAULT_DAMP = 0.01
+DEFAULT_NSAMPLES = 128
+MAX_SEQLEN = 2048
+
+
+def is_local(path: str | Path) -> bool:
+    """A path the user means as a file or directory (exists, or is written like a path)."""
+    text = str(path)
+    return Path(text).expanduser().exists() or text.startswith((".", "/", "~"))
+
+
+def model_reference(model: str | Path) -> str:
+    """A local model directory as an absolute path; a hub id unchanged."""
+    if is_local(model):
+        path = Path(model).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"--model {model}: no such directory; give a Hugging Face model directory"
+            )
+        return str(path)
+    return str(model)
+
+
+def source_reference(source: str | Path, hub_name: str, option: str) -> str:
+    """``c4``/``wikitext2`` unchanged; a local file or directory as an absolute path (must exist)."""
+    if str(source) == hub_name:
+        return hub_name
+    path = Path(source).expanduser().resolve()
+    if not path.exists():
+        raise FileNotFoundError(f"{option} {source}: no such file or directory (or give {hub_name!r})")
+    return str(path)
+
+
+def slug(text: str) -> str:
+    """A name usable as a workflow model name and a directory name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return name if name and name[0].isalnum() else f"m{name}"
+
+
+def model_slug(reference: str) -> str:
+    return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
+
+
+def model_facts(reference: str) -> tuple[str, int]:
+    """(model_type, max positions) of a supported model; an unsupported one is refused here, before any
+    job runs. Reads only config.json (for a hub id: downloads only config.json)."""
+    from transformers import AutoConfig
+
+    from thanos.models import get_adapter
+
+    try:
+        config = AutoConfig.from_pretrained(reference)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"--model {reference}: cannot read its config.json ({err})") from err
+    try:
+        adapter = get_adapter(config)
+    except ValueError as err:
+        raise ValueError(f"--model {reference}: {err}") from None
+    return config.model_type, adapter.max_positions
+
+
+def recipe_spec(
+    method: str, sparsity: str | float, alpha: float | None, blocksize: int | None, damp: float
+) -> tuple[str, dict[str, Any]]:
+    """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
+    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``."""
+    from thanos.recipes import pattern_tag
+    from thanos.sparsity import parse_sparsity
+
+    if method not in METHODS:
+        raise ValueError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+    try:
+        pattern = parse_sparsity(sparsity)
+    except ValueError as err:
+        raise ValueError(f"--sparsity {sparsity!r}: {err}") from None
+    spec = methods.get(method)
+    alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
+    blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
+    tag = pattern_tag(str(pattern))
+    name = f"{method}_{tag}_a{alpha:g}"
+    recipe: dict[str, Any] = {"method": method, "sparsity": str(pattern), "alpha": alpha}
+    if blocksize is not None:
+        recipe["blocksize"] = blocksize
+        name += f"_B{blocksize}"
+    if damp != DEFAULT_DAMP:
+        recipe["damp"] = damp
+        name += f"_damp{damp:g}"
+    return name, recipe
+
+
+def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
+    """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
+    root = (
+        os.environ.get("THANOS_WORKDIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos"
+    )
+    key = hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
+    return Path(root).expanduser().resolve() / f"{model_slug(model)}-{key}"
+
+
+def workflow_config(
+    model: str,
+    recipe_name: str,
+    recipe: dict[str, Any],
+    calibration: dict[str, Any],
+    *,
+    device: str,
+    cores: int,
+    evaluate: tuple[str, ...],
+    ppl_source: str,
+    tasks: list[str] | None,
+) -> dict[str, Any]:
+    """The workflow config of one model and one recipe (keys: workflow/schemas/config.schema.yaml)."""
+    config: dict[str, Any] = {
+        "results": "results",
+        "models": {model_slug(model): {"path": model}},
+        "calibration": calibration,
+        "chain": "sequential",
+        "granularity": GRANULARITY,
+        "threads": cores,
+        "device": device,
+        "recipes": {recipe_name: recipe},
+        "perplexity": {"enabled": "ppl" in evaluate, "source": ppl_source},
+        "zeroshot": {"enabled": "zeroshot" in evaluate},
+        "evaluate_dense": False,
+        "report": False,
+    }
+    if tasks:
+        config["zeroshot"]["tasks"] = list(tasks)
+    return config
+
+
+def _evaluation(model_root: Path, evaluate: tuple[str, ...]) -> dict[str, Any] | None:
+    """The evaluations this run asked for (an earlier run's may describe an earlier model)."""
+    found = {}
+    for option, name in (("ppl", "perplexity"), ("zeroshot", "zeroshot")):
+        path = model_root / "eval" / f"{name}.json"
+        if option in evaluate and path.is_file():
+            found[name] = json.loads(path.read_text())
+    return found or None
+
+
+def _print(stream: TextIO, text: str = "") -> None:
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def prune_model(
+    model: str | Path,
+    method: str,
+    sparsity: str | float,
+    *,
+    out: str | Path,
+    calibration: str | Path = "c4",
+    alpha: float | None = None,
+    blocksize: int | None = None,
+    damp: float = DEFAULT_DAMP,
+    nsamples: int = DEFAULT_NSAMPLES,
+    seqlen: int | None = None,
+    seed: int = 0,
+    text_field: str = "text",
+    workdir: str | Path | None = None,
+    device: str = "auto",
+    evaluate: str | tuple[str, ...] | list[str] = (),
+    ppl_source: str | Path = "wikitext2",
+    tasks: list[str] | None = None,
+    cores: int | None = None,
+    stream: TextIO | None = None,
+) -> dict[str, Any]:
+    """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
+    loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
+
+    ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3";
+    ``alpha``, ``blocksize``: the method's defaults when None (Thanos n:m and structured: alpha 0.1);
+    ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
+    of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
+    "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
+    paper's 7). Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
+
+    Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
+    added. Raises ``thanos.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
+    from thanos.model_card import CARD, METHOD_NAMES, model_card, pattern_text, summarize
+    from thanos.progress import Progress, clock_text, log_tail
+    from thanos.publish import check_out, publish
+    from thanos.run_workflow import WorkflowFailed, run_workflow
+
+    stream = stream if stream is not None else sys.stderr
+    if isinstance(evaluate, str):
+        evaluate = tuple(e.strip() for e in evaluate.split(",") if e.strip())
+    evaluate = tuple(evaluate)
+    unknown = [e for e in evaluate if e not in EVALUATIONS]
+    if unknown:
+        raise ValueError(f"--evaluate {','.join(unknown)}: choose from {', '.join(EVALUATIONS)}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ValueError(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
+    out = Path(out).expanduser().resolve()
+    check_out(out)
+    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp)
+    reference = model_reference(model)
+    model_type, max_positions = model_facts(reference)
+    seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
+    if seqlen > max_positions:
+        raise ValueError(f"--seqlen {seqlen} exceeds the model's {max_positions} positions")
+    calib = {
+        "source": source_reference(calibration, HUB_SOURCES["calibration"], "--calibration"),
+        "nsamples": nsamples,
+        "seqlen": seqlen,
+        "seed": seed,
+        "text_field": text_field,
+    }
+    ppl = source_reference(ppl_source, HUB_SOURCES["perplexity"], "--ppl-source")
+    workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
+    cores = cores or os.cpu_count() or 1
+    config = workflow_config(
+        reference,
+        name,
+        recipe,
+        calib,
+        device=device,
+        cores=cores,
+        evaluate=evaluate,
+        ppl_source=ppl,
+        tasks=tasks,
+    )
+    configfile = workdir / "configs" / f"{name}.yaml"
+    with atomic_path(configfile) as tmp:
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    log_file = workdir / "logs" / f"{name}.log"
+    label = f"{METHOD_NAMES[method]} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
+    _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
+    _print(stream, f"  recipe {name}: {label}")
+    data = "no calibration" if method == "magnitude" else f"{nsamples} x {seqlen} tokens of {calib['source']}"
+    _print(stream, f"  {data} | device {device} | {cores} cores | evaluate: {', '.join(evaluate) or 'no'}")
+    _print(stream, f"  workdir {workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
+    _print(stream, f"  full log {log_file}")
+    progress = Progress(workdir, stream=stream)
+    started = time.monotonic()
+    with progress:
+        try:
+            run_workflow(workdir, configfile, progress, log_file, cores=cores)
+        except WorkflowFailed as err:
+            progress.clear()
+            took = clock_text(time.monotonic() - started)
+            if err.interrupted:
+                _print(
+                    stream,
+                    f"interrupted after {took}: finished jobs are kept; run the same command to resume",
+                )
+            else:
+                what = "; ".join(job.label for job in progress.failed) or str(err)
+                _print(stream, f"FAILED after {took}: {what}")
+                for job in progress.failed:
+                    for log in job.logs:
+                        _print(stream, f"--- {job.label}: last lines of {workdir / log} ---")
+                        _print(stream, log_tail(workdir / log))
+                _print(stream, f"--- full log: {log_file}")
+                _print(stream, "fix the cause and run the same command again: finished jobs are kept")
+            raise
+    if progress.nothing_to_do:
+        progress.note("nothing to do: every job finished in an earlier run")
+    model_root = workdir / "results" / model_slug(reference) / name
+    model_dir = model_root / "model"
+    report = json.loads((model_dir / "pruning_report.json").read_text())
+    evaluation = _evaluation(model_root, evaluate)
+    summary = summarize(model_dir, report)
+    card = model_card(report, summary, evaluation, out)
+    changed = publish(model_dir, out, {CARD: card})
+    took = clock_text(time.monotonic() - started)
+    _print(stream, f"{'written' if changed else 'unchanged (it already holds this model)'}: {out} ({took})")
+    _print(
+        stream,
+        f"  {label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
+        f"({100 * summary.global_sparsity:.2f} % of all parameters)",
+    )
+    if evaluation and "perplexity" in evaluation:
+        result = evaluation["perplexity"]
+        _print(stream, f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']})")
+    if evaluation and "zeroshot" in evaluation:
+        _print(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %")
+    _print(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
+    return {**report, "out": str(out), "workdir": str(workdir), "evaluation": evaluation}
