@@ -45,6 +45,7 @@ class Method:
     blocksize: dict[Kind, int] = field(default_factory=dict)
     alpha: dict[Kind, float] = field(default_factory=dict)
     alpha_in_label: bool = False
+    reference: str = ""  # the method's paper, cited by the model card (Thanos: the card's BibTeX)
 
     def default_blocksize(self, kind: Kind) -> int | None:
         return self.blocksize.get(kind)
@@ -73,6 +74,8 @@ METHODS: dict[str, Method] = {
             updates_weights=True,
             kernels={kind: f"thanos.kernels:sparsegpt_{kind}" for kind in KINDS},
             blocksize={kind: 128 for kind in KINDS},
+            reference="Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately Pruned in "
+            "One-Shot (ICML 2023)",
         ),
         Method(
             name="wanda",  # Section 3.4: |W_ij| ||X_j|| per output row, no update
@@ -81,9 +84,11 @@ METHODS: dict[str, Method] = {
             needs_hessian=True,
             updates_weights=False,
             kernels={kind: f"thanos.kernels:wanda_{kind}" for kind in KINDS},
+            reference="Sun et al., A Simple and Effective Pruning Approach for Large Language Models "
+            "(ICLR 2024)",
         ),
         Method(
-            name="thanos",  # Section 4: Alg. 1 (unstructured), 5 (n:m), 2 (structured)
+            name="thanos",  # Section 4: Alg. 1 (unstructured), 8 (n:m), 2 (structured)
             label="Thanos",
             color="#d62728",
             needs_hessian=True,

@@ -29,6 +29,7 @@ from typing import Any
 
 from safetensors import safe_open
 
+from thanos import methods
 from thanos.sparsity import parse_sparsity
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,6 @@ CITATION = """@inproceedings{ilin2025thanos,
   booktitle = {Proceedings of the 42nd International Conference on Machine Learning (ICML)},
   year      = {2025}
 }"""
-METHOD_NAMES = {"magnitude": "Magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT", "thanos": "Thanos"}
-BASELINE_PAPERS = {
-    "wanda": "Wanda: Sun et al., A Simple and Effective Pruning Approach for Large Language Models "
-    "(ICLR 2024)",
-    "sparsegpt": "SparseGPT: Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately "
-    "Pruned in One-Shot (ICML 2023)",
-}
 
 
 @dataclass
@@ -276,7 +270,8 @@ def model_card(
 ) -> str:
     """The README.md text of a pruned model directory."""
     recipe, model = report["recipe"], report["model"]
-    method = METHOD_NAMES.get(recipe["method"], recipe["method"])
+    spec = methods.get(recipe["method"])
+    method = spec.label
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
     pattern = pattern_text(recipe["sparsity"], alpha, summary)
@@ -361,8 +356,8 @@ def model_card(
         )
     lines += ["", "## Citation", "", f"The Thanos paper (code of the authors: {PAPER_URL}):", "", "```bibtex"]
     lines += [CITATION, "```"]
-    if recipe["method"] in BASELINE_PAPERS:
-        lines += ["", f"The method of this model: {BASELINE_PAPERS[recipe['method']]}."]
+    if spec.reference:
+        lines += ["", f"The method of this model: {spec.label}: {spec.reference}."]
     return "\n".join(lines) + "\n"
 
 

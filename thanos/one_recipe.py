@@ -215,7 +215,7 @@ def prune_model(
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``thanos.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
-    from thanos.model_card import CARD, METHOD_NAMES, model_card, pattern_text, summarize
+    from thanos.model_card import CARD, model_card, pattern_text, summarize
     from thanos.progress import Progress, clock_text, log_tail
     from thanos.publish import check_out, publish
     from thanos.run_workflow import WorkflowFailed, run_workflow
@@ -262,7 +262,7 @@ def prune_model(
     with atomic_path(configfile) as tmp:
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = workdir / "logs" / f"{name}.log"
-    label = f"{METHOD_NAMES[method]} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
+    label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
     _print(stream, f"  recipe {name}: {label}")
     data = "no calibration" if method == "magnitude" else f"{nsamples} x {seqlen} tokens of {calib['source']}"
