@@ -20,7 +20,7 @@ import torch
 
 from thanos.algorithms import masks
 
-CHUNK_BYTES = 16 << 20  # rows solved together: their factors stay in cache
+CHUNK_BYTES = 16 << 20  # on CPU, rows are solved in batches whose factors stay in cache
 
 
 def panel_width(s: int) -> int:
@@ -117,7 +117,8 @@ def multi_weight_update(
         zidx = torch.where(real & complement[rows].unsqueeze(1), col + B + s_max, col)
         rhs = torch.gather(src[rows], 1, col)
         x = torch.empty_like(rhs)
-        step = max(1, min(row_batch_bytes, CHUNK_BYTES) // (8 * s * (s + 1)))
+        limit = row_batch_bytes if W.is_cuda else min(row_batch_bytes, CHUNK_BYTES)
+        step = max(1, limit // (8 * s * (s + 1)))
         for start in range(0, rows.numel(), step):
             chunk = slice(start, start + step)
             x[chunk] = solve_principal(Z, zidx[chunk], rhs[chunk])
