@@ -37,8 +37,8 @@ def solve_principal(Z: torch.Tensor, idx: torch.Tensor, rhs: torch.Tensor) -> to
     ``Z`` is symmetric and every A_i positive definite; s is a multiple of 8. Left-looking blocked
     Cholesky, batched over the rows: for each panel of columns, its part of A_i is gathered from Z,
     the columns already factored are subtracted with one batched matrix product, and the diagonal
-    block is factored (LAPACK) and inverted. T holds [L^T | z] with L L^T = A_i and L z = rhs_i, so
-    x_i = L^-T z follows by back substitution, panel by panel.
+    block is factored (LAPACK) and inverted. T holds [L^T | z] right of the diagonal blocks, with
+    L L^T = A_i and L z = rhs_i; x_i = L^-T z follows by back substitution, panel by panel.
     """
     n, s = idx.shape
     width = panel_width(s)
@@ -57,7 +57,7 @@ def solve_principal(Z: torch.Tensor, idx: torch.Tensor, rhs: torch.Tensor) -> to
         L11, info = torch.linalg.cholesky_ex(P[:, :, :width])
         failed |= info
         inverse = torch.linalg.solve_triangular(L11, eye, upper=False)
-        T[:, k:e, k:] = inverse @ P  # [L11^T | L21^T | z_k]
+        T[:, k:e, e:] = inverse @ P[:, :, width:]  # [L21^T | z_k]; L11^T itself is not needed again
         inverses.append(inverse)
     if bool(failed.any()):
         raise ValueError("R_hat is not positive definite; increase `damp`")
