@@ -293,7 +293,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
                     print(
                         f"{data:>10} {b:>6} {name:>16} {pattern:>7} {blocksize:>4} {wall:>8.3f} {cpu:>7.3f} "
                         f"{gflop:>7.2f} {gflop / wall:>8.1f} {gflop / wall / gemm:>6.0%} {share} "
-                        f"{objective[name]:>11.5g} {rel}",
+                        f"{objective[name]:>11.5g} {rel}".rstrip(),
                         flush=True,
                     )
             if args.literal and "0.5" in args.patterns:
