@@ -52,7 +52,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     )
     (wheel,) = (root / "dist").glob("thanos_prune-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("Snakefile", "workflow/rules/common.smk", "workflow/schemas/config.schema.yaml"):
+    for shipped in ("Snakefile", "workflow/rules/config.smk", "workflow/schemas/config.schema.yaml"):
         assert f"thanos/_workflow/{shipped}" in names, shipped
     venv = root / "venv"
     run([sys.executable, "-m", "venv", venv])

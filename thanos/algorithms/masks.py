@@ -90,3 +90,39 @@ def outlier_rows(W: torch.Tensor, H: torch.Tensor, count: int) -> torch.Tensor:
         h = ((W @ H) * W).sum(dim=1) / 2
         keep_dense[smallest(-h, count)] = True
     return keep_dense
+
+
+def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
+    """``smallest(metric, k)[:, :width]`` for a 2-D ``metric``, without building the whole mask.
+
+    Thanos' global residual mask (eq. 11) is needed only on its first B columns. The k-th smallest
+    value is bracketed by a seeded sample as in ``kth_smallest``; the counts below and inside the
+    bracket locate it exactly, and ties at it are resolved by flat index as in ``smallest``.
+    """
+    flat = metric.reshape(-1)
+    n = flat.numel()
+    lead = metric[:, :width]
+    if k <= 0 or k >= n:
+        return torch.full_like(lead, k > 0, dtype=torch.bool)
+    below, candidates = 0, flat
+    if n > 1 << 18:
+        generator = torch.Generator(device=flat.device).manual_seed(0)
+        sample = flat[torch.randint(n, (1 << 16,), generator=generator, device=flat.device)]
+        pos, margin = k * sample.numel() // n, 4 * int(sample.numel() ** 0.5)
+        lo = torch.kthvalue(sample, max(1, pos - margin)).values
+        hi = torch.kthvalue(sample, min(sample.numel(), pos + margin)).values
+        below_lo = flat < lo
+        inside = flat[torch.logical_and(flat <= hi, ~below_lo)]
+        if (count := int(torch.count_nonzero(below_lo))) < k <= count + inside.numel():
+            below, candidates = count, inside
+    threshold = torch.kthvalue(candidates, k - below).values
+    below += int(torch.count_nonzero(candidates < threshold))
+    equal = int(torch.count_nonzero(candidates == threshold))
+    mask = lead < threshold
+    need = k - below  # entries equal to the threshold that are removed: the first ones in flat order
+    if need == equal:
+        return mask | (lead == threshold)
+    ties = torch.nonzero(flat == threshold).squeeze(1)[:need]
+    ties = ties[ties % metric.shape[1] < width]
+    mask[ties // metric.shape[1], ties % metric.shape[1]] = True
+    return mask

@@ -1,16 +1,17 @@
 """Thanos (ICML 2025): block-wise multi-weight updates.
 
-Alg. 1 (unstructured), Alg. 5 (n:m) and Alg. 2 (structured).
+Alg. 1 (unstructured), Alg. 8 (n:m, appendix) and Alg. 2 (structured) of the paper.
 
 Notation follows the paper: W (c, b), H = (2/N) sum X X^T, block size B, mask M (True = removed).
 
-The update of row k for its removal set q inside the block [j1, j2) is eq. (5):
-    Delta_k = -u R_hat^-1 R,   R = (H_res^-1)[q, :],   R_hat = R[:, q],   u = W[k, q],
-with H_res = H[j1:, j1:] the Hessian of the columns not yet fixed. With H^-1 = U^T U (upper Cholesky),
-H_res^-1 = U[j1:, j1:]^T U[j1:, j1:], and because U is triangular its first B rows are
+Row k of the block [j1, j2) removes q = phi(M_k:) (eq. 12) with the update of eq. (10),
+    Delta_k: = -u R_hat^-1 R,  R = (H_res^-1)[q, :] (eq. 7),  R_hat = R[:, q] (eq. 8),  u = W[k, q] (eq. 9),
+where H_res = H[j1:, j1:] is the Hessian of the columns not yet fixed. With H^-1 = U^T U (upper
+Cholesky), H_res^-1 = U[j1:, j1:]^T U[j1:, j1:], and because U is triangular the block's rows of it are
     R_blk = U[j1:j2, j1:j2]^T U[j1:j2, j1:],
-so no inverse is recomputed per block. Rows are grouped by |q|: each group solves its |q| x |q|
-systems with one batched Cholesky and applies Delta = -Y R_blk as one matrix product.
+so nothing is re-inverted per block. Every R_hat is a principal submatrix of G = R_blk[:, :B]: all
+rows' systems are solved together by one batched blocked Cholesky (``solve_principal``) and the
+updates are applied as Delta = -Y R_blk, one matrix product.
 """
 
 from __future__ import annotations
@@ -19,52 +20,114 @@ import torch
 
 from thanos.algorithms import masks
 
+CHUNK_BYTES = 16 << 20  # on CPU, rows are solved in batches whose factors stay in cache
+
+
+def panel_width(s: int) -> int:
+    """Columns per panel of the blocked Cholesky for systems of size ``s`` (a multiple of 8).
+
+    LAPACK factors 8 x 8 blocks cheaply; large systems prefer 16 for more efficient batched products.
+    """
+    return 16 if s > 64 and s % 16 == 0 else 8
+
+
+def solve_principal(Z: torch.Tensor, idx: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """Solve A_i x_i = rhs_i with A_i = Z[idx_i][:, idx_i] for every row i of ``idx`` (n, s).
+
+    ``Z`` is symmetric and every A_i positive definite; s is a multiple of 8. Left-looking blocked
+    Cholesky, batched over the rows: for each panel of columns, its part of A_i is gathered from Z,
+    the columns already factored are subtracted with one batched matrix product, and the diagonal
+    block is factored (LAPACK) and inverted. T holds [L^T | z] right of the diagonal blocks, with
+    L L^T = A_i and L z = rhs_i; x_i = L^-T z follows by back substitution, panel by panel.
+    """
+    n, s = idx.shape
+    width = panel_width(s)
+    flat = Z.reshape(-1)
+    row_start = idx * Z.shape[0]
+    T = torch.empty(n, s, s + 1, dtype=Z.dtype, device=Z.device)
+    eye = torch.eye(width, dtype=Z.dtype, device=Z.device).expand(n, width, width)
+    failed = torch.zeros(n, dtype=torch.int32, device=Z.device)
+    inverses = []
+    for k in range(0, s, width):
+        e = k + width
+        entries = flat.index_select(0, (row_start[:, k:e, None] + idx[:, None, k:]).reshape(-1))
+        P = torch.cat([entries.view(n, width, s - k), rhs[:, k:e, None]], dim=2)  # [A[k:e, k:] | rhs]
+        if k:
+            P -= T[:, :k, k:e].mT @ T[:, :k, k:]
+        L11, info = torch.linalg.cholesky_ex(P[:, :, :width])
+        failed |= info
+        inverse = torch.linalg.solve_triangular(L11, eye, upper=False)
+        T[:, k:e, e:] = inverse @ P[:, :, width:]  # [L21^T | z_k]; L11^T itself is not needed again
+        inverses.append(inverse)
+    if bool(failed.any()):
+        raise ValueError("R_hat is not positive definite; increase `damp`")
+    x = torch.empty(n, s, dtype=Z.dtype, device=Z.device)
+    for k in reversed(range(0, s, width)):
+        e = k + width
+        z = T[:, k:e, s] - (T[:, k:e, e:s] * x[:, None, e:]).sum(2)  # products with vectors: mul-sum
+        x[:, k:e] = (inverses[k // width] * z.unsqueeze(2)).sum(1)  # beats batched matrix-vector calls
+    return x
+
 
 def multi_weight_update(
     W: torch.Tensor, U: torch.Tensor, M: torch.Tensor, j1: int, row_batch_bytes: int
 ) -> None:
-    """Apply eq. (5) to every row of ``W`` (in place) for the block mask ``M`` (c, B) at column ``j1``.
+    """Apply eq. (10) to every row of ``W`` (in place) for the block mask ``M`` (c, B) at column ``j1``.
 
     Row k needs y = R_hat^-1 u with R_hat = G[q, q], G = H_res^-1 on the block. When |q| > B/2 the
     same y comes from the complement p of q in the block (block inversion with K = G^-1):
         G[q, q]^-1 = K[q, q] - K[q, p] K[p, p]^-1 K[p, q],
-    so no system is larger than B/2. Then Delta = -Y R_blk for all rows in one matrix product.
-    Afterwards W[:, j1:j1+B][M] is exactly zero. Memory per row batch stays under ``row_batch_bytes``.
+    so no system is larger than B/2. Rows are grouped by their system size rounded up to a multiple
+    of 8; the padding adds identity rows, which leaves the solutions unchanged, so every system is a
+    principal submatrix of blockdiag(G, I, K). Then Delta = -Y R_blk for all rows in one matrix
+    product; afterwards W[:, j1:j1+B][M] is exactly zero. Rows are solved in batches of at most
+    ``row_batch_bytes``.
     """
-    B = M.shape[1]
+    c, B = M.shape
     j2 = j1 + B
     U_blk = U[j1:j2, j1:j2]
     R_blk = U_blk.T @ U[j1:j2, j1:]  # (B, b - j1): rows of H_res^-1 for the block's columns
-    G = R_blk[:, :B]
-    eye = torch.eye(B, dtype=U.dtype, device=U.device)
-    V = torch.linalg.solve_triangular(U_blk, eye, upper=True)
-    K = V @ V.T  # G^-1
-    counts = M.sum(dim=1)
-    order = torch.sort(M.to(torch.int8), dim=1, stable=True).indices  # kept columns p first, then q
-    u = W[:, j1:j2] * M  # u of eq. (u_def) per row, zero outside q
-    v = u @ K
-    Y = torch.zeros_like(u)
-    for s in torch.unique(counts).tolist():
+    counts = M.sum(dim=1, dtype=torch.int32)
+    complement = 2 * counts > B
+    size = torch.where(complement, B - counts, counts)
+    padded = (size + 7) // 8 * 8
+    s_max = int(padded.max())
+    u = W[:, j1:j2] * M  # u of eq. (9) per row, zero outside q
+    parts = [R_blk[:, :B], torch.eye(s_max, dtype=U.dtype, device=U.device)]  # G, identity for padding
+    src = u
+    if bool(complement.any()):
+        V = torch.linalg.solve_triangular(U_blk, torch.eye(B, dtype=U.dtype, device=U.device), upper=True)
+        K = V @ V.T  # G^-1
+        v = u @ K
+        parts.append(K)
+        src = torch.where(complement.unsqueeze(1), v, u)
+    Z = torch.block_diag(*parts)
+    src = torch.cat([src, src.new_zeros(c, s_max)], dim=1)  # padding: columns B.. with zero right-hand side
+    chosen = M != complement.unsqueeze(1)  # q = phi(M_k:) (eq. 12), or its complement p
+    order = torch.sort((~chosen).to(torch.int8), dim=1, stable=True).indices  # chosen columns first
+    order = torch.cat([order, order.new_zeros(c, max(0, s_max - B))], dim=1)
+    X = W.new_zeros(c, B + s_max)
+    for s in padded.unique().tolist():
         if s == 0:
             continue
-        direct = 2 * s <= B
-        size = s if direct else B - s
-        rows = torch.nonzero(counts == s).squeeze(1)
-        step = max(1, row_batch_bytes // (4 * (3 * size * size + 4 * B)))
+        rows = torch.nonzero(padded == s).squeeze(1)
+        pad = B + torch.arange(s, device=W.device)
+        real = pad - B < size[rows].unsqueeze(1)
+        col = torch.where(real, order[rows, :s], pad)
+        zidx = torch.where(real & complement[rows].unsqueeze(1), col + B + s_max, col)
+        rhs = torch.gather(src[rows], 1, col)
+        x = torch.empty_like(rhs)
+        limit = row_batch_bytes if W.is_cuda else min(row_batch_bytes, CHUNK_BYTES)
+        step = max(1, limit // (8 * s * (s + 1)))
         for start in range(0, rows.numel(), step):
-            r = rows[start : start + step]
-            idx = order[r, B - s :] if direct else order[r, :size]  # q = phi(M_i:), or its complement p
-            rhs = torch.gather(u[r] if direct else v[r], 1, idx)
-            part = torch.zeros(r.numel(), B, dtype=W.dtype, device=W.device)
-            if size:
-                A = (G if direct else K)[idx.unsqueeze(2), idx.unsqueeze(1)]
-                L, info = torch.linalg.cholesky_ex(A)
-                if int(info.max()) != 0:
-                    raise ValueError("R_hat is not positive definite; increase `damp`")
-                part.scatter_(1, idx, torch.cholesky_solve(rhs.unsqueeze(2), L).squeeze(2))
-            Y[r] = part if direct else (v[r] - part @ K) * M[r]
+            chunk = slice(start, start + step)
+            x[chunk] = solve_principal(Z, zidx[chunk], rhs[chunk])
+        X[rows] = X[rows].scatter_(1, col, x)
+    Y = X[:, :B]
+    if len(parts) > 2:
+        Y = torch.where(complement.unsqueeze(1), (v - Y @ K) * M, Y)
     W[:, j1:].addmm_(Y, R_blk, alpha=-1.0)
-    W[:, j1:j2][M] = 0.0
+    W[:, j1:j2].mul_(~M)  # exact zeros where removed (cheaper than masked_fill_ on a strided view)
 
 
 def thanos_unstructured(
@@ -72,9 +135,9 @@ def thanos_unstructured(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Alg. 1: remove exactly ``k`` = floor(p c b) weights of ``W`` (fp32, in place).
 
-    Before every block the global residual mask psi_X(W[:, j1:], r) (eq. psi_def) is recomputed from the
-    current weights over all remaining columns; its first B columns are the block mask, r shrinks by
-    their count (eq. global_res_mask_construction). Rows may lose unequal numbers of weights.
+    Before every block the global residual mask psi_X(W[:, j1:], r) (eq. 11) is recomputed from the
+    current weights over all remaining columns; its first B columns are the block mask and r shrinks
+    by their count (Alg. 1, lines 6-8). Rows may lose unequal numbers of weights.
     """
     c, b = W.shape
     mask = torch.zeros_like(W, dtype=torch.bool)
@@ -83,9 +146,8 @@ def thanos_unstructured(
         if r == 0:
             break
         j2 = min(j1 + blocksize, b)
-        residual = masks.smallest(W[:, j1:].abs() * xnorm[j1:], r)
-        M = residual[:, : j2 - j1]
-        r -= int(M.sum())
+        M = masks.smallest_leading(W[:, j1:].abs().mul_(xnorm[j1:]), r, j2 - j1)
+        r -= int(torch.count_nonzero(M))
         multi_weight_update(W, U, M, j1, row_batch_bytes)
         mask[:, j1:j2] = M
     return W, mask
@@ -100,10 +162,10 @@ def thanos_nm(
     blocksize: int,
     row_batch_bytes: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 5 (n:m) on the non-outlier rows ``W`` (fp32, in place).
+    """Alg. 8 (n:m) on the non-outlier rows ``W`` (fp32, in place).
 
     For each block, the mask removes the n smallest |W_kq| ||X_q|| of every m-group from the current
-    weights; every row then removes the same number n B / m of weights with eq. (5).
+    weights; every row then removes the same number n B / m of weights with eq. (10).
     """
     b = W.shape[1]
     mask = torch.zeros_like(W, dtype=torch.bool)
@@ -120,8 +182,8 @@ def thanos_structured(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Alg. 2 on the non-outlier rows ``W`` (fp32, in place): remove ``s`` whole columns.
 
-    Columns are ranked by v_j = ||W_:,j||^2 ||X_j||^2 (eq. column_loss_partial) over these rows; with Q
-    the chosen columns the closed-form update (eq. several_weights_structured_solution) is
+    Columns are ranked by v_j = ||W_:,j||^2 ||X_j||^2 (eq. 15) over these rows; with Q the chosen
+    columns the closed-form update (eq. 13) is
         W <- W - W[:, Q] (H^-1[Q, Q])^-1 H^-1[Q, :].
     The paper's permutations P, Q only move Q to the front; indexing does the same without copies.
     """
