@@ -20,6 +20,6 @@ rule assemble:
         CONDA_ENV
     shell:
         "python -m thanos assemble --model {params.model:q} --model-name {wildcards.model}"
-        " --pruned-root {params.pruned_root} --recipe-json {params.recipe:q} {params.calibration}"
-        " --model-info {params.info} --intermediates {params.intermediates}"
-        " --max-shard-size {params.max_shard_size} --out {output} > {log} 2>&1"
+        " --pruned-root {params.pruned_root:q} --recipe-json {params.recipe:q} {params.calibration}"
+        " --model-info {params.info:q} --intermediates {params.intermediates}"
+        " --max-shard-size {params.max_shard_size:q} --out {output:q} > {log:q} 2>&1"

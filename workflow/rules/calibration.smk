@@ -13,7 +13,7 @@ checkpoint model_info:
     conda:
         CONDA_ENV
     shell:
-        "python -m thanos model-info --model {params.model:q} --out {output} > {log} 2>&1"
+        "python -m thanos model-info --model {params.model:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule calibrate:
@@ -36,7 +36,7 @@ rule calibrate:
     shell:
         "python -m thanos calibrate --model {params.model:q} --source {params.source:q}"
         " --nsamples {params.nsamples} --seqlen {params.seqlen} --seed {params.seed}"
-        " --text-field {params.text_field:q} --out {output} > {log} 2>&1"
+        " --text-field {params.text_field:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule embed:
@@ -55,5 +55,5 @@ rule embed:
     conda:
         CONDA_ENV
     shell:
-        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens}"
-        " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens:q}"
+        " --device $THANOS_WF_DEVICE --out {output:q} > {log:q} 2>&1"

@@ -10,7 +10,7 @@ if DEMO["enabled"]:
         conda:
             CONDA_ENV
         shell:
-            "python -m thanos demo-data --out-dir {output} > {log} 2>&1"
+            "python -m thanos demo-data --out-dir {output:q} > {log:q} 2>&1"
 
     rule train_demo:
         input:
@@ -23,8 +23,8 @@ if DEMO["enabled"]:
         conda:
             CONDA_ENV
         shell:
-            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input}"
-            " --out {output} > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input:q}"
+            " --out {output:q} > {log:q} 2>&1"
 
 
 if TINY_MODELS:
@@ -41,4 +41,4 @@ if TINY_MODELS:
         conda:
             CONDA_ENV
         shell:
-            "python -m thanos make-tiny-model {params.options} --out {output} > {log} 2>&1"
+            "python -m thanos make-tiny-model {params.options} --out {output:q} > {log:q} 2>&1"

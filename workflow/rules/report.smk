@@ -22,7 +22,7 @@ rule tables:
     conda:
         CONDA_ENV
     shell:
-        "python -m thanos tables --results {params.results} --out-dir {output} > {log} 2>&1"
+        "python -m thanos tables --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -42,4 +42,4 @@ rule figures:
     conda:
         CONDA_ENV
     shell:
-        "python -m thanos figures --results {params.results} --out-dir {output} > {log} 2>&1"
+        "python -m thanos figures --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"
