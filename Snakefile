@@ -5,6 +5,11 @@
 #   snakemake --cores 8 --configfile workflow/configs/paper.yaml --resources gpu=4
 
 
+import sys
+
+from thanos.joblogs import summary as failed_jobs_summary
+
+
 include: "workflow/rules/config.smk"
 include: "workflow/rules/inputs.smk"
 include: "workflow/rules/pruning_inputs.smk"
@@ -22,3 +27,10 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+onerror:
+    # Snakemake itself only names the failed jobs' logs: show their last lines, where the error is
+    failed = failed_jobs_summary(log)
+    if failed:
+        print(failed, file=sys.stderr)

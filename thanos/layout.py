@@ -82,6 +82,10 @@ class Layout:
     def model_info(self, model: str) -> str:
         return f"{self.root}/{model}/model_info.json"
 
+    def fingerprint(self, model: str) -> str:
+        """The model's input fingerprint (``thanos.fingerprint``), for a local model the workflow reads."""
+        return f"{self.root}/{model}/fingerprint.json"
+
     def tokens(self, model: str) -> str:
         return f"{self.root}/{model}/calib/tokens.zarr"
 

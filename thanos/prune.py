@@ -61,10 +61,17 @@ def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) ->
     return total / 2
 
 
-def _check_finite(name: str, t: torch.Tensor) -> None:
-    if not bool(torch.isfinite(t).all()):
-        bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{name} contains {bad} NaN or Inf values; fix the inputs that produced it")
+def _check_finite(what: str, t: torch.Tensor, name: str | None) -> None:
+    """Refuse NaN/Inf in ``what`` (the weight or the Hessian) of layer ``name``, naming both."""
+    finite = torch.isfinite(t)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        first = tuple(int(i) for i in torch.nonzero(~finite)[0])
+        layer = f"layer {name}: " if name else ""
+        raise ValueError(
+            f"{layer}{what} contains {bad} NaN or Inf values (first at {first}); fix the inputs that "
+            "produced it (the model's weights, or the calibration activations behind the Hessian)"
+        )
 
 
 def _validate(
@@ -75,6 +82,7 @@ def _validate(
     blocksize: int | None,
     alpha: Fraction,
     damp: float,
+    name: str | None,
 ) -> None:
     methods.kernel(method.name, pattern.kind)  # a method without a kernel for this pattern fails first
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
@@ -82,7 +90,7 @@ def _validate(
     c, b = weight.shape
     if c == 0 or b == 0:
         raise ValueError(f"weight: empty shape {tuple(weight.shape)}")
-    _check_finite("weight", weight)
+    _check_finite("weight", weight, name)
     if hessian is None:
         if method.needs_hessian:
             raise ValueError(
@@ -93,7 +101,7 @@ def _validate(
         if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (b, b):
             shape = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
             raise ValueError(f"hessian: expected shape ({b}, {b}) for a weight with {b} inputs, got {shape}")
-        _check_finite("hessian", hessian)
+        _check_finite("hessian", hessian, name)
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha: outlier-row fraction must lie in [0, 1), got {float(alpha)}")
     if alpha > 0 and pattern.kind == "unstructured":
@@ -149,7 +157,7 @@ def prune_layer(
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
     alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
     alpha_q = exact(alpha or 0)
-    _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp)
+    _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp, name)
     started = time.perf_counter()
 
     c, b = weight.shape
@@ -173,6 +181,8 @@ def prune_layer(
 
     U = None if factor is None else factor.U
     sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes))
+    if factor is not None:
+        sub_mask[:, factor.dead] = True  # zeroed above: removed weights, whatever the kernel chose
 
     mask = torch.zeros_like(W, dtype=torch.bool)
     mask[rows] = sub_mask

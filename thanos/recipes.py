@@ -62,7 +62,9 @@ class Recipe:
             value = data.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ConfigError(f"{key}.{name}: expected a number, got {value!r}")
-        return cls(**dict(data, sparsity=sparsity_text(f"{key}.sparsity", data["sparsity"])))
+        sparsity = sparsity_text(f"{key}.sparsity", data["sparsity"])
+        check_alpha(f"{key}.alpha", sparsity, data.get("alpha"))
+        return cls(**dict(data, sparsity=sparsity))
 
     @classmethod
     def from_json(cls, text: str, key: str = "recipe") -> Recipe:
@@ -107,6 +109,15 @@ def sparsity_text(key: str, value: Any) -> str:
             f"{key}: {err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
             "'structured:0.3')"
         ) from None
+
+
+def check_alpha(key: str, sparsity: str, alpha: float | None) -> None:
+    """Outlier rows (alpha > 0) exist for n:m and structured sparsity only; the error names ``key``."""
+    if alpha and parse_sparsity(sparsity).kind == "unstructured":
+        raise ConfigError(
+            f"{key}: alpha {alpha} keeps outlier rows dense, which n:m and structured sparsity do; with "
+            f"unstructured sparsity {sparsity} set alpha to 0 or leave it out"
+        )
 
 
 def pattern_tag(sparsity: str) -> str:
@@ -158,6 +169,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
             for k, value in enumerate(entry["sparsities"]):
                 sparsity = sparsity_text(f"recipe_grid[{i}].sparsities[{k}]", value)
                 for alpha in alphas:
+                    check_alpha(f"recipe_grid[{i}].alpha", sparsity, alpha)
                     name = grid_name(method, sparsity, alpha, len(alphas) > 1)
                     if name in recipes:
                         raise ConfigError(

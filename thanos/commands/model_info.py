@@ -1,11 +1,13 @@
-"""Describe a model for the workflow: family, number of blocks, prunable layers and their Hessian groups."""
+"""Describe a model for the workflow: family, number of blocks, prunable layers and their Hessian groups,
+and its input fingerprint (name, size and mtime_ns of each model file). Reads every tensor once and
+refuses one holding NaN or Inf, naming it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-HELP = "model family, blocks, layers and Hessian groups of a model -> info.json"
+HELP = "model family, blocks, layers, Hessian groups and file fingerprint of a model -> info.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.atomic import write_json
-    from thanos.models import get_adapter, load_config, resolve_model_path
+    from thanos.fingerprint import model_fingerprint
+    from thanos.models import Checkpoint, get_adapter, load_config, resolve_model_path
 
     model_dir = resolve_model_path(args.model)
     info = get_adapter(load_config(model_dir)).info() | {"path": str(model_dir)}
-    write_json(args.out, info)
+    fingerprint = model_fingerprint(model_dir)
+    Checkpoint(model_dir).check_finite()
+    write_json(args.out, info | {"fingerprint": fingerprint})
     print(json.dumps(info))

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
+
+from thanos.fingerprint import MODEL_FILES
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,7 @@ def resolve_model_path(path_or_hub_id: str | Path) -> Path:
     try:
         local = snapshot_download(
             str(path_or_hub_id),
-            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"],
+            allow_patterns=list(MODEL_FILES),
         )
     except Exception as err:  # noqa: BLE001 - any hub failure means the same thing to the user
         raise FileNotFoundError(
@@ -104,9 +108,34 @@ class Checkpoint:
                     out[name] = handle.get_tensor(name)
         return out
 
+    def shape(self, name: str) -> list[int]:
+        """A tensor's shape, from its shard's header (nothing is read)."""
+        if name not in self.weight_map:
+            raise ValueError(f"{self.model_dir}: tensor {name} is not in the checkpoint")
+        with safe_open(self.weight_map[name], framework="pt") as handle:
+            return list(handle.get_slice(name).get_shape())
+
     def tensor(self, name: str) -> torch.Tensor:
         """One named tensor."""
         return self.tensors([name])[name]
+
+    def check_finite(self, chunk_bytes: int = 1 << 28) -> int:
+        """Read every floating-point tensor once, ``chunk_bytes`` of rows at a time, and refuse the first
+        holding NaN or Inf, naming it and its shard. Returns the number of tensors checked."""
+        by_shard: dict[Path, list[str]] = defaultdict(list)
+        for name in sorted(self.weight_map):
+            by_shard[self.weight_map[name]].append(name)
+        for shard, names in sorted(by_shard.items()):
+            with safe_open(shard, framework="pt") as handle:
+                for name in names:
+                    bad = _non_finite(handle.get_slice(name), chunk_bytes)
+                    if bad:
+                        raise ValueError(
+                            f"{self.model_dir}: tensor {name} (in {shard.name}) holds {bad} NaN or Inf "
+                            "values; the checkpoint is damaged or overflowed when it was saved: re-download "
+                            "or re-export it"
+                        )
+        return len(self.weight_map)
 
     def prefixed(self, prefix: str) -> dict[str, torch.Tensor]:
         """Every tensor under ``prefix``, keyed by the name relative to it (a module's state dict)."""
@@ -114,3 +143,17 @@ class Checkpoint:
         if not names:
             raise ValueError(f"{self.model_dir}: no tensors named {prefix}*; is this the right architecture?")
         return {name[len(prefix) :]: t for name, t in self.tensors(names).items()}
+
+
+def _non_finite(tensor_slice: Any, chunk_bytes: int) -> int:
+    """How many NaN/Inf values a safetensors slice holds, read ``chunk_bytes`` of rows at a time (0 for
+    integer and empty tensors)."""
+    shape = tensor_slice.get_shape()
+    if tensor_slice.get_dtype().startswith(("I", "U", "BOOL")) or 0 in shape:
+        return 0
+    if not shape:
+        return int((~torch.isfinite(tensor_slice[...])).sum())
+    step = max(1, chunk_bytes // (8 * math.prod(shape[1:])))  # up to 8 bytes per value
+    return sum(
+        int((~torch.isfinite(tensor_slice[start : start + step])).sum()) for start in range(0, shape[0], step)
+    )

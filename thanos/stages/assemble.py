@@ -26,8 +26,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.atomic import atomic_path
+from thanos.fingerprint import check_unchanged
+from thanos.layout import CHAIN_SUMMARY, pruned_block_name
 from thanos.model_card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
+from thanos.pruned_layers import describe, unfinished
 from thanos.recipes import Recipe
 
 log = logging.getLogger(__name__)
@@ -174,6 +177,8 @@ def assemble(
     ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
 
     Everything is read and checked before anything is written, so a bad input leaves no output behind.
+    With ``model_info`` (the workflow always passes it), the model must be the one it describes and every
+    layer it lists must have a pruned file of ``recipe`` (``check_against_model_info``).
     """
     model_dir = resolve_model_path(model)
     info = json.loads(Path(model_info).read_text()) if model_info else {}
@@ -182,6 +187,7 @@ def assemble(
     names = sorted(sources)
     provenance = calibration_provenance(calibration)
     config = json.loads((model_dir / "config.json").read_text())
+    check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
 
     replace, layers = pruned_tensors(Path(pruned_root), names, info)
     sizes = tensor_sizes(names, sources, replace)
@@ -223,6 +229,32 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
+
+
+def check_against_model_info(
+    model_dir: Path, root: Path, recipe: Recipe, info: dict[str, Any], info_path: str | os.PathLike | None
+) -> None:
+    """With a ``model_info.json``: the model is still the one it describes (its input fingerprint), and
+    every layer it lists, in every block, has a finished pruned file of ``recipe`` under ``root`` (a
+    missing one would be published unpruned). Raises naming the changed files or the layers."""
+    if not info:
+        return
+    check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
+    if not root.is_dir():
+        return  # pruned_layers says so
+    problems = unfinished(root, int(info["num_blocks"]), info["layers"], recipe.to_dict())
+    if not problems:
+        return
+    if (root / CHAIN_SUMMARY).is_file():
+        fix = f"delete {root / CHAIN_SUMMARY} and run the workflow again: the recipe's job recomputes them"
+    else:
+        blocks = sorted({block for block, _ in problems})
+        dirs = ", ".join(str(root / pruned_block_name(block)) for block in blocks)
+        fix = f"delete {dirs} and run the workflow again: their prune jobs recompute them"
+    raise ValueError(
+        f"{root}: {len(problems)} pruned layer(s) of recipe {recipe.name} are missing or not of this recipe "
+        f"and would be published unpruned: {describe(problems)}; {fix}"
+    )
 
 
 def pruned_tensors(root: Path, names: list[str], info: dict[str, Any]) -> tuple[dict[str, Path], list[dict]]:
@@ -275,6 +307,12 @@ def count_pruned(layers: list[dict], replace: dict[str, Path]) -> tuple[int, int
     for entry in layers:
         with safe_open(replace[entry["tensor"]], framework="pt") as handle:
             w = handle.get_tensor("weight")
+        bad = int((~w.isfinite()).sum()) if w.is_floating_point() else 0
+        if bad:
+            raise ValueError(
+                f"{replace[entry['tensor']]} (tensor {entry['tensor']}) holds {bad} NaN or Inf values; "
+                "delete it and rerun its prune job"
+            )
         zeros = int((w == 0).sum())
         entry.setdefault("shape", list(w.shape))
         entry["zeros"] = zeros

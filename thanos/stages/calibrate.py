@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 from transformers import AutoTokenizer
 
 from thanos.calibration import load_source, sample_windows
@@ -17,6 +18,11 @@ DEFAULT_NSAMPLES = 128
 DEFAULT_SEQLEN = 2048
 
 
+def distinct_windows(tokens: np.ndarray) -> int:
+    """How many of the sampled windows differ (a short corpus yields the same window several times)."""
+    return len(np.unique(tokens, axis=0))
+
+
 def calibrate(
     model: str | Path,
     source: str | Path,
@@ -26,7 +32,8 @@ def calibrate(
     seed: int = 0,
     text_field: str = "text",
 ) -> dict:
-    """Write ``out`` (tokens.zarr): int32 (nsamples, seqlen) plus provenance attrs; returns the attrs.
+    """Write ``out`` (tokens.zarr): int32 (nsamples, seqlen) plus provenance attrs (with the count of
+    distinct windows, warned about when below ``nsamples``); returns the attrs.
 
     ``seqlen`` defaults to min(2048, the model's max positions); a larger explicit value is refused.
     """
@@ -44,6 +51,16 @@ def calibrate(
     documents, provenance = load_source(source, text_field)
     log.info("calibrate: %d x %d tokens from %s (seed %d)", nsamples, seqlen, provenance["source"], seed)
     tokens = sample_windows(documents, tokenizer, nsamples, seqlen, seed)
+    distinct = distinct_windows(tokens)
+    if distinct < nsamples:
+        log.warning(
+            "calibrate: only %d distinct windows among nsamples=%d: the source has too few documents "
+            "longer than seqlen=%d tokens, and the Hessians weigh the repeated windows several times; "
+            "use a larger source (or lower nsamples/seqlen)",
+            distinct,
+            nsamples,
+            seqlen,
+        )
     attrs = provenance | {
         "text_field": text_field,
         "tokenizer": str(tokenizer.name_or_path),
@@ -52,6 +69,7 @@ def calibrate(
         "seed": seed,
         "nsamples": nsamples,
         "seqlen": seqlen,
+        "distinct_windows": distinct,
     }
     write_tokens(out, tokens, attrs)
     return attrs

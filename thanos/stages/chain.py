@@ -8,10 +8,13 @@ only): the block loop of ``chain`` reads like SparseGPT's sequential loop over t
 so every store and pruned file is byte-identical to what ``granularity: block`` or ``layer`` writes, at the
 same paths.
 
-Resumable: a store (``complete`` attribute) or a pruned layer (``.safetensors`` and ``.json``) that already
-exists is kept, so a killed chain job resumes at the first unfinished step. Reuse is guarded by a
-fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the model and the modification times of the
-upstream inputs): when any of them changed, the recipe's previous per-block outputs are deleted first.
+Resumable: a store (``complete`` attribute) or a pruned layer that already exists is kept, so a killed
+chain job resumes at the first unfinished step. A pruned layer is kept only when both its files exist and
+its stats are of this recipe and of the model's shape (``thanos.pruned_layers``); any other is recomputed,
+the log says which, and in a sequential chain the later blocks, computed through the old layer, are
+recomputed too. Reuse is guarded by a fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the
+model's files (``thanos.fingerprint``) and the modification times of the upstream stores): when any of them
+changed, the recipe's previous per-block outputs are deleted first.
 """
 
 from __future__ import annotations
@@ -19,14 +22,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from thanos import methods
 from thanos.atomic import write_json
-from thanos.layout import StoreKind, pruned_block_name, pruned_layer_name, reads_dense_chain, store_name
+from thanos.fingerprint import model_fingerprint
+from thanos.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
+from thanos.pruned_layers import mismatch
 from thanos.stages.capture import capture, propagate
 from thanos.stages.prune import prune
 from thanos.storage import open_complete
@@ -73,6 +80,7 @@ class _Chain:
     dense: Path | None
     own: Path | None
     layers: list[str]
+    shape: Callable[[int, str], list[int]]  # (block, layer) -> the original weight's shape
     prune_options: dict[str, Any]
     batch_size: int
     device: str
@@ -99,17 +107,25 @@ class _Chain:
         return H
 
     def prune(self, block: int, H: Path | None) -> Path:
-        """The block's layers that are not pruned yet, with the per-block job's arguments."""
+        """The block's layers that are not finished (missing, or not of this recipe or shape), with the
+        per-block job's arguments; when the job resumes, the log names the layers it recomputes."""
         block_dir = self.root / pruned_block_name(block)
-        todo = [
-            layer
+        reasons = {
+            layer: mismatch(block_dir, layer, self.prune_options, self.shape(block, layer))
             for layer in self.layers
-            if not all(
-                (block_dir / pruned_layer_name(layer, ext)).is_file() for ext in ("safetensors", "json")
+        }
+        todo = [layer for layer, reason in reasons.items() if reason is not None]
+        resuming = self.reused["prune"] > 0 or len(todo) < len(self.layers)
+        if todo and (resuming or any(reasons[layer] != "missing" for layer in todo)):
+            log.warning(
+                "chain: block %d: recomputing %d pruned layer(s): %s",
+                block,
+                len(todo),
+                ", ".join(f"{layer} ({reasons[layer]})" for layer in todo),
             )
-        ]
         self.reused["prune"] += len(self.layers) - len(todo)
         if todo:
+            self.discard_after(block)
             prune(
                 self.model,
                 block,
@@ -121,6 +137,26 @@ class _Chain:
             )
             self.computed["prune"] += len(todo)
         return block_dir
+
+    def discard_after(self, block: int) -> None:
+        """Sequential chain: delete what the later blocks computed through block ``block``'s previous
+        pruned layers (their pruned layers and the recipe's own stores), before some are recomputed."""
+        if self.own is None:
+            return
+        later = [
+            path
+            for path in [*self.root.glob("block*"), *self.own.glob("*.zarr")]
+            if (match := re.fullmatch(r"(?:block|inputs_|hessians_)(\d+)(?:\.zarr)?", path.name))
+            and int(match.group(1)) > block
+        ]
+        if later:
+            log.warning(
+                "chain: block %d changed: removing %d outputs of later blocks computed through it",
+                block,
+                len(later),
+            )
+        for path in sorted(later):
+            _remove(path)
 
     def propagate(self, block: int, block_dir: Path) -> None:
         """Block l+1's inputs of the sequential chain, through the pruned block l."""
@@ -190,7 +226,7 @@ def chain(
     """
     from thanos.models import open_model
 
-    _, adapter, _ = open_model(model)
+    model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
     calibrated = methods.get(method).needs_hessian
     if calibrated and dense_dir is None:
@@ -204,12 +240,14 @@ def chain(
         dense=Path(dense_dir) if calibrated else None,
         own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
         layers=list(adapter.layers),
+        shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
         prune_options=options,
         batch_size=batch_size,
         device=device,
     )
     fingerprint = {
         "model": str(model),
+        "model_files": model_fingerprint(model_dir),
         "method": method,
         "sparsity": str(sparsity),
         "blocksize": blocksize,

@@ -11,7 +11,7 @@ checkpoint model_info:
     log:
         f"{PATHS.logs}/{{model}}/model_info.log",
     shell:
-        "python -m thanos model-info --model {params.model:q} --out {output} > {log} 2>&1"
+        "python -m thanos model-info --model {params.model:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule calibrate:
@@ -32,7 +32,7 @@ rule calibrate:
     shell:
         "python -m thanos calibrate --model {params.model:q} --source {params.source:q}"
         " --nsamples {params.nsamples} --seqlen {params.seqlen} --seed {params.seed}"
-        " --text-field {params.text_field:q} --out {output} > {log} 2>&1"
+        " --text-field {params.text_field:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule embed:
@@ -49,5 +49,5 @@ rule embed:
     resources:
         gpu=JOB_GPUS,
     shell:
-        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens}"
-        " --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens:q}"
+        " --device $THANOS_WF_DEVICE --out {output:q} > {log:q} 2>&1"

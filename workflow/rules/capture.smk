@@ -16,7 +16,7 @@ rule capture:
         gpu=JOB_GPUS,
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos capture --model {params.model:q} --block {wildcards.l}"
-        " --inputs {input.inputs} --device $THANOS_WF_DEVICE --out {output} > {log} 2>&1"
+        " --inputs {input.inputs:q} --device $THANOS_WF_DEVICE --out {output:q} > {log:q} 2>&1"
 
 
 rule propagate:
@@ -37,5 +37,5 @@ rule propagate:
         gpu=JOB_GPUS,
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos propagate --model {params.model:q}"
-        " --block {params.previous} --inputs {input.inputs} {params.pruned} --device $THANOS_WF_DEVICE"
-        " --out {output} > {log} 2>&1"
+        " --block {params.previous} --inputs {input.inputs:q} {params.pruned} --device $THANOS_WF_DEVICE"
+        " --out {output:q} > {log:q} 2>&1"

@@ -4,6 +4,7 @@
 
 import os
 import re
+import shlex
 
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -26,7 +27,19 @@ PATHS = Layout(R, sequential=CHAIN == "sequential")
 DEMO = config["demo"]
 MODELS = config["models"]
 RECIPES = expand(config)
-TINY_MODELS = {os.path.normpath(m["path"]): m["tiny"] for m in MODELS.values() if "tiny" in m}
+
+TINY_MODELS = {}  # normalised path -> the tiny model's spec (built by rule make_tiny_model)
+_TINY_OWNERS = {}
+for _name, _model in MODELS.items():
+    if "tiny" in _model:
+        _path = os.path.normpath(_model["path"])
+        if _path in TINY_MODELS and TINY_MODELS[_path] != _model["tiny"]:
+            raise ConfigError(
+                f"models.{_TINY_OWNERS[_path]} and models.{_name} build different tiny models at the same"
+                f" path {_model['path']!r}; give each its own path (one spec per path)"
+            )
+        TINY_MODELS[_path] = _model["tiny"]
+        _TINY_OWNERS[_path] = _name
 
 if config["granularity"] in ALIASES:
     logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")
@@ -117,6 +130,11 @@ envvars:
     "THANOS_WF_ZEROSHOT_ENV",
     "THANOS_WF_GRANULARITY",
     "THANOS_WF_GRANULARITY_REASON",
+
+
+def quoted(value):
+    """A value quoted for the shell: every config string that reaches a `shell:` goes through it (or `:q`)."""
+    return shlex.quote(str(value))
 
 
 def retain(path, kind):

@@ -8,7 +8,7 @@ if DEMO["enabled"]:
         log:
             f"{PATHS.logs}/demo/demo_data.log",
         shell:
-            "python -m thanos demo-data --out-dir {output} > {log} 2>&1"
+            "python -m thanos demo-data --out-dir {output:q} > {log:q} 2>&1"
 
     rule train_demo:
         input:
@@ -19,8 +19,8 @@ if DEMO["enabled"]:
             f"{PATHS.logs}/demo/train_demo.log",
         threads: workflow.cores
         shell:
-            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input}"
-            " --out {output} > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input:q}"
+            " --out {output:q} > {log:q} 2>&1"
 
 
 if TINY_MODELS:
@@ -35,4 +35,4 @@ if TINY_MODELS:
         log:
             f"{PATHS.logs}/tiny/{{tiny_path}}.log",
         shell:
-            "python -m thanos make-tiny-model {params.options} --out {output} > {log} 2>&1"
+            "python -m thanos make-tiny-model {params.options} --out {output:q} > {log:q} 2>&1"

@@ -20,7 +20,7 @@ rule perplexity:
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_EVAL_GPU python -m thanos perplexity --model {params.model:q}"
         " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
-        " $THANOS_WF_EVAL_PLACEMENT --out {output} > {log} 2>&1"
+        " $THANOS_WF_EVAL_PLACEMENT --out {output:q} > {log:q} 2>&1"
 
 
 rule zeroshot:
@@ -41,4 +41,4 @@ rule zeroshot:
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos zeroshot"
         " --model {params.model:q} {params.options} --batch-size {params.batch_size} $THANOS_WF_EVAL_PLACEMENT"
-        " --out {output} > {log} 2>&1"
+        " --out {output:q} > {log:q} 2>&1"

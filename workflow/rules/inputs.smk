@@ -3,6 +3,8 @@
 
 import json
 
+from thanos.fingerprint import model_fingerprint, record
+
 # --- models ---------------------------------------------------------------------------------------
 
 
@@ -20,15 +22,39 @@ def model_path(wildcards):
     return MODELS[wildcards.model]["path"]
 
 
+def _fingerprint_local_models():
+    """Record the fingerprint (name, size, mtime_ns of each file) of every local model directory the
+    workflow does not build; a changed one is rewritten, newer than every result, so they rerun."""
+    recorded = set()
+    for name, model in MODELS.items():
+        path = model["path"]
+        if _built_by_workflow(path) or not os.path.isdir(path):
+            continue
+        changed = record(PATHS.fingerprint(name), model_fingerprint(path))
+        if changed:
+            logger.warning(
+                f"models.{name}: files of {path} changed since the last run ({', '.join(changed[:5])}):"
+                " everything computed from this model reruns"
+            )
+        recorded.add(name)
+    return recorded
+
+
+FINGERPRINTED = _fingerprint_local_models()
+
+
 def model_dir_input(wildcards):
-    """The model directory as an input when it is local or built by the workflow (not for hub ids)."""
+    """The model directory as an input when it is local or built by the workflow (not for hub ids), and
+    the fingerprint of a local one (rewritten when its files change: every job reading the model reruns)."""
     path = model_path(wildcards)
+    if wildcards.model in FINGERPRINTED:
+        return [path, PATHS.fingerprint(wildcards.model)]
     return [path] if _built_by_workflow(path) or os.path.exists(path) else []
 
 
 def tiny_model_options(wildcards):
     spec = TINY_MODELS[os.path.normpath(wildcards.tiny_path)]
-    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in sorted(spec.items()))
+    return " ".join(f"--{key.replace('_', '-')} {quoted(value)}" for key, value in sorted(spec.items()))
 
 
 def model_info(model):
@@ -81,8 +107,10 @@ def eval_model(wildcards):
 
 
 def eval_model_input(wildcards):
+    """The evaluated model; also model_info.json for the dense one, so that a model refused there (a NaN
+    or Inf tensor) is never evaluated."""
     if wildcards.variant == DENSE:
-        return model_dir_input(wildcards)
+        return [*model_dir_input(wildcards), info_file(wildcards)]
     return [eval_model(wildcards)]
 
 
@@ -93,9 +121,9 @@ def perplexity_options(wildcards):
 
 def zeroshot_options(wildcards):
     zs = config["zeroshot"]
-    options = [f"--tasks {','.join(zs['tasks'])}"]
+    options = [f"--tasks {quoted(','.join(zs['tasks']))}"]
     if zs["include_path"]:
-        options.append(f"--include-path {zs['include_path']}")
+        options.append(f"--include-path {quoted(zs['include_path'])}")
     if zs["limit"]:
         options.append(f"--limit {zs['limit']}")
     return " ".join(options)

@@ -25,7 +25,7 @@ if GRANULARITY == "layer":
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} {params.options}"
-            " --device $THANOS_WF_DEVICE --out-dir {params.out_dir} > {log} 2>&1"
+            " --device $THANOS_WF_DEVICE --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 elif GRANULARITY == "block":
 
@@ -47,7 +47,7 @@ elif GRANULARITY == "block":
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
             " --block {wildcards.l} --layers {params.layers} {params.hessians} {params.options}"
-            " --device $THANOS_WF_DEVICE --out-dir {output} > {log} 2>&1"
+            " --device $THANOS_WF_DEVICE --out-dir {output:q} > {log:q} 2>&1"
 
 elif GRANULARITY == "recipe":
 
@@ -68,5 +68,5 @@ elif GRANULARITY == "recipe":
             gpu=JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
-            " {params.options} {params.stores} --pruned-root {params.root} --device $THANOS_WF_DEVICE"
-            " --out {output} > {log} 2>&1"
+            " {params.options} {params.stores} --pruned-root {params.root:q} --device $THANOS_WF_DEVICE"
+            " --out {output:q} > {log:q} 2>&1"

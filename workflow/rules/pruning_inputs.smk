@@ -36,7 +36,7 @@ def prune_inputs(wildcards):
 
 
 def hessians_option(wildcards, input):
-    return f"--hessians {input.hessians}" if "hessians" in input.keys() else ""
+    return f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
 
 
 def block_layers(wildcards):
@@ -83,7 +83,8 @@ def propagate_inputs(wildcards):
 def pruned_dir_option(wildcards):
     if wildcards.chain == DENSE:
         return ""
-    return f"--pruned-dir {PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))}"
+    block_dir = PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))
+    return f"--pruned-dir {quoted(block_dir)}"
 
 
 def recipe_inputs(wildcards):
@@ -105,9 +106,9 @@ def recipe_store_options(wildcards):
     """The chain command's store options: the dense chain, and the recipe's own chain when sequential."""
     if not needs_calibration(wildcards.recipe):
         return ""
-    options = f"--dense-dir {PATHS.chain_dir(wildcards.model, DENSE)}"
+    options = f"--dense-dir {quoted(PATHS.chain_dir(wildcards.model, DENSE))}"
     if PATHS.sequential:
-        options += f" --chain-dir {PATHS.chain_dir(wildcards.model, wildcards.recipe)}"
+        options += f" --chain-dir {quoted(PATHS.chain_dir(wildcards.model, wildcards.recipe))}"
         if not config["retention"]["activations"]:
             options += " --drop-activations"
         if not config["retention"]["hessians"]:
@@ -136,7 +137,7 @@ def assemble_inputs(wildcards):
 
 
 def calibration_option(wildcards, input):
-    return f"--calibration {input.tokens}" if "tokens" in input.keys() else ""
+    return f"--calibration {quoted(input.tokens)}" if "tokens" in input.keys() else ""
 
 
 def intermediates(wildcards):
@@ -147,4 +148,4 @@ def intermediates(wildcards):
         paths += [PATHS.tokens(model), PATHS.chain_dir(model, DENSE)]
         if PATHS.sequential:
             paths.append(PATHS.chain_dir(model, recipe))
-    return " ".join(paths)
+    return " ".join(quoted(path) for path in paths)

@@ -20,7 +20,7 @@ rule tables:
     log:
         f"{PATHS.logs}/tables.log",
     shell:
-        "python -m thanos tables --results {params.results} --out-dir {output} > {log} 2>&1"
+        "python -m thanos tables --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -38,4 +38,4 @@ rule figures:
     log:
         f"{PATHS.logs}/figures.log",
     shell:
-        "python -m thanos figures --results {params.results} --out-dir {output} > {log} 2>&1"
+        "python -m thanos figures --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"

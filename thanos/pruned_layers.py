@@ -1,0 +1,67 @@
+"""A recipe's pruned layer files, ``PRUNED/block{l}/{layer}.safetensors`` (the weight) and ``.json`` (its
+stats): which layers of a model are finished for a recipe.
+
+A layer counts as finished only with both files and stats of the recipe's method and sparsity, of the
+hyper-parameters the recipe sets (``blocksize``, ``alpha``, ``damp``; unset: the method's defaults, not
+compared) and, when known, of the original weight's shape. ``assemble`` refuses to publish a model while a
+layer of ``model_info.json`` is not finished (it would be copied unpruned); the ``chain`` stage recomputes
+such layers before it trusts a block. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from thanos.layout import pruned_block_name, pruned_layer_name
+from thanos.recipes import HYPERPARAMETERS
+from thanos.sparsity import parse_sparsity
+
+
+def mismatch(
+    block_dir: Path, layer: str, recipe: Mapping[str, Any], shape: Sequence[int] | None = None
+) -> str | None:
+    """Why ``layer`` in ``block_dir`` is not a finished layer of ``recipe`` (``method``, ``sparsity`` and
+    optional hyper-parameters, None for the method's default); None when it is."""
+    weight, stats_file = (block_dir / pruned_layer_name(layer, ext) for ext in ("safetensors", "json"))
+    if not weight.is_file() or not stats_file.is_file():
+        return "missing"
+    try:
+        stats = json.loads(stats_file.read_text())
+    except ValueError:
+        return f"unreadable {stats_file.name}"
+    if stats.get("method") != recipe["method"]:
+        return f"pruned by {stats.get('method')}, not {recipe['method']}"
+    sparsity = str(parse_sparsity(recipe["sparsity"]))
+    if stats.get("sparsity") != sparsity:
+        return f"sparsity {stats.get('sparsity')}, not {sparsity}"
+    options = stats.get("options") or {}
+    for name in HYPERPARAMETERS:
+        want, got = recipe.get(name), options.get(name)
+        if want is not None and (got is None or float(got) != float(want)):
+            return f"{name} {got}, not {want}"
+    if shape is not None and list(stats.get("shape") or []) != list(shape):
+        return f"shape {stats.get('shape')}, the model's is {list(shape)}"
+    return None
+
+
+def unfinished(
+    root: Path, num_blocks: int, layers: Sequence[str], recipe: Mapping[str, Any]
+) -> dict[tuple[int, str], str]:
+    """{(block, layer): why} for every layer of every block under ``root`` that is not finished."""
+    found = {}
+    for block in range(num_blocks):
+        for layer in layers:
+            reason = mismatch(root / pruned_block_name(block), layer, recipe)
+            if reason is not None:
+                found[(block, layer)] = reason
+    return found
+
+
+def describe(problems: Mapping[tuple[int, str], str], limit: int = 10) -> str:
+    """``block 1 mlp.down_proj (missing), ...`` (at most ``limit``, then how many more)."""
+    items = [f"block {block} {layer} ({why})" for (block, layer), why in sorted(problems.items())]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
