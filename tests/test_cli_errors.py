@@ -11,6 +11,7 @@ import json
 import os
 import pkgutil
 import pty
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,22 @@ def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     assert run_thanos("model-info", "--model", model, "--out", blocker / "info.json", log=log) == 2
     last = log.read_text().rstrip("\n").split("\n")[-1]
     assert last.startswith("ERROR: ") and str(blocker) in last and "; check the path" in last, last
+
+
+@pytest.mark.parametrize("command", ["model-info", "prune"])
+def test_truncated_input_safetensors_is_named(model: Path, tmp_path: Path, command: str) -> None:
+    truncated = tmp_path / "truncated"
+    shutil.copytree(model, truncated)
+    weights = sorted(truncated.glob("*.safetensors"))[0]  # the shard holding block 0 and the embeddings
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    log = tmp_path / f"{command}.log"
+    args = {
+        "model-info": ("--out", tmp_path / "info.json"),
+        "prune": ("--block", 0, "--method", "magnitude", "--sparsity", 0.5, "--out-dir", tmp_path / "p"),
+    }[command]
+    assert run_thanos(command, "--model", truncated, *args, log=log) == 2
+    last = log.read_text().rstrip("\n").split("\n")[-1]
+    assert last.startswith("ERROR: ") and str(weights) in last and "truncated or damaged" in last, last
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")

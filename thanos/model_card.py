@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safetensors import safe_open
-
 from thanos import methods
+from thanos.safetensors_io import open_safetensors
 from thanos.sparsity import parse_sparsity
 
 log = logging.getLogger(__name__)
@@ -95,7 +94,7 @@ def _weight_map(model_dir: Path) -> dict[str, str]:
     single = model_dir / "model.safetensors"
     if not single.is_file():
         raise FileNotFoundError(f"{model_dir} holds no model.safetensors(.index.json)")
-    with safe_open(single, framework="pt") as handle:
+    with open_safetensors(single) as handle:
         return dict.fromkeys(handle.keys(), single.name)  # noqa: SIM118
 
 
@@ -133,7 +132,7 @@ def summarize(model_dir: str | Path, report: dict[str, Any]) -> SparsitySummary:
     for name, file in sorted(_weight_map(model_dir).items()):
         if name in pruned:
             continue
-        with safe_open(model_dir / file, framework="pt") as handle:
+        with open_safetensors(model_dir / file) as handle:
             tensor = handle.get_tensor(name)
         parameters += tensor.numel()
         zeros += int((tensor == 0).sum())

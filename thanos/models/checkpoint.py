@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 
 from thanos.fingerprint import MODEL_FILES
+from thanos.safetensors_io import open_safetensors
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Checkpoint:
             weight_map = json.loads(index.read_text())["weight_map"]
             self.weight_map = {name: self.model_dir / shard for name, shard in weight_map.items()}
         elif single.is_file():
-            with safe_open(single, framework="pt") as handle:
+            with open_safetensors(single) as handle:
                 self.weight_map = dict.fromkeys(handle.keys(), single)
         else:
             others = sorted(p.name for p in self.model_dir.glob("*.bin")) + sorted(
@@ -103,7 +103,7 @@ class Checkpoint:
                 raise FileNotFoundError(
                     f"shard {shard} listed in {INDEX_FILE} is missing; re-download the model"
                 )
-            with safe_open(shard, framework="pt") as handle:
+            with open_safetensors(shard) as handle:
                 for name in shard_names:
                     out[name] = handle.get_tensor(name)
         return out
@@ -112,7 +112,7 @@ class Checkpoint:
         """A tensor's shape, from its shard's header (nothing is read)."""
         if name not in self.weight_map:
             raise ValueError(f"{self.model_dir}: tensor {name} is not in the checkpoint")
-        with safe_open(self.weight_map[name], framework="pt") as handle:
+        with open_safetensors(self.weight_map[name]) as handle:
             return list(handle.get_slice(name).get_shape())
 
     def tensor(self, name: str) -> torch.Tensor:
@@ -126,7 +126,7 @@ class Checkpoint:
         for name in sorted(self.weight_map):
             by_shard[self.weight_map[name]].append(name)
         for shard, names in sorted(by_shard.items()):
-            with safe_open(shard, framework="pt") as handle:
+            with open_safetensors(shard) as handle:
                 for name in names:
                     bad = _non_finite(handle.get_slice(name), chunk_bytes)
                     if bad:

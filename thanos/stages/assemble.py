@@ -22,7 +22,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.atomic import atomic_path
@@ -32,6 +31,7 @@ from thanos.model_card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.pruned_layers import describe, unfinished
 from thanos.recipes import Recipe
+from thanos.safetensors_io import open_safetensors
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def tensor_sizes(names: list[str], sources: dict[str, Path], replace: dict[str, 
     from the original's is refused."""
     sizes: dict[str, int] = {}
     for name in names:
-        with safe_open(sources[name], framework="pt") as handle:
+        with open_safetensors(sources[name]) as handle:
             sl = handle.get_slice(name)
             shape, dtype = list(sl.get_shape()), sl.get_dtype()
         if name in replace:
@@ -289,7 +289,7 @@ def tensor_sizes(names: list[str], sources: dict[str, Path], replace: dict[str, 
 
 def check_replacement(file: Path, name: str, shape: list[int], dtype: str) -> None:
     """``file`` holds a tensor ``weight`` with the original tensor's shape and dtype."""
-    with safe_open(file, framework="pt") as handle:
+    with open_safetensors(file) as handle:
         if "weight" not in handle.keys():  # noqa: SIM118
             raise ValueError(f"{file} has no tensor 'weight'")
         psl = handle.get_slice("weight")
@@ -305,7 +305,7 @@ def count_pruned(layers: list[dict], replace: dict[str, Path]) -> tuple[int, int
     zeros, and its shape and achieved sparsity when the stats did not give them."""
     total = removed = 0
     for entry in layers:
-        with safe_open(replace[entry["tensor"]], framework="pt") as handle:
+        with open_safetensors(replace[entry["tensor"]]) as handle:
             w = handle.get_tensor("weight")
         bad = int((~w.isfinite()).sum()) if w.is_floating_point() else 0
         if bad:
@@ -339,7 +339,7 @@ def write_shards(
         tensors = {}
         for name in shard:
             source, key = (replace[name], "weight") if name in replace else (sources[name], name)
-            with safe_open(source, framework="pt") as handle:
+            with open_safetensors(source) as handle:
                 tensors[name] = handle.get_tensor(key).contiguous()
             weight_map[name] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})

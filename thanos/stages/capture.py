@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from thanos.hessian import HessianAccumulator
 from thanos.models import Checkpoint, ModelAdapter, open_model
+from thanos.safetensors_io import load_safetensors
 from thanos.stages.common import batches, check_finite, resolve_device
 from thanos.storage import Activations, read_tokens, write_activations, write_hessians
 
@@ -126,7 +126,7 @@ def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Te
     for layer in layers:
         path = pruned_dir / f"{layer}.safetensors"
         if path.is_file():
-            tensors = load_file(path)
+            tensors = load_safetensors(path)
             if "weight" not in tensors:
                 raise ValueError(f"{path} has no tensor 'weight'; delete it and rerun prune")
             found[layer] = tensors["weight"]
