@@ -70,11 +70,14 @@ def last_block(log: Path) -> str:
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a job's log (``thanos.joblogs.last_lines``, as the workflow's own
+    failure summary shows them)."""
+    from thanos.joblogs import last_lines
+
     try:
-        text = path.read_text(errors="replace")
+        return "\n".join(last_lines(str(path), lines))
     except OSError as err:
         return f"(cannot read {path}: {err})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass
