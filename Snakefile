@@ -6,8 +6,11 @@
 
 
 import sys
+import time
 
 from thanos.joblogs import summary as failed_jobs_summary
+
+STARTED = time.time()
 
 
 include: "workflow/rules/config.smk"
@@ -34,3 +37,12 @@ onerror:
     failed = failed_jobs_summary(log)
     if failed:
         print(failed, file=sys.stderr)
+
+
+onsuccess:
+    # a run that remade the tables ends with the paper's orderings checked on its results
+    from thanos.report.orderings import written_since  # pandas: imported only here, not at every parse
+
+    orderings = written_since(PATHS.tables, STARTED)
+    if orderings:
+        print(orderings)

@@ -6,6 +6,7 @@ The wheel is fetched once per session with pip (PyPI) unless THANOS_GENSIM_WHEEL
 from __future__ import annotations
 
 import json
+import random
 import zipfile
 from pathlib import Path
 
@@ -124,18 +125,53 @@ def test_demo_data_is_deterministic(data_dir, wheel, tmp_path):
     assert [a.title for a in other["test"]] != [a.title for a in parts["test"]]
 
 
+def _same_words(a: str, b: str) -> bool:
+    return sorted(a.rstrip(".!?\"')").split()) == sorted(b.rstrip(".!?\"')").split()) and a[-1] == b[-1]
+
+
 def test_task_documents(data_dir):
+    """Every document: four distinct choices, exactly one of them the sentence that follows the context
+    in a test article, the three others the same words in another order; none from the train split."""
     task_file = data_dir / "tasks" / tasks.TASK_NAME / f"{tasks.TASK_NAME}.jsonl"
     docs = [json.loads(line) for line in task_file.read_text().splitlines()]
+    assert len(docs) >= 400
     test_text = "\n".join(read_documents(data_dir / "test.jsonl"))
     labels = [doc["label"] for doc in docs]
     assert set(labels) == {0, 1, 2, 3}
-    for doc in docs[:50]:
+    for doc in docs:
         assert len(doc["choices"]) == 4 and len(set(doc["choices"])) == 4
         gold = doc["choices"][doc["label"]]
-        assert f"{doc['context']} {gold}" in test_text
+        true_ones = [c for c in doc["choices"] if f"{doc['context']} {c}" in test_text]
+        assert true_ones == [gold], doc
+        assert all(_same_words(gold, c) for c in doc["choices"]), doc
     train_text = "\n".join(read_documents(data_dir / "train.jsonl"))
     assert sum(doc["context"] in train_text for doc in docs) == 0
+
+
+def test_word_order_task_builder():
+    """Deterministic for a seed, another seed gives other documents; the three kinds of distractor
+    (neighbours swapped, distant words swapped, all shuffled) keep the words and the final punctuation."""
+    text = "\n\n".join(
+        " ".join(f"Sentence {i} of paragraph {p} tells of the river town and its old mill." for i in range(5))
+        for p in range(6)
+    )
+    articles = [wikidump.Article(title=f"A{k}", text=text.replace("river", f"river{k}")) for k in range(3)]
+    docs = tasks.build_docs(articles, seed=0)
+    assert docs == tasks.build_docs(articles, seed=0)
+    assert docs != tasks.build_docs(articles, seed=1)
+    assert len(docs) == 3 * 6 * 4  # every sentence after the first of each paragraph
+    for doc in docs:
+        gold = doc["choices"][doc["label"]]
+        assert gold.startswith("Sentence ") and gold.endswith("old mill.")
+        others = [c for i, c in enumerate(doc["choices"]) if i != doc["label"]]
+        assert len(set(others)) == 3 and gold not in others
+        words = gold[:-1].split()
+        for c in others:
+            assert c.endswith(".") and sorted(c[:-1].split()) == sorted(words)
+        swaps = sorted(sum(a != b for a, b in zip(words, c[:-1].split(), strict=True)) for c in others)
+        assert swaps[:2] == [2, 2] and swaps[2] >= 2  # two single swaps and one shuffle
+    # a sentence with too few distinct words yields no document rather than a duplicate choice
+    assert tasks._word_order_variants("yes yes yes yes yes yes.", random.Random(0)) is None
 
 
 def test_split_sentences_keeps_abbreviations():

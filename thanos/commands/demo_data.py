@@ -1,6 +1,6 @@
 """Build the offline demo data: Wikipedia articles from the gensim 4.4.0 wheel (fetched once from PyPI,
 verified by sha256), split by article into train/calib/test jsonl, plus the lm-eval task
-``demo_nextsentence`` under tasks/ and a manifest.json with counts and checksums. Text: CC BY-SA."""
+``demo_wordorder`` under tasks/ and a manifest.json with counts and checksums. Text: CC BY-SA."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="split and task seed (default 0)")
     parser.add_argument("--test-fraction", type=float, default=0.12, help="share of articles for test")
     parser.add_argument("--calib-fraction", type=float, default=0.10, help="share of articles for calib")
-    parser.add_argument("--task-docs", type=int, default=500, help="max documents of demo_nextsentence")
+    parser.add_argument("--task-docs", type=int, default=500, help="max documents of demo_wordorder")
 
 
 def run(args: argparse.Namespace) -> None:

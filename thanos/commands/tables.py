@@ -1,12 +1,13 @@
 """The paper's tables (perplexity, average and per-task zero-shot accuracy) from whatever results exist
-under --results, as CSV, Markdown and LaTeX (booktabs); missing cells are '-'."""
+under --results, as CSV, Markdown and LaTeX (booktabs); missing cells are '-'. Also checks the paper's
+orderings of the methods on these results (orderings.md/.csv) and logs them."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 
-HELP = "perplexity and zero-shot tables (CSV, Markdown, LaTeX) from results/"
+HELP = "perplexity and zero-shot tables (CSV, Markdown, LaTeX) and the paper's orderings, from results/"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.report.orderings import summary, write_orderings
     from thanos.report.tables import write_tables
 
+    log = logging.getLogger("thanos")
     paths = write_tables(args.results, args.out_dir)
-    logging.getLogger("thanos").info("wrote %d table files to %s", len(paths), args.out_dir)
+    claims, ordering_paths = write_orderings(args.results, args.out_dir)
+    log.info("wrote %d table files to %s", len(paths) + len(ordering_paths), args.out_dir)
+    if claims:
+        log.info("%s", summary(claims))

@@ -1,8 +1,12 @@
-"""The demo zero-shot task ``demo_nextsentence``, built from held-out (test) articles.
+"""The demo zero-shot task ``demo_wordorder``, built from held-out (test) articles.
 
-Each document gives two consecutive sentences of a test article as context and four candidate next
-sentences: the true one and three distractors drawn from other test articles (of similar length). It is
-written in lm-eval's local task format: a directory with a task YAML, the data as jsonl and a small
+Each document gives one sentence of a test article as context and four candidates for the sentence that
+follows it: the true one and three versions of it with the same words in another order (two neighbouring
+words swapped, two distant words swapped, all words shuffled; the final punctuation stays at the end).
+Every choice has the same words, so a model that only knows which words are frequent (a unigram model)
+is at chance (25 %); what decides is the model's knowledge of word order.
+
+It is written in lm-eval's local task format: a directory with a task YAML, the data as jsonl and a small
 ``utils.py`` that loads the jsonl from beside itself (so the directory can be moved), loadable with
 ``lm_eval.tasks.TaskManager(include_path=DIR)``; ``output_type: multiple_choice``, metrics acc, acc_norm.
 """
@@ -18,13 +22,13 @@ from pathlib import Path
 from thanos.atomic import atomic_path
 from thanos.demo.wikidump import Article
 
-TASK_NAME = "demo_nextsentence"
+TASK_NAME = "demo_wordorder"
 TASK_VERSION = 1.0
 NUM_CHOICES = 4
 MIN_WORDS, MAX_WORDS = 6, 40
 
 TASK_YAML = f"""\
-# Offline zero-shot task of the Thanos demo: pick the true next sentence of a Wikipedia passage.
+# Offline zero-shot task of the Thanos demo: pick the sentence whose words are in the true order.
 # Built by `python -m thanos demo-data` from the held-out (test) articles; text CC BY-SA (Wikipedia).
 task: {TASK_NAME}
 custom_dataset: !function utils.load_docs
@@ -90,35 +94,69 @@ def _usable(sentence: str) -> bool:
     return MIN_WORDS <= n <= MAX_WORDS and sentence[-1] in ".!?\"')"
 
 
+def _word_order_variants(gold: str, rng: random.Random) -> list[str] | None:
+    """Three distinct versions of ``gold`` with the same words in another order, or None when the
+    sentence has too few distinct words: two neighbouring words swapped, two distant words swapped, all
+    words shuffled. The sentence's final punctuation stays at the end."""
+    words = gold.split()
+    end = ""
+    while words[-1] and words[-1][-1] in ".!?\"')" and len(end) < 3:
+        end = words[-1][-1] + end
+        words[-1] = words[-1][:-1]
+    if not words[-1]:
+        words.pop()
+    n = len(words)
+
+    def render(order: list[str]) -> str:
+        return " ".join(order) + end
+
+    def swapped(i: int, j: int) -> list[str]:
+        order = list(words)
+        order[i], order[j] = order[j], order[i]
+        return order
+
+    adjacent = [i for i in range(n - 1) if words[i] != words[i + 1]]
+    distant = [(i, j) for i in range(n) for j in range(i + 2, n) if words[i] != words[j]]
+    if not adjacent or not distant:
+        return None
+    i = rng.choice(adjacent)
+    variants = [render(swapped(i, i + 1)), render(swapped(*rng.choice(distant)))]
+    for _ in range(20):
+        order = list(words)
+        rng.shuffle(order)
+        candidate = render(order)
+        if candidate != gold and candidate not in variants:
+            variants.append(candidate)
+            break
+    if len(set(variants)) < NUM_CHOICES - 1 or gold in variants:
+        return None
+    return variants
+
+
 def build_docs(
-    articles: Sequence[Article], seed: int = 0, max_docs: int = 500, per_article: int = 40
+    articles: Sequence[Article], seed: int = 0, max_docs: int = 500, per_article: int = 60
 ) -> list[dict]:
     """Multiple-choice documents ``{"id", "title", "context", "choices", "label"}`` (deterministic in
-    ``seed``). Context: two consecutive sentences of one paragraph; gold: the sentence that follows;
-    distractors: usable sentences of other articles whose length is within a factor 1.5 of the gold's."""
-    if len(articles) < 2:
-        raise ValueError("the next-sentence task needs at least two test articles (for distractors)")
+    ``seed``). Context: one sentence of a paragraph; gold: the sentence that follows it; distractors: the
+    gold's own words in another order (two neighbouring words swapped, two distant words swapped, all
+    shuffled), so every choice has the same words and only the model's knowledge of word order decides."""
     rng = random.Random(seed)
-    pool: list[tuple[int, str]] = []  # (article index, sentence)
     candidates: list[tuple[int, str, str]] = []  # (article index, context, gold)
     for idx, article in enumerate(articles):
         mine = []
         for paragraph in article.text.split("\n\n"):
             sentences = split_sentences(paragraph)
-            pool.extend((idx, s) for s in sentences if _usable(s))
-            for i in range(2, len(sentences)):
-                if _usable(sentences[i]) and all(len(s.split()) >= 4 for s in sentences[i - 2 : i]):
-                    mine.append((idx, f"{sentences[i - 2]} {sentences[i - 1]}", sentences[i]))
+            for i in range(1, len(sentences)):
+                if _usable(sentences[i]) and len(sentences[i - 1].split()) >= 4:
+                    mine.append((idx, sentences[i - 1], sentences[i]))
         rng.shuffle(mine)
         candidates.extend(mine[:per_article])
     rng.shuffle(candidates)
     docs = []
     for idx, context, gold in candidates:
-        n = len(gold.split())
-        similar = [s for j, s in pool if j != idx and n / 1.5 <= len(s.split()) <= n * 1.5 and s != gold]
-        if len(similar) < NUM_CHOICES - 1:
-            similar = [s for j, s in pool if j != idx and s != gold]
-        distractors = rng.sample(sorted(set(similar)), NUM_CHOICES - 1)
+        distractors = _word_order_variants(gold, rng)
+        if distractors is None:
+            continue
         choices = [gold, *distractors]
         rng.shuffle(choices)
         docs.append(
@@ -133,7 +171,7 @@ def build_docs(
         if len(docs) >= max_docs:
             break
     if not docs:
-        raise ValueError("no next-sentence documents could be built from the test articles")
+        raise ValueError("no word-order documents could be built from the test articles")
     return docs
 
 

@@ -41,7 +41,7 @@ class TrainOptions:
     perplexity ~174 at vocab 2048 (windows of 256). Training windows match the evaluation windows
     (max_position_embeddings = seq_len = 256), so no position is scored that training never saw."""
 
-    vocab_size: int = 2048
+    vocab_size: int = 512
     hidden_size: int = 256
     intermediate_size: int = 688
     num_layers: int = 4
