@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import LogNorm
 
 from thanos.cli import main
-from thanos.report.collect import collect, collect_layers
-from thanos.report.tables import build_tables
+from thanos.report.collect import collect, collect_layers, pattern_label
+from thanos.report.figures import (
+    OBJECTIVE_LABEL,
+    alpha_ablation_figures,
+    objective_heatmap_figures,
+    ppl_vs_sparsity_figures,
+    pruning_time_figures,
+    shared_log_limits,
+)
+from thanos.report.tables import Row, Table, build_tables
 
 LAYERS = ["self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj"]
 SHAPES = {
@@ -23,6 +34,7 @@ SHAPES = {
 }
 TASKS = ["winogrande", "openbookqa", "boolq", "piqa", "hellaswag", "arc_easy", "arc_challenge"]
 METHOD_COST = {"magnitude": 0.1, "wanda": 0.2, "sparsegpt": 1.0, "thanos": 0.8}
+METHOD_OBJECTIVE = {"wanda": 3.0, "sparsegpt": 1.2, "thanos": 1.0}  # magnitude records no objective
 
 
 def _write(path: Path, obj) -> None:
@@ -39,25 +51,30 @@ def _zeroshot(base: float, tasks=TASKS) -> dict:
 
 
 def _recipe(root, model, name, method, sparsity, ppl=None, zs=None, alpha=0.0, blocksize=None, blocks=3):
-    """A recipe directory: pruning_report.json (recipe + per-layer stats) and the evaluations given."""
+    """A recipe directory: pruning_report.json (recipe + per-layer stats) and the evaluations given.
+    Seconds and objectives depend on the method, sparsity, alpha and block size, so that a figure pooling
+    recipes (or scaling each recipe's heatmap on its own) shows other numbers than one that does not."""
+    fraction = 0.5 if ":" in sparsity and "structured" not in sparsity else float(sparsity.split(":")[-1])
+    variant = (1 + fraction) * (1 + alpha) * (1 + (blocksize or 0) / 4096)
     layers = []
     for block in range(blocks):
         for j, layer in enumerate(LAYERS):
             rows, cols = SHAPES[layer]
-            objective = None if method == "magnitude" else 10.0 ** (block + j / 2) * (1 + alpha)
+            objective = None
+            if method != "magnitude":
+                objective = 10.0 ** (block + j / 2) * METHOD_OBJECTIVE[method] * variant
             layers.append(
                 {
                     "block": block,
                     "layer": layer,
                     "achieved_sparsity": 0.5,
                     "objective": objective,
-                    "seconds": METHOD_COST[method] * rows * cols * 1e-5 * (1 + 0.1 * block),
+                    "seconds": METHOD_COST[method] * rows * cols * 1e-5 * (1 + 0.1 * block) * variant,
                     "device": "cpu",
                     "shape": [rows, cols],
                 }
             )
     recipe = {"name": name, "method": method, "sparsity": sparsity, "blocksize": blocksize, "alpha": alpha}
-    fraction = 0.5 if ":" in sparsity and "structured" not in sparsity else float(sparsity.split(":")[-1])
     dense_rows = alpha if sparsity == "2:4" else 0.0  # n:m keeps a fraction alpha of the rows dense
     report = {
         "recipe": recipe | {"damp": 0.01, "chain": "sequential"},
@@ -208,13 +225,11 @@ def test_figures_from_partial_results(results, tmp_path):
         "alpha_ablation_tiny-b",
     }
     assert "pruning_time_vs_layer_size" in stems
-    # one heatmap per recipe with objectives: magnitude has none, so none is drawn for it
-    heatmaps = {s for s in stems if s.startswith("objective_heatmap_")}
-    assert "objective_heatmap_tiny-a_thanos_2-4_a0.1" in heatmaps
-    assert not any("magnitude" in s for s in heatmaps)
-    frame, _ = collect(results)
-    calibrated = frame[frame["method"].isin(["wanda", "sparsegpt", "thanos"])]
-    assert len(heatmaps) == len(calibrated)
+    # one heatmap per (model, pattern) with objectives, a panel per recipe (magnitude records none)
+    assert {s for s in stems if s.startswith("objective_heatmap_")} == {
+        *(f"objective_heatmap_tiny-a_{p}" for p in ("u30", "u50", "u60", "u70", "s30", "2-4")),
+        *(f"objective_heatmap_tiny-b_{p}" for p in ("u50", "s30", "2-4")),
+    }
     for path in out.iterdir():
         head = path.read_bytes()[:8]
         assert head.startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF"), path
@@ -226,3 +241,227 @@ def test_figures_without_results(tmp_path):
     assert main(["figures", "--results", str(tmp_path / "results"), "--out-dir", str(out)]) == 0
     assert list(out.iterdir()) == []
     assert main(["figures", "--results", str(tmp_path / "nowhere"), "--out-dir", str(out)]) == 2
+
+
+# --- figures a reader can trust: inspected before they are saved ---------------------------------------
+
+
+@pytest.fixture()
+def drawn():
+    """Collects ``(stem, figure)`` pairs from a figure builder into a dict; closes every figure after."""
+    import matplotlib.pyplot as plt
+
+    yield dict
+    plt.close("all")
+
+
+def _frames(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return collect(results)[0], collect_layers(results)
+
+
+def _horizontal(ax) -> dict[str, float]:
+    """label -> y of the axes' horizontal reference lines (axhline: constant y across the axes)."""
+    return {
+        line.get_label(): float(line.get_ydata()[0])
+        for line in ax.get_lines()
+        if len(set(line.get_ydata())) == 1 and list(line.get_xdata()) == [0, 1]
+    }
+
+
+def test_ppl_vs_sparsity_ticks_at_measured_sparsities_relative_to_dense(results, drawn):
+    frame, _ = _frames(results)
+    figs = drawn(ppl_vs_sparsity_figures(frame))
+    (ax,) = figs["ppl_vs_sparsity_tiny-a_unstructured"].axes
+    assert list(ax.get_xticks()) == [30, 50, 60, 70]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["30", "50", "60", "70"]
+    assert _horizontal(ax) == {"Dense (ppl 10.00)": 0.0}  # the dense model is the line at 0 % above it
+    assert ax.get_yscale() == "symlog" and "above dense" in ax.get_ylabel()
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    # Thanos: ppl 9, 12.5, 30, 300 against dense 10; below dense stays visible (symlog)
+    assert lines["Thanos (α=0)"] == pytest.approx([-10.0, 25.0, 200.0, 2900.0])
+    assert "Dense (ppl 10.00)" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_ppl_vs_sparsity_keeps_methods_near_dense_apart(tmp_path, drawn):
+    """The demo's numbers: SparseGPT and Thanos within 1 % of dense, Magnitude and Wanda up to 12 % above."""
+    root = tmp_path / "results"
+    _write(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 177.03})
+    sweeps = {
+        "magnitude": (179.3, 182.6, 192.5),
+        "sparsegpt": (177.3, 177.9, 179.0),
+        "wanda": (180.1, 185.1, 197.5),
+        "thanos": (177.19, 177.4, 178.14),
+    }
+    for method, ppls in sweeps.items():
+        for pct, ppl in zip((50, 60, 70), ppls, strict=True):
+            _recipe(root, "demo", f"{method}_u{pct}", method, str(pct / 100), ppl=ppl, blocks=1)
+    frame, _ = _frames(root)
+    fig = drawn(ppl_vs_sparsity_figures(frame))["ppl_vs_sparsity_demo_unstructured"]
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    height = ax.bbox.height
+
+    def pixel_y(label: str, i: int = 0) -> float:
+        line = next(line for line in ax.get_lines() if line.get_label() == label)
+        return ax.transData.transform((line.get_xdata()[i], line.get_ydata()[i]))[1]
+
+    dense_y = pixel_y("Dense (ppl 177.03)")
+    # Thanos at 50 % is 0.09 % above dense: on a perplexity axis 0.8 % of the height, here well apart
+    assert (pixel_y("Thanos (α=0)") - dense_y) / height > 0.1
+    assert (pixel_y("SparseGPT") - pixel_y("Thanos (α=0)")) / height > 0.05
+    assert (pixel_y("Magnitude") - pixel_y("SparseGPT")) / height > 0.1
+    ylow, yhigh = ax.get_ylim()
+    assert ylow <= 0 and yhigh >= 100 * (197.5 / 177.03 - 1)  # every point, and the dense line, shown
+
+
+def test_shared_log_limits():
+    assert shared_log_limits([3.0, 0.0, math.nan, 1e3, -1.0, math.inf]) == (3.0, 1e3)
+    assert shared_log_limits([4.0, 4.0]) == (2.0, 8.0)  # one value: a visible range around it
+    with pytest.raises(ValueError):
+        shared_log_limits([0.0, math.nan])
+
+
+def test_objective_heatmaps_share_one_colour_scale_per_pattern(results, drawn):
+    frame, layers = _frames(results)
+    figs = drawn(objective_heatmap_figures(layers, frame))
+    fig = figs["objective_heatmap_tiny-a_2-4"]
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert [ax.get_title() for ax in panels] == [
+        "SparseGPT",
+        "Wanda",
+        "Thanos (α=0)",
+        "Thanos (2:4 + 5% dense rows)",
+        "Thanos (2:4 + 10% dense rows)",
+        "Thanos (2:4 + 20% dense rows)",
+    ]
+    images = [image for ax in panels for image in ax.get_images()]
+    mine = layers[(layers["model"] == "tiny-a") & (layers["sparsity"] == "2:4")]
+    shared = (float(mine["objective"].min()), float(mine["objective"].max()))
+    assert {(image.norm.vmin, image.norm.vmax) for image in images} == {shared}
+    assert all(isinstance(image.norm, LogNorm) for image in images)
+    # the recipes' own ranges differ: a colour scale per panel would not be the shared one
+    assert len({(np.nanmin(image.get_array()), np.nanmax(image.get_array())) for image in images}) > 1
+    colorbars = [ax for ax in fig.axes if ax.get_ylabel() == OBJECTIVE_LABEL]
+    assert len(colorbars) == 1
+    assert "Semi-structured 2:4" in fig.get_suptitle()
+    s30 = figs["objective_heatmap_tiny-a_s30"]
+    assert "Structured 30%" in s30.get_suptitle() and "structured:0.3" not in s30.get_suptitle()
+    assert [ax.get_title() for ax in s30.axes if ax.get_images()] == ["SparseGPT", "Thanos (α=0.1)"]
+    u50 = figs["objective_heatmap_tiny-a_u50"]
+    assert "no objective recorded: Magnitude" in u50.get_suptitle()
+    assert "Thanos (α=0), B=2048" in [ax.get_title() for ax in u50.axes]
+
+
+def test_alpha_ablation_reference_lines_at_the_same_pattern(results, drawn):
+    _recipe(results, "tiny-b", "wanda_2-4", "wanda", "2:4", ppl=15.4)
+    frame, _ = _frames(results)
+    figs = drawn(alpha_ablation_figures(frame))
+    (ax,) = figs["alpha_ablation_tiny-a"].axes
+    assert ax.get_title().startswith("Semi-structured 2:4")
+    # tiny-a's Wanda 2:4 is not evaluated; SparseGPT at other sparsities is not a reference here
+    assert _horizontal(ax) == {"Dense (10.00)": 10.0, "SparseGPT (21.00)": 21.0}
+    thanos = next(line for line in ax.get_lines() if line.get_label().startswith("Thanos"))
+    assert list(thanos.get_xdata()) == [0.0, 0.05, 0.1, 0.2]
+    assert list(ax.get_xticks()) == [0.0, 0.05, 0.1, 0.2]
+    (ax,) = figs["alpha_ablation_tiny-b"].axes
+    assert _horizontal(ax) == {"Dense (7.00)": 7.0, "Wanda (15.40)": 15.4}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"Dense (7.00)", "Wanda (15.40)"} <= set(labels)
+
+
+def test_pruning_time_lines_never_mix_sparsities_alphas_or_blocksizes(results, drawn):
+    frame, layers = _frames(results)
+    (fig,) = drawn(pruning_time_figures(layers, frame)).values()
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert list(panels) == [
+        "Unstructured 30%",
+        "Unstructured 50%",
+        "Unstructured 60%",
+        "Unstructured 70%",
+        "Structured 30%",
+        "2:4",
+    ]
+    recipes = frame[frame["method"] != "dense"]
+    for title, ax in panels.items():
+        pattern = recipes[
+            [
+                pattern_label(k, f, s) == title
+                for k, f, s in zip(recipes["kind"], recipes["fraction"], recipes["sparsity"], strict=True)
+            ]
+        ]
+        configs = {
+            (m, a, "-" if math.isnan(b) else b)
+            for m, a, b in zip(pattern["method"], pattern["alpha"], pattern["blocksize"], strict=True)
+        }
+        assert len(ax.get_lines()) == len(configs), title  # one line per configuration, none pooled
+    u50 = [line.get_label() for line in panels["Unstructured 50%"].get_lines()]
+    assert u50 == ["Magnitude", "SparseGPT", "Wanda"] + [f"Thanos (α=0), B={b}" for b in (8, 128, 512, 2048)]
+    # each line is the median per layer size of its own recipes (both models where both have them)
+    expected = {
+        ("Unstructured 50%", "Thanos (α=0), B=8"): ["thanos_u50_b8"],
+        ("Unstructured 50%", "Thanos (α=0), B=128"): ["thanos_u50"],
+        ("2:4", "Thanos (α=0)"): ["thanos_2-4_a0"],
+        ("2:4", "Thanos (2:4 + 10% dense rows)"): ["thanos_2-4_a0.1"],
+        ("Unstructured 30%", "SparseGPT"): ["sparsegpt_u30"],
+    }
+    for (title, label), names in expected.items():
+        line = next(line for line in panels[title].get_lines() if line.get_label() == label)
+        mine = layers[layers["recipe"].isin(names)].groupby("numel")["seconds"].median()
+        assert list(line.get_xdata()) == list(mine.index), (title, label)
+        assert list(line.get_ydata()) == pytest.approx(list(mine)), (title, label)
+
+
+def test_bold_marks_only_a_unique_best():
+    table = Table(
+        "t",
+        "c",
+        ["Method"],
+        ["a", "b", "c", "d"],
+        rows=[
+            Row("dense", ["Dense"], {"a": 0.1, "b": 0.1}, compare=False),  # never compared
+            Row("g1", ["x"], {"a": 1.0, "b": 2.0, "c": 1.001, "d": 5.0}),
+            Row("g1", ["y"], {"a": 1.0, "b": 3.0, "c": 1.004}),
+            Row("g2", ["z"], {"a": 5.0, "b": 1.0}),  # alone in its group
+            Row("g2", ["w"], {"b": math.nan}),
+        ],
+    )
+    # a: tie; c: 1.00 vs 1.00 as shown; d: one value in its group; g2: one value per column
+    assert table.best() == {(1, "b")}
+    md = table.to_markdown().splitlines()
+    assert "| x | 1.00 | **2.00** | 1.00 | 5.00 |" in md
+    assert "| Dense | 0.10 | 0.10 | - | - |" in md and "| z | 5.00 | 1.00 | - | - |" in md
+    table.lower_is_better = False
+    assert table.best() == {(2, "b")}
+
+
+def test_perplexity_table_bold_needs_two_values(results, tmp_path):
+    out = tmp_path / "tables"
+    assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0
+    md = (out / "perplexity.md").read_text().splitlines()
+    # structured 30 %: tiny-a compares SparseGPT 60 with Thanos 45; tiny-b has SparseGPT alone
+    assert "| SparseGPT | Structured 30% | 30.0% | 60.00 | 42.00 |" in md
+    assert "| Thanos (α=0.1) |  | 30.0% | **45.00** | - |" in md
+
+
+def _markdown_rows(text: str) -> list[list[str]]:
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip().replace("**", "") for cell in row] for row in rows if ":--" not in row[0]]
+
+
+def test_csv_shows_the_markdown_numbers(results, tmp_path):
+    out = tmp_path / "tables"
+    assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0
+    names = sorted(p.stem for p in out.glob("*.csv"))
+    assert {"perplexity", "zeroshot_avg", "zeroshot_tasks_u50"} <= set(names)
+    for name in names:
+        with (out / f"{name}.csv").open(newline="", encoding="utf-8") as fh:
+            csv_rows = list(csv.reader(fh))
+        md_rows = _markdown_rows((out / f"{name}.md").read_text())
+        assert len(csv_rows) == len(md_rows), name
+        nkeys = 3  # Method/Model, Sparsity/Method, Achieved
+        for csv_row, md_row in zip(csv_rows, md_rows, strict=True):
+            assert csv_row[nkeys:] == md_row[nkeys:], name  # same text: same rounding, same "-"
+            assert all(m in ("", c) for c, m in zip(csv_row[:nkeys], md_row[:nkeys], strict=True)), name
+    text = (out / "perplexity.csv").read_text()
+    assert "9.10" in text and "9.099" not in text  # tiny-b SparseGPT u50: 13 x 0.7 in floating point
+    assert "12.50" in text and ",12.5," not in text

@@ -257,8 +257,74 @@ def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
     return str(sparsity)
 
 
+def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
+    """A pattern as a title says it: ``Semi-structured 2:4``, else as ``pattern_label``."""
+    label = pattern_label(kind, fraction, sparsity)
+    return f"Semi-structured {label}" if kind == "nm" else label
+
+
 def pattern_sort_key(kind: str, fraction: float, m: float) -> tuple:
     """Paper order: unstructured, structured, then n:m (4:8 before 2:4), by fraction within each."""
     fraction = -1.0 if math.isnan(fraction) else fraction
     m = 0.0 if math.isnan(m) else m
     return (KIND_ORDER.get(kind, 9), fraction, -m)
+
+
+def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
+    """u50, s30, 2-4 (the recipe-name convention of the workflow)."""
+    if kind == "nm":
+        return str(sparsity).replace(":", "-")
+    return f"{kind[0]}{fraction * 100:g}"
+
+
+def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
+    """The recipe label; Thanos n:m with alpha > 0 says what it is: ``Thanos (2:4 + 10% dense rows)``."""
+    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
+        return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
+    return recipe_label(method, alpha_shown)
+
+
+def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
+    """Recipes of ``collect``'s frame with a known pattern, plus the display columns the tables and figures
+    share: ``group`` (the sparsity pattern), ``group_label`` (``Unstructured 50%``, ``2:4``),
+    ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, made unique within a group by block size,
+    damping, then recipe name) and ``order`` (paper order: pattern, method, alpha, block size)."""
+    pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
+    if pruned.empty:
+        return pruned.assign(group=[], group_label=[], label=[], order=[])
+    pruned["group_label"] = [
+        pattern_label(k, f, s)
+        for k, f, s in zip(pruned["kind"], pruned["fraction"], pruned["sparsity"], strict=True)
+    ]
+    pruned["group"] = pruned["sparsity"].astype(str)
+    pruned["alpha_shown"] = [
+        shown_alpha(m, a) for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
+    ]
+    pruned["label"] = [
+        row_label(m, k, s, a)
+        for m, k, s, a in zip(
+            pruned["method"], pruned["kind"], pruned["sparsity"], pruned["alpha_shown"], strict=True
+        )
+    ]
+    # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
+    for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
+        dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
+        if dup.any():
+            pruned.loc[dup, "label"] = [
+                f"{lab}, {fmt.format(v)}" if not (isinstance(v, float) and math.isnan(v)) else lab
+                for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
+            ]
+    pruned["order"] = [
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), sortable(a), sortable(b), lab)
+        for k, f, m, meth, a, b, lab in zip(
+            pruned["kind"],
+            pruned["fraction"],
+            pruned["m"].astype(float),
+            pruned["method"],
+            pruned["alpha_shown"],
+            pruned["blocksize"].astype(float),
+            pruned["label"],
+            strict=True,
+        )
+    ]
+    return pruned

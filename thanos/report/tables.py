@@ -8,8 +8,10 @@
 - ``zeroshot_tasks_{pattern}``: per-task accuracy (percent) for one sparsity pattern, one block of rows per
   model (Dense first), tasks as columns in the paper's order, then their average (appendix tables).
 
-Missing cells are ``-``. CSV files carry the numbers at full precision (bold exists only in Markdown and
-LaTeX); Markdown and LaTeX show two decimals.
+Bold marks a unique best only: values are compared as shown (two decimals), and a column of a group with
+fewer than two values, or with a tie for the best, has no bold (Dense is never compared). Missing cells
+are ``-``. Every file shows the same numbers: CSV, Markdown and LaTeX cells all come from
+``format_value`` (two decimals); bold exists only in Markdown and LaTeX.
 """
 
 from __future__ import annotations
@@ -23,16 +25,12 @@ import pandas as pd
 
 from thanos.atomic import atomic_path
 from thanos.report.collect import (
-    METHOD_NAMES,
-    METHOD_ORDER,
     TASK_LABELS,
     as_float,
     collect,
-    pattern_label,
-    pattern_sort_key,
-    recipe_label,
-    shown_alpha,
-    sortable,
+    labelled_recipes,
+    pattern_slug,
+    pattern_title,
 )
 
 log = logging.getLogger(__name__)
@@ -58,7 +56,8 @@ class Table:
     repeat_keys: tuple[bool, ...] = ()  # per key column: shown on every row of a group (else first only)
 
     def best(self) -> set[tuple[int, str]]:
-        """(row index, column) of the best value per column within each group."""
+        """(row index, column) of the best value per column within each group, compared as shown (two
+        decimals): only a unique best among two or more values is marked, a tie or a lone value is not."""
         marks: set[tuple[int, str]] = set()
         groups: dict[str, list[int]] = {}
         for i, row in enumerate(self.rows):
@@ -66,12 +65,10 @@ class Table:
                 groups.setdefault(row.group, []).append(i)
         for members in groups.values():
             for col in self.value_columns:
-                vals = [(self.rows[i].values.get(col, math.nan), i) for i in members]
-                vals = [(v, i) for v, i in vals if not math.isnan(v)]
-                if not vals:
-                    continue
-                target = min(v for v, _ in vals) if self.lower_is_better else max(v for v, _ in vals)
-                marks.update((i, col) for v, i in vals if v == target)
+                shown = [(shown_value(self.rows[i].values.get(col, math.nan)), i) for i in members]
+                best = _unique_best([(v, i) for v, i in shown if not math.isnan(v)], self.lower_is_better)
+                if best is not None:
+                    marks.add((best, col))
         return marks
 
     def _key_cells(self) -> list[list[str]]:
@@ -88,13 +85,14 @@ class Table:
         return cells
 
     def to_csv(self) -> str:
+        """The cells as Markdown shows them (``format_value``), without the bold and with every key."""
         frame = pd.DataFrame(
             [
-                row.keys
-                + [MISSING if math.isnan(v := row.values.get(c, math.nan)) else v for c in self.value_columns]
+                row.keys + [format_value(row.values.get(c, math.nan)) for c in self.value_columns]
                 for row in self.rows
             ],
             columns=self.key_columns + self.value_columns,
+            dtype=str,
         )
         return frame.to_csv(index=False)
 
@@ -108,7 +106,7 @@ class Table:
         for i, (row, keys) in enumerate(zip(self.rows, self._key_cells(), strict=True)):
             cells = []
             for col in self.value_columns:
-                text = _fmt(row.values.get(col, math.nan))
+                text = format_value(row.values.get(col, math.nan))
                 cells.append(f"**{text}**" if (i, col) in best else text)
             lines.append("| " + " | ".join(keys + cells) + " |")
         return "\n".join(lines) + "\n"
@@ -135,7 +133,7 @@ class Table:
             previous = row.group
             cells = []
             for col in self.value_columns:
-                text = _fmt(row.values.get(col, math.nan))
+                text = format_value(row.values.get(col, math.nan))
                 cells.append(f"\\textbf{{{text}}}" if (i, col) in best else text)
             out.append(" & ".join([_tex(k) for k in keys] + cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
@@ -151,12 +149,28 @@ class Table:
         return paths
 
 
-def _fmt(value: float) -> str:
+def format_value(value: float) -> str:
+    """A value as every table file shows it: two decimals, ``inf``, or ``-`` when missing."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if math.isinf(value):
         return "inf"
     return f"{value:.2f}"
+
+
+def shown_value(value: float) -> float:
+    """The number a reader sees (``format_value`` read back): NaN when missing."""
+    text = format_value(value)
+    return math.nan if text == MISSING else float(text)
+
+
+def _unique_best(values: list[tuple[float, int]], lower_is_better: bool) -> int | None:
+    """The row holding the one best of two or more (value, row) pairs; None for fewer or a tie."""
+    if len(values) < 2:
+        return None
+    target = min(v for v, _ in values) if lower_is_better else max(v for v, _ in values)
+    winners = [i for v, i in values if v == target]
+    return winners[0] if len(winners) == 1 else None
 
 
 def _tex(text: str) -> str:
@@ -175,13 +189,6 @@ def _drop_empty(table: Table) -> Table:
     return table
 
 
-def _pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
-    """u50, s30, 2-4 (the recipe-name convention of the workflow)."""
-    if kind == "nm":
-        return str(sparsity).replace(":", "-")
-    return f"{kind[0]}{fraction * 100:g}"
-
-
 def achieved_text(values: list[float]) -> str:
     """``45.0%``, or ``44.7-45.1%`` when the models differ; ``-`` when unknown."""
     known = sorted(v for v in values if not math.isnan(v))
@@ -189,56 +196,6 @@ def achieved_text(values: list[float]) -> str:
         return MISSING
     low, high = f"{100 * known[0]:.1f}", f"{100 * known[-1]:.1f}"
     return f"{low}%" if low == high else f"{low}-{high}%"
-
-
-def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
-    """The recipe label; Thanos n:m with alpha > 0 says what it is: ``Thanos (2:4 + 10% dense rows)``."""
-    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
-        return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
-    return recipe_label(method, alpha_shown)
-
-
-def _pruned_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Recipes with a known pattern, plus display columns: group, group_label, label, order."""
-    pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
-    if pruned.empty:
-        return pruned.assign(group=[], group_label=[], label=[], order=[])
-    pruned["group_label"] = [
-        pattern_label(k, f, s)
-        for k, f, s in zip(pruned["kind"], pruned["fraction"], pruned["sparsity"], strict=True)
-    ]
-    pruned["group"] = pruned["sparsity"].astype(str)
-    pruned["alpha_shown"] = [
-        shown_alpha(m, a) for m, a in zip(pruned["method"], pruned["alpha"].astype(float), strict=True)
-    ]
-    pruned["label"] = [
-        row_label(m, k, s, a)
-        for m, k, s, a in zip(
-            pruned["method"], pruned["kind"], pruned["sparsity"], pruned["alpha_shown"], strict=True
-        )
-    ]
-    # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
-    for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
-        dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
-        if dup.any():
-            pruned.loc[dup, "label"] = [
-                f"{lab}, {fmt.format(v)}" if not (isinstance(v, float) and math.isnan(v)) else lab
-                for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
-            ]
-    pruned["order"] = [
-        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), sortable(a), sortable(b), lab)
-        for k, f, m, meth, a, b, lab in zip(
-            pruned["kind"],
-            pruned["fraction"],
-            pruned["m"].astype(float),
-            pruned["method"],
-            pruned["alpha_shown"],
-            pruned["blocksize"].astype(float),
-            pruned["label"],
-            strict=True,
-        )
-    ]
-    return pruned
 
 
 def _models(frame: pd.DataFrame) -> list[str]:
@@ -256,7 +213,7 @@ def model_table(
     if not dense.empty:
         values = {r["model"]: as_float(r[metric]) * scale for _, r in dense.iterrows()}
         table.rows.append(Row("dense", ["Dense", "0%", "0%"], values, compare=False))
-    pruned = _pruned_rows(frame)
+    pruned = labelled_recipes(frame)
     if not pruned.empty:
         seen: dict[tuple, Row] = {}
         achieved: dict[tuple, list[float]] = {}
@@ -295,15 +252,15 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
         out["Average"] = as_float(mean) * 100
         return out
 
-    pruned = _pruned_rows(frame)
+    pruned = labelled_recipes(frame)
     if pruned.empty:
         return []
     dense = {r["model"]: r for _, r in frame[frame["method"] == "dense"].iterrows()}
     out = []
     for group, members in sorted(pruned.groupby("group"), key=lambda item: item[1]["order"].iloc[0]):
         first = members.iloc[0]
-        slug = _pattern_slug(first["kind"], first["fraction"], first["sparsity"])
-        title = first["group_label"] if first["kind"] != "nm" else f"Semi-structured {first['group_label']}"
+        slug = pattern_slug(first["kind"], first["fraction"], first["sparsity"])
+        title = pattern_title(first["kind"], first["fraction"], first["sparsity"])
         table = Table(
             f"zeroshot_tasks_{slug}",
             f"Zero-shot accuracy (%) per task, {title} sparsity; best per model in bold",
