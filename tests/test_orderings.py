@@ -64,11 +64,11 @@ def test_tables_command_writes_orderings(tmp_path):
     assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0
     with open(out / "orderings.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    by = {(r["model"], r["pattern"]): r for r in rows}
+    by = {(r["Model"], r["Pattern"]): r for r in rows}
     # tiny-a at 50%: thanos 12.5 <= sparsegpt 13 < wanda 14 < magnitude 40 (best of the block sizes: 12.3)
-    assert by[("tiny-a", "Unstructured 50%")]["result"] == "holds"
-    assert by[("tiny-a", "2:4")]["result"] == "holds"  # Thanos α=0.05..0.2 best 17.5 < sparsegpt 21
-    assert by[("tiny-a", "Unstructured 60%")]["result"] == "not checked"  # only Thanos and SparseGPT
+    assert by[("tiny-a", "Unstructured 50%")]["Result"] == "holds"
+    assert by[("tiny-a", "2:4")]["Result"] == "holds"  # Thanos α=0.05..0.2 best 17.5 < sparsegpt 21
+    assert by[("tiny-a", "Unstructured 60%")]["Result"] == "not checked"  # only Thanos and SparseGPT
     assert "Unstructured 50%" in (out / "orderings.md").read_text()
     printed = written_since(out, started)
     assert printed is not None and printed.startswith("the paper's orderings:") and "tiny-b" in printed

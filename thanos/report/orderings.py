@@ -30,6 +30,7 @@ from thanos.report.collect import (
 )
 
 UNSTRUCTURED_CHAIN = ("thanos", "sparsegpt", "wanda", "magnitude")
+HEADER = ("Model", "Pattern", "Ordering", "Result", "Perplexities")
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def check_orderings(frame: pd.DataFrame) -> list[Claim]:
 
 
 def to_markdown(claims: list[Claim]) -> str:
-    lines = ["| Model | Pattern | Ordering | Result | Perplexities |", "| :-- | :-- | :-- | :-- | :-- |"]
+    lines = ["| " + " | ".join(HEADER) + " |", "| :-- | :-- | :-- | :-- | :-- |"]
     for c in claims:
         lines.append(f"| {c.model} | {c.pattern} | {c.statement} | {c.verdict} | {c.detail} |")
     return "\n".join(lines) + "\n"
@@ -117,7 +118,7 @@ def to_markdown(claims: list[Claim]) -> str:
 def to_csv(claims: list[Claim]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["model", "pattern", "ordering", "result", "perplexities"])
+    writer.writerow(HEADER)
     for c in claims:
         writer.writerow([c.model, c.pattern, c.statement, c.verdict, c.detail])
     return out.getvalue()
@@ -158,7 +159,7 @@ def written_since(out_dir: str | Path, since: float) -> str | None:
         rows = list(csv.DictReader(handle))
     verdict = {"holds": True, "does not hold": False}
     claims = [
-        Claim(r["model"], r["pattern"], r["ordering"], verdict.get(r["result"]), r["perplexities"])
+        Claim(r["Model"], r["Pattern"], r["Ordering"], verdict.get(r["Result"]), r["Perplexities"])
         for r in rows
     ]
     return summary(claims)
