@@ -93,7 +93,7 @@ def test_demo_data_outputs(data_dir):
     assert "CC BY-SA" in manifest["source"]["license"]
     counts = {name: manifest["splits"][name]["articles"] for name in splits.SPLITS}
     assert sum(counts.values()) == manifest["articles"] >= 90
-    assert counts["train"] > counts["test"] >= 10 and counts["calib"] >= 8
+    assert counts["train"] > counts["test"] >= 8 and counts["calib"] >= 8
     titles = [set(manifest["splits"][name]["titles"]) for name in splits.SPLITS]
     assert not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
     for name in splits.SPLITS:
@@ -125,8 +125,13 @@ def test_demo_data_is_deterministic(data_dir, wheel, tmp_path):
     assert [a.title for a in other["test"]] != [a.title for a in parts["test"]]
 
 
-def _same_words(a: str, b: str) -> bool:
-    return sorted(a.rstrip(".!?\"')").split()) == sorted(b.rstrip(".!?\"')").split()) and a[-1] == b[-1]
+def _same_words(gold: str, choice: str) -> bool:
+    """The same words, and the gold's final punctuation at the end of both."""
+    n = min(3, len(gold) - len(gold.rstrip(".!?\"')")))
+    end = gold[len(gold) - n :]
+    return choice.endswith(end) and sorted(choice[: len(choice) - n].split()) == sorted(
+        gold[: len(gold) - n].split()
+    )
 
 
 def test_task_documents(data_dir):
@@ -134,7 +139,7 @@ def test_task_documents(data_dir):
     in a test article, the three others the same words in another order; none from the train split."""
     task_file = data_dir / "tasks" / tasks.TASK_NAME / f"{tasks.TASK_NAME}.jsonl"
     docs = [json.loads(line) for line in task_file.read_text().splitlines()]
-    assert len(docs) >= 400
+    assert len(docs) == 300  # the default --task-docs
     test_text = "\n".join(read_documents(data_dir / "test.jsonl"))
     labels = [doc["label"] for doc in docs]
     assert set(labels) == {0, 1, 2, 3}

@@ -12,6 +12,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from thanos.atomic import write_json
+from thanos.demo.splits import CALIB_FRACTION, TEST_FRACTION
 
 HELP = "build the demo data (Wikipedia sample dump -> train/calib/test jsonl + lm-eval task)"
 log = logging.getLogger(__name__)
@@ -30,9 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " else fetched with pip into OUT_DIR/_cache once)",
     )
     parser.add_argument("--seed", type=int, default=0, help="split and task seed (default 0)")
-    parser.add_argument("--test-fraction", type=float, default=0.12, help="share of articles for test")
-    parser.add_argument("--calib-fraction", type=float, default=0.10, help="share of articles for calib")
-    parser.add_argument("--task-docs", type=int, default=500, help="max documents of demo_wordorder")
+    parser.add_argument(
+        "--test-fraction", type=float, default=TEST_FRACTION, help="share of articles for test (%(default)s)"
+    )
+    parser.add_argument(
+        "--calib-fraction",
+        type=float,
+        default=CALIB_FRACTION,
+        help="share of articles for calib (%(default)s)",
+    )
+    parser.add_argument("--task-docs", type=int, default=300, help="max documents of demo_wordorder")
 
 
 def run(args: argparse.Namespace) -> None:
