@@ -1,10 +1,11 @@
 """The demo zero-shot task ``demo_wordorder``, built from held-out (test) articles.
 
-Each document gives one sentence of a test article as context and four candidates for the sentence that
-follows it: the true one and three versions of it with the same words in another order (two neighbouring
-words swapped, two distant words swapped, all words shuffled; the final punctuation stays at the end).
-Every choice has the same words, so a model that only knows which words are frequent (a unigram model)
-is at chance (25 %); what decides is the model's knowledge of word order.
+Each document is one sentence of a test article in four versions: the true one and three with the same
+words in another order (two neighbouring words swapped, two distant words swapped, all words shuffled;
+the final punctuation stays at the end). There is no context: each choice is scored from the
+beginning-of-text token on (lm-eval's rule for an empty context), so the model must judge the sentence on
+its own. Every choice has the same words, so a model that only knows which words are frequent (a unigram
+model) is at chance (25 %); what decides is the model's knowledge of word order.
 
 It is written in lm-eval's local task format: a directory with a task YAML, the data as jsonl and a small
 ``utils.py`` that loads the jsonl from beside itself (so the directory can be moved), loadable with
@@ -25,19 +26,20 @@ from thanos.demo.wikidump import Article
 TASK_NAME = "demo_wordorder"
 TASK_VERSION = 1.0
 NUM_CHOICES = 4
-MIN_WORDS, MAX_WORDS = 6, 24  # short sentences: each document is scored four times with its context
+MIN_WORDS, MAX_WORDS = 6, 24  # short sentences: each document is scored four times
 
 TASK_YAML = f"""\
-# Offline zero-shot task of the Thanos demo: pick the sentence whose words are in the true order.
+# Offline zero-shot task of the Thanos demo: pick the sentence whose words are in the true order
+# (no context: each choice is scored from the beginning-of-text token on).
 # Built by `python -m thanos demo-data` from the held-out (test) articles; text CC BY-SA (Wikipedia).
 task: {TASK_NAME}
 custom_dataset: !function utils.load_docs
 output_type: multiple_choice
 test_split: test
-doc_to_text: "{{{{context}}}}"
+doc_to_text: ""
 doc_to_choice: choices
 doc_to_target: label
-target_delimiter: " "
+target_delimiter: ""
 metric_list:
   - metric: acc
     aggregation: mean
@@ -136,38 +138,31 @@ def _word_order_variants(gold: str, rng: random.Random) -> list[str] | None:
 def build_docs(
     articles: Sequence[Article], seed: int = 0, max_docs: int = 300, per_article: int = 100
 ) -> list[dict]:
-    """Multiple-choice documents ``{"id", "title", "context", "choices", "label"}`` (deterministic in
-    ``seed``). Context: one sentence of a paragraph (4 to MAX_WORDS words); gold: the sentence that follows
-    it (MIN_WORDS to MAX_WORDS words); distractors: the
-    gold's own words in another order (two neighbouring words swapped, two distant words swapped, all
-    shuffled), so every choice has the same words and only the model's knowledge of word order decides."""
+    """Multiple-choice documents ``{"id", "title", "choices", "label"}`` (deterministic in ``seed``): a
+    sentence of MIN_WORDS to MAX_WORDS words (at most ``per_article`` per article) and three versions of it
+    with the same words in another order (two neighbouring words swapped, two distant words swapped, all
+    shuffled), so that only the model's knowledge of word order decides."""
     rng = random.Random(seed)
-    candidates: list[tuple[int, str, str]] = []  # (article index, context, gold)
+    candidates: list[tuple[int, str]] = []  # (article index, sentence)
     for idx, article in enumerate(articles):
-        mine = []
-        for paragraph in article.text.split("\n\n"):
-            sentences = split_sentences(paragraph)
-            for i in range(1, len(sentences)):
-                if _usable(sentences[i]) and 4 <= len(sentences[i - 1].split()) <= MAX_WORDS:
-                    mine.append((idx, sentences[i - 1], sentences[i]))
+        mine = [
+            (idx, sentence)
+            for paragraph in article.text.split("\n\n")
+            for sentence in split_sentences(paragraph)
+            if _usable(sentence)
+        ]
         rng.shuffle(mine)
         candidates.extend(mine[:per_article])
     rng.shuffle(candidates)
     docs = []
-    for idx, context, gold in candidates:
+    for idx, gold in candidates:
         distractors = _word_order_variants(gold, rng)
         if distractors is None:
             continue
         choices = [gold, *distractors]
         rng.shuffle(choices)
         docs.append(
-            {
-                "id": len(docs),
-                "title": articles[idx].title,
-                "context": context,
-                "choices": choices,
-                "label": choices.index(gold),
-            }
+            {"id": len(docs), "title": articles[idx].title, "choices": choices, "label": choices.index(gold)}
         )
         if len(docs) >= max_docs:
             break
