@@ -1,6 +1,7 @@
 """The smoke config (workflow/configs/smoke.yaml) end to end with the real snakemake, as a user runs it:
 demo data, a tiny random Llama, every method, perplexity, lm-eval zero-shot on the local demo task, the
-tables, the figures and ``snakemake --report``; then a second run finds nothing to do."""
+tables with the paper's orderings printed at the end, the figures and ``snakemake --report``; then a second
+run finds nothing to do."""
 
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ def smoke(tmp_path_factory, wheel) -> Path:
     proc = _snakemake(workdir, env=env)
     if proc.returncode != 0:
         pytest.fail(f"smoke run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    # the run that made the tables ends with the paper's orderings checked on its results
+    assert "the paper's orderings:" in proc.stdout and "| 2:4: Thanos (α>0) best:" in proc.stdout
     report = _snakemake(workdir, "--report", "report.html", env=env)
     assert report.returncode == 0, report.stderr[-3000:]
     again = _snakemake(workdir, "-n", env=env)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert "the paper's orderings:" not in again.stdout + again.stderr
     return workdir / "results" / "smoke"
 
 

@@ -1,8 +1,8 @@
 """The demo zero-shot task ``demo_wordorder``, built from held-out (test) articles.
 
 Each document is one sentence of a test article in four versions: the true one and three with the same
-words in another order (two neighbouring words swapped, two distant words swapped, all words shuffled;
-the final punctuation stays at the end). There is no context: each choice is scored from the
+words in another order (two distant words swapped, and two different shuffles of all the words; the
+final punctuation stays at the end). There is no context: each choice is scored from the
 beginning-of-text token on (lm-eval's rule for an empty context), so the model must judge the sentence on
 its own. Every choice has the same words, so a model that only knows which words are frequent (a unigram
 model) is at chance (25 %); what decides is the model's knowledge of word order.
@@ -98,8 +98,8 @@ def _usable(sentence: str) -> bool:
 
 def _word_order_variants(gold: str, rng: random.Random) -> list[str] | None:
     """Three distinct versions of ``gold`` with the same words in another order, or None when the
-    sentence has too few distinct words: two neighbouring words swapped, two distant words swapped, all
-    words shuffled. The sentence's final punctuation stays at the end."""
+    sentence has too few distinct words: two distant words swapped (the subtle one), and two different
+    shuffles of all the words. The sentence's final punctuation stays at the end."""
     words = gold.split()
     end = ""
     while words[-1] and words[-1][-1] in ".!?\"')" and len(end) < 3:
@@ -107,32 +107,22 @@ def _word_order_variants(gold: str, rng: random.Random) -> list[str] | None:
         words[-1] = words[-1][:-1]
     if not words[-1]:
         words.pop()
-    n = len(words)
-
-    def render(order: list[str]) -> str:
-        return " ".join(order) + end
-
-    def swapped(i: int, j: int) -> list[str]:
-        order = list(words)
-        order[i], order[j] = order[j], order[i]
-        return order
-
-    adjacent = [i for i in range(n - 1) if words[i] != words[i + 1]]
-    distant = [(i, j) for i in range(n) for j in range(i + 2, n) if words[i] != words[j]]
-    if not adjacent or not distant:
+    distant = [(i, j) for i in range(len(words)) for j in range(i + 2, len(words)) if words[i] != words[j]]
+    if not distant:
         return None
-    i = rng.choice(adjacent)
-    variants = [render(swapped(i, i + 1)), render(swapped(*rng.choice(distant)))]
-    for _ in range(20):
+    i, j = rng.choice(distant)
+    order = list(words)
+    order[i], order[j] = order[j], order[i]
+    variants = [" ".join(order) + end]
+    for _ in range(40):
         order = list(words)
         rng.shuffle(order)
-        candidate = render(order)
+        candidate = " ".join(order) + end
         if candidate != gold and candidate not in variants:
             variants.append(candidate)
-            break
-    if len(set(variants)) < NUM_CHOICES - 1 or gold in variants:
-        return None
-    return variants
+            if len(variants) == NUM_CHOICES - 1:
+                return variants
+    return None
 
 
 def build_docs(
@@ -140,8 +130,8 @@ def build_docs(
 ) -> list[dict]:
     """Multiple-choice documents ``{"id", "title", "choices", "label"}`` (deterministic in ``seed``): a
     sentence of MIN_WORDS to MAX_WORDS words (at most ``per_article`` per article) and three versions of it
-    with the same words in another order (two neighbouring words swapped, two distant words swapped, all
-    shuffled), so that only the model's knowledge of word order decides."""
+    with the same words in another order (two distant words swapped, two shuffles), so that only the
+    model's knowledge of word order decides."""
     rng = random.Random(seed)
     candidates: list[tuple[int, str]] = []  # (article index, sentence)
     for idx, article in enumerate(articles):
