@@ -76,3 +76,22 @@ def wheel(tmp_path_factory) -> Path:
     if local:
         return Path(local)
     return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
+
+
+# The end-to-end files, longest first. pytest-xdist's loadfile scheduling hands files
+# to the workers in collection order: starting these first lets the fast files fill in at the end instead
+# of one long file running alone after everything else.
+LONGEST_FIRST = (
+    "test_slurm.py",
+    "test_workflow.py",
+    "test_prune_model.py",
+    "test_faults.py",
+    "test_smoke.py",
+    "test_readme_commands.py",
+    "test_packaging.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order

@@ -465,3 +465,16 @@ def test_csv_shows_the_markdown_numbers(results, tmp_path):
     text = (out / "perplexity.csv").read_text()
     assert "9.10" in text and "9.099" not in text  # tiny-b SparseGPT u50: 13 x 0.7 in floating point
     assert "12.50" in text and ",12.5," not in text
+
+
+def test_figures_of_recipes_without_objective(tmp_path):
+    """Magnitude records no objective: no heatmap, the other figures still made (it once raised KeyError)."""
+    root = tmp_path / "results"
+    _write(root / "m" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
+    _recipe(root, "m", "magnitude_u50", "magnitude", "0.5", ppl=12.0)
+    _recipe(root, "m", "magnitude_u60", "magnitude", "0.6", ppl=15.0)
+    out = tmp_path / "figures"
+    assert main(["figures", "--results", str(root), "--out-dir", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "pruning_time_vs_layer_size.png" in names and "ppl_vs_sparsity_m_unstructured.png" in names
+    assert not any(n.startswith("objective_heatmap") for n in names)

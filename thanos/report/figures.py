@@ -401,9 +401,28 @@ def _time_panel(ax: Axes, series: list[dict[str, Any]]) -> None:
     ax.set_title(series[0]["group_label"])
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _size_ticks(ax, sorted({float(n) for s in series for n in s["points"]["numel"]}))
     ax.tick_params(which="both", labelbottom=True, labelleft=True)
     ax.set_xlabel("layer size (weights)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=True, fontsize=7)
+
+
+def _size_label(numel: float) -> str:
+    """16.4K, 2.1M, 512: a weight count, short."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if numel >= scale:
+            return f"{numel / scale:.3g}{unit}"
+    return f"{numel:g}"
+
+
+def _size_ticks(ax: Axes, sizes: list[float], most: int = 8) -> None:
+    """Ticks at the layer sizes of the data (at most ``most`` of them, else the log axis's own), and no
+    minor tick labels: the log axis would otherwise print overlapping 2x10^4, 3x10^4, ... labels."""
+    from matplotlib.ticker import NullFormatter
+
+    if 0 < len(sizes) <= most:
+        ax.set_xticks(sizes, [_size_label(n) for n in sizes])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _grid(
@@ -488,8 +507,8 @@ def objective_heatmap_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Draw
     from matplotlib.colors import LogNorm
 
     labelled = _with_labels(layers, frame)
-    positive = labelled[labelled["objective"].notna() & (labelled["objective"] > 0)]
-    positive = positive[positive["objective"].map(math.isfinite)]
+    objective = labelled["objective"].astype(float)
+    positive = labelled[(objective > 0) & (objective < math.inf)]  # NaN compares False: left out
     cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
     for (model, group), rows in positive.groupby(["model", "group"]):
         vmin, vmax = shared_log_limits(rows["objective"])
