@@ -40,7 +40,8 @@ def first_run_log(workdir: Path) -> Path:
 
 
 def minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(round(seconds % 60)):02d} s"
+    whole, rest = divmod(round(seconds), 60)
+    return f"{whole} min {rest:02d} s"
 
 
 def zeroshot_table(results: Path, model: str) -> str:
