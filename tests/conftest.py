@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from thanos.tiny import FAMILIES, build_tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
 
 WORDS = (
     "the a one two three cat dog bird fish tree house river stone cloud light dark small big old new "
@@ -95,3 +100,37 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+def workflow_config(source: str | Path, models: dict, recipes: dict, **over: Any) -> dict:
+    """A small workflow config: calibration 8 x 32 tokens of ``source``, sequential chain, one job per
+    recipe on the CPU, no evaluation and no report; ``over`` replaces top-level keys."""
+    config = {
+        "models": models,
+        "calibration": {"source": str(source), "nsamples": 8, "seqlen": 32, "seed": 0},
+        "chain": "sequential",
+        "granularity": "recipe",
+        "device": "cpu",
+        "recipes": recipes,
+        "perplexity": {"enabled": False},
+        "zeroshot": {"enabled": False},
+        "evaluate_dense": False,
+        "report": False,
+    }
+    return config | over
+
+
+def snakemake(workdir: Path, config: dict, *extra: str, check: bool = True, popen: bool = False):
+    """The real ``snakemake --cores 2`` on ``config`` (written to ``workdir/config.yaml``) in ``workdir``:
+    the finished process (a test failure with its output tails if ``check`` and it failed), or with
+    ``popen`` the running one (output on its stdout, in a new session so that a test can kill it)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
+    if popen:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc

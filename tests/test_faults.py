@@ -16,20 +16,17 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from conftest import TINY_DEFAULTS, WORDS, write_corpus
+from conftest import TINY_DEFAULTS, WORDS, snakemake, workflow_config, write_corpus
 from safetensors.torch import load_file, save_file
 
 from thanos.prune import prune_layer
 from thanos.recipes import ConfigError, expand
 from thanos.tiny import build_tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}
 LOCAL_MODEL = {
     k: v for k, v in TINY_DEFAULTS.items() if k != "max_shard_size"
@@ -40,37 +37,11 @@ BASE_RECIPES = {
 }
 
 
-def snakemake(workdir: Path, config: dict, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
-    cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc
-
-
 def output(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout + proc.stderr
 
 
-def config_of(models: dict, recipes: dict, **over) -> dict:
-    config = {
-        "models": models,
-        "calibration": {"source": "calib.jsonl", "nsamples": 8, "seqlen": 32, "seed": 0},
-        "granularity": "recipe",
-        "device": "cpu",
-        "recipes": recipes,
-        "perplexity": {"enabled": False},
-        "zeroshot": {"enabled": False},
-        "evaluate_dense": False,
-        "report": False,
-    }
-    return config | over
-
-
-BASE_CONFIG = config_of({"m": {"path": "model"}}, BASE_RECIPES)
+BASE_CONFIG = workflow_config("calib.jsonl", {"m": {"path": "model"}}, BASE_RECIPES)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +77,7 @@ def test_config_strings_never_reach_a_shell_unquoted(tmp_path: Path, case: str) 
     workdir = tmp_path / "work"
     models = {"m": {"path": "models/m", "tiny": {"family": "llama", **TINY}}}
     recipes = {"magnitude_u50": BASE_RECIPES["magnitude_u50"]}
-    config = config_of(models, recipes)
+    config = workflow_config("calib.jsonl", models, recipes)
     if case == "paths":
         config["results"] = f"out {payload(markers / 'results')}"
         models["m"]["path"] = f"models/{payload(markers / 'path')}m"
@@ -197,7 +168,9 @@ def test_model_overwritten_in_place_reruns_its_results(base: Path, tmp_path: Pat
 def test_failed_job_error_reaches_the_terminal(tmp_path: Path) -> None:
     (tmp_path / "not-a-model").mkdir()
     (tmp_path / "not-a-model" / "README.md").write_text("weights elsewhere\n")
-    config = config_of({"m": {"path": "not-a-model"}}, {"magnitude_u50": BASE_RECIPES["magnitude_u50"]})
+    config = workflow_config(
+        "calib.jsonl", {"m": {"path": "not-a-model"}}, {"magnitude_u50": BASE_RECIPES["magnitude_u50"]}
+    )
     proc = snakemake(tmp_path, config, check=False)
     assert proc.returncode != 0
     assert "has no config.json" in output(proc), output(proc)[-3000:]
@@ -281,7 +254,10 @@ def test_models_sharing_a_tiny_path_with_different_specs_are_refused(tmp_path: P
         "large": {"path": "models/./tiny", "tiny": {"family": "llama", **TINY, "hidden_size": 64}},
     }
     proc = snakemake(
-        tmp_path, config_of(models, {"magnitude_u50": BASE_RECIPES["magnitude_u50"]}), "-n", check=False
+        tmp_path,
+        workflow_config("calib.jsonl", models, {"magnitude_u50": BASE_RECIPES["magnitude_u50"]}),
+        "-n",
+        check=False,
     )
     assert proc.returncode != 0
     assert "models.small" in output(proc) and "models.large" in output(proc), output(proc)[-3000:]

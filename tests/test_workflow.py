@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from conftest import snakemake, workflow_config
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}
@@ -28,36 +28,6 @@ WORDS = (
     "the a model prunes weights layer block sparse dense matrix input output token sequence calibration "
     "hessian row column outlier update method paper result small large fast slow and of to in"
 ).split()
-
-
-def snakemake(workdir: Path, config: dict, *extra: str, check: bool = True, popen: bool = False):
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
-    cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
-    if popen:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc
-
-
-def base_config(text: Path, models: dict, recipes: dict, **over) -> dict:
-    config = {
-        "models": models,
-        "calibration": {"source": str(text), "nsamples": 8, "seqlen": 32, "seed": 0},
-        "chain": "sequential",
-        "granularity": "recipe",
-        "device": "cpu",
-        "recipes": recipes,
-        "perplexity": {"enabled": False},
-        "zeroshot": {"enabled": False},
-        "evaluate_dense": False,
-        "report": False,
-    }
-    config.update(over)
-    return config
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +61,7 @@ MODELS = {
 def e2e(tmp_path_factory, text) -> Path:
     """One uninterrupted run: both families, every recipe, granularity recipe (one job per recipe)."""
     workdir = tmp_path_factory.mktemp("e2e")
-    snakemake(workdir, base_config(text, MODELS, RECIPES))
+    snakemake(workdir, workflow_config(text, MODELS, RECIPES))
     return workdir
 
 
@@ -200,7 +170,7 @@ def _finished_outputs(workdir: Path) -> dict[Path, int]:
 def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     workdir = tmp_path / "resume"
     models = {"llama": MODELS["llama"]}
-    config = base_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
+    config = workflow_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
     proc = snakemake(workdir, config, popen=True)
     block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / "block1"
     deadline = time.time() + 240
@@ -244,7 +214,7 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     and finishes the rest; a changed recipe discards the previous per-block outputs."""
     workdir = tmp_path / "chain"
     shutil.copytree(e2e, workdir, symlinks=True)  # copystat: the same mtimes, so Snakemake sees no change
-    config = base_config(text, MODELS, RECIPES)
+    config = workflow_config(text, MODELS, RECIPES)
     results = workdir / "results" / "llama"
     pruned = results / "thanos_u50" / "pruned"
     reference = _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50")
@@ -267,7 +237,7 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     assert _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50") == reference
     # another damp for the same recipe name: every block is recomputed, nothing stale is reused
     changed = dict(RECIPES, thanos_u50=dict(RECIPES["thanos_u50"], damp=0.02))
-    snakemake(workdir, base_config(text, MODELS, changed))
+    snakemake(workdir, workflow_config(text, MODELS, changed))
     summary = json.loads((pruned / "chain.json").read_text())
     assert summary["reused"] == {"capture": 0, "prune": 0, "propagate": 0}
     assert all(p.stat().st_mtime_ns != mtime for p, mtime in kept.items() if p.exists())
@@ -277,7 +247,7 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
 def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
     workdir = tmp_path / "dense"
     model_dir = workdir / "models" / "llama"
-    dense = base_config(
+    dense = workflow_config(
         text,
         {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}},
         {"wanda_u50": {"method": "wanda", "sparsity": 0.5}, "thanos_2-4": RECIPES["thanos_2-4"]},
@@ -300,7 +270,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
         assert report["overall_sparsity"] == pytest.approx(0.5)
         assert len(report["layers"]) == 2 * 7
 
-    magnitude = base_config(
+    magnitude = workflow_config(
         text, {"llama": {"path": str(model_dir)}}, {"magnitude_u50": RECIPES["magnitude_u50"]}
     )
     out = snakemake(tmp_path / "magnitude", magnitude)
@@ -313,7 +283,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
 @pytest.mark.slow
 def test_recipe_change_reruns_only_that_recipe(e2e, text):
     changed = dict(RECIPES, sparsegpt_s30={"method": "sparsegpt", "sparsity": "structured:0.3", "damp": 0.02})
-    dry = snakemake(e2e, base_config(text, MODELS, changed), "-n", "--quiet", "rules")
+    dry = snakemake(e2e, workflow_config(text, MODELS, changed), "-n", "--quiet", "rules")
     lines = (dry.stdout + dry.stderr).splitlines()
     counts = {
         line.split()[0]: int(line.split()[1])
@@ -347,7 +317,7 @@ def test_dry_run_default_config(tmp_path):
     ],
 )
 def test_config_errors_name_the_key(tmp_path, text, recipes, message):
-    config = base_config(text, {"m": {"path": "nowhere"}}, recipes)
+    config = workflow_config(text, {"m": {"path": "nowhere"}}, recipes)
     proc = snakemake(tmp_path, config, "-n", check=False)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
@@ -355,7 +325,7 @@ def test_config_errors_name_the_key(tmp_path, text, recipes, message):
 
 def test_recipe_name_made_twice_is_refused(tmp_path, text):
     grid = [{"methods": ["thanos"], "sparsities": ["0.5"]}]
-    config = base_config(
+    config = workflow_config(
         text,
         {"m": {"path": "nowhere"}},
         {"thanos_u50": {"method": "thanos", "sparsity": 0.6}},
@@ -369,14 +339,14 @@ def test_recipe_name_made_twice_is_refused(tmp_path, text):
 def test_granularity_chain_is_the_old_name_of_recipe(tmp_path, text):
     recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
     models = {"m": {"path": "models/m", "tiny": {"family": "llama", **TINY}}}
-    config = base_config(text, models, recipes, granularity="chain")
+    config = workflow_config(text, models, recipes, granularity="chain")
     proc = snakemake(tmp_path, config, "-n")
     assert "granularity: 'chain' is the old name of 'recipe'" in proc.stdout + proc.stderr
 
 
 def test_eval_gpus_needs_a_gpu_device(tmp_path, text):
     recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
-    config = base_config(text, {"m": {"path": "nowhere"}}, recipes, eval_gpus=2)  # device: cpu
+    config = workflow_config(text, {"m": {"path": "nowhere"}}, recipes, eval_gpus=2)  # device: cpu
     proc = snakemake(tmp_path, config, "-n", check=False)
     assert proc.returncode != 0
     assert "eval_gpus: 2" in proc.stdout + proc.stderr and "device: cpu" in proc.stdout + proc.stderr
