@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from thanos.errors import PathError
 from thanos.textdata import corpus_checksum, read_documents
 
 log = logging.getLogger(__name__)
@@ -65,34 +66,58 @@ def load_source(source: str | Path, text_field: str = "text") -> tuple[Sequence[
     return docs, {"source": str(source), "checksum": corpus_checksum(source), "documents": len(docs)}
 
 
+def too_short(documents: Sequence[str], tokenizer: Any, seqlen: int) -> tuple[str, str]:
+    """(what, fix) when no document is longer than ``seqlen`` tokens: the tokens found, and a seqlen and
+    nsamples that would work."""
+    lengths = [len(tokenizer(doc)["input_ids"]) for doc in documents]
+    longest = max(lengths, default=0)
+    what = (
+        f"no calibration document is longer than seqlen={seqlen} tokens: {len(lengths)} document(s), "
+        f"{sum(lengths)} tokens in all, the longest {longest}"
+    )
+    if longest < 3:
+        return what, "give more text (documents are separated by blank lines in .txt files)"
+    fit = longest - 1
+    windows = sum(n // fit for n in lengths if n > fit)
+    fix = (
+        f"set seqlen to {fit} or less (prune-model --seqlen, config calibration.seqlen), with nsamples up "
+        f"to about {windows} for distinct windows, or give longer documents (the paper: 128 x 2048 tokens)"
+    )
+    return what, fix
+
+
 def sample_windows(
-    documents: Sequence[str], tokenizer: Any, nsamples: int, seqlen: int, seed: int = 0
+    documents: Sequence[str],
+    tokenizer: Any,
+    nsamples: int,
+    seqlen: int,
+    seed: int = 0,
+    source: str | Path | None = None,
 ) -> np.ndarray:
     """int32 (nsamples, seqlen) token windows by the SparseGPT/Wanda procedure (bit-for-bit their draws).
 
-    Raises ValueError when no document is longer than one window (instead of looping forever).
+    Raises ValueError when no document is longer than one window (instead of looping forever): a
+    PathError naming ``source`` when given, with the tokens found and a seqlen that would work.
     """
     if nsamples < 1 or seqlen < 1:
         raise ValueError(f"nsamples and seqlen must be >= 1, got {nsamples} and {seqlen}")
     if not len(documents):
         raise ValueError("the calibration source has no documents")
     random.seed(seed)
-    too_short: set[int] = set()
+    short: set[int] = set()
     windows = np.empty((nsamples, seqlen), dtype=np.int32)
     for sample in range(nsamples):
         while True:
             index = random.randint(0, len(documents) - 1)
-            if index in too_short:
+            if index in short:
                 continue
             ids = tokenizer(documents[index])["input_ids"]
             if len(ids) > seqlen:
                 break
-            too_short.add(index)
-            if len(too_short) == len(documents):
-                raise ValueError(
-                    f"no calibration document is longer than seqlen={seqlen} tokens; use a smaller --seqlen "
-                    "or longer documents"
-                )
+            short.add(index)
+            if len(short) == len(documents):
+                what, fix = too_short(documents, tokenizer, seqlen)
+                raise PathError(what, source, fix) if source is not None else ValueError(f"{what}; {fix}")
         start = random.randint(0, len(ids) - seqlen - 1)
         windows[sample] = ids[start : start + seqlen]
     return windows

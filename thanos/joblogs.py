@@ -1,9 +1,10 @@
 """The logs of a workflow's failed jobs, shown on the terminal (the Snakefile's ``onerror`` handler).
 
 Snakemake's own message for a failed job ends with ``log: PATH (check log file(s) for error details)``;
-every stage writes its errors into that log (``python -m thanos ... > {log} 2>&1``). ``failed_job_logs``
-finds those paths in Snakemake's log file of the run, ``summary`` shows the last lines of each, so the
-error that stopped the run is on the terminal, not only in a file. Torch-free.
+every stage writes its errors into that log (``python -m thanos ... > {log} 2>&1``), ending with one
+``ERROR: ...`` line. ``failed_job_logs`` finds those paths in Snakemake's log file of the run, ``summary``
+shows each one's ERROR line (or its last lines, for a job that died without one), so the error that
+stopped the run is on the terminal, its traceback in the log. Torch-free.
 """
 
 from __future__ import annotations
@@ -39,8 +40,17 @@ def last_lines(path: str, count: int = LINES) -> list[str]:
     return [line for line in lines if line.strip()][-count:]
 
 
+def error_lines(path: str, count: int = LINES) -> tuple[bool, list[str]]:
+    """What a failed job's log says went wrong: (True, its ``ERROR: ...`` lines, the one line a thanos
+    command ends with; the traceback above them stays in the log), or (False, the last ``count`` lines)
+    for a job that died without one (killed, out of memory, a crash in a library)."""
+    lines = last_lines(path, 10**9)
+    errors = [line for line in lines if line.startswith("ERROR: ")]
+    return (True, errors[-count:]) if errors else (False, lines[-count:])
+
+
 def summary(snakemake_logs: Iterable[str], count: int = LINES) -> str:
-    """The last lines of every failed job's log named in Snakemake's log files ("" when none is)."""
+    """What every failed job's log named in Snakemake's log files says went wrong ("" when none is)."""
     parts = []
     for snakemake_log in snakemake_logs:
         if not os.path.isfile(snakemake_log):
@@ -51,7 +61,8 @@ def summary(snakemake_logs: Iterable[str], count: int = LINES) -> str:
             if not os.path.isfile(path):
                 parts.append(f"rule {rule}: no log at {path}")
                 continue
-            lines = last_lines(path, count)
-            parts.append(f"rule {rule} failed; last lines of {path}:")
+            is_error, lines = error_lines(path, count)
+            what = "its error (traceback in" if is_error else "last lines of"
+            parts.append(f"rule {rule} failed; {what} {path}{')' if is_error else ''}:")
             parts += [f"    {line}" for line in lines] or ["    (empty)"]
     return "\n".join(parts)

@@ -216,6 +216,24 @@ def pattern_text(sparsity: str, alpha: float | None, summary: SparsitySummary | 
     return text
 
 
+def nm_note(sparsity: str, alpha: float | None) -> str | None:
+    """For an n:m pattern, what the chosen alpha gives (None for other patterns)."""
+    pattern = parse_sparsity(sparsity)
+    if pattern.kind != "nm":
+        return None
+    nm = f"{pattern.n}:{pattern.m}"
+    if not alpha:
+        return (
+            f"every row of every pruned layer is {nm}: n:m sparse kernels (torch semi-structured sparsity, "
+            f"cuSPARSELt, vLLM) can run it; alpha 0.1 (the paper's Thanos setting) keeps 10 % of the rows "
+            "dense for a lower perplexity"
+        )
+    return (
+        f"{100 * alpha:g} % of the rows are kept dense (the paper's Thanos setting, lower perplexity): the "
+        f"model is not {nm} in every row, so n:m sparse kernels cannot run it as is; alpha 0 gives exact {nm}"
+    )
+
+
 def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> str | None:
     """The ``thanos prune-model`` command giving this model (None for a dense-chain recipe)."""
     recipe = report["recipe"]
@@ -298,7 +316,7 @@ def model_card(
             f"(seed {calibration.get('seed', 0)}{checksum}); chain {recipe.get('chain', 'sequential')}"
         )
     else:
-        calib = "none (magnitude pruning needs no data)"
+        calib = f"none ({method} needs no data)"
     lines = front + [
         f"# {model.get('name') or Path(base).name}: {method} {pattern}",
         "",
@@ -308,6 +326,7 @@ def model_card(
         "The weights are stored dense, zeros included: the model loads like the original, and "
         "`config.json` describes its sparsity in the compressed-tensors convention "
         "(`quantization_config.sparsity_config`, format `dense`).",
+        *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
         "",
         "| | |",
         "| --- | --- |",

@@ -78,16 +78,22 @@ def model_slug(reference: str) -> str:
 
 
 def model_facts(reference: str) -> tuple[str, int]:
-    """(model_type, max positions) of a supported model; an unsupported one is refused here, before any
-    job runs. Reads only config.json (for a hub id: downloads only config.json)."""
+    """(model_type, max positions) of a supported model; an unsupported one, or a local directory without
+    config, safetensors weights or tokenizer files, is refused here, before any job runs. Reads
+    config.json and the weights' headers (for a hub id: downloads only config.json)."""
     from transformers import AutoConfig
 
-    from thanos.models import get_adapter
+    from thanos.models import Checkpoint, check_tokenizer_files, get_adapter, load_config
 
-    try:
-        config = AutoConfig.from_pretrained(reference)
-    except (OSError, ValueError) as err:
-        raise FileNotFoundError(f"--model {reference}: cannot read its config.json ({err})") from err
+    if Path(reference).is_dir():  # config, weights and tokenizer files named here, before any job runs
+        config = load_config(reference)
+        Checkpoint(reference)
+        check_tokenizer_files(reference)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(reference)
+        except (OSError, ValueError) as err:
+            raise FileNotFoundError(f"--model {reference}: cannot read its config.json ({err})") from err
     try:
         adapter = get_adapter(config)
     except ValueError as err:
@@ -110,7 +116,8 @@ def recipe_spec(
     except ValueError as err:
         raise ValueError(f"--sparsity {sparsity!r}: {err}") from None
     spec = methods.get(method)
-    alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
+    if alpha is None:  # n:m asked of one command means the hardware pattern: every row n:m (alpha 0)
+        alpha = 0.0 if pattern.kind == "nm" else spec.default_alpha(pattern.kind)
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
     tag = pattern_tag(str(pattern))
     name = f"{method}_{tag}_a{alpha:g}"
@@ -207,7 +214,10 @@ def prune_model(
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
 
     ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3";
-    ``alpha``, ``blocksize``: the method's defaults when None (Thanos n:m and structured: alpha 0.1);
+    ``alpha``: when None, 0 for n:m (every row of every pruned layer n:m: the pattern 2:4 kernels run) and
+    the method's default otherwise (Thanos structured: 0.1); pass 0.1 for the paper's n:m variant, which
+    keeps 10 % of the rows dense (better perplexity, not usable by n:m kernels); ``blocksize``: the
+    method's default when None;
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
@@ -215,7 +225,7 @@ def prune_model(
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``thanos.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
-    from thanos.model_card import CARD, model_card, pattern_text, summarize
+    from thanos.model_card import CARD, model_card, nm_note, pattern_text, summarize
     from thanos.progress import Progress, clock_text, log_tail
     from thanos.publish import check_out, publish
     from thanos.run_workflow import WorkflowFailed, run_workflow
@@ -265,7 +275,10 @@ def prune_model(
     label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
     _print(stream, f"  recipe {name}: {label}")
-    data = "no calibration" if method == "magnitude" else f"{nsamples} x {seqlen} tokens of {calib['source']}"
+    if note := nm_note(recipe["sparsity"], recipe["alpha"]):
+        _print(stream, f"  {note}")
+    calibrated = methods.get(method).needs_hessian
+    data = f"{nsamples} x {seqlen} tokens of {calib['source']}" if calibrated else "no calibration"
     _print(stream, f"  {data} | device {device} | {cores} cores | evaluate: {', '.join(evaluate) or 'no'}")
     _print(stream, f"  workdir {workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
     _print(stream, f"  full log {log_file}")
@@ -287,7 +300,7 @@ def prune_model(
                 _print(stream, f"FAILED after {took}: {what}")
                 for job in progress.failed:
                     for log in job.logs:
-                        _print(stream, f"--- {job.label}: last lines of {workdir / log} ---")
+                        _print(stream, f"--- {job.label}: {workdir / log} (its full log) says ---")
                         _print(stream, log_tail(workdir / log))
                 _print(stream, f"--- full log: {log_file}")
                 _print(stream, "fix the cause and run the same command again: finished jobs are kept")

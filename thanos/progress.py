@@ -70,12 +70,12 @@ def last_block(log: Path) -> str:
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a job's log (``thanos.joblogs.last_lines``, as the workflow's own
-    failure summary shows them)."""
-    from thanos.joblogs import last_lines
+    """What a failed job's log says went wrong (``thanos.joblogs.error_lines``: its ERROR line, or its
+    last ``lines`` lines), as the workflow's own failure summary shows it."""
+    from thanos.joblogs import error_lines
 
     try:
-        return "\n".join(last_lines(str(path), lines))
+        return "\n".join(error_lines(str(path), lines)[1])
     except OSError as err:
         return f"(cannot read {path}: {err})"
 

@@ -1,21 +1,28 @@
-"""Publish a pruned model directory to a user's output directory, atomically.
+"""Publish a pruned model directory to a user's output directory, atomically, as a copy it owns.
 
-The files are hard-linked where the file system allows it (a 140 GB model costs no copy), copied
-otherwise; some text files (the model card) are written in place of the linked ones. The output appears
-complete or not at all (``thanos.atomic.atomic_path``). An existing output is replaced only when it is a
-previous result (it holds ``pruning_report.json``); anything else non-empty is refused.
+Every file is copied, never linked: an edit, truncation or deletion of anything under the output cannot
+reach the working directory, so it cannot change what a later publish produces. Each file is checked
+while it is copied against the digest ``assemble`` recorded (``thanos.digests``): a working directory
+changed since it was computed is refused, naming the file, instead of being published. Some text files
+(the model card) are written in place of the copied ones. The output appears complete or not at all
+(``thanos.atomic.atomic_path``). An existing output is replaced only when it is a previous result (it
+holds ``pruning_report.json``); anything else non-empty is refused. An output that already holds exactly
+this model is left untouched (its files are read and compared with the record, nothing is written).
+
+Cost: one read of the model and one write (about the time of ``cp -r``), plus sha256 at about 1.7 GB/s
+on one core; the output takes as much disk space as the model.
 """
 
 from __future__ import annotations
 
-import filecmp
-import os
 import shutil
 from pathlib import Path
 
+from thanos import digests
 from thanos.atomic import atomic_path
+from thanos.errors import PathError
 
-MARKER = "pruning_report.json"
+MARKER = digests.REPORT
 
 
 def check_out(out: Path) -> None:
@@ -29,41 +36,53 @@ def check_out(out: Path) -> None:
         )
 
 
-def _files(model_dir: Path) -> list[str]:
-    return sorted(p.name for p in model_dir.iterdir() if p.is_file() and not p.name.startswith("."))
-
-
-def _unchanged(model_dir: Path, out: Path, names: list[str], texts: dict[str, str]) -> bool:
-    if not out.is_dir() or set(_files(out)) != set(names) | set(texts):
+def _unchanged(model_dir: Path, out: Path, files: dict[str, dict], texts: dict[str, str]) -> bool:
+    """``out`` holds exactly what a publish would write (its files read and compared with the record)."""
+    if not out.is_dir() or (out / MARKER).read_bytes() != (model_dir / MARKER).read_bytes():
         return False
-    for name in names:
-        if name in texts:
-            continue
-        source, target = model_dir / name, out / name
-        if not (os.path.samefile(source, target) or filecmp.cmp(source, target, shallow=False)):
-            return False
-    return all((out / name).read_bytes() == text.encode() for name, text in texts.items())
+    if digests.differences(out, {n: d for n, d in files.items() if n not in texts}, skip=texts):
+        return False
+    return all((out / n).is_file() and (out / n).read_bytes() == text.encode() for n, text in texts.items())
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:  # another file system, or links not allowed
-        shutil.copyfile(source, target)
+def _copy_verified(source: Path, target: Path, expected: dict) -> None:
+    """Copy ``source`` to ``target`` and check, in the same pass, that it holds the recorded bytes."""
+    with open(source, "rb") as reader, open(target, "wb") as writer:
+        size, sha256 = digests.sha256_stream(reader, writer)
+    if (size, sha256) != (expected["bytes"], expected["sha256"]):
+        raise PathError(
+            "the pruned model's file differs from what was computed (size or sha256 differs from the record "
+            "in pruning_report.json); nothing was published",
+            source,
+            f"delete {source.parent} and run the same command again: it is reassembled from the cached "
+            "pruned layers",
+        )
 
 
 def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> bool:
-    """Make ``out`` hold ``model_dir``'s files, with ``texts`` ({name: content}) written instead of (or
-    besides) them. Returns False when ``out`` already held exactly that (then it is left untouched)."""
+    """Make ``out`` hold a verified copy of ``model_dir`` (an assembled model with its file digests), with
+    ``texts`` ({name: content}) written instead of (or besides) its files. Returns False when ``out``
+    already held exactly that (then it is left untouched)."""
     model_dir, out, texts = Path(model_dir), Path(out), dict(texts or {})
     check_out(out)
-    names = _files(model_dir)
-    if _unchanged(model_dir, out, names, texts):
+    files = digests.recorded(model_dir)
+    present = set(digests.model_files(model_dir))
+    problems = [f"{n} was added" for n in sorted(present - set(files) - set(texts))]
+    problems += [f"{n} is missing" for n in sorted(set(files) - present - set(texts))]
+    if problems:
+        raise PathError(
+            f"the pruned model differs from what was computed: {'; '.join(problems)}; nothing was published",
+            model_dir,
+            "delete that directory and run the same command again: it is reassembled from the cached "
+            "pruned layers",
+        )
+    if _unchanged(model_dir, out, files, texts):
         return False
     with atomic_path(out, is_dir=True) as tmp:
-        for name in names:
+        for name, expected in sorted(files.items()):
             if name not in texts:
-                _link_or_copy(model_dir / name, tmp / name)
+                _copy_verified(model_dir / name, tmp / name, expected)
+        shutil.copyfile(model_dir / MARKER, tmp / MARKER)
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
     return True

@@ -9,7 +9,15 @@ import hashlib
 import json
 from pathlib import Path
 
+from thanos.errors import PathError
+
 SUFFIXES = (".txt", ".raw", ".jsonl", ".json", ".parquet")
+
+
+FORMATS = (
+    ".txt/.raw (documents separated by blank lines), .jsonl/.json (one JSON object per line, the text in "
+    "a field) or .parquet (the text in a column)"
+)
 
 
 def text_files(path: str | Path) -> list[Path]:
@@ -20,11 +28,68 @@ def text_files(path: str | Path) -> list[Path]:
             f"text data not found: {path}; point the config at an existing file or directory"
         )
     if path.is_file():
+        if path.suffix.lower() not in SUFFIXES:
+            raise PathError(
+                f"unsupported text file type {path.suffix or '(no suffix)'!r}",
+                path,
+                f"give {FORMATS}; rename a plain text file to .txt",
+            )
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
     if not files:
-        raise ValueError(f"no {', '.join(SUFFIXES)} files under {path}")
+        raise PathError(
+            f"no text files in the directory (looked for {', '.join(SUFFIXES)})", path, f"add {FORMATS}"
+        )
     return files
+
+
+def read_text(file: Path) -> str:
+    """A text file's content as UTF-8; a PathError naming the file and the byte when it is not UTF-8."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PathError(
+            f"not UTF-8 text: byte 0x{err.object[err.start]:02x} at offset {err.start} cannot be decoded",
+            file,
+            "give UTF-8 text (convert it, e.g. `iconv -f latin1 -t utf-8`), or this is not a text file",
+        ) from None
+
+
+def _jsonl_documents(file: Path, field: str) -> list[str]:
+    docs = []
+    for lineno, line in enumerate(read_text(file).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            raise PathError(
+                f"line {lineno} is not JSON ({err.msg})", file, "give one JSON object per line (JSON Lines)"
+            ) from None
+        if not isinstance(record, dict) or field not in record:
+            raise PathError(
+                f"line {lineno} has no {field!r} field", file, "set the text field name (--text-field)"
+            )
+        docs.append(str(record[field]))
+    return docs
+
+
+def _parquet_documents(file: Path, field: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(file)
+    except Exception as err:  # noqa: BLE001 - pyarrow's errors do not name the file
+        raise PathError(
+            f"cannot read as parquet ({err})", file, "give a parquet file, or a .txt/.jsonl"
+        ) from None
+    if field not in table.column_names:
+        raise PathError(
+            f"no {field!r} column (has {', '.join(table.column_names)})",
+            file,
+            "set the text field name (--text-field)",
+        )
+    return [str(x) for x in table.column(field).to_pylist() if x is not None]
 
 
 def read_documents(path: str | Path, field: str = "text") -> list[str]:
@@ -33,32 +98,23 @@ def read_documents(path: str | Path, field: str = "text") -> list[str]:
     - ``.txt``/``.raw``: one document per blank-line separated paragraph;
     - ``.jsonl``/``.json`` (one object per line): the ``field`` of each line;
     - ``.parquet``: the ``field`` column.
-    Empty documents are dropped. Raises ValueError if nothing is left.
+    Empty documents are dropped. Every problem raises a PathError naming the file and the fix: a file
+    that is not UTF-8, a line that is not JSON, a missing field, nothing left.
     """
     docs: list[str] = []
     for file in text_files(path):
-        if file.suffix in (".txt", ".raw"):
-            text = file.read_text(encoding="utf-8")
-            docs.extend(p.strip("\n") for p in text.split("\n\n"))
-        elif file.suffix in (".jsonl", ".json"):
-            with open(file, encoding="utf-8") as handle:
-                for lineno, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    record = json.loads(line)
-                    if field not in record:
-                        raise ValueError(f"{file}:{lineno}: no {field!r} field; set the text field name")
-                    docs.append(record[field])
+        suffix = file.suffix.lower()
+        if suffix in (".txt", ".raw"):
+            docs.extend(p.strip("\n") for p in read_text(file).split("\n\n"))
+        elif suffix in (".jsonl", ".json"):
+            docs.extend(_jsonl_documents(file, field))
         else:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(file)
-            if field not in table.column_names:
-                raise ValueError(f"{file}: no {field!r} column (has {table.column_names})")
-            docs.extend(str(x) for x in table.column(field).to_pylist() if x is not None)
+            docs.extend(_parquet_documents(file, field))
     docs = [d for d in docs if d.strip()]
     if not docs:
-        raise ValueError(f"text data at {path} is empty")
+        raise PathError(
+            "the text data holds no text (every document is empty)", Path(path), f"give {FORMATS}"
+        )
     return docs
 
 

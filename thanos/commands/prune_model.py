@@ -37,7 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, choices=METHODS, help="pruning method")
     parser.add_argument("--sparsity", required=True, help="0.5 (unstructured), 2:4, 4:8, structured:0.3")
     parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
-    alpha_help = "outlier-row fraction kept dense (default: 0.1 for Thanos n:m and structured, else 0)"
+    alpha_help = (
+        "fraction of rows kept dense (outliers). Default 0 for n:m, so the model is exactly n:m (2:4 "
+        "kernels can run it); --alpha 0.1 is the paper's Thanos n:m setting (lower perplexity, not n:m "
+        "in every row). Default 0.1 for Thanos structured, else 0"
+    )
     parser.add_argument("--alpha", type=float, default=None, help=alpha_help)
     parser.add_argument(
         "--blocksize",

@@ -10,8 +10,10 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from thanos import digests
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
@@ -64,13 +66,20 @@ def load_model(
 ) -> LoadedModel:
     """Load ``path`` (an HF model directory, or a hub id for users with hub access) for inference.
 
+    A pruned model (a directory with ``pruning_report.json``) is first checked against the file digests
+    recorded when it was assembled: an edited, truncated or deleted file stops here, named.
+
     ``device_map="auto"`` spreads the model over every visible GPU (accelerate's placement); otherwise the
     whole model goes to ``device``. ``dtype="auto"`` keeps the saved dtype (fp16 becomes fp32 on CPU).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from thanos.models import load_tokenizer
 
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if (Path(path) / digests.REPORT).is_file():  # a pruned model: evaluate what was computed, nothing else
+        digests.verify(path)
     try:
         config = AutoConfig.from_pretrained(path)
     except OSError as err:  # missing directory, no config.json, hub id without hub access
@@ -96,6 +105,6 @@ def load_model(
         model.to(in_device)
         placement = in_device
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     log.info("loaded %s on %s (%s)", path, placement, str(torch_dtype).removeprefix("torch."))
     return LoadedModel(model, tokenizer, in_device, placement, str(torch_dtype).removeprefix("torch."))

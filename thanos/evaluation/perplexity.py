@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from thanos.errors import PathError
+
 log = logging.getLogger(__name__)
 
 WIKITEXT2 = "wikitext2"
@@ -37,8 +39,9 @@ class EvalText:
 
 def _raw_rows(path: Path) -> list[str]:
     """Rows of a WikiText ``.raw`` file as the hub's loader yields them: one per line, blank lines empty."""
-    with open(path, encoding="utf-8") as handle:
-        return [line if line.strip() else "" for line in handle]
+    from thanos.textdata import read_text
+
+    return [line if line.strip() else "" for line in read_text(path).splitlines(keepends=True)]
 
 
 def load_eval_text(source: str, text_field: str = "text") -> EvalText:
@@ -69,7 +72,7 @@ def load_eval_text(source: str, text_field: str = "text") -> EvalText:
         if all(f.suffix == ".raw" for f in files):
             rows = [row for f in files for row in _raw_rows(f)]
             if not any(r.strip() for r in rows):
-                raise ValueError(f"evaluation data at {source} is empty")
+                raise PathError("the evaluation text is empty", path, "give a file with text")
         else:
             rows = textdata.read_documents(path, field=text_field)
         text, dataset = "\n\n".join(rows), str(path)
@@ -99,15 +102,18 @@ def resolve_seqlen(config: Any, seqlen: int | None) -> int:
     return seqlen
 
 
-def tokenize_windows(tokenizer: Any, text: str, seqlen: int) -> tuple[Any, int]:
+def tokenize_windows(tokenizer: Any, text: str, seqlen: int, dataset: str = "") -> tuple[Any, int]:
     """Token ids of ``text`` cut into non-overlapping windows: a (windows, seqlen) int64 tensor, and the
-    number of tokens of the whole text (the remainder after the last full window is dropped)."""
+    number of tokens of the whole text (the remainder after the last full window is dropped). Too short
+    a text raises a PathError naming ``dataset`` (where the text came from)."""
     ids = tokenizer(text, return_tensors="pt").input_ids[0]
     windows = ids.numel() // seqlen
     if windows == 0:
-        raise ValueError(
-            f"the evaluation text has {ids.numel()} tokens, fewer than one window of {seqlen}; "
-            "use a larger corpus or a smaller --seqlen"
+        fix = "use a longer text" + (f", or --seqlen {ids.numel()} or less" if ids.numel() >= 2 else "")
+        raise PathError(
+            f"the evaluation text has {ids.numel()} tokens, fewer than one window of seqlen={seqlen}",
+            dataset or "evaluation text",
+            fix,
         )
     return ids[: windows * seqlen].view(windows, seqlen), int(ids.numel())
 
@@ -180,7 +186,7 @@ def evaluate_perplexity(
         raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
     seqlen = resolve_seqlen(config, seqlen)
     loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
-    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen)
+    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset)
     start = time.perf_counter()
     total = window_nll(loaded.model, windows, loaded.device, batch_size, progress)
     seconds = time.perf_counter() - start

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from thanos.errors import PathError
 from thanos.models.base import ModelAdapter
 from thanos.models.checkpoint import Checkpoint, resolve_model_path
 from thanos.models.llama import LlamaAdapter
@@ -35,15 +36,65 @@ class ConfigFile:
 
 
 def load_config(model_dir: str | Path, full: bool = True) -> PretrainedConfig | ConfigFile:
-    """The model's config (``full=False``: a ``ConfigFile``); a directory without config.json is refused."""
+    """The model's config (``full=False``: a ``ConfigFile``); a directory without a readable config.json
+    is refused, naming it."""
     path = Path(model_dir)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path} has no config.json: pass a Hugging Face model directory")
+        empty = " (the directory is empty)" if path.is_dir() and not any(path.iterdir()) else ""
+        raise PathError(
+            f"no config.json in the model directory{empty}",
+            path,
+            "pass a Hugging Face model directory (config.json, *.safetensors, tokenizer files), as "
+            "save_pretrained writes it",
+        )
+    try:
+        values = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise PathError(
+            f"config.json is not valid JSON ({err})",
+            path / "config.json",
+            "restore it from the original model",
+        ) from None
     if not full:
-        return ConfigFile(json.loads((path / "config.json").read_text()))
+        return ConfigFile(values)
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(path)
+
+
+# A tokenizer transformers can load: a fast tokenizer.json, a SentencePiece model, or a BPE vocabulary
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
+
+
+def check_tokenizer_files(model_dir: str | Path) -> None:
+    """Refuse a model directory without tokenizer files (a PathError naming it and the files expected)."""
+    path = Path(model_dir)
+    if not any(all((path / name).is_file() for name in files) for files in TOKENIZER_FILES):
+        expected = " or ".join(" + ".join(files) for files in TOKENIZER_FILES)
+        raise PathError(
+            f"no tokenizer files in the model directory (expected {expected}, with tokenizer_config.json)",
+            path,
+            "copy the tokenizer files of the base model into it (AutoTokenizer.from_pretrained(base)"
+            ".save_pretrained(dir) writes them)",
+        )
+
+
+def load_tokenizer(model_dir: str | Path) -> Any:
+    """The model's tokenizer (``AutoTokenizer``); a missing or unloadable one is refused, naming the
+    directory and the files expected."""
+    from transformers import AutoTokenizer
+
+    if Path(model_dir).is_dir():
+        check_tokenizer_files(model_dir)
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds, none names the files
+        text = " ".join(str(err).split())[:300]
+        raise PathError(
+            f"cannot load the tokenizer ({type(err).__name__}: {text})",
+            model_dir,
+            "check tokenizer.json / tokenizer_config.json, or copy the base model's tokenizer files into it",
+        ) from err
 
 
 def get_adapter(config: PretrainedConfig) -> ModelAdapter:
@@ -71,8 +122,10 @@ __all__ = [
     "Checkpoint",
     "ConfigFile",
     "ModelAdapter",
+    "check_tokenizer_files",
     "get_adapter",
     "load_config",
+    "load_tokenizer",
     "open_model",
     "resolve_model_path",
 ]

@@ -1,12 +1,14 @@
 """Assemble stage: original tensors + pruned layers -> a Hugging Face model directory.
 
 The output directory holds the original config, generation config and tokenizer files (copied byte for
-byte), the weights as sharded safetensors with ``model.safetensors.index.json`` (pruned layers taken from
-``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original dtypes) and
-``pruning_report.json``; last, ``thanos.model_card.describe_model`` adds the sparsity metadata to
-``config.json`` and writes the model card ``README.md``. Tensors are streamed shard by shard
-(``safe_open`` + ``save_file``): peak memory is one output shard, never the whole model. The directory
-is written atomically and its bytes depend only on the inputs (no timestamps; tensors in a fixed order).
+byte), the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``;
+pruned layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged,
+original dtypes); ``thanos.model_card.describe_model`` adds the sparsity metadata to ``config.json`` and
+writes the model card ``README.md``; last, ``pruning_report.json``, with the size and sha256 of every
+other file (``thanos.digests``: what later readers check the model against). Tensors are streamed shard
+by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole model. The
+directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in a
+fixed order).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from safetensors.torch import save_file
 
+from thanos import digests
 from thanos.atomic import atomic_path
 from thanos.fingerprint import check_unchanged
 from thanos.layout import CHAIN_SUMMARY, pruned_block_name
@@ -36,7 +39,9 @@ from thanos.safetensors_io import open_safetensors
 log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
-SKIP_FILES = {INDEX_FILE, "pytorch_model.bin.index.json", "pruning_report.json"}
+# not copied from the original: its weight index (ours replaces it), and our own reports about that
+# model (a demo model's training report would describe the dense model, not the pruned one)
+SKIP_FILES = {INDEX_FILE, "pytorch_model.bin.index.json", "pruning_report.json", "train_report.json"}
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
 DTYPE_BYTES = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1, "I8": 1}  # others: 2
 VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")
@@ -218,8 +223,9 @@ def assemble(
             "intermediates": usage,
             "workflow": workflow,
         }
-        (tmp / "pruning_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         describe_model(tmp, report)  # config.json sparsity metadata, README.md model card
+        report["files"] = digests.record(tmp)  # what every later reader checks the model against
+        (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info(
         "assembled %s: %d tensors in %d shard(s), %d pruned layers, overall sparsity %.4f",
         out,
@@ -329,8 +335,8 @@ def write_shards(
     replace: dict[str, Path],
     sizes: dict[str, int],
 ) -> None:
-    """The weights as safetensors shards and ``model.safetensors.index.json``, one shard in memory at a
-    time; a single shard is named ``model.safetensors``."""
+    """The weights as safetensors shards, one shard in memory at a time: a single ``model.safetensors``,
+    or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them)."""
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
         shard_name = (
@@ -344,8 +350,9 @@ def write_shards(
             weight_map[name] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
         del tensors
-    index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
-    (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+        (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def copy_model_files(model_dir: Path, tmp: Path) -> None:

@@ -6,10 +6,9 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer
 
 from thanos.calibration import load_source, sample_windows
-from thanos.models import get_adapter, load_config, resolve_model_path
+from thanos.models import get_adapter, load_config, load_tokenizer, resolve_model_path
 from thanos.storage import write_tokens
 
 log = logging.getLogger(__name__)
@@ -44,13 +43,10 @@ def calibrate(
     elif seqlen > adapter.max_positions:
         limit = adapter.max_positions
         raise ValueError(f"--seqlen {seqlen} exceeds the model's max_position_embeddings {limit}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError) as err:
-        raise FileNotFoundError(f"no usable tokenizer in {model_dir}: {err}") from err
+    tokenizer = load_tokenizer(model_dir)
     documents, provenance = load_source(source, text_field)
     log.info("calibrate: %d x %d tokens from %s (seed %d)", nsamples, seqlen, provenance["source"], seed)
-    tokens = sample_windows(documents, tokenizer, nsamples, seqlen, seed)
+    tokens = sample_windows(documents, tokenizer, nsamples, seqlen, seed, source=provenance["source"])
     distinct = distinct_windows(tokens)
     if distinct < nsamples:
         log.warning(
