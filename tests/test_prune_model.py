@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from thanos.one_recipe import default_workdir, model_slug, recipe_spec
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
-RECIPE = "thanos_2-4_a0_B512"  # --method thanos --sparsity 2:4 --alpha 0
+RECIPE = "thanos_2-4_a0_B512"  # --method thanos --sparsity 2:4: n:m means every row n:m (alpha 0)
 CALIBRATION = ("--nsamples", "16", "--seqlen", "64")
 
 
@@ -55,7 +56,7 @@ def inputs(tmp_path_factory) -> tuple[Path, Path]:
 
 def prune(inputs, out: Path, workdir: Path, *extra: str, popen: bool = False):
     model, calib = inputs
-    args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4", "--alpha", "0"]
+    args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4"]
     args += ["--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2"]
     args += ["--workdir", workdir, "--out", out, *extra]
     return thanos(*args, cwd=out.parent, popen=popen)
@@ -80,7 +81,7 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from transformers import AutoModelForCausalLM
 
     out, workdir, terminal = first
-    for line in ("recipe thanos_2-4_a0_B512", "jobs done: sample calibration tokens", "block 6/6 done"):
+    for line in ("recipe thanos_2-4_a0_B512", "every row of every pruned layer is 2:4", "block 6/6 done"):
         assert line in terminal, terminal
     assert f"written: {out}" in terminal
     assert "Building DAG" not in terminal  # Snakemake's own log went to the log file
@@ -95,6 +96,7 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
         w = weights[entry["tensor"]]
         zeros_per_group = (w == 0).reshape(w.shape[0], -1, 4).sum(-1)
         assert bool((zeros_per_group >= 2).all()), entry["tensor"]
+        assert entry["outlier_rows"] == 0
     original = AutoModelForCausalLM.from_pretrained(inputs[0])
     for name, p in original.named_parameters():
         if name not in {entry["tensor"] for entry in report["layers"]}:
@@ -112,7 +114,8 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     assert sparsity.global_sparsity == pytest.approx(zeros / total, abs=1e-6)
 
     card = (out / "README.md").read_text()
-    assert "# tiny-llama: Thanos 2:4" in card and "dense rows" not in card.split("\n## ")[0]
+    assert "# tiny-llama: Thanos 2:4" in card and "dense rows" not in card.split("\n## ")[0].split("\n\n")[0]
+    assert "Every row of every pruned layer is 2:4: n:m sparse kernels" in card
     assert "| achieved sparsity | 50.00 % of the" in card
     assert "| self_attn.q_proj | 6 |" in card
     assert "16 x 64 tokens from" in card and str(inputs[1]) in card
@@ -159,8 +162,10 @@ def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in (pruned / "block0").iterdir()} == block0
     summary = json.loads((pruned / "chain.json").read_text())
     assert summary["reused"]["prune"] >= 7  # the chain job resumed after block 0
-    for name in ("model.safetensors", "config.json", "model.safetensors.index.json"):
+    for name in ("model.safetensors", "config.json"):
         assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    files = [json.loads((d / "pruning_report.json").read_text())["files"] for d in (out, reference)]
+    assert files[0] == files[1]  # every file of the model has the same digest
     card = (out / "README.md").read_text().replace(str(out), "OUT")
     assert card == (reference / "README.md").read_text().replace(str(reference), "OUT")
 
@@ -174,7 +179,8 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     model, calib = inputs
     other = out.parent / "sparsegpt-50"
     run = thanos(
-        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "4:8", "--calibration", calib,
+        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "4:8", "--alpha", "0.1",
+        "--calibration", calib,
         *CALIBRATION, "--device", "cpu", "--cores", "2", "--workdir", workdir, "--out", other,
         "--evaluate", "ppl", "--ppl-source", calib, cwd=out.parent,
     )  # fmt: skip
@@ -185,18 +191,67 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     assert {p: p.stat().st_mtime_ns for p in shared} == before
     assert "perplexity" in terminal
     report = json.loads((other / "pruning_report.json").read_text())
-    assert report["recipe"]["alpha"] == 0.1  # Thanos n:m default: 10 % of the rows kept dense
+    assert report["recipe"]["alpha"] == 0.1  # the paper's Thanos n:m: 10 % of the rows kept dense
     dense_rows = sum(entry["outlier_rows"] for entry in report["layers"])
     assert dense_rows > 0
     config = json.loads((other / "config.json").read_text())["quantization_config"]["sparsity_config"]
     assert config["sparsity_structure"] == "unstructured"  # 4:8 does not hold in the dense rows
     card = (other / "README.md").read_text()
     assert "Thanos 4:8 + 10 % dense rows" in card and f"{dense_rows} of " in card
+    assert "n:m sparse kernels cannot run it as is; alpha 0 gives exact 4:8" in card
     ppl = json.loads(
         (workdir / "results" / "tiny-llama" / "thanos_4-8_a0.1_B512" / "eval" / "perplexity.json").read_text()
     )
     assert f"perplexity **{ppl['ppl']:.2f}**" in card
     assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
+
+
+def _overwrite_tail(path: Path) -> None:
+    """Overwrite the last bytes of a file in place, as a script writing into an existing file does."""
+    with open(path, "r+b") as handle:
+        handle.seek(path.stat().st_size - 64)
+        handle.write(b"\x01" * 32)
+
+
+@pytest.mark.slow
+def test_the_published_model_owns_its_bytes(first, inputs):
+    out, workdir, _ = first
+    cached = workdir / "results" / "tiny-llama" / RECIPE / "model"
+    expected = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert os.stat(out / "model.safetensors").st_ino != os.stat(cached / "model.safetensors").st_ino
+    report = json.loads((cached / "pruning_report.json").read_text())
+    written = {p.name for p in cached.iterdir() if not p.name.startswith(".")}  # Snakemake's timestamp
+    assert set(report["files"]) == written - {"pruning_report.json"}
+    assert (
+        not (cached / "train_report.json").exists() and not (cached / "model.safetensors.index.json").exists()
+    )
+
+    # an edit of the published weights in place does not reach the cache: the same command republishes
+    _overwrite_tail(out / "model.safetensors")
+    (out / "tokenizer.json").unlink()
+    again = prune(inputs, out, workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "written again" in again.stderr and "model.safetensors was changed" in again.stderr
+    assert "tokenizer.json is missing" in again.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == expected
+    other = out.parent / "second-out"  # and a new --out gets the pruned model, not an edited one
+    _overwrite_tail(out / "model.safetensors")
+    fresh = prune(inputs, other, workdir)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert (other / "model.safetensors").read_bytes() == expected["model.safetensors"]
+
+    # the cache itself edited: nothing is published, the file and the fix are named
+    _overwrite_tail(cached / "model.safetensors")
+    refused = prune(inputs, out.parent / "third-out", workdir)
+    assert refused.returncode == 2 and not (out.parent / "third-out").exists()
+    assert (
+        f"({cached / 'model.safetensors'}); delete {cached} and run the same command again" in refused.stderr
+    )
+    shutil.rmtree(cached)  # the fix: reassembled from the cached pruned layers
+    fixed = prune(inputs, out.parent / "third-out", workdir)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "assemble the pruned model" in fixed.stderr and "prune every block" not in fixed.stderr
+    assert (out.parent / "third-out" / "model.safetensors").read_bytes() == expected["model.safetensors"]
 
 
 @pytest.mark.slow
@@ -219,8 +274,11 @@ def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_pat
     failed = thanos(*args, cwd=tmp_path)
     assert failed.returncode == 1
     assert "FAILED after" in failed.stderr and "sample calibration tokens" in failed.stderr
-    assert "calibrate.log ---" in failed.stderr  # the failing job's log tail
-    assert "no calibration document is longer than seqlen=64 tokens" in failed.stderr
+    assert "calibrate.log (its full log) says ---" in failed.stderr
+    # the job's ERROR line names the file, the tokens found and a seqlen that works; no traceback
+    error = "ERROR: no calibration document is longer than seqlen=64 tokens: 1 document(s), 9 tokens in all"
+    assert error in failed.stderr and f"({text}); set seqlen to 8 or less" in failed.stderr
+    assert "Traceback" not in failed.stderr
     assert "run the same command again" in failed.stderr and not (tmp_path / "o").exists()
     text.write_text(calib.read_text())  # the fix
     fixed = thanos(*args, cwd=tmp_path)
@@ -266,6 +324,39 @@ def test_bad_arguments_name_the_option(tmp_path, args, message):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("tokenizer", "no tokenizer files in the model directory (expected tokenizer.json or"),
+        ("config", "config.json is not valid JSON"),
+        ("weights", "no safetensors weights in"),
+        ("empty", "no config.json in the model directory (the directory is empty)"),
+    ],
+)
+def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage, message):
+    from thanos.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    if damage == "tokenizer":
+        for file in model.glob("tokenizer*"):
+            file.unlink()
+    elif damage == "config":
+        (model / "config.json").write_text('{"model_type": "llama",')
+    elif damage == "weights":
+        for file in model.glob("*.safetensors*"):
+            file.unlink()
+    else:
+        shutil.rmtree(model)
+        model.mkdir()
+    run = thanos(
+        "prune-model", "--model", model, "--method", "wanda", "--sparsity", "0.5",
+        "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    assert str(model) in run.stderr.splitlines()[-1]
+    assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
+
+
 def test_a_foreign_out_directory_is_refused(tmp_path):
     from thanos.tiny import build_tiny_model
 
@@ -281,10 +372,12 @@ def test_a_foreign_out_directory_is_refused(tmp_path):
 
 
 def test_recipe_names_carry_the_resolved_defaults():
-    assert recipe_spec("thanos", "2:4", None, None, 0.01) == (
-        "thanos_2-4_a0.1_B512",
-        {"method": "thanos", "sparsity": "2:4", "alpha": 0.1, "blocksize": 512},
+    assert recipe_spec("thanos", "2:4", None, None, 0.01) == (  # n:m: exact n:m unless asked
+        "thanos_2-4_a0_B512",
+        {"method": "thanos", "sparsity": "2:4", "alpha": 0.0, "blocksize": 512},
     )
+    assert recipe_spec("thanos", "4:8", 0.1, None, 0.01)[0] == "thanos_4-8_a0.1_B512"
+    assert recipe_spec("thanos", "structured:0.3", None, None, 0.01)[0] == "thanos_s30_a0.1"
     assert recipe_spec("thanos", "0.5", None, None, 0.01)[0] == "thanos_u50_a0_B128"
     assert recipe_spec("magnitude", "structured:0.3", None, None, 0.02) == (
         "magnitude_s30_a0_damp0.02",

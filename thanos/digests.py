@@ -107,7 +107,7 @@ def verify(model_dir: str | os.PathLike, skip: Iterable[str] = ()) -> None:
     if problems:
         raise PathError(
             f"the pruned model differs from what was computed: {'; '.join(problems)}",
-            model_dir,
+            Path(model_dir).resolve(),
             "delete that directory and run again: it is reassembled from the cached pruned layers "
             "(copy a model before editing it)",
         )

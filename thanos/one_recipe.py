@@ -85,10 +85,9 @@ def model_facts(reference: str) -> tuple[str, int]:
 
     from thanos.models import Checkpoint, check_tokenizer_files, get_adapter, load_config
 
-    if Path(reference).is_dir():  # config, weights and tokenizer files named here, before any job runs
+    local = Path(reference).is_dir()
+    if local:  # config, weights and tokenizer files named here, before any job runs
         config = load_config(reference)
-        Checkpoint(reference)
-        check_tokenizer_files(reference)
     else:
         try:
             config = AutoConfig.from_pretrained(reference)
@@ -98,6 +97,9 @@ def model_facts(reference: str) -> tuple[str, int]:
         adapter = get_adapter(config)
     except ValueError as err:
         raise ValueError(f"--model {reference}: {err}") from None
+    if local:
+        Checkpoint(reference)
+        check_tokenizer_files(reference)
     return config.model_type, adapter.max_positions
 
 
@@ -313,9 +315,14 @@ def prune_model(
     evaluation = _evaluation(model_root, evaluate)
     summary = summarize(model_dir, report)
     card = model_card(report, summary, evaluation, out)
-    changed = publish(model_dir, out, {CARD: card})
+    before = publish(model_dir, out, {CARD: card})
     took = clock_text(time.monotonic() - started)
-    _print(stream, f"{'written' if changed else 'unchanged (it already holds this model)'}: {out} ({took})")
+    if not before:
+        _print(stream, f"unchanged (it already holds this model): {out} ({took})")
+    elif before == ["new"]:
+        _print(stream, f"written: {out} ({took})")
+    else:
+        _print(stream, f"written again: {out} ({took}); what was there had changed: {'; '.join(before)}")
     _print(
         stream,
         f"  {label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "

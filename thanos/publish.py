@@ -36,13 +36,18 @@ def check_out(out: Path) -> None:
         )
 
 
-def _unchanged(model_dir: Path, out: Path, files: dict[str, dict], texts: dict[str, str]) -> bool:
-    """``out`` holds exactly what a publish would write (its files read and compared with the record)."""
-    if not out.is_dir() or (out / MARKER).read_bytes() != (model_dir / MARKER).read_bytes():
-        return False
-    if digests.differences(out, {n: d for n, d in files.items() if n not in texts}, skip=texts):
-        return False
-    return all((out / n).is_file() and (out / n).read_bytes() == text.encode() for n, text in texts.items())
+def _differences(model_dir: Path, out: Path, files: dict[str, dict], texts: dict[str, str]) -> list[str]:
+    """How ``out`` differs from what a publish would write (its files read and compared with the record);
+    empty when it holds exactly that."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return ["new"]
+    if (out / MARKER).read_bytes() != (model_dir / MARKER).read_bytes():
+        return [f"{MARKER} differs (another model or recipe)"]
+    problems = digests.differences(out, {n: d for n, d in files.items() if n not in texts}, skip=texts)
+    for name, text in texts.items():
+        if not (out / name).is_file() or (out / name).read_bytes() != text.encode():
+            problems.append(f"{name} differs")
+    return problems
 
 
 def _copy_verified(source: Path, target: Path, expected: dict) -> None:
@@ -59,10 +64,11 @@ def _copy_verified(source: Path, target: Path, expected: dict) -> None:
         )
 
 
-def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> bool:
+def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> list[str]:
     """Make ``out`` hold a verified copy of ``model_dir`` (an assembled model with its file digests), with
-    ``texts`` ({name: content}) written instead of (or besides) its files. Returns False when ``out``
-    already held exactly that (then it is left untouched)."""
+    ``texts`` ({name: content}) written instead of (or besides) its files. Returns how ``out`` differed
+    before (``["new"]`` for a new output), empty when it already held exactly that (then it is left
+    untouched)."""
     model_dir, out, texts = Path(model_dir), Path(out), dict(texts or {})
     check_out(out)
     files = digests.recorded(model_dir)
@@ -76,8 +82,9 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
             "delete that directory and run the same command again: it is reassembled from the cached "
             "pruned layers",
         )
-    if _unchanged(model_dir, out, files, texts):
-        return False
+    before = _differences(model_dir, out, files, texts)
+    if not before:
+        return before
     with atomic_path(out, is_dir=True) as tmp:
         for name, expected in sorted(files.items()):
             if name not in texts:
@@ -85,4 +92,4 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
         shutil.copyfile(model_dir / MARKER, tmp / MARKER)
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
-    return True
+    return before

@@ -17,7 +17,10 @@ import difflib
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
+
+from thanos.errors import PathError
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,6 @@ def parse_tasks(tasks: str | list[str] | tuple[str, ...] | None) -> list[str]:
 
 
 def _include_paths(include_path: str | list[str] | None) -> list[str]:
-    from pathlib import Path
-
     if include_path is None:
         return []
     paths = include_path.split(",") if isinstance(include_path, str) else list(include_path)
@@ -46,6 +47,40 @@ def _include_paths(include_path: str | list[str] | None) -> list[str]:
         if not Path(p).is_dir():
             raise FileNotFoundError(f"--include-path {p}: not a directory of lm-eval task YAMLs")
     return paths
+
+
+def _unreadable_yamls(paths: list[str]) -> list[str]:
+    """``file: error`` for each task YAML under ``paths`` that is not valid YAML (lm-eval skips those)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # lm-eval's tags (!function) are not resolved here, only parsed
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    found = []
+    for root in paths:
+        for file in sorted(Path(root).rglob("*.yaml")):
+            try:
+                yaml.load(file.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 - SafeLoader
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                found.append(f"{file}: {' '.join(str(err).split())}")
+    return found
+
+
+def load_tasks(manager: Any, tasks: list[str]) -> None:
+    """Load every task's documents now (before a model is loaded): a task whose data cannot be read is
+    refused naming the task, its YAML file and the error."""
+    for task in tasks:
+        try:
+            manager.load([task])
+        except Exception as err:  # noqa: BLE001 - datasets and lm-eval raise many kinds
+            entry = manager.task_index.get(task)
+            yaml_path = getattr(entry, "yaml_path", None)
+            raise PathError(
+                f"lm-eval task {task!r} cannot load its documents ({type(err).__name__}: {err})",
+                yaml_path or task,
+                "check the data files the task's YAML names (dataset_path, data_files, custom_dataset)",
+            ) from err
 
 
 def task_manager(tasks: list[str], include_path: str | list[str] | None = None) -> Any:
@@ -70,6 +105,9 @@ def task_manager(tasks: list[str], include_path: str | list[str] | None = None) 
             close = difflib.get_close_matches(name, manager.all_tasks, n=3)
             hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         where = f" or under --include-path {','.join(paths)}" if paths else ""
+        unreadable = _unreadable_yamls(paths)
+        if unreadable:
+            where += f" (task files that could not be read there: {'; '.join(unreadable)})"
         raise ValueError(
             f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task{where}. "
             "List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass "
@@ -146,7 +184,8 @@ def evaluate_zeroshot(
         raise ValueError(f"--batch-size {batch_size}: must be at least 1")
     if limit is not None and limit <= 0:
         raise ValueError(f"--limit {limit}: must be positive")
-    manager = task_manager(names, include_path)  # fail on bad names before loading a big model
+    manager = task_manager(names, include_path)  # fail on bad names and data before loading a big model
+    load_tasks(manager, names)
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
