@@ -161,6 +161,27 @@ def test_model_overwritten_in_place_reruns_its_results(base: Path, tmp_path: Pat
     assert "Nothing to be done" in output(dry), output(dry)[-3000:]
 
 
+@pytest.mark.slow
+def test_an_edited_result_model_stops_the_next_run_named(base: Path, tmp_path: Path) -> None:
+    work = copy_run(base, tmp_path / "edited")
+    model = work / "results" / "m" / "thanos_u50" / "model"
+    computed = (model / "model.safetensors").read_bytes()
+    with open(model / "model.safetensors", "r+b") as handle:  # edited in place, as a script would
+        handle.seek(len(computed) - 64)
+        handle.write(b"\x01" * 32)
+    for extra in ((), ("-n",)):  # a run and a dry run alike
+        proc = snakemake(work, BASE_CONFIG, *extra, check=False)
+        assert proc.returncode != 0, output(proc)[-3000:]
+        assert "results/m/thanos_u50/model is not what was computed: model.safetensors was changed" in output(
+            proc
+        ), output(proc)[-3000:]
+        assert "delete results/m/thanos_u50/model and run again" in output(proc)
+    shutil.rmtree(model)  # the fix: reassembled from the pruned layers, the same bytes
+    proc = snakemake(work, BASE_CONFIG)
+    assert "rule assemble" in output(proc) and "rule prune" not in output(proc), output(proc)[-3000:]
+    assert (model / "model.safetensors").read_bytes() == computed
+
+
 # ---- 5. a failed job's error on the terminal ---------------------------------------------------------
 
 
@@ -173,7 +194,8 @@ def test_failed_job_error_reaches_the_terminal(tmp_path: Path) -> None:
     )
     proc = snakemake(tmp_path, config, check=False)
     assert proc.returncode != 0
-    assert "has no config.json" in output(proc), output(proc)[-3000:]
+    assert "no config.json in the model directory" in output(proc), output(proc)[-3000:]
+    assert "Traceback" not in output(proc)  # the job's ERROR line; its traceback stays in its log
 
 
 # ---- smaller ones ------------------------------------------------------------------------------------

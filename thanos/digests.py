@@ -100,6 +100,24 @@ def differences(
     return problems
 
 
+def edited(model_dir: str | os.PathLike) -> list[str]:
+    """What was changed in an assembled model directory since its report was written, found by ``stat``
+    (a file missing, of another size, or written after the report) and confirmed by its sha256: cheap
+    enough to run over every result at the start of each workflow run."""
+    model_dir = Path(model_dir)
+    try:
+        written = (model_dir / REPORT).stat().st_mtime_ns
+        files = recorded(model_dir)
+    except (OSError, PathError):
+        return []  # no report yet (being assembled) or an older one: the readers refuse it
+    suspects = {}
+    for name, expected in files.items():
+        path = model_dir / name
+        if not path.is_file() or path.stat().st_size != expected["bytes"] or path.stat().st_mtime_ns > written:
+            suspects[name] = expected
+    return differences(model_dir, files, skip=set(files) - set(suspects)) if suspects else []
+
+
 def verify(model_dir: str | os.PathLike, skip: Iterable[str] = ()) -> None:
     """Refuse a pruned model directory whose files are not those ``assemble`` wrote (PathError naming
     them and the fix: delete the directory, it is reassembled from the cached pruned layers)."""

@@ -9,6 +9,7 @@ import shlex
 from snakemake.logging import logger
 from snakemake.utils import validate
 
+from thanos import digests
 from thanos.devices import resolve_devices
 from thanos.granularity import ALIASES, choose_granularity
 from thanos.layout import DENSE, NOT_MODELS, Layout
@@ -40,6 +41,18 @@ for _name, _model in MODELS.items():
             )
         TINY_MODELS[_path] = _model["tiny"]
         _TINY_OWNERS[_path] = _name
+
+# results users copy from must be what was computed: an assembled model changed since (an edit in
+# place, a truncation, a deleted file) stops the run here, named, before anything reads it
+if not workflow.remote_exec:
+    for _model in MODELS:
+        for _recipe in RECIPES:
+            _dir = PATHS.model_dir(_model, _recipe)
+            if _problems := digests.edited(_dir):
+                raise ConfigError(
+                    f"{_dir} is not what was computed: {'; '.join(_problems)}; delete {_dir} and run again: "
+                    "it is reassembled from the pruned layers (copy a model before editing it)"
+                )
 
 if config["granularity"] in ALIASES:
     logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")
