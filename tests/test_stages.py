@@ -181,7 +181,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     failing("capture", "--model", model, "--block", 1, "--inputs", inputs0, "--out", hess0,
             match="holds the inputs of block 0, not block 1")  # fmt: skip
     failing("capture", "--model", tmp_path, "--block", 0, "--inputs", inputs0, "--out", hess0,
-            match="has no config.json")  # fmt: skip
+            match="no config.json in the model directory")  # fmt: skip
     wide = make_tiny_model(tmp_path, "llama", hidden_size=64)
     failing("capture", "--model", wide, "--block", 0, "--inputs", inputs0, "--out", hess0,
             match="hidden size 32, the model has 64")  # fmt: skip

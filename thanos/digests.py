@@ -113,7 +113,8 @@ def edited(model_dir: str | os.PathLike) -> list[str]:
     suspects = {}
     for name, expected in files.items():
         path = model_dir / name
-        if not path.is_file() or path.stat().st_size != expected["bytes"] or path.stat().st_mtime_ns > written:
+        stat = path.stat() if path.is_file() else None
+        if stat is None or stat.st_size != expected["bytes"] or stat.st_mtime_ns > written:
             suspects[name] = expected
     return differences(model_dir, files, skip=set(files) - set(suspects)) if suspects else []
 

@@ -41,11 +41,9 @@ def load_config(model_dir: str | Path, full: bool = True) -> PretrainedConfig | 
     path = Path(model_dir)
     if not (path / "config.json").is_file():
         empty = " (the directory is empty)" if path.is_dir() and not any(path.iterdir()) else ""
-        raise PathError(
-            f"no config.json in the model directory{empty}",
-            path,
-            "pass a Hugging Face model directory (config.json, *.safetensors, tokenizer files), as "
-            "save_pretrained writes it",
+        raise FileNotFoundError(
+            f"no config.json in the model directory{empty} ({path}); pass a Hugging Face model directory "
+            "(config.json, *.safetensors, tokenizer files), as save_pretrained writes it"
         )
     try:
         values = json.loads((path / "config.json").read_text(encoding="utf-8"))
