@@ -357,6 +357,30 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 
+def test_bad_text_data_is_named_before_any_job(tmp_path):
+    from thanos.tiny import build_tiny_model
+
+    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    (tmp_path / "calib.txt").write_bytes(b"\x93 smart quotes from another encoding \x94")
+    (tmp_path / "wiki.txt").write_text("fine text\n")
+    (tmp_path / "texts").mkdir()
+    common = ["--model", tmp_path / "m", "--method", "wanda", "--sparsity", "0.5", "--out", tmp_path / "o"]
+    for args, message in (
+        (
+            ["--calibration", tmp_path / "calib.txt"],
+            "not UTF-8 text: byte 0x93 at offset 0 cannot be decoded",
+        ),
+        (["--calibration", tmp_path / "texts"], "no text files in the directory"),
+        (
+            ["--calibration", tmp_path / "wiki.txt", "--evaluate", "ppl", "--ppl-source", tmp_path / "texts"],
+            "no text files",
+        ),
+    ):
+        run = thanos("prune-model", *common, *args, "--workdir", tmp_path / "w", cwd=tmp_path)
+        assert run.returncode == 2 and message in run.stderr.splitlines()[-1], run.stderr[-2000:]
+        assert not (tmp_path / "w").exists()
+
+
 def test_a_foreign_out_directory_is_refused(tmp_path):
     from thanos.tiny import build_tiny_model
 

@@ -20,7 +20,7 @@ from thanos.evaluation.perplexity import load_eval_text, tokenize_windows
 from thanos.evaluation.zeroshot import load_tasks, task_manager
 from thanos.models import check_tokenizer_files, load_config, load_tokenizer
 from thanos.publish import publish
-from thanos.textdata import read_documents
+from thanos.textdata import check_files, read_documents
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,19 @@ def test_bad_text_data_names_the_file(tmp_path, name, content, message, fix):
         read_documents(path)
     line = _line(err)
     assert message in line and f"({path})" in line and fix in line, line
+
+
+def test_check_files_reads_only_the_head(tmp_path):
+    good = tmp_path / "big.jsonl"
+    good.write_text("".join(json.dumps({"text": "x" * 100}) + "\n" for _ in range(30_000)))  # 3 MB
+    check_files(good, head=1 << 16)
+    bad = tmp_path / "late.txt"
+    bad.write_bytes(b"a" * 200 + b"\xff")
+    check_files(bad, head=100)  # the bad byte lies beyond the head: only read_documents sees it
+    with pytest.raises(PathError, match="offset 200"):
+        check_files(bad)
+    with pytest.raises(PathError, match="line 1 has no 'body' field"):
+        check_files(good, field="body")
 
 
 def test_a_directory_without_text_files_is_named(tmp_path):

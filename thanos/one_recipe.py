@@ -57,13 +57,21 @@ def model_reference(model: str | Path) -> str:
     return str(model)
 
 
-def source_reference(source: str | Path, hub_name: str, option: str) -> str:
-    """``c4``/``wikitext2`` unchanged; a local file or directory as an absolute path (must exist)."""
+def source_reference(
+    source: str | Path, hub_name: str, option: str, text_field: str = "text", check: bool = True
+) -> str:
+    """``c4``/``wikitext2`` unchanged; a local file or directory as an absolute path. A local source must
+    exist and, with ``check``, pass ``thanos.textdata.check_files`` (types, encoding, first record): its
+    problems are named now, not by a job after the pruning."""
+    from thanos.textdata import check_files
+
     if str(source) == hub_name:
         return hub_name
     path = Path(source).expanduser().resolve()
     if not path.exists():
         raise FileNotFoundError(f"{option} {source}: no such file or directory (or give {hub_name!r})")
+    if check:
+        check_files(path, text_field)
     return str(path)
 
 
@@ -248,15 +256,18 @@ def prune_model(
     model_type, max_positions = model_facts(reference)
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
-        raise ValueError(f"--seqlen {seqlen} exceeds the model's {max_positions} positions")
+        raise ValueError(
+            f"--seqlen {seqlen} exceeds the model's {max_positions} positions; give --seqlen {max_positions} "
+            "or less"
+        )
     calib = {
-        "source": source_reference(calibration, HUB_SOURCES["calibration"], "--calibration"),
+        "source": source_reference(calibration, HUB_SOURCES["calibration"], "--calibration", text_field),
         "nsamples": nsamples,
         "seqlen": seqlen,
         "seed": seed,
         "text_field": text_field,
     }
-    ppl = source_reference(ppl_source, HUB_SOURCES["perplexity"], "--ppl-source")
+    ppl = source_reference(ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluate)
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
     cores = cores or os.cpu_count() or 1
     config = workflow_config(

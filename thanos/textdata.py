@@ -48,16 +48,24 @@ def read_text(file: Path) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise PathError(
-            f"not UTF-8 text: byte 0x{err.object[err.start]:02x} at offset {err.start} cannot be decoded",
-            file,
-            "give UTF-8 text (convert it, e.g. `iconv -f latin1 -t utf-8`), or this is not a text file",
-        ) from None
+        raise _not_utf8(file, err) from None
+
+
+def _not_utf8(file: Path, err: UnicodeDecodeError) -> PathError:
+    return PathError(
+        f"not UTF-8 text: byte 0x{err.object[err.start]:02x} at offset {err.start} cannot be decoded",
+        file,
+        "give UTF-8 text (convert it, e.g. `iconv -f latin1 -t utf-8`), or this is not a text file",
+    )
 
 
 def _jsonl_documents(file: Path, field: str) -> list[str]:
+    return _jsonl_documents_of(read_text(file).splitlines(), file, field)
+
+
+def _jsonl_documents_of(lines: list[str], file: Path, field: str) -> list[str]:
     docs = []
-    for lineno, line in enumerate(read_text(file).splitlines(), 1):
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -90,6 +98,37 @@ def _parquet_documents(file: Path, field: str) -> list[str]:
             "set the text field name (--text-field)",
         )
     return [str(x) for x in table.column(field).to_pylist() if x is not None]
+
+
+def check_files(path: str | Path, field: str = "text", head: int = 1 << 20) -> None:
+    """A quick look at a corpus before long work starts: its files exist and are of a supported type,
+    their first ``head`` bytes decode as UTF-8, and a jsonl file's first record is JSON with ``field``.
+    Raises what ``read_documents`` would (naming the file) for the problems found there; reads at most
+    ``head`` bytes of each file (a parquet file only its schema)."""
+    for file in text_files(path):
+        suffix = file.suffix.lower()
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                names = pq.read_schema(file).names
+            except Exception as err:  # noqa: BLE001 - pyarrow's errors do not name the file
+                raise PathError(f"cannot read as parquet ({err})", file, "give a parquet file") from None
+            if field not in names:
+                raise PathError(f"no {field!r} column (has {', '.join(names)})", file, "set --text-field")
+            continue
+        with open(file, "rb") as handle:
+            start = handle.read(head)
+        try:
+            text = start.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if err.start < len(start) - 4 or len(start) < head:  # not a character cut by the head's end
+                raise _not_utf8(file, err) from None
+            text = start[: err.start].decode("utf-8")
+        if suffix in (".jsonl", ".json"):
+            first = next((line for line in text.splitlines() if line.strip()), None)
+            if first is not None and (len(first) < len(text) or len(start) < head):
+                _jsonl_documents_of([first], file, field)
 
 
 def read_documents(path: str | Path, field: str = "text") -> list[str]:
