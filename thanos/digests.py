@@ -120,13 +120,20 @@ def edited(model_dir: str | os.PathLike) -> list[str]:
 
 
 def verify(model_dir: str | os.PathLike, skip: Iterable[str] = ()) -> None:
-    """Refuse a pruned model directory whose files are not those ``assemble`` wrote (PathError naming
-    them and the fix: delete the directory, it is reassembled from the cached pruned layers)."""
-    problems = differences(model_dir, recorded(model_dir), skip)
+    """Refuse a pruned model directory whose files are not those its ``pruning_report.json`` records
+    (PathError naming them and the fix). A directory without a record (a dense model, or one assembled
+    by an older version) is not checked."""
+    model_dir = Path(model_dir)
+    try:
+        files = recorded(model_dir)
+    except PathError:
+        return
+    problems = differences(model_dir, files, skip)
     if problems:
         raise PathError(
             f"the pruned model differs from what was computed: {'; '.join(problems)}",
-            Path(model_dir).resolve(),
-            "delete that directory and run again: it is reassembled from the cached pruned layers "
-            "(copy a model before editing it)",
+            model_dir.resolve(),
+            "a workflow result: delete that directory and run again, it is reassembled from the cached "
+            "pruned layers; a copy you changed on purpose: remove its pruning_report.json (the record of "
+            "what was computed) to use it as it is",
         )

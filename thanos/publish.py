@@ -4,7 +4,8 @@ Every file is copied, never linked: an edit, truncation or deletion of anything 
 reach the working directory, so it cannot change what a later publish produces. Each file is checked
 while it is copied against the digest ``assemble`` recorded (``thanos.digests``): a working directory
 changed since it was computed is refused, naming the file, instead of being published. Some text files
-(the model card) are written in place of the copied ones. The output appears complete or not at all
+(the model card) are written in place of the copied ones, and the published ``pruning_report.json``
+records their digests instead: the output's record describes the output. It appears complete or not at all
 (``thanos.atomic.atomic_path``). An existing output is replaced only when it is a previous result (it
 holds ``pruning_report.json``); anything else non-empty is refused. An output that already holds exactly
 this model is left untouched (its files are read and compared with the record, nothing is written).
@@ -15,7 +16,8 @@ on one core; the output takes as much disk space as the model.
 
 from __future__ import annotations
 
-import shutil
+import hashlib
+import json
 from pathlib import Path
 
 from thanos import digests
@@ -36,18 +38,14 @@ def check_out(out: Path) -> None:
         )
 
 
-def _differences(model_dir: Path, out: Path, files: dict[str, dict], texts: dict[str, str]) -> list[str]:
-    """How ``out`` differs from what a publish would write (its files read and compared with the record);
-    empty when it holds exactly that."""
+def _differences(out: Path, published: dict[str, dict], report: str) -> list[str]:
+    """How ``out`` differs from what a publish would write (its files read and compared with the record
+    ``published``, its report with ``report``); empty when it holds exactly that."""
     if not out.is_dir() or not any(out.iterdir()):
         return ["new"]
-    if (out / MARKER).read_bytes() != (model_dir / MARKER).read_bytes():
+    if not (out / MARKER).is_file() or (out / MARKER).read_text(encoding="utf-8") != report:
         return [f"{MARKER} differs (another model or recipe)"]
-    problems = digests.differences(out, {n: d for n, d in files.items() if n not in texts}, skip=texts)
-    for name, text in texts.items():
-        if not (out / name).is_file() or (out / name).read_bytes() != text.encode():
-            problems.append(f"{name} differs")
-    return problems
+    return digests.differences(out, published)
 
 
 def _copy_verified(source: Path, target: Path, expected: dict) -> None:
@@ -82,14 +80,20 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
             "delete that directory and run the same command again: it is reassembled from the cached "
             "pruned layers",
         )
-    before = _differences(model_dir, out, files, texts)
+    # the published report records the published files: the texts' digests replace the ones they replace
+    published = files | {
+        name: {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        for name, text in texts.items()
+    }
+    report = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) | {"files": published}
+    report_text = json.dumps(report, indent=2, default=str) + "\n"
+    before = _differences(out, published, report_text)
     if not before:
         return before
     with atomic_path(out, is_dir=True) as tmp:
         for name, expected in sorted(files.items()):
             if name not in texts:
                 _copy_verified(model_dir / name, tmp / name, expected)
-        shutil.copyfile(model_dir / MARKER, tmp / MARKER)
-        for name, text in texts.items():
+        for name, text in (texts | {MARKER: report_text}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return before

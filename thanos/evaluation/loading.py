@@ -78,7 +78,7 @@ def load_model(
 
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    if (Path(path) / digests.REPORT).is_file():  # a pruned model: evaluate what was computed, nothing else
+    if Path(path).is_dir():  # a pruned model: evaluate what was computed, nothing else
         digests.verify(path)
     try:
         config = AutoConfig.from_pretrained(path)
