@@ -47,7 +47,7 @@ for _name, _model in MODELS.items():
 if not workflow.remote_exec:
     for _model in MODELS:
         for _recipe in RECIPES:
-            _dir = PATHS.model_dir(_model, _recipe)
+            _dir = os.path.abspath(PATHS.model_dir(_model, _recipe))
             if _problems := digests.edited(_dir):
                 raise ConfigError(
                     f"{_dir} is not what was computed: {'; '.join(_problems)}; delete {_dir} and run again: "
