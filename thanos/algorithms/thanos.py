@@ -24,8 +24,8 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -185,7 +185,6 @@ def native_solver() -> RowSolver | None:
     pointer, integer = ctypes.c_void_p, ctypes.c_int64
     function.restype = integer
     function.argtypes = [pointer, integer, pointer, pointer, pointer, pointer, integer, integer, integer]
-    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="thanos-solve")
 
     def solve(Z: torch.Tensor, idx: torch.Tensor, size: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
         Z, idx, size, rhs = Z.contiguous(), idx.contiguous(), size.contiguous(), rhs.contiguous()
@@ -193,17 +192,19 @@ def native_solver() -> RowSolver | None:
         x = torch.empty_like(rhs)
         parts = max(1, min(n, torch.get_num_threads()))
         bounds = [n * t // parts for t in range(parts + 1)]
-        pointers = (
-            Z.data_ptr(),
-            Z.shape[1],
-            idx.data_ptr(),
-            size.data_ptr(),
-            rhs.data_ptr(),
-            x.data_ptr(),
-            ld,
-        )
-        failed = sum(pool.map(lambda t: function(*pointers, bounds[t], bounds[t + 1]), range(parts)))
-        if failed:
+        pointers = (Z.data_ptr(), Z.shape[1], idx.data_ptr(), size.data_ptr(), rhs.data_ptr(), x.data_ptr())
+        failed = [0] * parts
+
+        def run(t: int) -> None:  # ctypes releases the GIL during the call
+            failed[t] = function(*pointers, ld, bounds[t], bounds[t + 1])
+
+        helpers = [threading.Thread(target=run, args=(t,)) for t in range(1, parts)]
+        for helper in helpers:
+            helper.start()
+        run(0)
+        for helper in helpers:
+            helper.join()
+        if sum(failed):
             raise ValueError(NOT_PD)
         return x
 
@@ -371,12 +372,15 @@ def thanos_unstructured(
     """
     c, b = W.shape
     mask = torch.zeros_like(W, dtype=torch.bool)
+    scratch = torch.empty(c * b, dtype=W.dtype, device=W.device)  # every block's metric, one allocation
     r = k
     for j1 in range(0, b, blocksize):
         if r == 0:
             break
         j2 = min(j1 + blocksize, b)
-        M = masks.smallest_leading(W[:, j1:].abs().mul_(xnorm[j1:]), r, j2 - j1)
+        metric = scratch[: c * (b - j1)].view(c, b - j1)
+        torch.mul(W[:, j1:], xnorm[j1:], out=metric).abs_()  # |W_ij| ||X_j||, as ||X_j|| >= 0
+        M = masks.smallest_leading(metric, r, j2 - j1)
         r -= int(torch.count_nonzero(M))
         multi_weight_update(W, U, M, j1, row_batch_bytes)
         mask[:, j1:j2] = M
