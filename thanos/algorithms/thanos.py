@@ -9,9 +9,10 @@ Row k of the block [j1, j2) removes q = phi(M_k:) (eq. 12) with the update of eq
 where H_res = H[j1:, j1:] is the Hessian of the columns not yet fixed. With H^-1 = U^T U (upper
 Cholesky), H_res^-1 = U[j1:, j1:]^T U[j1:, j1:], and because U is triangular the block's rows of it are
     R_blk = U[j1:j2, j1:j2]^T U[j1:j2, j1:],
-so nothing is re-inverted per block. Every R_hat is a principal submatrix of G = R_blk[:, :B]: all
-rows' systems are solved together by one batched blocked Cholesky (``solve_principal``) and the
-updates are applied as Delta = -Y R_blk, one matrix product.
+so nothing is re-inverted per block. Every R_hat is a principal submatrix of G = R_blk[:, :B]: the
+rows' systems of a block are solved together, on CPU by a compiled row solver (``native_solver``), else
+by one batched blocked Cholesky in torch (``solve_principal``), and the updates are applied as
+Delta = -Y R_blk, one matrix product.
 """
 
 from __future__ import annotations
@@ -167,9 +168,9 @@ def native_solver() -> RowSolver | None:
     if os.environ.get("THANOS_NATIVE") == "0" or compiler is None:
         return None
     key = hashlib.sha256("\0".join([NATIVE_SOURCE, *NATIVE_FLAGS, compiler, _machine()]).encode()).hexdigest()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
-    library = cache / f"solve_rows-{key[:16]}.so"
     try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+        library = cache / f"solve_rows-{key[:16]}.so"
         if not library.exists():
             cache.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -180,7 +181,7 @@ def native_solver() -> RowSolver | None:
                 subprocess.run(command, check=True, capture_output=True, timeout=300)
                 os.replace(built, library)  # atomic: concurrent builders leave one complete library
         function = ctypes.CDLL(str(library)).solve_rows
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, RuntimeError, subprocess.SubprocessError):  # RuntimeError: no home directory
         return None
     pointer, integer = ctypes.c_void_p, ctypes.c_int64
     function.restype = integer
