@@ -159,7 +159,7 @@ def native_solver() -> RowSolver | None:
 
     Built once per machine with the system C compiler (``$CC``, else ``cc``) into
     ``$XDG_CACHE_HOME/thanos-prune`` (default ``~/.cache``), named by a hash of source, flags and CPU; set
-    ``THANOS_NATIVE=0`` to always use the torch solver. The returned function solves
+    ``THANOS_NATIVE=0`` (read at the first call) to always use the torch solver. The returned function solves
     A_r x_r = rhs_r with A_r = Z[idx_r][:, idx_r] for the first ``size[r]`` entries of every row r of
     ``idx`` (n, s) and returns x (n, s), zero beyond each row's size; rows are split over
     ``torch.get_num_threads()`` threads. Each row's result depends on that row alone.
