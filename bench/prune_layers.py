@@ -2,10 +2,12 @@
 
     python bench/prune_layers.py                                   # c = b in 512 ... 4096, all methods
     python bench/prune_layers.py --sizes 1024 2048 --before HEAD~1 --literal
+    python bench/prune_layers.py --sizes 64x256 256 688x256 256x688 --no-layers   # the demo's layer shapes
 
-Layers are square (c = b) with 2b calibration tokens; ``--data`` picks the inputs: ``correlated``
-(correlated features whose norms spread like an LLM's) and ``outliers`` (the same with a few features
-10-100x larger than the rest, as in LLM activations). Two tables are printed and written as JSON
+Layers are square (c = b) or, for a size written CxB, have c = C rows and b = B inputs; 2b calibration
+tokens. ``--data`` picks the inputs: ``correlated`` (correlated features whose norms spread like an
+LLM's) and ``outliers`` (the same with a few features 10-100x larger than the rest, as in LLM
+activations). Two tables are printed and written as JSON
 (default bench/out/prune_layers.json):
 
 1. ``prune_layer`` per method and pattern: wall and CPU seconds, achieved sparsity, layer objective.
@@ -13,7 +15,8 @@ Layers are square (c = b) with 2b calibration tokens; ``--data`` picks the input
    (best of ``--repeat``). GFLOP counts their dominant work: for Thanos the per-row Cholesky solves
    (s^3/3 + 2 s^2 with s = min(|q|, B - |q|) per row and block) and the block updates Delta = -Y R_blk;
    for SparseGPT the in-block column updates and the lazy block updates. The rates are compared with
-   the fp32 GEMM rate of this machine measured in the same run. ``--before REV`` also times the Thanos
+   the fp32 GEMM rate of this machine measured in the same run, and each Thanos time with SparseGPT's.
+   ``--before REV`` also times the Thanos
    kernel of git revision REV on the same inputs (objectives must agree); ``--literal`` times Alg. 1
    transcribed directly (H_res re-inverted per block, R gathered per row), the style this project avoids.
 
@@ -49,8 +52,17 @@ DATA = ("correlated", "outliers")
 KERNEL_PATTERNS = (("0.5", 128), ("2:4", 512), ("4:8", 512))  # Thanos defaults; SparseGPT uses B = 128
 
 
-def make_layer(b: int, data: str = "correlated", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """W (b, b) and H = 2 X X^T / N for N = 2b correlated tokens; ``outliers`` scales b/256 features."""
+def parse_shape(text: str) -> tuple[int, int]:
+    """(c, b) of a layer size: "2048" is square, "688x256" has 688 rows and 256 inputs."""
+    c, _, b = text.partition("x")
+    return int(c), int(b or c)
+
+
+def make_layer(
+    b: int, data: str = "correlated", seed: int = 0, rows: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """W (rows, b), square by default, and H = 2 X X^T / N for N = 2b correlated tokens; ``outliers``
+    scales b/256 features."""
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(b, 2 * b, generator=g)
     X = X + 0.6 * (torch.randn(b, b, generator=g) / b**0.5) @ X
@@ -59,7 +71,7 @@ def make_layer(b: int, data: str = "correlated", seed: int = 0) -> tuple[torch.T
         features = torch.randperm(b, generator=g)[: max(2, b // 256)]
         X[features] *= 10 ** (1 + torch.rand(features.numel(), 1, generator=g))
     H = 2.0 * X @ X.T / X.shape[1]
-    W = torch.randn(b, b, generator=g) / b**0.5
+    W = torch.randn(rows or b, b, generator=g) / b**0.5
     return W, H
 
 
@@ -174,12 +186,13 @@ def sparsegpt_gflop(c: int, b: int, B: int) -> float:
 def layer_table(args: argparse.Namespace) -> list[dict]:
     rows = []
     print(
-        f"{'data':>10} {'c=b':>6} {'method':>10} {'pattern':>15} {'seconds':>9} {'cpu s':>8} "
+        f"{'data':>10} {'c x b':>9} {'method':>10} {'pattern':>15} {'seconds':>9} {'cpu s':>8} "
         f"{'sparsity':>9} {'objective':>12}"
     )
     for data in args.data:
-        for b in args.sizes:
-            W, H = make_layer(b, data)
+        for size in args.sizes:
+            c, b = parse_shape(size)
+            W, H = make_layer(b, data, rows=c)
             W, H = W.to(args.device), H.to(args.device)
             for pattern in args.patterns:
                 for method in args.methods:
@@ -188,7 +201,9 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
                     rows.append(
                         {
                             "data": data,
-                            "size": b,
+                            "size": size,
+                            "rows": c,
+                            "inputs": b,
                             "method": method,
                             "pattern": pattern,
                             "seconds": st.seconds,
@@ -199,7 +214,7 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
                         }
                     )
                     print(
-                        f"{data:>10} {b:>6} {method:>10} {pattern:>15} {st.seconds:>9.3f} {cpu:>8.3f} "
+                        f"{data:>10} {size:>9} {method:>10} {pattern:>15} {st.seconds:>9.3f} {cpu:>8.3f} "
                         f"{st.achieved_sparsity:>9.4f} {st.objective:>12.5g}",
                         flush=True,
                     )
@@ -208,9 +223,10 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
         for pattern in args.patterns:
             for method in args.methods:
                 pts = [
-                    (r["size"], r["seconds"])
+                    (r["inputs"], r["seconds"])
                     for r in rows
                     if (r["data"], r["method"], r["pattern"]) == (data, method, pattern)
+                    and r["rows"] == r["inputs"]
                 ]
                 pts = [(s, t) for s, t in pts if s >= 1024] or pts
                 if len(pts) >= 2:
@@ -223,7 +239,7 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
 def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
     before = kernel_at(args.before) if args.before else None
     solve_seconds = [0.0]
-    solve = thanos.solve_principal
+    solve = thanos.solve_systems
 
     def timed_solve(*a: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
@@ -231,19 +247,20 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
         solve_seconds[0] += time.perf_counter() - start
         return out
 
-    thanos.solve_principal = timed_solve  # measures the share of the batched solves in the kernel
+    thanos.solve_systems = timed_solve  # measures the share of the per-row solves in the kernel
     rows = []
     print(
         f"\nKernels alone (best of {args.repeat}, interleaved; fp32 GEMM rate of this machine {gemm:.1f} "
         f"GFLOP/s, torch threads {torch.get_num_threads()}):"
     )
     print(
-        f"{'data':>10} {'c=b':>6} {'kernel':>16} {'pattern':>7} {'B':>4} {'seconds':>8} {'cpu s':>7} "
+        f"{'data':>10} {'c x b':>9} {'kernel':>16} {'pattern':>7} {'B':>4} {'seconds':>8} {'cpu s':>7} "
         f"{'GFLOP':>7} {'GFLOP/s':>8} {'%GEMM':>6} {'solves':>7} {'objective':>11} {'rel.diff':>9}"
     )
     for data in args.data:
-        for b in args.sizes:
-            W, H = make_layer(b, data)
+        for size in args.sizes:
+            c, b = parse_shape(size)
+            W, H = make_layer(b, data, rows=c)
             factor_wall, _, factor = timed(inverse_cholesky, H)
             U, xnorm = factor.U, masks.input_norms(H)
             for pattern, B in KERNEL_PATTERNS:
@@ -264,7 +281,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
                 for name, (wall, cpu, in_solve) in best.items():
                     mask = results[name][1]
                     if name == "sparsegpt":
-                        gflop, solves_share, blocksize = sparsegpt_gflop(b, b, 128), None, 128
+                        gflop, solves_share, blocksize = sparsegpt_gflop(c, b, 128), None, 128
                     else:
                         solves, updates = thanos_gflop(mask, B)
                         gflop, blocksize = solves + updates, B
@@ -272,7 +289,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
                     diff = abs(objective[name] - objective["thanos"]) / objective["thanos"]
                     row = {
                         "data": data,
-                        "size": b,
+                        "size": size,
                         "kernel": name,
                         "pattern": pattern,
                         "blocksize": blocksize,
@@ -290,33 +307,39 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
                     share = f"{solves_share:>6.0%}" if solves_share is not None else f"{'':>6}"
                     rel = f"{diff:>9.1e}" if name == "thanos (before)" else f"{'':>9}"
                     print(
-                        f"{data:>10} {b:>6} {name:>16} {pattern:>7} {blocksize:>4} {wall:>8.3f} {cpu:>7.3f} "
-                        f"{gflop:>7.2f} {gflop / wall:>8.1f} {gflop / wall / gemm:>6.0%} {share} "
+                        f"{data:>10} {size:>9} {name:>16} {pattern:>7} {blocksize:>4} {wall:>8.3f} "
+                        f"{cpu:>7.3f} {gflop:>7.2f} {gflop / wall:>8.1f} {gflop / wall / gemm:>6.0%} {share} "
                         f"{objective[name]:>11.5g} {rel}".rstrip(),
                         flush=True,
                     )
+                ratio = best["thanos"][0] / best["sparsegpt"][0]
+                next(r for r in reversed(rows) if r["kernel"] == "thanos")["vs_sparsegpt"] = ratio
+                print(f"{data:>10} {size:>9} {'thanos/sparsegpt':>16} {pattern:>7} {'':>4} {ratio:>7.2f}x")
             if args.literal and "0.5" in args.patterns:
                 seconds = literal_thanos(W, H, 0.5, 128)
                 new = next(
-                    r["seconds"] for r in rows if (r["data"], r["size"], r["kernel"]) == (data, b, "thanos")
+                    r["seconds"]
+                    for r in rows
+                    if (r["data"], r["size"], r["kernel"], r["pattern"]) == (data, size, "thanos", "0.5")
                 )
                 rows.append(
                     {
                         "data": data,
-                        "size": b,
+                        "size": size,
                         "kernel": "thanos (literal)",
                         "pattern": "0.5",
                         "seconds": seconds,
                     }
                 )
                 print(
-                    f"{data:>10} {b:>6} {'thanos (literal)':>16} {'0.5':>7} {128:>4} {seconds:>8.3f}   "
+                    f"{data:>10} {size:>9} {'thanos (literal)':>16} {'0.5':>7} {128:>4} {seconds:>8.3f}   "
                     f"(paper-literal Alg. 1: {seconds / new:.0f}x the kernel's time)"
                 )
             print(
-                f"{data:>10} {b:>6} {'inverse factor U':>16} {factor_wall:>22.3f}   (shared by both kernels)"
+                f"{data:>10} {size:>9} {'inverse factor U':>16} {factor_wall:>22.3f}"
+                "   (shared by both kernels)"
             )
-    thanos.solve_principal = solve
+    thanos.solve_systems = solve
     return rows
 
 
@@ -324,7 +347,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    parser.add_argument("--sizes", nargs="+", default=["512", "1024", "2048", "4096"], help="B or CxB")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--patterns", nargs="+", default=list(PATTERNS))
     parser.add_argument("--data", nargs="+", default=list(DATA), choices=DATA)

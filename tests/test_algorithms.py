@@ -440,9 +440,15 @@ def outlier_layer(c: int, b: int, tokens: int) -> tuple[torch.Tensor, torch.Tens
         ("1:4", 8),
     ],
 )
-def test_thanos_kernel_matches_the_reference_implementation(data: str, pattern: str, blocksize: int) -> None:
+@pytest.mark.parametrize("solver", ["default", "torch"])
+def test_thanos_kernel_matches_the_reference_implementation(
+    data: str, pattern: str, blocksize: int, solver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Same masks and, to 1e-4, the same objective as the previous implementation of the block update;
-    systems of 8 to 128 unknowns, both panel widths, complement systems and padding all occur."""
+    systems of 8 to 128 unknowns, both panel widths, complement systems and padding all occur. ``torch``:
+    the batched torch solver (GPU, fallback) also on CPU; ``default``: the compiled one where it builds."""
+    if solver == "torch":
+        monkeypatch.setattr(thanos_kernel, "native_solver", lambda: None)
     W, _, H = (outlier_layer if data == "outliers" else layer)(96, 256, 600)
     result = prune_layer(W, H, "thanos", pattern, blocksize=blocksize, alpha=0.0)
     expected, mask = reference_thanos(W, H, pattern, blocksize)
@@ -476,10 +482,10 @@ def test_solve_principal_rejects_indefinite_systems() -> None:
         thanos_kernel.solve_principal(Z, idx, torch.ones(4, 16))
 
 
-@pytest.mark.parametrize("shape", [(30, 50), (600, 700)])
+@pytest.mark.parametrize("shape", [(30, 50), (200, 300), (600, 700)])
 @pytest.mark.parametrize("ties", [False, True])
 def test_smallest_leading_is_the_leading_block_of_smallest(shape: tuple[int, int], ties: bool) -> None:
-    """Small inputs take the exact path, large ones (> 2^18 entries) the sampled bracket."""
+    """Small inputs take the exact path, larger ones (> 2^15 entries) the sampled bracket."""
     metric = torch.rand(*shape, generator=torch.Generator().manual_seed(1))
     if ties:
         metric = (metric * 20).floor()
@@ -487,3 +493,67 @@ def test_smallest_leading_is_the_leading_block_of_smallest(shape: tuple[int, int
     for k in [0, 1, n // 3, n // 2, n - 1, n]:
         expected = masks.smallest(metric, k)[:, :16]
         assert torch.equal(masks.smallest_leading(metric, k, 16), expected), k
+
+
+def native_or_skip() -> thanos_kernel.RowSolver:
+    solver = thanos_kernel.native_solver()
+    if solver is None:
+        pytest.skip("no C compiler: the compiled row solver is not built here")
+    return solver
+
+
+def test_native_solver_solves_every_system() -> None:
+    """Rows of different sizes (0 to 70) in one call, G or K per row; zero beyond each row's size."""
+    solver = native_or_skip()
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(160, 400, generator=g, dtype=torch.float64)
+    Z = X @ X.T / 400
+    size = torch.randint(0, 71, (40,), generator=g)
+    size[:2] = torch.tensor([0, 70])
+    idx = torch.stack([torch.randperm(160, generator=g)[:70] for _ in range(40)])
+    rhs = torch.randn(40, 70, generator=g, dtype=torch.float64)
+    x = solver(Z.float(), idx, size, rhs.float())
+    for r in range(40):
+        s = int(size[r])
+        q = idx[r, :s]
+        expected = torch.linalg.solve(Z[q][:, q], rhs[r, :s]) if s else torch.zeros(0, dtype=torch.float64)
+        torch.testing.assert_close(x[r, :s].double(), expected, rtol=1e-3, atol=1e-4)
+        assert bool((x[r, s:] == 0).all())
+
+
+def test_native_solver_rejects_indefinite_systems() -> None:
+    solver = native_or_skip()
+    Z = torch.eye(16)
+    Z[3, 3] = -1.0
+    idx = torch.arange(16).expand(4, -1)
+    with pytest.raises(ValueError, match="positive definite.*damp"):
+        solver(Z, idx, torch.full((4,), 16), torch.ones(4, 16))
+
+
+@pytest.mark.parametrize("data", ["correlated", "outliers"])
+@pytest.mark.parametrize(("pattern", "blocksize"), [("0.5", 128), ("0.6", 32), ("2:4", 256), ("4:8", 128)])
+def test_native_and_torch_solvers_agree(
+    data: str, pattern: str, blocksize: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled and the batched torch solver: equal masks, objectives within 1e-6 relative."""
+    native_or_skip()
+    W, _, H = (outlier_layer if data == "outliers" else layer)(200, 512, 1200)
+    native = prune_layer(W, H, "thanos", pattern, blocksize=blocksize)
+    monkeypatch.setattr(thanos_kernel, "native_solver", lambda: None)
+    torch_path = prune_layer(W, H, "thanos", pattern, blocksize=blocksize)
+    assert torch.equal(native.mask, torch_path.mask)
+    assert native.stats.objective == pytest.approx(torch_path.stats.objective, rel=1e-6)
+
+
+def test_native_solver_is_built_once_and_falls_back_without_a_compiler(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    native_or_skip()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert thanos_kernel.native_solver.__wrapped__() is not None
+    assert len(list((tmp_path / "thanos-prune").glob("solve_rows-*.so"))) == 1
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert thanos_kernel.native_solver.__wrapped__() is None
+    monkeypatch.setenv("THANOS_NATIVE", "0")
+    monkeypatch.delenv("CC")
+    assert thanos_kernel.native_solver.__wrapped__() is None
