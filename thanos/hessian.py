@@ -121,8 +121,9 @@ def inverse_cholesky(
     )
 
 
-def all_finite(A: torch.Tensor, rows: int = 1024) -> bool:
-    """No NaN/Inf in ``A``, checked ``rows`` rows at a time (no b x b mask)."""
+def all_finite(A: torch.Tensor, chunk: int = 1 << 20) -> bool:
+    """No NaN/Inf in the matrix ``A``, checked about ``chunk`` values at a time (no mask of A's size)."""
+    rows = max(1, chunk // max(1, A.shape[1]))
     return all(bool(torch.isfinite(A[i : i + rows]).all()) for i in range(0, A.shape[0], rows))
 
 

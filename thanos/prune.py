@@ -16,7 +16,7 @@ import torch
 
 from thanos import methods
 from thanos.algorithms import masks
-from thanos.hessian import inverse_cholesky
+from thanos.hessian import all_finite, inverse_cholesky
 from thanos.kernels import Problem
 from thanos.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
 
@@ -74,6 +74,8 @@ def _objective(pruned: torch.Tensor, weight: torch.Tensor, H: torch.Tensor, row_
 
 def _check_finite(what: str, t: torch.Tensor, name: str | None) -> None:
     """Refuse NaN/Inf in ``what`` (the weight or the Hessian) of layer ``name``, naming both."""
+    if all_finite(t):  # chunked: no mask of the Hessian's size unless there is something to report
+        return
     finite = torch.isfinite(t)
     if not bool(finite.all()):
         bad = int((~finite).sum())
