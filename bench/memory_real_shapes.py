@@ -200,6 +200,15 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "propagate", "--model", str(model), "--block", "0", "--inputs", str(work / "inputs_0.zarr"),
         "--pruned-dir", str(work / "pruned"), "--out", str(work / "inputs_1.zarr"), *batch, *device,
     )  # fmt: skip
+    objectives = {f"{args.method} {args.sparsity}": _objectives(work / "pruned")}
+    for number, recipe in enumerate(args.also):
+        method, sparsity = recipe.split("/")
+        out_dir = work / f"pruned_also{number}"
+        jobs[f"prune {method} {sparsity}"] = thanos(
+            "prune", "--model", str(model), "--block", "0", "--method", method, "--sparsity", sparsity,
+            "--hessians", str(work / "hessians_0.zarr"), "--out-dir", str(out_dir), *device,
+        )  # fmt: skip
+        objectives[f"{method} {sparsity}"] = _objectives(out_dir)
     scaling = []
     for seqlen in args.seqlens:
         name = f"s{seqlen}"
@@ -224,15 +233,19 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         args.keep_pruned.mkdir(parents=True, exist_ok=True)
         for f in pruned.glob("*.safetensors"):
             (args.keep_pruned / f.name).write_bytes(f.read_bytes())
-    stats = {f.stem: json.loads(f.read_text()) for f in pruned.glob("*.json")}
     return {
         "budget_parts_mib": budget | {"constant": constant},
         "jobs": jobs,
         "scaling": scaling,
         "disk_mib": disk,
-        "objectives": {name: s["objective"] for name, s in sorted(stats.items())},
+        "objectives": objectives,
         "build_seconds": build_seconds,
     }
+
+
+def _objectives(pruned: Path) -> dict[str, float]:
+    """Each pruned layer's objective, from its stats file."""
+    return {f.stem: json.loads(f.read_text())["objective"] for f in sorted(pruned.glob("*.json"))}
 
 
 def report(args: argparse.Namespace, result: dict) -> None:
@@ -253,8 +266,9 @@ def report(args: argparse.Namespace, result: dict) -> None:
         "budget parts (MiB): " + ", ".join(f"{k} {v:,.0f}" for k, v in p.items() if k != "fp32_block")
         + f"; fp32 block weights + Hessians {p['fp32_block']:,.0f}"
     )  # fmt: skip
-    print(f"{'job':>10} {'peak MiB':>9} {'parts':>9} {'rest':>8} {'rest/1k tok':>11} {'sec':>7}")
+    print(f"{'job':>22} {'peak MiB':>9} {'parts':>9} {'rest':>8} {'rest/1k tok':>11} {'sec':>7}")
     for name, measured in result["jobs"].items():
+        held[name] = held[name.split()[0]]
         rest = measured["peak_mib"] - p["constant"] - held[name]
         per_k = (
             f"{rest / tokens_per_batch * 1000:>11.1f}"
@@ -262,7 +276,7 @@ def report(args: argparse.Namespace, result: dict) -> None:
             else " " * 11
         )
         print(
-            f"{name:>10} {measured['peak_mib']:>9,.0f} {p['constant'] + held[name]:>9,.0f} "
+            f"{name:>22} {measured['peak_mib']:>9,.0f} {p['constant'] + held[name]:>9,.0f} "
             f"{rest:>8,.0f} {per_k} {measured['seconds']:>7.1f}"
         )
     largest = max(m["peak_mib"] for m in result["jobs"].values())
@@ -276,7 +290,8 @@ def report(args: argparse.Namespace, result: dict) -> None:
             f"({rest / tok * 1000:.1f} per 1k tokens)"
         )
     print("disk (MiB): " + ", ".join(f"{k} {v:,.0f}" for k, v in result["disk_mib"].items()))
-    print("objectives: " + ", ".join(f"{k} {v:.6g}" for k, v in result["objectives"].items()))
+    for recipe, values in result["objectives"].items():
+        print(f"objectives {recipe}: " + ", ".join(f"{k} {v:.7g}" for k, v in values.items()))
 
 
 def main() -> None:
@@ -296,6 +311,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--work", type=Path, default=None, help="scratch directory (default: a temporary one)"
+    )
+    parser.add_argument(
+        "--also",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=[],
+        help="more prune jobs on the same Hessians, e.g. thanos/2:4,sparsegpt/2:4",
     )
     parser.add_argument("--keep-pruned", type=Path, default=None, help="copy the pruned layers here")
     parser.add_argument("--prune-model", action="store_true", help="sample the jobs of `thanos prune-model`")
