@@ -124,7 +124,10 @@ def prune_model(args: argparse.Namespace, work: Path) -> dict:
 
 
 def thanos(*args: str) -> dict[str, float]:
-    return job(sys.executable, "-m", "thanos", *args)
+    """``python -m thanos ARGS`` as a job; its peak RSS and time are also logged when it ends."""
+    measured = job(sys.executable, "-m", "thanos", *args)
+    print(f"thanos {args[0]}: {measured['peak_mib']:,.0f} MiB, {measured['seconds']:.0f} s", file=sys.stderr)
+    return measured
 
 
 def parts(shape: dict[str, int]) -> dict[str, float]:
