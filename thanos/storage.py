@@ -322,9 +322,11 @@ HESSIAN_CHUNK_BYTES = 1 << 26
 
 
 def hessian_chunks(b: int) -> tuple[int, int]:
-    """Chunks of whole rows, about ``HESSIAN_CHUNK_BYTES`` each: writing or reading H then needs one chunk
-    of memory besides H itself (a single b x b chunk needs a second H-sized buffer: 3.3 GB at b = 28672)."""
-    return max(1, min(b, HESSIAN_CHUNK_BYTES // (4 * b))), b
+    """Chunks of whole rows, at most about ``HESSIAN_CHUNK_BYTES`` each and of near-equal sizes (zarr
+    stores the last chunk at full size): writing or reading H then needs one chunk of memory besides H
+    itself (a single b x b chunk needs a second H-sized buffer: 3.3 GB at b = 28672)."""
+    count = -(-4 * b * b // HESSIAN_CHUNK_BYTES)  # ceil
+    return -(-b // count), b
 
 
 def write_hessians(path: str | Path, hessians: dict[str, torch.Tensor], attrs: dict[str, Any]) -> None:
