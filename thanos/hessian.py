@@ -52,6 +52,14 @@ class HessianAccumulator:
             raise ValueError("no calibration inputs were added to the Hessian accumulator")
         return self.sum * (2.0 / self.nsamples)
 
+    def take(self) -> torch.Tensor:
+        """H, the same values as ``H``, computed in place in the running sum (no second b x b buffer).
+        The accumulator is spent: it holds nothing afterwards."""
+        H = self.H if self.nsamples == 0 else self.sum.mul_(2.0 / self.nsamples)
+        self.sum = torch.empty(0, 0, dtype=torch.float32, device=H.device)
+        self.nsamples = 0
+        return H
+
 
 @dataclass
 class InverseFactor:
@@ -72,12 +80,21 @@ def inverse_cholesky(
     If the Cholesky factorisation fails, lambda is multiplied by 10 (at least 1e-6 mean |diag H|), up to
     ``max_retries`` times.
 
+    Memory: one b x b fp32 buffer besides ``H`` (left unchanged). The three factorisation steps (Cholesky
+    of H + lambda I, its inverse, the Cholesky of that inverse) run in place in that buffer, through its
+    column-major view so that LAPACK needs no copy of its own, and a tiled in-place transpose makes U
+    row-major: the values are those of the out-of-place calls (``torch.linalg.cholesky_ex``,
+    ``torch.cholesky_inverse``, ``torch.linalg.cholesky_ex(upper=True)``), bit for bit.
+
     Note: for U upper triangular, inv(H[i:, i:]) = U[i:, i:]^T U[i:, i:], so one factorisation serves
     every block of SparseGPT and Thanos (Alg. 1 as printed re-inverts the remaining columns' Hessian for
     every block instead).
     """
-    H = H.to(torch.float32).clone()
-    diag = torch.diagonal(H)
+    work = torch.empty(H.shape, dtype=torch.float32, device=H.device)
+    col = work.mT  # column-major view of the buffer: LAPACK's layout, factorised without a copy
+    col.copy_(H)  # col = H exactly (a computed H need not be symmetric to the last bit)
+    info = torch.empty((), dtype=torch.int32, device=work.device)
+    diag = torch.diagonal(work)
     dead = diag == 0
     diag[dead] = 1.0
     lam = damp * float(diag.mean())
@@ -85,13 +102,16 @@ def inverse_cholesky(
     for attempt in range(max_retries + 1):
         diag += lam - added
         added = lam
-        L, info = torch.linalg.cholesky_ex(H)
+        damped = diag.clone()  # to restore the buffer if a factorisation fails
+        torch.linalg.cholesky_ex(col, out=(col, info))  # lower L of H + lambda I
         if int(info) == 0:
-            Hinv = torch.cholesky_inverse(L)
-            del L
-            U, info = torch.linalg.cholesky_ex(Hinv, upper=True)
-            if int(info) == 0 and bool(torch.isfinite(U).all()):
-                return InverseFactor(U=U, damp=lam, retries=attempt, dead=dead)
+            torch.cholesky_inverse(col, out=col)  # (H + lambda I)^-1 = (L L^T)^-1
+            torch.linalg.cholesky_ex(col, upper=True, out=(col, info))  # col = U, work = U^T
+            if int(info) == 0 and all_finite(work):
+                _transpose_(work)
+                return InverseFactor(U=work, damp=lam, retries=attempt, dead=dead)
+        col.copy_(H)
+        diag.copy_(damped)
         lam = max(lam * 10.0, 1e-6 * float(diag.abs().mean()), 1e-8)
     where = f" for layer {name}" if name else ""
     raise ValueError(
@@ -99,3 +119,22 @@ def inverse_cholesky(
         f"({max_retries} retries): the Hessian is not positive definite. Check the calibration inputs "
         "for NaN/Inf or increase `damp`."
     )
+
+
+def all_finite(A: torch.Tensor, chunk: int = 1 << 20) -> bool:
+    """No NaN/Inf in the matrix ``A``, checked about ``chunk`` values at a time (no mask of A's size)."""
+    rows = max(1, chunk // max(1, A.shape[1]))
+    return all(bool(torch.isfinite(A[i : i + rows]).all()) for i in range(0, A.shape[0], rows))
+
+
+def _transpose_(A: torch.Tensor, tile: int = 1024) -> None:
+    """Transpose the square matrix ``A`` in place, one pair of ``tile`` x ``tile`` blocks at a time."""
+    n = A.shape[0]
+    for i in range(0, n, tile):
+        rows = slice(i, i + tile)
+        A[rows, rows] = A[rows, rows].T.clone()
+        for j in range(i + tile, n, tile):
+            cols = slice(j, j + tile)
+            upper = A[rows, cols].clone()
+            A[rows, cols] = A[cols, rows].T
+            A[cols, rows] = upper.T

@@ -16,7 +16,7 @@ import torch
 
 from thanos import methods
 from thanos.algorithms import masks
-from thanos.hessian import inverse_cholesky
+from thanos.hessian import all_finite, inverse_cholesky
 from thanos.kernels import Problem
 from thanos.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
 
@@ -61,8 +61,21 @@ def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) ->
     return total / 2
 
 
+def _objective(pruned: torch.Tensor, weight: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
+    """``layer_objective`` of dW = pruned - weight, dW formed ``row_batch`` rows at a time in fp32 (the
+    same row batches, hence the same value, as ``layer_objective`` of the whole dW)."""
+    return sum(
+        layer_objective(
+            pruned[i : i + row_batch].to(torch.float32) - weight[i : i + row_batch].to(torch.float32), H
+        )
+        for i in range(0, weight.shape[0], row_batch)
+    )
+
+
 def _check_finite(what: str, t: torch.Tensor, name: str | None) -> None:
     """Refuse NaN/Inf in ``what`` (the weight or the Hessian) of layer ``name``, naming both."""
+    if all_finite(t):  # chunked: no mask of the Hessian's size unless there is something to report
+        return
     finite = torch.isfinite(t)
     if not bool(finite.all()):
         bad = int((~finite).sum())
@@ -161,18 +174,20 @@ def prune_layer(
     started = time.perf_counter()
 
     c, b = weight.shape
-    W = weight.detach().to(torch.float32).clone()
-    H = None if hessian is None else hessian.detach().to(device=W.device, dtype=torch.float32)
+    weight = weight.detach()
+    H = None if hessian is None else hessian.detach().to(device=weight.device, dtype=torch.float32)
     B = None if blocksize is None else min(blocksize, b)
 
+    # Memory: besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b
+    # buffer, freed before the result is assembled) and the masks; no second fp32 copy of the weight.
     n_outliers = outlier_count(alpha_q, c)
     dense_rows = (
-        masks.outlier_rows(W, H, n_outliers)
+        masks.outlier_rows(weight.to(torch.float32), H, n_outliers)
         if n_outliers
-        else torch.zeros(c, dtype=torch.bool, device=W.device)
+        else torch.zeros(c, dtype=torch.bool, device=weight.device)
     )
     rows = torch.nonzero(~dense_rows).squeeze(1)
-    sub = W[rows]
+    sub = weight[rows].to(torch.float32) if n_outliers else weight.to(torch.float32, copy=True)
 
     factor = None
     if spec.updates_weights and rows.numel():
@@ -181,33 +196,40 @@ def prune_layer(
 
     U = None if factor is None else factor.U
     sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes))
-    if factor is not None:
-        sub_mask[:, factor.dead] = True  # zeroed above: removed weights, whatever the kernel chose
+    del U
+    dead = None if factor is None else factor.dead
+    damp_used, retries = (None, 0) if factor is None else (factor.damp, factor.retries)
+    del factor  # the b x b inverse factor
+    if dead is not None:
+        sub_mask[:, dead] = True  # zeroed above: removed weights, whatever the kernel chose
 
-    mask = torch.zeros_like(W, dtype=torch.bool)
-    mask[rows] = sub_mask
-    out = weight.detach().clone()
-    out[rows] = sub.to(weight.dtype)
+    if n_outliers:
+        mask = torch.zeros(c, b, dtype=torch.bool, device=weight.device)
+        mask[rows] = sub_mask
+        out = weight.clone()
+        out[rows] = sub.to(weight.dtype)
+    else:
+        mask = sub_mask
+        out = sub.to(weight.dtype)
+    del sub, sub_mask
     out[mask] = 0
-    if W.is_cuda:
-        torch.cuda.synchronize(W.device)
+    if weight.is_cuda:
+        torch.cuda.synchronize(weight.device)
     seconds = time.perf_counter() - started
-    objective = None
-    if H is not None:
-        objective = layer_objective(out.to(torch.float32) - weight.detach().to(torch.float32), H)
+    objective = None if H is None else _objective(out, weight, H)
     stats = PruneStats(
         method=spec.name,
         sparsity=str(pattern),
         achieved_sparsity=float(mask.sum()) / (c * b),
         objective=objective,
         seconds=seconds,
-        device=str(W.device),
+        device=str(weight.device),
         outlier_rows=n_outliers,
         blocksize=B,
         alpha=float(alpha_q),
-        damp=None if factor is None else factor.damp,
-        damp_retries=0 if factor is None else factor.retries,
-        dead_columns=0 if factor is None else int(factor.dead.sum()),
+        damp=damp_used,
+        damp_retries=retries,
+        dead_columns=0 if dead is None else int(dead.sum()),
         shape=(c, b),
     )
     options = {"blocksize": blocksize, "alpha": float(alpha_q), "damp": damp}

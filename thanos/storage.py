@@ -318,12 +318,26 @@ class Activations:
 
 
 # ---- hessians -----------------------------------------------------------------------------------------
+HESSIAN_CHUNK_BYTES = 1 << 26
+
+
+def hessian_chunks(b: int) -> tuple[int, int]:
+    """Chunks of whole rows, at most about ``HESSIAN_CHUNK_BYTES`` each and of near-equal sizes (zarr
+    stores the last chunk at full size): writing or reading H then needs one chunk of memory besides H
+    itself (a single b x b chunk needs a second H-sized buffer: 3.3 GB at b = 28672)."""
+    count = -(-4 * b * b // HESSIAN_CHUNK_BYTES)  # ceil
+    return -(-b // count), b
+
+
 def write_hessians(path: str | Path, hessians: dict[str, torch.Tensor], attrs: dict[str, Any]) -> None:
-    """One fp32 (b, b) array per input group."""
+    """One fp32 (b, b) array per input group, in chunks of rows (``hessian_chunks``)."""
     with store_writer(path, attrs) as group:
         for name, H in hessians.items():
             data = to_numpy(H.to(torch.float32))
-            create_array(group, name, data.shape, data.shape, "float32")[:] = data
+            chunks = hessian_chunks(data.shape[0])
+            array = create_array(group, name, data.shape, chunks, "float32")
+            for start in range(0, data.shape[0], chunks[0]):  # one chunk at a time: zarr copies what it gets
+                array[start : start + chunks[0]] = data[start : start + chunks[0]]
 
 
 class Hessians:

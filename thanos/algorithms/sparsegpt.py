@@ -15,6 +15,8 @@ import torch
 
 from thanos.algorithms import masks
 
+UPDATE_BYTES = 1 << 26  # memory bound of one chunk of the lazy update W[:, i2:] -= Err U[i1:i2, i2:]
+
 
 def sparsegpt(
     W: torch.Tensor,
@@ -31,8 +33,12 @@ def sparsegpt(
     Exactly one pattern is given: ``p`` (unstructured: floor(p c B) weights per block, chosen by the
     OBS score w^2 / U_jj^2), ``n``/``m`` (n:m, chosen every m columns from the current weights) or
     ``column_mask`` (bool (b,), whole columns, see ``structured_columns``).
+
+    The lazy update of the columns right of a block is computed ``UPDATE_BYTES`` of columns at a time
+    (the same values as one product: each column of Err U only depends on that column of U).
     """
     c, b = W.shape
+    update_columns = max(1, UPDATE_BYTES // (4 * c))
     d = torch.diagonal(U)
     mask = torch.zeros_like(W, dtype=torch.bool)
     for i1 in range(0, b, blocksize):
@@ -58,7 +64,9 @@ def sparsegpt(
             W1[:, i] = q
             Err1[:, i] = err
         W[:, i1:i2] = W1
-        W[:, i2:] -= Err1 @ U[i1:i2, i2:]
+        for j1 in range(i2, b, update_columns):  # the lazy update in column chunks: no (c, b) temporary
+            j2 = min(j1 + update_columns, b)
+            W[:, j1:j2] -= Err1 @ U[i1:i2, j1:j2]
         mask[:, i1:i2] = M1
     return W, mask
 

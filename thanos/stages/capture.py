@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from thanos.hessian import HessianAccumulator
+from thanos.hessian import HessianAccumulator, all_finite
 from thanos.models import Checkpoint, ModelAdapter, open_model
 from thanos.safetensors_io import load_safetensors
 from thanos.stages.common import batches, check_finite, resolve_device
@@ -100,9 +100,9 @@ def capture(
     finally:
         for handle in handles:
             handle.remove()
-    hessians = {group: acc.H.cpu() for group, acc in accumulators.items()}
+    hessians = {group: acc.take().cpu() for group, acc in accumulators.items()}  # scaled in place
     for group, H in hessians.items():
-        if not bool(torch.isfinite(H).all()):
+        if not all_finite(H):
             raise ValueError(f"block {block}: the Hessian of group {group} has NaN/Inf; check {inputs}")
     attrs = {
         "block": block,

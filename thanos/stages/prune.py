@@ -63,6 +63,7 @@ def prune(
         H = None
         if store is not None:
             if current is None or current[0] != group:
+                current = None  # the previous group's H is freed before the next one is read
                 current = (group, store.get(group).to(dev))
             H = current[1]
         weight = checkpoint.tensor(f"{prefix}{layer}.weight")
@@ -100,4 +101,5 @@ def prune(
             stats["device"],
         )
         results.append(stats)
+        del weight, result  # not alive while the next layer is read and pruned
     return results

@@ -1,0 +1,96 @@
+"""How many Hessian-sized buffers the prune path holds at once, measured as this process's peak RSS.
+
+Each matrix here is above glibc's largest mmap threshold (32 MiB), so it is mapped when allocated and
+unmapped when freed: the peak RSS over a call (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``)
+minus the RSS before it is what the call allocated at its worst moment, in b x b buffers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from thanos import prune_layer
+from thanos.hessian import HessianAccumulator, inverse_cholesky
+from thanos.storage import HESSIAN_CHUNK_BYTES, Hessians, write_hessians
+
+STATUS = Path("/proc/self/status")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+
+
+def _kib(field: str) -> int:
+    line = next(line for line in STATUS.read_text().splitlines() if line.startswith(field + ":"))
+    return int(line.split()[1])
+
+
+def extra_peak_bytes(fn, *args, **kwargs) -> tuple[object, int]:
+    """``fn(*args, **kwargs)`` and how far its peak RSS rose above the RSS before the call (bytes)."""
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _kib("VmRSS")
+    result = fn(*args, **kwargs)
+    return result, (_kib("VmHWM") - before) * 1024
+
+
+def hessian(b: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(b, 64, generator=g)
+    H = X @ X.T
+    H.diagonal().add_(1.0)
+    return H
+
+
+def test_inverse_factor_needs_one_hessian_sized_buffer() -> None:
+    b = 4096  # H: 64 MiB
+    H = hessian(b)
+    size = H.numel() * 4
+    inverse_cholesky(hessian(512))  # LAPACK's one-time set-up is not part of the call
+    factor, extra = extra_peak_bytes(inverse_cholesky, H)
+    # the factor and a few MiB of LAPACK workspace, tiles and chunks; the three out-of-place steps held
+    # three b x b buffers besides H (the copy, L, H^-1, then U), plus LAPACK's column-major copies
+    assert size <= extra < 1.5 * size, extra / size
+    expected = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(_damped(H))), upper=True)
+    assert torch.equal(factor.U, expected)
+    assert factor.U.is_contiguous()
+
+
+def _damped(H: torch.Tensor, damp: float = 0.01) -> torch.Tensor:
+    out = H.clone()
+    out.diagonal().add_(damp * float(H.diagonal().mean()))
+    return out
+
+
+@pytest.mark.parametrize(("method", "sparsity"), [("sparsegpt", "0.5"), ("thanos", "2:4")])
+def test_prune_layer_holds_h_plus_one_factor(method: str, sparsity: str) -> None:
+    b, c = 4096, 64  # W: 0.5 MiB, H: 64 MiB
+    H = hessian(b, seed=1)
+    W = torch.randn(c, b, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    size = H.numel() * 4
+    result, extra = extra_peak_bytes(prune_layer, W, H, method, sparsity)
+    assert result.stats.objective > 0
+    assert extra < 1.6 * size, extra / size  # the factor, plus a few MiB of masks and row batches
+
+
+def test_accumulator_take_scales_in_place() -> None:
+    b = 4096
+    acc = HessianAccumulator(b)
+    acc.add(torch.randn(2, 8, b, generator=torch.Generator().manual_seed(3)))
+    expected = acc.H
+    H, extra = extra_peak_bytes(acc.take)
+    assert torch.equal(H, expected)
+    assert extra < 0.25 * H.numel() * 4, extra
+    assert acc.nsamples == 0 and acc.sum.numel() == 0
+
+
+def test_hessian_store_reads_and_writes_one_chunk_at_a_time(tmp_path: Path) -> None:
+    b = 6144  # H: 144 MiB, chunks of 64 MiB
+    H = hessian(b, seed=4)
+    size = H.numel() * 4
+    chunk = HESSIAN_CHUNK_BYTES
+    _, extra = extra_peak_bytes(write_hessians, tmp_path / "h.zarr", {"g": H}, {"block": 0})
+    assert extra < 2.2 * chunk, extra / chunk  # a chunk and its encoded bytes (one b x b chunk: 2 H)
+    read, extra = extra_peak_bytes(Hessians(tmp_path / "h.zarr").get, "g")
+    assert torch.equal(read, H)
+    assert extra < size + 2.2 * chunk, (extra - size) / chunk  # H itself and a chunk being decoded
