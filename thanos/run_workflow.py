@@ -11,6 +11,9 @@ finished jobs are never recomputed and a rerun resumes. What this adds for a one
   terminal.
 - Jobs run ``python -m thanos ...``: the directory of this interpreter is put first on ``PATH``, so they
   use this installation even when its environment is not activated.
+- Those jobs run in forks of one warm worker (``thanos.worker``) that has imported torch and transformers
+  once, instead of starting Python and importing them again per job (seconds each): same commands, same
+  files, one child process per job.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
 
 from thanos.progress import Progress
+from thanos.worker import local_worker
 from thanos.workflow_files import snakefile
 
 LOCK_NAME = ".thanos-run.lock"
@@ -160,6 +165,14 @@ def _snakemake(
                 signal.signal(signal.SIGTERM, sigterm)
 
 
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def run_workflow(
     workdir: str | Path,
     configfile: str | Path,
@@ -182,6 +195,14 @@ def run_workflow(
         if path.split(os.pathsep)[0] != bindir:
             os.environ["PATH"] = bindir + os.pathsep + path
             stack.callback(os.environ.__setitem__, "PATH", path)
+        socket_dir = Path(tempfile.mkdtemp(prefix="thanos-worker-"))  # short: a socket path has <108 bytes
+        stack.callback(socket_dir.rmdir)
+        worker_env = stack.enter_context(
+            local_worker(socket_dir / "socket", log_file.with_suffix(".worker.log"), cores)
+        )
+        saved = {name: os.environ.get(name) for name in worker_env}
+        os.environ.update(worker_env)
+        stack.callback(_restore, saved)
         file_handler = _file_handler(log_file)
         stack.callback(file_handler.close)
         handlers = (file_handler, progress)
