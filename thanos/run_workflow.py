@@ -24,14 +24,13 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
 
 from thanos.progress import Progress
-from thanos.worker import local_worker
+from thanos.worker import LocalWorker
 from thanos.workflow_files import snakefile
 
 LOCK_NAME = ".thanos-run.lock"
@@ -178,10 +177,12 @@ def run_workflow(
     configfile: str | Path,
     progress: Progress,
     log_file: str | Path,
+    worker: LocalWorker,
     cores: int | None = None,
     targets: Sequence[str] = (),
 ) -> None:
-    """Build ``targets`` (default: the workflow's ``all``) in ``workdir`` with ``configfile``.
+    """Build ``targets`` (default: the workflow's ``all``) in ``workdir`` with ``configfile``; the jobs
+    run in ``worker`` (stopped on return).
 
     Raises ``WorkflowFailed`` when a job fails or the run is interrupted (finished jobs are kept: the
     same call resumes), ``ValueError`` when another run uses ``workdir``."""
@@ -195,13 +196,9 @@ def run_workflow(
         if path.split(os.pathsep)[0] != bindir:
             os.environ["PATH"] = bindir + os.pathsep + path
             stack.callback(os.environ.__setitem__, "PATH", path)
-        socket_dir = Path(tempfile.mkdtemp(prefix="thanos-worker-"))  # short: a socket path has <108 bytes
-        stack.callback(socket_dir.rmdir)
-        worker_env = stack.enter_context(
-            local_worker(socket_dir / "socket", log_file.with_suffix(".worker.log"), cores)
-        )
-        saved = {name: os.environ.get(name) for name in worker_env}
-        os.environ.update(worker_env)
+        stack.callback(worker.stop)
+        saved = {name: os.environ.get(name) for name in worker.env}
+        os.environ.update(worker.env)
         stack.callback(_restore, saved)
         file_handler = _file_handler(log_file)
         stack.callback(file_handler.close)

@@ -25,12 +25,15 @@ import importlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import tempfile
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 ENV = "THANOS_WORKER"
@@ -200,37 +203,42 @@ def _reap(running: dict[int, socket.socket]) -> None:
             conn.sendall(_STATUS.pack(code))
 
 
-@contextlib.contextmanager
-def local_worker(socket_path: Path, log_file: Path, threads: int) -> Iterator[dict[str, str]]:
-    """Start a worker listening on ``socket_path`` (its own output to ``log_file``); yields the environment
-    variables that send jobs to it. The worker is stopped on exit."""
-    socket_path.parent.mkdir(parents=True, exist_ok=True)
-    socket_path.unlink(missing_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(socket_path))
-    listener.listen(64)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with listener, log_file.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())],
-            pass_fds=[listener.fileno()],
-            stdin=subprocess.DEVNULL,
-            cwd="/",  # never inside a working directory (a rerun looks for processes there)
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+def _stop(process: subprocess.Popen, directory: Path) -> None:
+    process.terminate()
     try:
-        yield {ENV: str(socket_path)}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        socket_path.unlink(missing_ok=True)
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class LocalWorker:
+    """A worker process, started now (it imports torch and transformers beside the caller's own work);
+    ``env`` holds the variables that send ``python -m thanos`` jobs to it. ``stop()`` ends it (so does
+    garbage collection of this object, and the end of the process that started it)."""
+
+    def __init__(self, threads: int) -> None:
+        directory = Path(tempfile.mkdtemp(prefix="thanos-worker-"))  # short: a socket path has <108 bytes
+        path = directory / "socket"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with listener:  # the worker keeps its copy: jobs can connect (and queue) while it imports
+            listener.bind(str(path))
+            listener.listen(64)
+            env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+            process = subprocess.Popen(
+                [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())],
+                pass_fds=[listener.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd="/",  # never inside a working directory (a rerun looks for processes there)
+                env=env,
+            )
+        self.env = {ENV: str(path)}
+        self._finalizer = weakref.finalize(self, _stop, process, directory)
+
+    def stop(self) -> None:
+        self._finalizer()
 
 
 if __name__ == "__main__":
