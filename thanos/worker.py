@@ -53,6 +53,8 @@ PRELOAD = (
     "thanos.stages.prune",
     "thanos.stages.assemble",
 )
+# read by the hub clients when imported (the worker imported them): a job's own value is applied by hand
+OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HEADER = struct.Struct("!I")
 _PID = struct.Struct("!q")
 _STATUS = struct.Struct("!i")
@@ -119,6 +121,10 @@ def _run_child(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [sys.argv[0], *request["argv"]]
+        if any(request["env"].get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in OFFLINE):
+            from thanos.evaluation.loading import set_offline  # the hub clients read it at import: done
+
+            set_offline()
         threads = request["env"].get("OMP_NUM_THREADS", "")
         import torch
 
