@@ -142,8 +142,9 @@ def _run_child(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(listener: socket.socket, parent: int) -> None:
-    """Accept jobs on ``listener`` until the process ``parent`` ends (or SIGTERM): fork one child per job."""
+def serve(listener: socket.socket, parent: int, directory: Path) -> None:
+    """Accept jobs on ``listener`` until the process ``parent`` ends (or SIGTERM): fork one child per job.
+    Removes ``directory`` (its socket's) when it ends, also after its parent was killed."""
     stopping = False
 
     def stop(_signum: int, _frame: object) -> None:
@@ -166,6 +167,7 @@ def serve(listener: socket.socket, parent: int) -> None:
         for child in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGTERM)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _accept(listener: socket.socket, running: dict[int, socket.socket]) -> None:
@@ -233,7 +235,8 @@ class LocalWorker:
             listener.listen(64)
             env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
             process = subprocess.Popen(
-                [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())],
+                [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())]
+                + [str(directory)],
                 pass_fds=[listener.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -248,4 +251,4 @@ class LocalWorker:
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]))
+    serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3]))
