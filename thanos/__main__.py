@@ -1,5 +1,10 @@
 import sys
 
-from thanos.cli import main
+from thanos.worker import forward
 
-sys.exit(main())
+code = forward(sys.argv[1:])  # a job of `thanos prune-model`: run by its warm worker
+if code is None:
+    from thanos.cli import main
+
+    code = main()
+sys.exit(code)

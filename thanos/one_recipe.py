@@ -239,6 +239,7 @@ def prune_model(
     from thanos.progress import Progress, clock_text, log_tail
     from thanos.publish import check_out, publish
     from thanos.run_workflow import WorkflowFailed, run_workflow
+    from thanos.worker import LocalWorker
 
     stream = stream if stream is not None else sys.stderr
     if isinstance(evaluate, str):
@@ -253,6 +254,8 @@ def prune_model(
     check_out(out)
     name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp)
     reference = model_reference(model)
+    cores = cores or os.cpu_count() or 1
+    worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
     model_type, max_positions = model_facts(reference)
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
@@ -269,7 +272,6 @@ def prune_model(
     }
     ppl = source_reference(ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluate)
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
-    cores = cores or os.cpu_count() or 1
     config = workflow_config(
         reference,
         name,
@@ -299,7 +301,7 @@ def prune_model(
     started = time.monotonic()
     with progress:
         try:
-            run_workflow(workdir, configfile, progress, log_file, cores=cores)
+            run_workflow(workdir, configfile, progress, log_file, worker, cores=cores)
         except WorkflowFailed as err:
             progress.clear()
             took = clock_text(time.monotonic() - started)

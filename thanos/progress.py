@@ -184,6 +184,7 @@ class Progress(logging.Handler):
             elif name == "job_finished":  # Snakemake logs the new job count (progress) right after
                 job = self.running.pop(record.job_id, None)
                 if job is not None and job.rule != "all":
+                    self._check_block(job)  # its last blocks may have finished between two polls
                     self.finished.append(job.rule)
                     self._finished_job = job
             elif name == "progress":
@@ -219,14 +220,18 @@ class Progress(logging.Handler):
             with self._mutex:
                 jobs = list(self.running.values())
             for job in jobs:
-                if not job.logs:
-                    continue
-                block = last_block(self.workdir / job.logs[0])
-                if block and block != job.block:
-                    job.block = block
-                    if not self.interactive:
-                        self.note(f"{job.label}: {block}")
+                self._check_block(job)
             self._refresh()
+
+    def _check_block(self, job: RunningJob) -> None:
+        """Note the block a chain job's log says it reached, if it moved on since last looked at."""
+        if not job.logs:
+            return
+        block = last_block(self.workdir / job.logs[0])
+        if block and block != job.block:
+            job.block = block
+            if not self.interactive:
+                self.note(f"{job.label}: {block}")
 
     def __enter__(self) -> Progress:
         self.started = time.monotonic()

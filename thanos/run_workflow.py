@@ -11,6 +11,9 @@ finished jobs are never recomputed and a rerun resumes. What this adds for a one
   terminal.
 - Jobs run ``python -m thanos ...``: the directory of this interpreter is put first on ``PATH``, so they
   use this installation even when its environment is not activated.
+- Those jobs run in forks of one warm worker (``thanos.worker``) that has imported torch and transformers
+  once, instead of starting Python and importing them again per job (seconds each): same commands, same
+  files, one child process per job.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from thanos.progress import Progress
+from thanos.worker import LocalWorker
 from thanos.workflow_files import snakefile
 
 LOCK_NAME = ".thanos-run.lock"
@@ -160,15 +164,25 @@ def _snakemake(
                 signal.signal(signal.SIGTERM, sigterm)
 
 
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def run_workflow(
     workdir: str | Path,
     configfile: str | Path,
     progress: Progress,
     log_file: str | Path,
+    worker: LocalWorker,
     cores: int | None = None,
     targets: Sequence[str] = (),
 ) -> None:
-    """Build ``targets`` (default: the workflow's ``all``) in ``workdir`` with ``configfile``.
+    """Build ``targets`` (default: the workflow's ``all``) in ``workdir`` with ``configfile``; the jobs
+    run in ``worker`` (stopped on return).
 
     Raises ``WorkflowFailed`` when a job fails or the run is interrupted (finished jobs are kept: the
     same call resumes), ``ValueError`` when another run uses ``workdir``."""
@@ -182,6 +196,10 @@ def run_workflow(
         if path.split(os.pathsep)[0] != bindir:
             os.environ["PATH"] = bindir + os.pathsep + path
             stack.callback(os.environ.__setitem__, "PATH", path)
+        stack.callback(worker.stop)
+        saved = {name: os.environ.get(name) for name in worker.env}
+        os.environ.update(worker.env)
+        stack.callback(_restore, saved)
         file_handler = _file_handler(log_file)
         stack.callback(file_handler.close)
         handlers = (file_handler, progress)

@@ -1,0 +1,51 @@
+"""The local job worker (``thanos.worker``): ``python -m thanos`` jobs forwarded to a warm process give the
+same files, logs and exit status as run by themselves (real processes, a real Unix socket)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from thanos.worker import ENV, LocalWorker
+
+
+def thanos(*args: str | Path, cwd: Path, env: dict[str, str], log: Path) -> int:
+    """``python -m thanos args > log 2>&1`` in ``cwd``, as a Snakemake job runs it; its exit status."""
+    with log.open("w") as handle:
+        return subprocess.run(
+            [sys.executable, "-m", "thanos", *map(str, args)], cwd=cwd, env=env, stdout=handle, stderr=handle
+        ).returncode
+
+
+def test_forwarded_jobs_write_the_same_files_logs_and_status(tmp_path):
+    plain = {k: v for k, v in os.environ.items() if k != ENV}
+    model = ("make-tiny-model", "--hidden-size", "32", "--num-blocks", "1", "--out")
+    assert thanos(*model, "alone", cwd=tmp_path, env=plain, log=tmp_path / "alone.log") == 0
+
+    worker = LocalWorker(threads=1)
+    try:
+        env = {**plain, **worker.env}
+        assert thanos(*model, "forwarded", cwd=tmp_path, env=env, log=tmp_path / "forwarded.log") == 0
+        failed = thanos(
+            "model-info",
+            "--model",
+            "missing",
+            "--out",
+            "x.json",
+            cwd=tmp_path,
+            env=env,
+            log=tmp_path / "failed.log",
+        )
+    finally:
+        worker.stop()
+    for name in ("config.json", "model.safetensors"):  # relative --out: the job's directory was used
+        assert (tmp_path / "forwarded" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes()
+    assert failed == 2  # the command's own exit status, and its one-line error in the job's log
+    assert (tmp_path / "failed.log").read_text().strip().splitlines()[-1].startswith("ERROR: ")
+
+    # a stopped worker: the command runs by itself, as without one
+    assert not Path(worker.env[ENV]).exists()
+    again = thanos(*model, "after", cwd=tmp_path, env={**plain, **worker.env}, log=tmp_path / "after.log")
+    assert again == 0 and (tmp_path / "after" / "model.safetensors").is_file()
