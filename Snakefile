@@ -9,6 +9,7 @@ import sys
 import time
 
 from thanos.joblogs import summary as failed_jobs_summary
+from thanos.worker import for_this_run as start_job_worker
 
 STARTED = time.time()
 
@@ -30,6 +31,12 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+onstart:
+    # a local run's `python -m thanos` jobs run in forks of one warm process: Python and its imports
+    # start once per run, not once per job (thanos/worker.py)
+    logger.info(start_job_worker(workflow.local_exec, config["threads"]))
 
 
 onerror:

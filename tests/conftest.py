@@ -120,17 +120,28 @@ def workflow_config(source: str | Path, models: dict, recipes: dict, **over: Any
     return config | over
 
 
-def snakemake(workdir: Path, config: dict, *extra: str, check: bool = True, popen: bool = False):
-    """The real ``snakemake --cores 2`` on ``config`` (written to ``workdir/config.yaml``) in ``workdir``:
-    the finished process (a test failure with its output tails if ``check`` and it failed), or with
-    ``popen`` the running one (output on its stdout, in a new session so that a test can kill it)."""
+def snakemake(
+    workdir: Path,
+    config: dict,
+    *extra: str,
+    check: bool = True,
+    popen: bool = False,
+    env: dict[str, str] | None = None,
+):
+    """The real ``snakemake --cores 2`` on ``config`` (written to ``workdir/config.yaml``) in ``workdir``,
+    with ``env`` added to the environment: the finished process (a test failure with its output tails if
+    ``check`` and it failed), or with ``popen`` the running one (output on its stdout, in a new session so
+    that a test can kill it)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
     cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
+    env = {**os.environ, **(env or {})}
     if popen:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -49,3 +49,17 @@ def test_forwarded_jobs_write_the_same_files_logs_and_status(tmp_path):
     assert not Path(worker.env[ENV]).exists()
     again = thanos(*model, "after", cwd=tmp_path, env={**plain, **worker.env}, log=tmp_path / "after.log")
     assert again == 0 and (tmp_path / "after" / "model.safetensors").is_file()
+
+
+def test_a_snakemake_run_starts_a_worker_only_where_its_jobs_run_locally(monkeypatch):
+    from thanos import worker
+
+    monkeypatch.delenv(ENV, raising=False)
+    assert "cluster run" in worker.for_this_run(local=False, threads=1)
+    assert ENV not in os.environ  # a cluster job must never look for a socket on the submitting host
+    monkeypatch.setenv(ENV, "off")
+    assert "every job starts its own Python" in worker.for_this_run(local=True, threads=1)
+    assert worker.forward(["--help"]) is None  # off: the command runs itself
+    monkeypatch.setenv(ENV, "/some/socket")  # thanos prune-model's worker: kept, no second one
+    assert worker.for_this_run(local=True, threads=1).endswith("in use")
+    assert os.environ[ENV] == "/some/socket" and not worker._RUN_WORKER

@@ -187,9 +187,14 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     finished = _finished_outputs(workdir)
     assert any("block1" in str(p) for p in finished)
     assert not (workdir / "results" / "llama" / "thanos_u50" / "model").exists()
+    # the killed run's jobs ran in forks of the run's worker; the resume runs each job in its own Python,
+    # and gives the same bytes as the uninterrupted run (worker) below
+    (killed_log,) = (workdir / ".snakemake" / "log").glob("*.snakemake.log")
+    assert "jobs run in forks of one warm worker" in killed_log.read_text()
     # the documented resume after SIGKILL: --unlock, then the same command with --rerun-incomplete
     snakemake(workdir, config, "--unlock")
-    snakemake(workdir, config, "--rerun-incomplete")
+    resumed_run = snakemake(workdir, config, "--rerun-incomplete", env={"THANOS_WORKER": "off"})
+    assert "THANOS_WORKER=off: every job starts its own Python" in resumed_run.stdout + resumed_run.stderr
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"finished output recomputed: {path}"
     # the uninterrupted run (same models, calibration and recipe; granularity recipe) gives the same bytes

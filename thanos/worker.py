@@ -2,8 +2,9 @@
 
 A Snakemake job's command is ``python -m thanos <stage> ... > log 2>&1``; most of its seconds on a small
 model are the Python start and the imports (torch, transformers: ~4 s per job on a busy CPU), not the
-stage. ``thanos prune-model`` (``thanos.run_workflow``, always a local run) starts one worker that imports
-them once and listens on a Unix socket named by ``THANOS_WORKER`` in the jobs' environment. A job's
+stage. A local run starts one worker that imports them once and listens on a Unix socket named by
+``THANOS_WORKER`` in the jobs' environment: ``thanos prune-model`` (``thanos.run_workflow``) and a
+``snakemake`` command line run by the local executor (the Snakefile's ``onstart``, ``for_this_run``). A job's
 ``python -m thanos`` then only forwards its arguments, working directory, environment and its
 stdin/stdout/stderr (the job's log) to the worker, which forks a child that runs the same
 ``thanos.cli.main`` on them and reports the child's exit status back; signals the job receives are passed
@@ -11,9 +12,13 @@ on to the child.
 
 Nothing else changes: the same rules and shell commands (a dry run prints them), the same files written
 the same way by the same code (a child is one process per job, its memory freed when it ends), the same
-Snakemake metadata, so resuming and caching are untouched. Without ``THANOS_WORKER`` (a ``snakemake``
-command line, a cluster job) or when the worker cannot be reached, ``python -m thanos`` runs the command
-itself as before. The worker ends with the process that started it, and stops its running jobs then.
+Snakemake metadata, so resuming and caching are untouched. Without ``THANOS_WORKER`` (a cluster job, a
+job run by hand), with ``THANOS_WORKER=off`` (set it before ``snakemake`` to give every job its own
+Python) or when the worker cannot be reached, ``python -m thanos`` runs the command itself as before. The
+worker ends with the process that started it, and stops its running jobs then.
+
+The worker never initialises CUDA (its imports check devices through NVML only), so a job's child uses
+the GPUs its environment names (``CUDA_VISIBLE_DEVICES``) as a new process would.
 
 This module imports nothing heavy at import time: ``python -m thanos`` imports it first.
 """
@@ -53,6 +58,16 @@ PRELOAD = (
     "thanos.stages.prune",
     "thanos.stages.assemble",
 )
+# imported after PRELOAD, one module at a time while no job is waiting: what the evaluation stages import
+LATER = (
+    "datasets",
+    "thanos.evaluation.perplexity",
+    "lm_eval",
+    "lm_eval.tasks",
+    "lm_eval.models.huggingface",
+    "thanos.evaluation.zeroshot",
+)
+OFF = ("", "0", "off", "no", "false")
 # read by the hub clients when imported (the worker imported them): a job's own value is applied by hand
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HEADER = struct.Struct("!I")
@@ -75,8 +90,8 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes | None:
 def forward(argv: Sequence[str]) -> int | None:
     """Run ``python -m thanos argv`` in the worker named by ``THANOS_WORKER``; its exit status, or None
     when there is no worker to run it (the caller runs the command itself)."""
-    path = os.environ.get(ENV)
-    if not path:
+    path = os.environ.get(ENV, "")
+    if path.lower() in OFF:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -155,13 +170,17 @@ def serve(listener: socket.socket, parent: int, directory: Path) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the jobs themselves
     for name in PRELOAD:
         importlib.import_module(name)
+    later = list(LATER)
     running: dict[int, socket.socket] = {}
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     try:
         while not stopping and os.getppid() == parent:
-            if selector.select(timeout=POLL_S):
+            if selector.select(timeout=0 if later else POLL_S):
                 _accept(listener, running)
+            elif later:  # nothing waiting: one more import (a child forked before it imports it itself)
+                with contextlib.suppress(Exception):
+                    importlib.import_module(later.pop(0))
             _reap(running)
     finally:
         for child in running:
@@ -233,7 +252,11 @@ class LocalWorker:
         with listener:  # the worker keeps its copy: jobs can connect (and queue) while it imports
             listener.bind(str(path))
             listener.listen(64)
-            env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+            env = {
+                **os.environ,
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+                "PYTORCH_NVML_BASED_CUDA_CHECK": "1",  # torch.cuda.is_available() without a CUDA context
+            }
             process = subprocess.Popen(
                 [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())]
                 + [str(directory)],
@@ -248,6 +271,26 @@ class LocalWorker:
 
     def stop(self) -> None:
         self._finalizer()
+
+
+_RUN_WORKER: list[LocalWorker] = []
+
+
+def for_this_run(local: bool, threads: int) -> str:
+    """Start a worker for the jobs of this ``snakemake`` run (the Snakefile's ``onstart``) and put it in the
+    environment its jobs inherit; it ends with the run. Not for a cluster run (``local`` False: each job is
+    its own process on its node), nor when ``THANOS_WORKER`` is already set (``thanos prune-model``'s own
+    worker, or ``off``). Returns a line for the log."""
+    if not local:
+        return "cluster run: every job starts its own Python"
+    if ENV in os.environ:
+        setting = os.environ[ENV]
+        plain = setting.lower() in OFF
+        return f"{ENV}={setting}: " + ("every job starts its own Python" if plain else "in use")
+    worker = LocalWorker(threads)
+    _RUN_WORKER.append(worker)  # kept alive until the run's process ends
+    os.environ.update(worker.env)
+    return f"jobs run in forks of one warm worker ({ENV}={worker.env[ENV]}; {ENV}=off turns it off)"
 
 
 if __name__ == "__main__":
