@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
 
+    from thanos import methods
     from thanos.cli import main as thanos_main
     from thanos.recipes import Recipe
     from thanos.tiny import build_tiny_model
@@ -98,7 +99,7 @@ def main() -> None:
     stage("embed", "--model", model, "--tokens", tokens, "--device", "cpu", "--out", work / "inputs_0.zarr")
     layers = ",".join(info["layers"])
     for name, (method, sparsity) in recipes.items():
-        calibrated = method != "magnitude"
+        calibrated = methods.get(method).needs_hessian
         chain = work / name
         for block in range(info["num_blocks"]):
             inputs = (work if block == 0 else chain) / f"inputs_{block}.zarr"
