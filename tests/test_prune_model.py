@@ -80,6 +80,8 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from compressed_tensors.config import SparsityCompressionConfig
     from transformers import AutoModelForCausalLM
 
+    from thanos.model_card import summarize
+
     out, workdir, terminal = first
     for line in ("recipe thanos_2-4_a0_B512", "every row of every pruned layer is 2:4", "block 6/6 done"):
         assert line in terminal, terminal
@@ -112,6 +114,8 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     total = sum(p.numel() for p in model.parameters())
     zeros = sum(int((p == 0).sum()) for p in model.parameters())
     assert sparsity.global_sparsity == pytest.approx(zeros / total, abs=1e-6)
+    # the command reads the dense linear modules from this config.json; built on the meta device: the same
+    assert summarize(out, report, described=True) == summarize(out, report)
 
     card = (out / "README.md").read_text()
     assert "# tiny-llama: Thanos 2:4" in card and "dense rows" not in card.split("\n## ")[0].split("\n\n")[0]

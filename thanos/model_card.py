@@ -110,9 +110,21 @@ def _linear_modules(config: dict[str, Any]) -> list[str]:
     return sorted(name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear))
 
 
-def summarize(model_dir: str | Path, report: dict[str, Any]) -> SparsitySummary:
+def _recorded_dense_linear(config: dict[str, Any]) -> list[str] | None:
+    """The linear modules left dense, as ``write_sparsity_config`` recorded them in config.json."""
+    block = config.get("quantization_config") or {}
+    if block.get("quant_method") != QUANT_METHOD:
+        return None
+    ignore = (block.get("sparsity_config") or {}).get("ignore")
+    return list(ignore) if isinstance(ignore, list) else None
+
+
+def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = False) -> SparsitySummary:
     """Zeros of the pruned layers (from the report's per-layer counts) and of every other tensor (read
-    from ``model_dir``'s safetensors: embeddings, norms, lm_head; the pruned ones are not read again)."""
+    from ``model_dir``'s safetensors: embeddings, norms, lm_head; the pruned ones are not read again).
+    ``described``: ``model_dir`` was written by ``describe_model``, so its config.json names the linear
+    modules left dense (else they are found by building the model on the meta device, seconds of
+    transformers imports)."""
     model_dir = Path(model_dir)
     layers = report.get("layers") or []
     pruned = {entry["tensor"] for entry in layers}
@@ -138,8 +150,10 @@ def summarize(model_dir: str | Path, report: dict[str, Any]) -> SparsitySummary:
         zeros += int((tensor == 0).sum())
         del tensor
     config = json.loads((model_dir / "config.json").read_text())
-    modules = {entry["tensor"].removesuffix(".weight") for entry in layers}
-    dense_linear = [name for name in _linear_modules(config) if name not in modules]
+    dense_linear = _recorded_dense_linear(config) if described else None
+    if dense_linear is None:
+        modules = {entry["tensor"].removesuffix(".weight") for entry in layers}
+        dense_linear = [name for name in _linear_modules(config) if name not in modules]
     return SparsitySummary(pruned_weights, pruned_zeros, parameters, zeros, per_type, dense_linear)
 
 

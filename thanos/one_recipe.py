@@ -89,14 +89,16 @@ def model_facts(reference: str) -> tuple[str, int]:
     """(model_type, max positions) of a supported model; an unsupported one, or a local directory without
     config, safetensors weights or tokenizer files, is refused here, before any job runs. Reads
     config.json and the weights' headers (for a hub id: downloads only config.json)."""
-    from transformers import AutoConfig
-
     from thanos.models import Checkpoint, check_tokenizer_files, get_adapter, load_config
 
     local = Path(reference).is_dir()
     if local:  # config, weights and tokenizer files named here, before any job runs
-        config = load_config(reference)
+        config = load_config(reference, full=False)  # config.json as written: no transformers import
+        if "max_position_embeddings" not in vars(config):  # left to transformers' defaults
+            config = load_config(reference)
     else:
+        from transformers import AutoConfig
+
         try:
             config = AutoConfig.from_pretrained(reference)
         except (OSError, ValueError) as err:
@@ -326,7 +328,7 @@ def prune_model(
     model_dir = model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())
     evaluation = _evaluation(model_root, evaluate)
-    summary = summarize(model_dir, report)
+    summary = summarize(model_dir, report, described=True)  # assemble wrote its config.json
     card = model_card(report, summary, evaluation, out)
     before = publish(model_dir, out, {CARD: card})
     took = clock_text(time.monotonic() - started)
