@@ -6,8 +6,8 @@ writes chunks in its worker threads, so a chunk's buffer (a whole Hessian of up 
 there when freed. There it stays resident: once a buffer that large is freed, glibc serves buffers up to its
 size from arenas and keeps up to twice its size free at an arena's top (``malloc_trim`` does not trim the
 top of a thread's arena either). Each block reads through some other worker, so a job that runs block
-after block (``thanos chain``) grows until every worker's arena holds one: +190 MiB over 16 blocks of a
-hidden-1024 model, at most zarr's worker count (up to 32) times 64 MiB. With a single arena the next block
+after block (``thanos chain``) grows until every worker's arena holds one: +195 MiB from block 2 to 16 of
+a hidden-1024 model, at most zarr's worker count (up to 32) times 64 MiB. With a single arena the next block
 reuses the buffers the last one freed, and ``release_free_memory`` after each block returns what is free
 in it to the system: the next block starts from what is alive. Mapping every buffer from 1 MiB instead (a
 fixed ``mmap`` threshold) kept memory flat too, but page-faulted 8x more and cost 15 % of the run time.
