@@ -6,7 +6,12 @@ recording the peak RSS (resource.getrusage, ru_maxrss) after each stage. For con
 per model loads the whole model with transformers (what a non-lazy pipeline would hold).
 Prints a table and writes bench/out/memory_blocks.json.
 
+``--chain``: instead, the peak RSS of a whole recipe job (``python -m thanos chain``, workflow
+``granularity: recipe``: capture, prune and propagate of every block in one process, sequential chain) at
+each depth, from ``os.wait4``, and the ratio of the deepest to the shallowest (flat in depth: about 1).
+
     python bench/memory_blocks.py [--hidden 512] [--blocks 4,32] [--nsamples 8] [--seqlen 128]
+    python bench/memory_blocks.py --chain [--hidden 1024] [--blocks 4,16]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -100,6 +106,67 @@ def full_load(model: Path) -> dict[str, float]:
     return {"full_model_load": peak_rss_mib()}
 
 
+def chain_inputs(model: Path, work: Path, nsamples: int, seqlen: int) -> None:
+    """The dense chain's block 0 stores of ``model`` under ``work/dense``: random inputs, their Hessians."""
+    import torch
+
+    from thanos.models import get_adapter, load_config
+    from thanos.stages.capture import capture
+    from thanos.storage import write_activations
+
+    hidden = get_adapter(load_config(model)).hidden_size
+    inputs = work / "dense" / "inputs_0.zarr"
+    with write_activations(inputs, nsamples, seqlen, hidden, torch.float32, block=0) as writer:
+        for i in range(nsamples):
+            writer.write(i, torch.randn(1, seqlen, hidden, generator=torch.Generator().manual_seed(i)))
+    capture(model, 0, inputs, work / "dense" / "hessians_0.zarr", batch_size=8, device="cpu")
+
+
+def chain_job(model: Path, work: Path, method: str) -> dict[str, float]:
+    """``python -m thanos chain`` over every block of ``model``: its peak RSS (MiB) and wall time."""
+    command = [sys.executable, "-m", "thanos", "chain", "--model", str(model), "--method", method]
+    command += ["--sparsity", "0.5", "--dense-dir", str(work / "dense"), "--chain-dir", str(work / "own")]
+    command += ["--pruned-root", str(work / "pruned"), "--out", str(work / "pruned" / "chain.json")]
+    started = time.perf_counter()
+    with (work / "chain.log").open("w") as log:
+        process = subprocess.Popen([*command, "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"thanos chain failed; see {work / 'chain.log'}")
+    return {"chain_peak": usage.ru_maxrss / 1024, "seconds": time.perf_counter() - started}
+
+
+def chain_main(args: argparse.Namespace) -> None:
+    """``--chain``: a recipe job's peak RSS per depth, and the deepest over the shallowest."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="thanos-bench-") as tmp:
+        for blocks in (int(b) for b in args.blocks.split(",")):
+            built = in_subprocess("--build", str(blocks), "--work", tmp, "--hidden", str(args.hidden))
+            work = Path(tmp) / f"work-{blocks}"
+            work.mkdir()
+            in_subprocess("--inputs", built["path"], "--work", str(work), "--nsamples", str(args.nsamples),
+                          "--seqlen", str(args.seqlen))  # fmt: skip
+            rows.append({"blocks": blocks, **chain_job(Path(built["path"]), work, args.method)})
+    print(
+        f"peak RSS (MiB) of a recipe job (thanos chain, sequential, all blocks): hidden {args.hidden}, "
+        f"{args.nsamples} x {args.seqlen} tokens, {args.method} 0.5, CPU"
+    )
+    print(" ".join(f"{c:>9}" for c in ("blocks", "peak", "sec")))
+    for r in rows:
+        print(f"{r['blocks']:>9} {r['chain_peak']:>9.1f} {r['seconds']:>9.1f}")
+    print(
+        f"peak {rows[-1]['blocks']} / {rows[0]['blocks']} blocks: "
+        f"{rows[-1]['chain_peak'] / rows[0]['chain_peak']:.3f}x "
+        f"({rows[-1]['chain_peak'] - rows[0]['chain_peak']:+.1f} MiB)"
+    )
+    out = OUT.with_name("memory_blocks_chain.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"hidden": args.hidden, "nsamples": args.nsamples, "seqlen": args.seqlen, "method": args.method}
+    meta |= {"python": platform.python_version(), "machine": platform.machine()}
+    out.write_text(json.dumps({"config": meta, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def in_subprocess(*args: str) -> dict[str, float]:
     result = subprocess.run(
         [sys.executable, __file__, *args], check=True, capture_output=True, text=True, cwd=Path.cwd()
@@ -110,8 +177,9 @@ def in_subprocess(*args: str) -> dict[str, float]:
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--blocks", default="4,32", help="comma-separated model depths")
+    parser.add_argument("--hidden", type=int, default=None, help="default: 512, 1024 with --chain")
+    parser.add_argument("--blocks", default=None, help="model depths, comma-separated (4,32; --chain: 4,16)")
+    parser.add_argument("--chain", action="store_true", help="peak RSS of a whole recipe job per depth")
     parser.add_argument("--nsamples", type=int, default=8)
     parser.add_argument("--seqlen", type=int, default=128)
     parser.add_argument("--method", default="thanos")
@@ -119,7 +187,10 @@ def main() -> None:
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--full-load", help=argparse.SUPPRESS)
     parser.add_argument("--build", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.hidden = args.hidden or (1024 if args.chain else 512)
+    args.blocks = args.blocks or ("4,16" if args.chain else "4,32")
     if args.worker:
         print(json.dumps(worker(Path(args.worker), Path(args.work), args.nsamples, args.seqlen, args.method)))
         return
@@ -128,6 +199,13 @@ def main() -> None:
         return
     if args.build:
         print(json.dumps({"path": str(build_model(Path(args.work), args.build, args.hidden))}))
+        return
+    if args.inputs:
+        chain_inputs(Path(args.inputs), Path(args.work), args.nsamples, args.seqlen)
+        print(json.dumps({}))
+        return
+    if args.chain:
+        chain_main(args)
         return
 
     rows = []

@@ -7,6 +7,9 @@ minus the RSS before it is what the call allocated at its worst moment, in b x b
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import torch
 
 from thanos import prune_layer
 from thanos.hessian import HessianAccumulator, inverse_cholesky
-from thanos.storage import HESSIAN_CHUNK_BYTES, Hessians, write_hessians
+from thanos.storage import HESSIAN_CHUNK_BYTES, Hessians, write_activations, write_hessians
 
 STATUS = Path("/proc/self/status")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
@@ -94,3 +97,43 @@ def test_hessian_store_reads_and_writes_one_chunk_at_a_time(tmp_path: Path) -> N
     read, extra = extra_peak_bytes(Hessians(tmp_path / "h.zarr").get, "g")
     assert torch.equal(read, H)
     assert extra < size + 2.2 * chunk, (extra - size) / chunk  # H itself and a chunk being decoded
+
+
+# ---- a whole chain: memory flat in depth ----------------------------------------------------------------
+DEPTH_BLOCKS = 10
+MLP_WIDTH = 2816  # the MLP's down-projection Hessian: 30 MiB, one zarr chunk (what glibc's arenas kept)
+RSS_LINE = re.compile(r"block (\d+)/\d+ done: RSS (\d+) MiB")
+
+
+def chain_inputs(root: Path) -> tuple[Path, Path]:
+    """A random Llama of ``DEPTH_BLOCKS`` narrow blocks with wide MLPs, and its dense chain's block 0
+    stores (random inputs, their Hessians)."""
+    from thanos.stages.capture import capture
+    from thanos.tiny import build_tiny_model
+
+    model = build_tiny_model(
+        root / "model", "llama", hidden_size=64, intermediate_size=MLP_WIDTH, num_blocks=DEPTH_BLOCKS,
+        num_heads=2, max_position_embeddings=64, vocab_size=260, max_shard_size="10MB",
+    )  # fmt: skip
+    dense = root / "dense"
+    with write_activations(dense / "inputs_0.zarr", 4, 32, 64, torch.float32, block=0) as writer:
+        writer.write(0, torch.randn(4, 32, 64, generator=torch.Generator().manual_seed(5)))
+    capture(model, 0, dense / "inputs_0.zarr", dense / "hessians_0.zarr", batch_size=4, device="cpu")
+    return model, dense
+
+
+def test_chain_rss_does_not_grow_with_depth(tmp_path: Path) -> None:
+    model, dense = chain_inputs(tmp_path)
+    pruned = tmp_path / "pruned"
+    command = [sys.executable, "-m", "thanos", "chain", "--model", model, "--method", "sparsegpt"]
+    command += ["--sparsity", "0.5", "--dense-dir", dense, "--chain-dir", tmp_path / "own"]
+    command += ["--pruned-root", pruned, "--out", pruned / "chain.json", "--device", "cpu"]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    run = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rss = {int(block): int(mib) for block, mib in RSS_LINE.findall(run.stderr)}
+    assert sorted(rss) == list(range(1, DEPTH_BLOCKS + 1)), run.stderr[-3000:]
+    # after block 2 every buffer size has been allocated and freed once; the old allocator set-up kept one
+    # freed 30 MiB Hessian per zarr worker thread's arena, +60..190 MiB over the next 8 blocks
+    growth = max(rss[block] for block in range(3, DEPTH_BLOCKS + 1)) - rss[2]
+    assert growth < 20, rss

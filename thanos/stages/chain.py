@@ -33,6 +33,7 @@ from thanos import methods
 from thanos.atomic import write_json
 from thanos.fingerprint import model_fingerprint
 from thanos.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
+from thanos.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.pruned_layers import mismatch
 from thanos.stages.capture import capture, propagate
 from thanos.stages.prune import prune
@@ -223,9 +224,13 @@ def chain(
     ``dense_dir``: the dense chain's stores (``inputs_0``, ``hessians_0``; every ``hessians_l`` when
     ``chain_dir`` is None, the dense chain). ``chain_dir``: the recipe's sequential chain stores (l >= 1),
     written here. Methods without a Hessian (magnitude) need neither.
+
+    Sets this process's malloc to a single arena and trims it after each block (``thanos.memory``), so
+    that its memory does not grow with the number of blocks; each block's log line says the RSS.
     """
     from thanos.models import open_model
 
+    single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
     calibrated = methods.get(method).needs_hessian
@@ -265,7 +270,14 @@ def chain(
         block_dir = run.prune(block, H)
         if run.own is not None and block + 1 < num_blocks:
             run.propagate(block, block_dir)
-        log.info("chain: block %d/%d done", block + 1, num_blocks)
+        release_free_memory()
+        log.info(
+            "chain: block %d/%d done: RSS %.0f MiB, peak %.0f MiB",
+            block + 1,
+            num_blocks,
+            rss_mib(),
+            peak_rss_mib(),
+        )
 
     run.drop(num_blocks, activations=not keep_activations, hessians=not keep_hessians)
     summary = {
