@@ -59,14 +59,19 @@ def idle_child(done: mp.Queue) -> None:
     time.sleep(1.0)
 
 
-def sample(process: mp.Process, done: mp.Queue, max_seconds: float) -> tuple[float, list[tuple[str, float]]]:
-    """Peak RSS of ``process`` until it ends or ``max_seconds`` pass (then it is killed), and its messages."""
-    peak, events, started = 0.0, [], time.perf_counter()
+def sample(
+    process: mp.Process, done: mp.Queue, max_seconds: float
+) -> tuple[float, float, list[tuple[str, float]]]:
+    """Peak RSS of ``process`` until it ends or ``max_seconds`` pass (then it is killed), when the peak last
+    rose (``time.perf_counter``), and the process's messages."""
+    peak, rose, events, started = 0.0, 0.0, [], time.perf_counter()
     while process.is_alive() and time.perf_counter() - started < max_seconds:
         try:
-            peak = max(peak, vm_hwm(process.pid))
+            now = vm_hwm(process.pid)
         except (OSError, ValueError):
             break
+        if now > peak:
+            peak, rose = now, time.perf_counter()
         while not done.empty():
             events.append(done.get())
         time.sleep(0.5)
@@ -76,7 +81,7 @@ def sample(process: mp.Process, done: mp.Queue, max_seconds: float) -> tuple[flo
     process.join()
     while not done.empty():
         events.append(done.get())
-    return peak, events
+    return peak, rose, events
 
 
 def main() -> None:
@@ -94,7 +99,7 @@ def main() -> None:
     queue = context.Queue()
     idle = context.Process(target=idle_child, args=(queue,))
     idle.start()
-    constant, _ = sample(idle, queue, 120.0)
+    constant, _, _ = sample(idle, queue, 120.0)
 
     queue = context.Queue()
     child = context.Process(
@@ -102,7 +107,7 @@ def main() -> None:
     )
     started = time.perf_counter()
     child.start()
-    peak, events = sample(child, queue, args.max_seconds)
+    peak, rose, events = sample(child, queue, args.max_seconds)
     seconds = time.perf_counter() - started
     built = next((t for name, t in events if name == "built"), None)
     objective = next((v for name, v in events if name == "pruned"), None)
@@ -116,7 +121,9 @@ def main() -> None:
     state = "finished" if objective is not None else f"stopped after {args.max_seconds:.0f} s (not finished)"
     print(f"peak RSS {peak:,.0f} MiB = {peak / budget:.2f} x budget; layer {state}; {seconds:.0f} s in all")
     if built is not None:
-        print(f"  (W and H built in the child first; pruning ran {seconds - (built - started):.0f} s)")
+        pruning = seconds - (built - started)
+        print(f"  W and H built in the child first; pruning ran {pruning:.0f} s", end="")
+        print(f", its peak last rose {rose - built:.0f} s into it" if rose > built else ", no rise in it")
     if objective is not None:
         print(f"  objective {objective:.6g}")
 
