@@ -2,8 +2,8 @@
 
 Builds two random Llama models of the same width (4 and 32 blocks), saves them as sharded safetensors,
 then runs, each in a fresh subprocess: capture(block 1) -> prune(block 1, every layer) -> propagate(block 1),
-recording the peak RSS (resource.getrusage, ru_maxrss) after each stage. For contrast, a third subprocess
-per model loads the whole model with transformers (what a non-lazy pipeline would hold).
+recording the peak RSS (VmHWM, ``thanos.memory.peak_rss_mib``) after each stage. For contrast, a third
+subprocess per model loads the whole model with transformers (what a non-lazy pipeline would hold).
 Prints a table and writes bench/out/memory_blocks.json.
 
 ``--chain``: instead, the peak RSS of a whole recipe job (``python -m thanos chain``, workflow
@@ -21,28 +21,16 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from thanos.memory import peak_rss_mib
+
 OUT = Path(__file__).resolve().parent / "out" / "memory_blocks.json"
 BLOCK = 1
-
-
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process (MiB) since start or the last ``reset_peak``.
-
-    Linux: VmHWM of /proc/self/status (ru_maxrss would include the parent's peak, inherited at fork).
-    """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def reset_peak() -> None:

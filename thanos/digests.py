@@ -78,19 +78,30 @@ def recorded(model_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return files
 
 
+def added_and_missing(
+    model_dir: str | os.PathLike, files: dict[str, dict[str, Any]], skip: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """The names of the files ``model_dir`` holds beyond the record ``files``, and of the recorded files
+    it lacks, sorted (names in ``skip`` are neither)."""
+    skip = set(skip)
+    found = set(model_files(model_dir)) - skip
+    expected = set(files) - skip
+    return sorted(found - expected), sorted(expected - found)
+
+
 def differences(
     model_dir: str | os.PathLike, files: dict[str, dict[str, Any]], skip: Iterable[str] = ()
 ) -> list[str]:
     """What differs between ``model_dir`` and the record ``files`` (names in ``skip`` are not compared):
     one phrase per file, empty when every file holds exactly the recorded bytes and no file was added."""
     model_dir, skip = Path(model_dir), set(skip)
-    found = set(model_files(model_dir)) - skip
-    problems = [f"{name} was added" for name in sorted(found - set(files))]
+    added, missing = added_and_missing(model_dir, files, skip)
+    problems = [f"{name} was added" for name in added]
     for name, expected in sorted(files.items()):
         if name in skip:
             continue
         path = model_dir / name
-        if not path.is_file():
+        if name in missing:
             problems.append(f"{name} is missing")
             continue
         if path.stat().st_size != expected["bytes"]:

@@ -70,9 +70,8 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
     model_dir, out, texts = Path(model_dir), Path(out), dict(texts or {})
     check_out(out)
     files = digests.recorded(model_dir)
-    present = set(digests.model_files(model_dir))
-    problems = [f"{n} was added" for n in sorted(present - set(files) - set(texts))]
-    problems += [f"{n} is missing" for n in sorted(set(files) - present - set(texts))]
+    added, missing = digests.added_and_missing(model_dir, files, skip=texts)
+    problems = [f"{n} was added" for n in added] + [f"{n} is missing" for n in missing]
     if problems:
         raise PathError(
             f"the pruned model differs from what was computed: {'; '.join(problems)}; nothing was published",
