@@ -314,6 +314,8 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
         (["--evaluate", "bleu"], "--evaluate bleu"),
         (["--calibration", "missing.jsonl"], "--calibration missing.jsonl: no such file"),
         (["--model", "./nowhere"], "--model ./nowhere: no such directory"),
+        (["--alpha", "1.5"], "--alpha 1.5: 1.5 is greater than or equal to the maximum of 1"),
+        (["--damp", "0"], "--damp 0.0: 0.0 is less than or equal to the minimum of 0"),
     ],
 )
 def test_bad_arguments_name_the_option(tmp_path, args, message):

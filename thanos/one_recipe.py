@@ -143,6 +143,21 @@ def recipe_spec(
     return name, recipe
 
 
+def check_config(config: dict[str, Any]) -> None:
+    """Refuse, naming the option, a value the workflow's config schema would refuse once the run has
+    started (``--alpha 1.5``, ``--damp 0``, ...): the same schema, checked before anything is written."""
+    import jsonschema
+
+    from thanos.workflow_files import workflow_root
+
+    schema = yaml.safe_load((workflow_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is not None:
+        key = str(error.path[-1]) if error.path else "config"
+        raise ValueError(f"--{key.replace('_', '-')} {error.instance!r}: {error.message}")
+
+
 def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
     """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
     root = (
@@ -285,6 +300,7 @@ def prune_model(
         ppl_source=ppl,
         tasks=tasks,
     )
+    check_config(config)
     configfile = workdir / "configs" / f"{name}.yaml"
     with atomic_path(configfile) as tmp:
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
