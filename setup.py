@@ -1,6 +1,6 @@
 """Ships the Snakemake workflow inside the wheel: ``Snakefile`` and ``workflow/`` (top level of the
 repository) are copied to ``thanos/_workflow/`` when the package is built, so that ``thanos prune-model``
-works from a regular ``pip install .`` (thanos.workflow_files finds them there). Everything else is in
+works from a regular ``pip install .`` (thanos.runner.workflow_files finds them there). Everything else is in
 pyproject.toml.
 """
 
@@ -11,7 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-SHIPPED_FILES = ("Snakefile", "workflow")  # thanos/workflow_files.py: SHIPPED_FILES
+SHIPPED_FILES = ("Snakefile", "workflow")  # thanos/runner/workflow_files.py: SHIPPED_FILES
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
 
 

@@ -2,7 +2,7 @@
 
 Builds two random Llama models of the same width (4 and 32 blocks), saves them as sharded safetensors,
 then runs, each in a fresh subprocess: capture(block 1) -> prune(block 1, every layer) -> propagate(block 1),
-recording the peak RSS (VmHWM, ``thanos.memory.peak_rss_mib``) after each stage. For contrast, a third
+recording the peak RSS (VmHWM, ``thanos.stages.memory.peak_rss_mib``) after each stage. For contrast, a third
 subprocess per model loads the whole model with transformers (what a non-lazy pipeline would hold).
 Prints a table and writes bench/out/memory_blocks.json.
 
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from thanos.memory import peak_rss_mib
+from thanos.stages.memory import peak_rss_mib
 
 OUT = Path(__file__).resolve().parent / "out" / "memory_blocks.json"
 BLOCK = 1
@@ -41,7 +41,7 @@ def reset_peak() -> None:
 
 def build_model(out: Path, blocks: int, hidden: int) -> Path:
     """A random fp32 Llama model with ``blocks`` blocks, saved as 100 MB safetensors shards."""
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     return build_tiny_model(
         out / f"llama-{blocks}b-{hidden}h",
@@ -60,10 +60,10 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
     """capture -> prune -> propagate of block ``BLOCK``; peak RSS (MiB) after each stage."""
     import torch
 
+    from thanos.data.storage import write_activations
     from thanos.models import get_adapter, load_config
     from thanos.stages.capture import capture, propagate
     from thanos.stages.prune import prune
-    from thanos.storage import write_activations
 
     hidden = get_adapter(load_config(model)).hidden_size
     inputs = work / "inputs.zarr"
@@ -98,9 +98,9 @@ def chain_inputs(model: Path, work: Path, nsamples: int, seqlen: int) -> None:
     """The dense chain's block 0 stores of ``model`` under ``work/dense``: random inputs, their Hessians."""
     import torch
 
+    from thanos.data.storage import write_activations
     from thanos.models import get_adapter, load_config
     from thanos.stages.capture import capture
-    from thanos.storage import write_activations
 
     hidden = get_adapter(load_config(model)).hidden_size
     inputs = work / "dense" / "inputs_0.zarr"

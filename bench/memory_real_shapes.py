@@ -156,7 +156,7 @@ def parts(shape: dict[str, int]) -> dict[str, float]:
 
 def build(work: Path, shape: dict[str, int]) -> Path:
     code = (
-        "import sys; from thanos.tiny import build_tiny_model; "
+        "import sys; from thanos.models.tiny import build_tiny_model; "
         f"build_tiny_model(sys.argv[1], 'llama', dtype='bfloat16', vocab_size=1024, "
         f"max_position_embeddings=4096, max_shard_size='2GB', **{shape!r})"
     )
@@ -165,7 +165,7 @@ def build(work: Path, shape: dict[str, int]) -> Path:
 
 
 def tokens(path: Path, nsamples: int, seqlen: int) -> None:
-    from thanos.storage import write_tokens
+    from thanos.data.storage import write_tokens
 
     ids = np.random.default_rng(0).integers(0, 1024, size=(nsamples, seqlen), dtype=np.int64)
     write_tokens(path, ids, {"source": "random", "nsamples": nsamples, "seqlen": seqlen})

@@ -27,25 +27,23 @@ threads otherwise inflate every multi-threaded timing by up to 50x.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
 import torch
+from revisions import module_at  # bench/revisions.py
 
 from thanos import METHODS, prune_layer
-from thanos.algorithms import masks, sparsegpt, thanos
-from thanos.hessian import inverse_cholesky
-from thanos.prune import layer_objective
+from thanos.pruning.algorithms import masks, sparsegpt, thanos
+from thanos.pruning.hessian import inverse_cholesky
+from thanos.pruning.layer import layer_objective
 
 PATTERNS = ("0.5", "2:4", "4:8", "structured:0.3")
 DATA = ("correlated", "outliers")
@@ -106,23 +104,6 @@ def literal_thanos(W: torch.Tensor, H: torch.Tensor, p: float, B: int, row_batch
             W[rows, j1:] -= (y.transpose(1, 2) @ R).squeeze(1)
         W[:, j1:j2][M] = 0
     return time.perf_counter() - start
-
-
-def kernel_at(rev: str) -> ModuleType:
-    """The Thanos kernel module (thanos/algorithms/thanos.py) as it was at git revision ``rev``."""
-    root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(
-        ["git", "-C", str(root), "show", f"{rev}:thanos/algorithms/thanos.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "thanos_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"thanos_before_{rev}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def gemm_rate(n: int = 2048, repeat: int = 5) -> float:
@@ -237,7 +218,7 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
 
 
 def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
-    before = kernel_at(args.before) if args.before else None
+    before = module_at(args.before, "thanos/pruning/algorithms/thanos.py") if args.before else None
     solve_seconds = [0.0]
     solve = thanos.solve_systems
 

@@ -1,4 +1,4 @@
-"""What publishing a model as a verified copy costs: ``thanos.publish.publish`` against ``cp -r`` of the
+"""What publishing a model as a verified copy costs: ``thanos.files.publish.publish`` against ``cp -r`` of the
 same directory, and the sha256 record ``assemble`` writes, on a model directory of ``--gib`` GiB.
 
     OMP_WAIT_POLICY=PASSIVE python bench/publish_copy.py --gib 4
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from thanos import digests
-from thanos.publish import publish
+from thanos.files import digests
+from thanos.files.publish import publish
 
 SHARD = 2 << 30
 

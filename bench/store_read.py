@@ -5,9 +5,9 @@ opened and read ``--batch-size`` samples at a time (what capture and propagate d
 store with one fp32 (b, b) array per Llama input group (attn_in, attn_out, mlp_in: hidden; mlp_out:
 intermediate), opened and read group by group (what prune does).
 
-"before" is ``thanos/storage.py`` at git commit ``--base`` (zstd chunks, no checksum, no manifest),
-"after" the working tree's (a crc32c per chunk, no compression; ``--with-zstd``: zstd, then the crc32c;
-the manifest is verified on open). Each version writes its own stores from the same random data, then
+"before" is the store module (``thanos/storage.py`` then) at git commit ``--base`` (zstd chunks, no checksum,
+no manifest), "after" the working tree's (a crc32c per chunk, no compression; ``--with-zstd``: zstd, then the
+crc32c; the manifest is verified on open). Each version writes its own stores from the same random data, then
 both are read ``--repeats`` times, alternating, from a warm page cache; a read's time includes opening the
 store. Prints a table (median seconds, MB/s of decoded data, MB on disk); writes bench/out/store_read.json.
 
@@ -18,35 +18,19 @@ store. Prints a table (median seconds, MB/s of decoded data, MB on disk); writes
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
 
+from revisions import module_at  # bench/revisions.py
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out" / "store_read.json"
-
-
-def storage_at(commit: str, work: Path) -> ModuleType:
-    """``thanos/storage.py`` as it was at ``commit``, imported as its own module."""
-    source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{commit}:thanos/storage.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    file = work / f"storage_{commit}.py"
-    file.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"storage_{commit}", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def disk_mb(path: Path) -> float:
@@ -85,12 +69,12 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    import thanos.storage
+    import thanos.data.storage
 
     if args.with_zstd:
         from zarr.codecs import Crc32cCodec, ZstdCodec
 
-        thanos.storage.COMPRESSORS = (ZstdCodec(level=0), Crc32cCodec())
+        thanos.data.storage.COMPRESSORS = (ZstdCodec(level=0), Crc32cCodec())
 
     dtype = getattr(torch, args.dtype)
     generator = torch.Generator().manual_seed(0)
@@ -105,7 +89,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="thanos-bench-") as tmp:
         work = Path(tmp)
-        versions = {"before": storage_at(args.base, work), "after": thanos.storage}
+        versions = {"before": module_at(args.base, "thanos/data/storage.py"), "after": thanos.data.storage}
         stores = {}
         for version, storage in versions.items():
             acts = work / f"{version}_inputs.zarr"

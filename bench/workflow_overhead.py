@@ -59,10 +59,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "out" / "workflow_overhead"))
     args = parser.parse_args()
 
-    from thanos import methods
     from thanos.cli import main as thanos_main
-    from thanos.recipes import Recipe
-    from thanos.tiny import build_tiny_model
+    from thanos.files.recipes import Recipe
+    from thanos.models.tiny import build_tiny_model
+    from thanos.pruning import methods
 
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -78,7 +78,7 @@ def main() -> None:
         out / "model", "llama", hidden_size=args.hidden, num_blocks=args.blocks, num_heads=args.hidden // 64
     )
     recipes = dict(list(RECIPES.items())[: args.recipes])
-    from thanos.granularity import choose_granularity
+    from thanos.runner.granularity import choose_granularity
 
     granularity = choose_granularity(args.granularity, cluster=False, gpus=0)[0]  # device cpu, local
     threads = args.cores if granularity in ("block", "recipe") else 1

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from thanos.files.recipes import Recipe
 from thanos.models import Checkpoint
-from thanos.recipes import Recipe
+from thanos.models.tiny import build_tiny_model
 from thanos.stages.assemble import assemble
-from thanos.tiny import build_tiny_model
 
 LAYERS = ["self_attn.q_proj", "mlp.down_proj"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from thanos.atomic import atomic_path, write_json
+from thanos.files.atomic import atomic_path, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def test_failed_write_leaves_old_content_and_no_temporary(tmp_path) -> None:
 WRITER = """
 import sys, time
 from pathlib import Path
-from thanos.atomic import atomic_path
+from thanos.files.atomic import atomic_path
 
 with atomic_path(Path(sys.argv[1]), is_dir=True) as a, atomic_path(Path(sys.argv[1] + ".x")) as b:
     (a / "weights").write_text("half")

@@ -14,11 +14,11 @@ import zarr
 from conftest import corpus_sentences, make_tiny_model, write_corpus
 from transformers import AutoTokenizer
 
-from thanos.calibration import sample_windows
 from thanos.cli import main
+from thanos.data.calibration import sample_windows
+from thanos.data.storage import read_tokens
+from thanos.data.textdata import corpus_checksum
 from thanos.stages.calibrate import calibrate
-from thanos.storage import read_tokens
-from thanos.textdata import corpus_checksum
 
 
 @pytest.fixture(scope="module")

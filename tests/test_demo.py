@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from thanos.cli import main
+from thanos.data.textdata import read_documents
 from thanos.demo import splits, tasks, wikidump
-from thanos.textdata import read_documents
 
 
 @pytest.fixture(scope="session")

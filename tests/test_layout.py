@@ -1,4 +1,5 @@
-"""The results layout (thanos/layout.py): which chain a block reads, and the paths docs/cli.md documents."""
+"""The results layout (thanos/files/layout.py): which chain a block reads, and the paths docs/cli.md
+documents."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from thanos.layout import DENSE, NOT_MODELS, RESERVED, Layout, chain_of, reads_dense_chain
+from thanos.files.layout import DENSE, NOT_MODELS, RESERVED, Layout, chain_of, reads_dense_chain
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,5 +57,5 @@ def test_reserved_names_cover_the_results_directories():
 
 def test_readme_lists_the_reserved_names():
     text = (REPO / "README.md").read_text()
-    listed = re.search(r"\(`thanos\.layout\.RESERVED`\):\n`([^`]*)`", text).group(1).split()
+    listed = re.search(r"\(`thanos\.files\.layout\.RESERVED`\):\n`([^`]*)`", text).group(1).split()
     assert listed == list(RESERVED)

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from thanos import prune_layer
-from thanos.hessian import HessianAccumulator, inverse_cholesky
-from thanos.storage import HESSIAN_CHUNK_BYTES, Hessians, write_activations, write_hessians
+from thanos.data.storage import HESSIAN_CHUNK_BYTES, Hessians, write_activations, write_hessians
+from thanos.pruning.hessian import HessianAccumulator, inverse_cholesky
 
 STATUS = Path("/proc/self/status")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
@@ -108,8 +108,8 @@ RSS_LINE = re.compile(r"block (\d+)/\d+ done: RSS (\d+) MiB")
 def chain_inputs(root: Path) -> tuple[Path, Path]:
     """A random Llama of ``DEPTH_BLOCKS`` narrow blocks with wide MLPs, and its dense chain's block 0
     stores (random inputs, their Hessians)."""
+    from thanos.models.tiny import build_tiny_model
     from thanos.stages.capture import capture
-    from thanos.tiny import build_tiny_model
 
     model = build_tiny_model(
         root / "model", "llama", hidden_size=64, intermediate_size=MLP_WIDTH, num_blocks=DEPTH_BLOCKS,

@@ -1,4 +1,4 @@
-"""The method registry (thanos/methods.py): every registered method, for every pattern kind, through
+"""The method registry (thanos/pruning/methods.py): every registered method, for every pattern kind, through
 ``prune_layer`` with its defaults; the registry and the layout load without torch."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-from thanos import METHODS, methods, prune_layer
-from thanos.kernels import Problem
-from thanos.sparsity import exact, parse_sparsity, structured_count
+from thanos import METHODS, prune_layer
+from thanos.pruning import methods
+from thanos.pruning.kernels import Problem
+from thanos.pruning.sparsity import exact, parse_sparsity, structured_count
 
 C, B = 24, 32
 PATTERNS = {"unstructured": "0.5", "nm": "2:4", "structured": "structured:0.25"}
@@ -76,7 +77,7 @@ def test_unknown_method_and_missing_kernel(monkeypatch) -> None:
         color="#000000",
         needs_hessian=False,
         updates_weights=False,
-        kernels={"unstructured": "thanos.kernels:magnitude_unstructured"},
+        kernels={"unstructured": "thanos.pruning.kernels:magnitude_unstructured"},
     )
     monkeypatch.setitem(methods.METHODS, partial.name, partial)
     assert int(prune_layer(W, None, partial.name, 0.5).mask.sum()) == C * B // 2
@@ -98,7 +99,8 @@ def test_kernels_share_one_signature() -> None:
 def test_torch_free_modules() -> None:
     """What the workflow's config parsing and the CLI parsers import loads without torch."""
     code = (
-        "import sys; import thanos.methods, thanos.recipes, thanos.layout, thanos.commands._args; "
+        "import sys; import thanos.pruning.methods, thanos.files.recipes, thanos.files.layout; "
+        "import thanos.commands._args; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

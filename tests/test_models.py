@@ -108,7 +108,7 @@ def test_make_tiny_model_builds_every_family(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from thanos.cli import main
-    from thanos.tiny import FAMILIES, build_tiny_model
+    from thanos.models.tiny import FAMILIES, build_tiny_model
 
     for family in FAMILIES:
         out = tmp_path / family

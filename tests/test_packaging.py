@@ -72,7 +72,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.mark.slow
 def test_the_wheel_is_what_runs(installed, tmp_path):
     bindir, env = installed
-    code = "import thanos, thanos.workflow_files as w; print(thanos.__file__); print(w.snakefile())"
+    code = "import thanos, thanos.runner.workflow_files as w; print(thanos.__file__); print(w.snakefile())"
     package, snakefile = run([bindir / "python", "-c", code], env=env, cwd=tmp_path).stdout.split()
     venv = bindir.parent
     assert Path(package).is_relative_to(venv) and Path(snakefile).is_relative_to(venv), (package, snakefile)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from thanos.one_recipe import default_workdir, model_slug, recipe_spec
+from thanos.runner.one_recipe import default_workdir, model_slug, recipe_spec
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
@@ -80,7 +80,7 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from compressed_tensors.config import SparsityCompressionConfig
     from transformers import AutoModelForCausalLM
 
-    from thanos.model_card import summarize
+    from thanos.models.card import summarize
 
     out, workdir, terminal = first
     for line in ("recipe thanos_2-4_a0_B512", "every row of every pruned layer is 2:4", "block 6/6 done"):
@@ -319,7 +319,7 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
     ],
 )
 def test_bad_arguments_name_the_option(tmp_path, args, message):
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4"}
@@ -340,7 +340,7 @@ def test_bad_arguments_name_the_option(tmp_path, args, message):
     ],
 )
 def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage, message):
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     if damage == "tokenizer":
@@ -364,7 +364,7 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
 
 
 def test_bad_text_data_is_named_before_any_job(tmp_path):
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "calib.txt").write_bytes(b"\x93 smart quotes from another encoding \x94")
@@ -388,7 +388,7 @@ def test_bad_text_data_is_named_before_any_job(tmp_path):
 
 
 def test_a_foreign_out_directory_is_refused(tmp_path):
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "out").mkdir()

@@ -1,4 +1,5 @@
-"""Recipes (thanos/recipes.py): the config's recipes expanded, named, checked and carried as one object."""
+"""Recipes (thanos/files/recipes.py): the config's recipes expanded, named, checked and carried as one
+object."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from thanos import methods
 from thanos.cli import build_parser
 from thanos.commands import _args
-from thanos.recipes import ConfigError, Recipe, expand, from_name, grid_name, pattern_tag, sparsity_text
+from thanos.files.recipes import ConfigError, Recipe, expand, from_name, grid_name, pattern_tag, sparsity_text
+from thanos.pruning import methods
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,7 @@ def test_grid_names_read_back(sparsity, alpha, several, name):
 def test_pattern_tag_and_foreign_names():
     assert [pattern_tag(s) for s in ("0.5", "4:8", "structured:0.25")] == ["u50", "4-8", "s25"]
     assert from_name("my_recipe") is None
-    assert from_name("obc_u50") is None  # not a method of thanos.methods
+    assert from_name("obc_u50") is None  # not a method of thanos.pruning.methods
 
 
 def test_expand_grid_then_named_recipes():
@@ -169,14 +170,14 @@ def test_options_parse_back_through_the_commands(command):
 
 
 def test_schema_leaves_methods_and_recipe_names_to_the_package():
-    """The schema lists neither the methods nor the reserved names: thanos/methods.py and
-    thanos/layout.py are their one place, checked by ``expand`` after the schema."""
+    """The schema lists neither the methods nor the reserved names: thanos/pruning/methods.py and
+    thanos/files/layout.py are their one place, checked by ``expand`` after the schema."""
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     assert "enum" not in schema["definitions"]["method"]
     assert "propertyNames" not in schema["properties"]["recipes"]
     text = json.dumps(schema)
     for name in methods.names():
         assert f'"{name}"' not in text
-    from thanos.granularity import ALIASES, GRANULARITIES
+    from thanos.runner.granularity import ALIASES, GRANULARITIES
 
     assert schema["properties"]["granularity"]["enum"] == ["auto", *GRANULARITIES, *ALIASES]

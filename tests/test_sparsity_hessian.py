@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from thanos import HessianAccumulator, Sparsity, parse_sparsity
-from thanos.sparsity import outlier_count, structured_count, unstructured_count
+from thanos.pruning.sparsity import outlier_count, structured_count, unstructured_count
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from thanos.cli import main
+from thanos.data.storage import Activations, Hessians, read_tokens, write_activations
 from thanos.models import get_adapter, load_config
-from thanos.storage import Activations, Hessians, read_tokens, write_activations
 
 NSAMPLES, SEQLEN = 6, 24
 

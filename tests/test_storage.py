@@ -12,8 +12,8 @@ import pytest
 import torch
 import zarr
 
-from thanos.safetensors_io import SafetensorsFileError, load_safetensors, open_safetensors
-from thanos.storage import (
+from thanos.data.safetensors_io import SafetensorsFileError, load_safetensors, open_safetensors
+from thanos.data.storage import (
     Activations,
     Hessians,
     StoreError,

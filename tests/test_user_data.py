@@ -1,6 +1,6 @@
 """The user's side: every error about the user's data names the file and the fix, and a published model
-owns its bytes (``thanos.publish``, ``thanos.digests``). Unit level: real files, real tokenizers, real
-lm-eval task loading; the end-to-end cases are in test_prune_model.py and test_faults.py."""
+owns its bytes (``thanos.files.publish``, ``thanos.files.digests``). Unit level: real files, real tokenizers,
+real lm-eval task loading; the end-to-end cases are in test_prune_model.py and test_faults.py."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from conftest import make_tiny_model, write_corpus
 
-from thanos import digests
-from thanos.calibration import sample_windows
 from thanos.cli import describe
+from thanos.data.calibration import sample_windows
+from thanos.data.textdata import check_files, read_documents
 from thanos.errors import PathError
 from thanos.evaluation.perplexity import load_eval_text, tokenize_windows
 from thanos.evaluation.zeroshot import load_tasks, task_manager
+from thanos.files import digests
+from thanos.files.publish import publish
 from thanos.models import check_tokenizer_files, load_config, load_tokenizer
-from thanos.publish import publish
-from thanos.textdata import check_files, read_documents
 
 
 @pytest.fixture(scope="module")

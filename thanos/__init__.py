@@ -5,9 +5,9 @@
 >>> from thanos import prune_model  # a whole model, through the Snakemake workflow
 >>> report = prune_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "thanos", "2:4", out="tinyllama-2of4")
 
-The names below are imported on first use, so that the torch-free modules (``thanos.methods``,
-``thanos.recipes``, ``thanos.layout``) load without torch (e.g. when Snakemake parses the workflow), and
-``python -m thanos <command>`` does not load torch before it needs it.
+The names below are imported on first use, so that the torch-free modules (``thanos.pruning.methods``,
+``thanos.files.recipes``, ``thanos.files.layout``) load without torch (e.g. when Snakemake parses the
+workflow), and ``python -m thanos <command>`` does not load torch before it needs it.
 """
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names __getattr__ provides, for type checkers and editors
-    from thanos.hessian import HessianAccumulator  # noqa: F401
-    from thanos.one_recipe import prune_model  # noqa: F401
-    from thanos.prune import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
-    from thanos.sparsity import Sparsity, parse_sparsity  # noqa: F401
+    from thanos.pruning.hessian import HessianAccumulator  # noqa: F401
+    from thanos.pruning.layer import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
+    from thanos.pruning.sparsity import Sparsity, parse_sparsity  # noqa: F401
+    from thanos.runner.one_recipe import prune_model  # noqa: F401
 
 _HOMES = {
-    "HessianAccumulator": "thanos.hessian",
-    "METHODS": "thanos.prune",
-    "PruneResult": "thanos.prune",
-    "PruneStats": "thanos.prune",
-    "layer_objective": "thanos.prune",
-    "prune_layer": "thanos.prune",
-    "prune_model": "thanos.one_recipe",  # imports Snakemake only when used
-    "Sparsity": "thanos.sparsity",
-    "parse_sparsity": "thanos.sparsity",
+    "HessianAccumulator": "thanos.pruning.hessian",
+    "METHODS": "thanos.pruning.layer",
+    "PruneResult": "thanos.pruning.layer",
+    "PruneStats": "thanos.pruning.layer",
+    "layer_objective": "thanos.pruning.layer",
+    "prune_layer": "thanos.pruning.layer",
+    "prune_model": "thanos.runner.one_recipe",  # imports Snakemake only when used
+    "Sparsity": "thanos.pruning.sparsity",
+    "parse_sparsity": "thanos.pruning.sparsity",
 }
 __all__ = sorted(_HOMES)
 __version__ = "0.1.0"

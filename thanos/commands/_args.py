@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from thanos import methods
+from thanos.pruning import methods
 
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
 
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:
-    """--method, --sparsity and the optional hyper-parameters (``thanos.recipes.Recipe.options``)."""
+    """--method, --sparsity and the optional hyper-parameters (``thanos.files.recipes.Recipe.options``)."""
     parser.add_argument("--method", required=True, choices=methods.names(), help="pruning method")
     parser.add_argument("--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3")
     parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")

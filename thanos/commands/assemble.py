@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--recipe-json",
         required=True,
         help="the recipe as JSON text {name, method, sparsity, blocksize?, alpha?, damp?, chain?} "
-        "(thanos.recipes.Recipe.to_json)",
+        "(thanos.files.recipes.Recipe.to_json)",
     )
     parser.add_argument("--calibration", default=None, help="tokens.zarr (provenance); omit for magnitude")
     parser.add_argument(
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.recipes import Recipe
+    from thanos.files.recipes import Recipe
     from thanos.stages.assemble import assemble
 
     assemble(

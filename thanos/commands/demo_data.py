@@ -11,8 +11,8 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from thanos.atomic import write_json
 from thanos.demo.splits import CALIB_FRACTION, TEST_FRACTION
+from thanos.files.atomic import write_json
 
 HELP = "build the demo data (Wikipedia sample dump -> train/calib/test jsonl + lm-eval task)"
 log = logging.getLogger(__name__)

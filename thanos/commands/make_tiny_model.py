@@ -11,7 +11,7 @@ HELP = "build a tiny random Llama/Mistral/Qwen2/OPT HF directory from a config (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.tiny import FAMILIES
+    from thanos.models.tiny import FAMILIES
 
     parser.add_argument("--family", choices=FAMILIES, default="llama")
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.tiny import build_tiny_model
+    from thanos.models.tiny import build_tiny_model
 
     build_tiny_model(
         args.out,

@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.atomic import write_json
-    from thanos.fingerprint import model_fingerprint
+    from thanos.files.atomic import write_json
+    from thanos.files.fingerprint import model_fingerprint
     from thanos.models import Checkpoint, get_adapter, load_config, resolve_model_path
 
     model_dir = resolve_model_path(args.model)

@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     _args.apply_offline(args)
-    from thanos.atomic import write_json
     from thanos.evaluation.perplexity import evaluate_perplexity
+    from thanos.files.atomic import write_json
 
     result = evaluate_perplexity(
         args.model,

@@ -29,7 +29,7 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.one_recipe import DEFAULT_DAMP, DEFAULT_NSAMPLES, METHODS
+    from thanos.runner.one_recipe import DEFAULT_DAMP, DEFAULT_NSAMPLES, METHODS
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
@@ -88,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.one_recipe import prune_model
-    from thanos.run_workflow import WorkflowFailed
+    from thanos.runner.one_recipe import prune_model
+    from thanos.runner.run_workflow import WorkflowFailed
 
     try:
         prune_model(

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from thanos.atomic import atomic_path, write_json
+from thanos.files.atomic import atomic_path, write_json
 
 HELP = "train the small demo Llama (and its tokenizer) on the demo data"
 log = logging.getLogger(__name__)

@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     _args.apply_offline(args)
-    from thanos.atomic import write_json
     from thanos.evaluation.zeroshot import evaluate_zeroshot
+    from thanos.files.atomic import write_json
 
     summary = evaluate_zeroshot(
         args.model,

@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from thanos.atomic import atomic_path, sha256_file
 from thanos.demo.wikidump import Article
+from thanos.files.atomic import atomic_path, sha256_file
 
 SPLITS = ("train", "calib", "test")
 # 8 of the 97 articles (~25k words) for test: enough for perplexity and the task, small enough that the
@@ -48,7 +48,8 @@ def split_articles(
 
 
 def write_jsonl(path: str | Path, articles: Sequence[Article]) -> None:
-    """One ``{"title", "text"}`` object per line, atomically (readable by thanos.textdata.read_documents)."""
+    """One ``{"title", "text"}`` object per line, atomically (``thanos.data.textdata.read_documents``
+    reads it)."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         for article in articles:
             handle.write(

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from thanos.atomic import atomic_path
 from thanos.demo.wikidump import Article
+from thanos.files.atomic import atomic_path
 
 TASK_NAME = "demo_wordorder"
 TASK_VERSION = 1.0

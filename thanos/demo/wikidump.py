@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from thanos.atomic import atomic_path, sha256_file
+from thanos.files.atomic import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,8 @@
 
 Heavy imports (torch, transformers, datasets, lm_eval) happen inside the functions, so that the offline
 switches can be set before anything imports the hub clients.
+
+Imports: ``thanos.stages`` (device resolution) and the layers below it.
 """
 
 from thanos.evaluation.loading import load_model, set_offline

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thanos import digests
+from thanos.files import digests
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)

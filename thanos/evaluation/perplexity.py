@@ -8,7 +8,7 @@ own (no context carried over); ``ppl = exp(mean token NLL)`` over every predicte
 Offline: ``source`` may be a local file or directory instead of ``wikitext2``:
 - ``*.raw`` (e.g. ``wiki.test.raw`` of the original WikiText release): every line is one dataset row, so
   the text is exactly what the hub path evaluates;
-- ``.txt``/``.jsonl``/``.parquet`` (see :mod:`thanos.textdata`): the documents joined with ``"\\n\\n"``.
+- ``.txt``/``.jsonl``/``.parquet`` (see :mod:`thanos.data.textdata`): the documents joined with ``"\\n\\n"``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class EvalText:
 
 def _raw_rows(path: Path) -> list[str]:
     """Rows of a WikiText ``.raw`` file as the hub's loader yields them: one per line, blank lines empty."""
-    from thanos.textdata import read_text
+    from thanos.data.textdata import read_text
 
     return [line if line.strip() else "" for line in read_text(path).splitlines(keepends=True)]
 
@@ -60,7 +60,7 @@ def load_eval_text(source: str, text_field: str = "text") -> EvalText:
             ) from err
         text, dataset = "\n\n".join(rows), f"{name}/{config}:{split}"
     else:
-        from thanos import textdata
+        from thanos.data import textdata
 
         path = Path(source)
         if not path.exists():

@@ -1,4 +1,12 @@
-"""Model adapters (one per architecture family), lazy checkpoint reading and model directory resolution.
+"""Models: what the pipeline knows about an architecture, and the model directories it reads and writes.
+
+- ``base``, ``llama``, ``opt``: the adapters (one per architecture family): blocks, linear layers and
+  their input groups, embedding and head;
+- ``checkpoint``: lazy reading of a checkpoint's tensors, one block at a time; model directories;
+- ``card``: what a pruned model directory says about itself (config metadata, model card);
+- ``tiny``: tiny random models built from a config, for the smoke workflow, tests and benchmarks.
+
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data`` and ``thanos.errors``.
 
 >>> config = load_config(model_dir)
 >>> adapter = get_adapter(config)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from thanos.fingerprint import MODEL_FILES
-from thanos.safetensors_io import SafetensorsFileError, open_safetensors
+from thanos.data.safetensors_io import SafetensorsFileError, open_safetensors
+from thanos.files.fingerprint import MODEL_FILES
 
 log = logging.getLogger(__name__)
 

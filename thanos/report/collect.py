@@ -16,13 +16,14 @@ from typing import Any
 
 import pandas as pd
 
-from thanos import methods, recipes
-from thanos.layout import DENSE, NOT_MODELS
-from thanos.sparsity import parse_sparsity
+from thanos.files import recipes
+from thanos.files.layout import DENSE, NOT_MODELS
+from thanos.pruning import methods
+from thanos.pruning.sparsity import parse_sparsity
 
 log = logging.getLogger(__name__)
 
-# the dense model first, then the methods in their registry order (thanos/methods.py)
+# the dense model first, then the methods in their registry order (thanos/pruning/methods.py)
 METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
 METHOD_NAMES = {DENSE: "Dense"} | {name: method.label for name, method in methods.METHODS.items()}
 KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3}
@@ -80,7 +81,7 @@ def _float(value: Any) -> float:
 
 
 def _recipe_from_name(name: str) -> dict[str, Any]:
-    """Best effort for a recipe without pruning_report.json: its grid name (``thanos.recipes``)."""
+    """Best effort for a recipe without pruning_report.json: its grid name (``thanos.files.recipes``)."""
     return recipes.from_name(name) or {"method": "unknown", "sparsity": None}
 
 

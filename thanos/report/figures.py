@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from thanos import methods
-from thanos.atomic import atomic_path
+from thanos.files.atomic import atomic_path
+from thanos.pruning import methods
 from thanos.report.collect import (
     METHOD_ORDER,
     as_float,

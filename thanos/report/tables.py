@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from thanos.atomic import atomic_path
+from thanos.files.atomic import atomic_path
 from thanos.report.collect import (
     TASK_LABELS,
     as_float,

@@ -6,5 +6,10 @@
 - ``prune``: original weights (lazy) + Hessians -> pruned layers (safetensors + stats json)
 - ``propagate``: block l (pruned or dense) over its inputs -> block l + 1 inputs
 
+- ``chain``: a whole recipe (or the dense chain) block by block in one process (``memory``: its
+  malloc set-up and resident set size, flat in depth)
+- ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report
+
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.models`` and ``thanos.errors``.
 """

@@ -3,9 +3,9 @@
 The output directory holds the original config, generation config and tokenizer files (copied byte for
 byte), the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``;
 pruned layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged,
-original dtypes); ``thanos.model_card.describe_model`` adds the sparsity metadata to ``config.json`` and
+original dtypes); ``thanos.models.card.describe_model`` adds the sparsity metadata to ``config.json`` and
 writes the model card ``README.md``; last, ``pruning_report.json``, with the size and sha256 of every
-other file (``thanos.digests``: what later readers check the model against). Tensors are streamed shard
+other file (``thanos.files.digests``: what later readers check the model against). Tensors are streamed shard
 by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole model. The
 directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in a
 fixed order).
@@ -26,15 +26,15 @@ from typing import Any
 
 from safetensors.torch import save_file
 
-from thanos import digests
-from thanos.atomic import atomic_path
-from thanos.fingerprint import check_unchanged
-from thanos.layout import CHAIN_SUMMARY, pruned_block_name
-from thanos.model_card import describe_model
+from thanos.data.safetensors_io import open_safetensors
+from thanos.files import digests
+from thanos.files.atomic import atomic_path
+from thanos.files.fingerprint import check_unchanged
+from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
+from thanos.files.pruned_layers import describe, unfinished
+from thanos.files.recipes import Recipe
+from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
-from thanos.pruned_layers import describe, unfinished
-from thanos.recipes import Recipe
-from thanos.safetensors_io import open_safetensors
 
 log = logging.getLogger(__name__)
 

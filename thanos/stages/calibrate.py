@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from thanos.calibration import load_source, sample_windows
+from thanos.data.calibration import load_source, sample_windows
+from thanos.data.storage import write_tokens
 from thanos.models import get_adapter, load_config, load_tokenizer, resolve_model_path
-from thanos.storage import write_tokens
 
 log = logging.getLogger(__name__)
 

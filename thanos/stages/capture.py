@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from thanos.hessian import HessianAccumulator, all_finite
+from thanos.data.safetensors_io import load_safetensors
+from thanos.data.storage import Activations, read_tokens, write_activations, write_hessians
 from thanos.models import Checkpoint, ModelAdapter, open_model
-from thanos.safetensors_io import load_safetensors
+from thanos.pruning.hessian import HessianAccumulator, all_finite
 from thanos.stages.common import batches, check_finite, resolve_device
-from thanos.storage import Activations, read_tokens, write_activations, write_hessians
 
 log = logging.getLogger(__name__)
 

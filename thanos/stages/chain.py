@@ -1,20 +1,20 @@
 """``chain`` stage: one recipe's whole chain in one process (workflow ``granularity: recipe``).
 
 For each block l, in order: capture block l's Hessians (sequential chain, l >= 1: from the recipe's own
-``inputs_l``; block 0 and the dense chain read the shared dense stores, ``thanos.layout``), prune every
+``inputs_l``; block 0 and the dense chain read the shared dense stores, ``thanos.files.layout``), prune every
 layer of block l, then propagate through the pruned block l into ``inputs_{l+1}`` (sequential chain
 only): the block loop of ``chain`` reads like SparseGPT's sequential loop over the layers. It calls the
 ``capture``, ``prune`` and ``propagate`` stage functions with the same arguments the per-block jobs pass,
 so every store and pruned file is byte-identical to what ``granularity: block`` or ``layer`` writes, at the
 same paths.
 
-Resumable: a store (``complete`` attribute) or a pruned layer that already exists is kept, so a killed
-chain job resumes at the first unfinished step. A pruned layer is kept only when both its files exist and
-its stats are of this recipe and of the model's shape (``thanos.pruned_layers``); any other is recomputed,
-the log says which, and in a sequential chain the later blocks, computed through the old layer, are
-recomputed too. Reuse is guarded by a fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the
-model's files (``thanos.fingerprint``) and the modification times of the upstream stores): when any of them
-changed, the recipe's previous per-block outputs are deleted first.
+Resumable: a store (``complete`` attribute) or a pruned layer that already exists is kept, so a killed chain
+job resumes at the first unfinished step. A pruned layer is kept only when both its files exist and its stats
+are of this recipe and of the model's shape (``thanos.files.pruned_layers``); any other is recomputed, the log
+says which, and in a sequential chain the later blocks, computed through the old layer, are recomputed too.
+Reuse is guarded by a fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the model's files
+(``thanos.files.fingerprint``) and the modification times of the upstream stores): when any of them changed,
+the recipe's previous per-block outputs are deleted first.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thanos import methods
-from thanos.atomic import write_json
-from thanos.fingerprint import model_fingerprint
-from thanos.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
-from thanos.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
-from thanos.pruned_layers import mismatch
+from thanos.data.storage import open_complete
+from thanos.files.atomic import write_json
+from thanos.files.fingerprint import model_fingerprint
+from thanos.files.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
+from thanos.files.pruned_layers import mismatch
+from thanos.pruning import methods
 from thanos.stages.capture import capture, propagate
+from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.stages.prune import prune
-from thanos.storage import open_complete
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def chain(
     ``chain_dir`` is None, the dense chain). ``chain_dir``: the recipe's sequential chain stores (l >= 1),
     written here. Methods without a Hessian (magnitude) need neither.
 
-    Sets this process's malloc to a single arena and trims it after each block (``thanos.memory``), so
+    Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
     """
     from thanos.models import open_model

@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from thanos import methods
-from thanos.atomic import atomic_path, write_json
-from thanos.layout import pruned_layer_name
+from thanos.data.storage import Hessians
+from thanos.files.atomic import atomic_path, write_json
+from thanos.files.layout import pruned_layer_name
 from thanos.models import open_model
-from thanos.prune import prune_layer
+from thanos.pruning import methods
+from thanos.pruning.layer import prune_layer
 from thanos.stages.common import resolve_device
-from thanos.storage import Hessians
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 # The config and the constants every rule reads: loaded, validated against the schema, then checked by
-# thanos.recipes for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
-# built by thanos.layout (PATHS); every stage is a `python -m thanos <command>` call (docs/cli.md).
+# thanos.files.recipes for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
+# built by thanos.files.layout (PATHS); every stage is a `python -m thanos <command>` call (docs/cli.md).
 
 import os
 import re
@@ -9,11 +9,11 @@ import shlex
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from thanos import digests
-from thanos.devices import resolve_devices
-from thanos.granularity import ALIASES, choose_granularity
-from thanos.layout import DENSE, NOT_MODELS, Layout
-from thanos.recipes import ConfigError, expand
+from thanos.files import digests
+from thanos.files.layout import DENSE, NOT_MODELS, Layout
+from thanos.files.recipes import ConfigError, expand
+from thanos.runner.devices import resolve_devices
+from thanos.runner.granularity import ALIASES, choose_granularity
 
 if not workflow.overwrite_configfiles:
 
@@ -119,7 +119,7 @@ def _slot_pool(count):
     """The GPU slot-pool wrapper of a job needing `count` GPUs (none on device: cpu)."""
     if config["device"] == "cpu":
         return ""
-    return f"python -m thanos.devices --slots {config['gpu_slots']} --count {count} --"
+    return f"python -m thanos.runner.devices --slots {config['gpu_slots']} --count {count} --"
 
 
 JOB_ENV = {

@@ -3,7 +3,7 @@
 
 import json
 
-from thanos.fingerprint import model_fingerprint, record
+from thanos.files.fingerprint import model_fingerprint, record
 
 # --- models ---------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 # Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
-# stores a block reads, and every path, come from thanos.layout through PATHS (config.smk).
+# stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
 
 def needs_calibration(recipe):

@@ -29,8 +29,8 @@ import torch
 import zarr
 from zarr.codecs import Crc32cCodec
 
-from thanos.atomic import atomic_path
 from thanos.errors import PathError
+from thanos.files.atomic import atomic_path
 
 COMPLETE = "complete"
 MANIFEST = "manifest"

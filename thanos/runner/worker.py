@@ -3,7 +3,7 @@
 A Snakemake job's command is ``python -m thanos <stage> ... > log 2>&1``; most of its seconds on a small
 model are the Python start and the imports (torch, transformers: ~4 s per job on a busy CPU), not the
 stage. A local run starts one worker that imports them once and listens on a Unix socket named by
-``THANOS_WORKER`` in the jobs' environment: ``thanos prune-model`` (``thanos.run_workflow``) and a
+``THANOS_WORKER`` in the jobs' environment: ``thanos prune-model`` (``thanos.runner.run_workflow``) and a
 ``snakemake`` command line run by the local executor (the Snakefile's ``onstart``, ``for_this_run``). A job's
 ``python -m thanos`` then only forwards its arguments, working directory, environment and its
 stdin/stdout/stderr (the job's log) to the worker, which forks a child that runs the same
@@ -258,7 +258,7 @@ class LocalWorker:
                 "PYTORCH_NVML_BASED_CUDA_CHECK": "1",  # torch.cuda.is_available() without a CUDA context
             }
             process = subprocess.Popen(
-                [sys.executable, "-m", "thanos.worker", str(listener.fileno()), str(os.getpid())]
+                [sys.executable, "-m", "thanos.runner.worker", str(listener.fileno()), str(os.getpid())]
                 + [str(directory)],
                 pass_fds=[listener.fileno()],
                 stdin=subprocess.DEVNULL,

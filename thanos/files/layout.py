@@ -83,7 +83,8 @@ class Layout:
         return f"{self.root}/{model}/model_info.json"
 
     def fingerprint(self, model: str) -> str:
-        """The model's input fingerprint (``thanos.fingerprint``), for a local model the workflow reads."""
+        """The model's input fingerprint (``thanos.files.fingerprint``), for a local model the workflow
+        reads."""
         return f"{self.root}/{model}/fingerprint.json"
 
     def tokens(self, model: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from thanos.atomic import atomic_path
+from thanos.files.atomic import atomic_path
 
 FAMILIES = ("llama", "mistral", "qwen2", "opt")
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]

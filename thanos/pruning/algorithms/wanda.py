@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from thanos.algorithms import masks
+from thanos.pruning.algorithms import masks
 
 
 def wanda_metric(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:

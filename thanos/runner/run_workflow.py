@@ -3,7 +3,7 @@
 Used by ``thanos prune-model``: the same ``Snakefile`` and rules as a ``snakemake`` command line, so
 finished jobs are never recomputed and a rerun resumes. What this adds for a one-command tool:
 
-- Snakemake's full log goes to ``log_file``; the terminal gets ``thanos.progress.Progress`` lines.
+- Snakemake's full log goes to ``log_file``; the terminal gets ``thanos.runner.progress.Progress`` lines.
 - Resuming needs no flags: a run always reruns incomplete jobs (``--rerun-incomplete``), and a lock left
   by a killed run is removed (``--unlock``) once it is certain that nothing else uses the working
   directory: an exclusive lock file is held for the whole run (``.thanos-run.lock``), and no other
@@ -11,9 +11,9 @@ finished jobs are never recomputed and a rerun resumes. What this adds for a one
   terminal.
 - Jobs run ``python -m thanos ...``: the directory of this interpreter is put first on ``PATH``, so they
   use this installation even when its environment is not activated.
-- Those jobs run in forks of one warm worker (``thanos.worker``) that has imported torch and transformers
-  once, instead of starting Python and importing them again per job (seconds each): same commands, same
-  files, one child process per job.
+- Those jobs run in forks of one warm worker (``thanos.runner.worker``) that has imported torch and
+  transformers once, instead of starting Python and importing them again per job (seconds each): same
+  commands, same files, one child process per job.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import psutil
 
-from thanos.progress import Progress
-from thanos.worker import LocalWorker
-from thanos.workflow_files import snakefile
+from thanos.runner.progress import Progress
+from thanos.runner.worker import LocalWorker
+from thanos.runner.workflow_files import snakefile
 
 LOCK_NAME = ".thanos-run.lock"
 

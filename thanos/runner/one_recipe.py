@@ -1,7 +1,7 @@
 """Prune one model with one recipe in one call: ``thanos.prune_model`` and ``thanos prune-model``.
 
 It writes a one-model, one-recipe config for the package's Snakemake workflow and runs it
-(``thanos.run_workflow``) in a working directory keyed by the model and the calibration, so that
+(``thanos.runner.run_workflow``) in a working directory keyed by the model and the calibration, so that
 
 - a rerun of the same call after a crash, Ctrl-C or a lost session resumes where it stopped;
 - another recipe on the same model and calibration reuses the calibration tokens and block 0's inputs
@@ -25,13 +25,13 @@ from typing import Any, TextIO
 
 import yaml
 
-from thanos import methods
-from thanos.atomic import atomic_path
+from thanos.files.atomic import atomic_path
+from thanos.pruning import methods
 
 # how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
 # block in one process (layers of small models prune in milliseconds, a process start costs seconds)
 GRANULARITY = "recipe"
-METHODS = methods.names()  # thanos/methods.py: torch-free
+METHODS = methods.names()  # thanos/pruning/methods.py: torch-free
 EVALUATIONS = ("ppl", "zeroshot")
 HUB_SOURCES = {"calibration": "c4", "perplexity": "wikitext2"}
 DEFAULT_DAMP = 0.01
@@ -61,9 +61,9 @@ def source_reference(
     source: str | Path, hub_name: str, option: str, text_field: str = "text", check: bool = True
 ) -> str:
     """``c4``/``wikitext2`` unchanged; a local file or directory as an absolute path. A local source must
-    exist and, with ``check``, pass ``thanos.textdata.check_files`` (types, encoding, first record): its
+    exist and, with ``check``, pass ``thanos.data.textdata.check_files`` (types, encoding, first record): its
     problems are named now, not by a job after the pruning."""
-    from thanos.textdata import check_files
+    from thanos.data.textdata import check_files
 
     if str(source) == hub_name:
         return hub_name
@@ -118,8 +118,8 @@ def recipe_spec(
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
     ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``."""
-    from thanos.recipes import pattern_tag
-    from thanos.sparsity import parse_sparsity
+    from thanos.files.recipes import pattern_tag
+    from thanos.pruning.sparsity import parse_sparsity
 
     if method not in METHODS:
         raise ValueError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
@@ -148,7 +148,7 @@ def check_config(config: dict[str, Any]) -> None:
     started (``--alpha 1.5``, ``--damp 0``, ...): the same schema, checked before anything is written."""
     import jsonschema
 
-    from thanos.workflow_files import workflow_root
+    from thanos.runner.workflow_files import workflow_root
 
     schema = yaml.safe_load((workflow_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
@@ -251,12 +251,12 @@ def prune_model(
     paper's 7). Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
-    added. Raises ``thanos.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
-    from thanos.model_card import CARD, model_card, nm_note, pattern_text, summarize
-    from thanos.progress import Progress, clock_text, log_tail
-    from thanos.publish import check_out, publish
-    from thanos.run_workflow import WorkflowFailed, run_workflow
-    from thanos.worker import LocalWorker
+    added. Raises ``thanos.runner.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
+    from thanos.files.publish import check_out, publish
+    from thanos.models.card import CARD, model_card, nm_note, pattern_text, summarize
+    from thanos.runner.progress import Progress, clock_text, log_tail
+    from thanos.runner.run_workflow import WorkflowFailed, run_workflow
+    from thanos.runner.worker import LocalWorker
 
     stream = stream if stream is not None else sys.stderr
     if isinstance(evaluate, str):

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thanos import methods
-from thanos.safetensors_io import open_safetensors
-from thanos.sparsity import parse_sparsity
+from thanos.data.safetensors_io import open_safetensors
+from thanos.pruning import methods
+from thanos.pruning.sparsity import parse_sparsity
 
 log = logging.getLogger(__name__)
 

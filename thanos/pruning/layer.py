@@ -2,7 +2,7 @@
 
 It validates arguments, prepares H (dead columns, damping, Cholesky of the inverse), sets the outlier rows
 aside, calls the method's kernel in fp32 and returns the weight in its original dtype with stats. What
-each method needs, its defaults and its kernels come from ``thanos.methods``.
+each method needs, its defaults and its kernels come from ``thanos.pruning.methods``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from thanos import methods
-from thanos.algorithms import masks
-from thanos.hessian import all_finite, inverse_cholesky
-from thanos.kernels import Problem
-from thanos.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
+from thanos.pruning import methods
+from thanos.pruning.algorithms import masks
+from thanos.pruning.hessian import all_finite, inverse_cholesky
+from thanos.pruning.kernels import Problem
+from thanos.pruning.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
 
 METHODS = methods.names()
 DEFAULT_ROW_BATCH_BYTES = 1 << 30
@@ -156,9 +156,9 @@ def prune_layer(
     Args:
         weight: (c, b) = (out_features, in_features), any float dtype; the result keeps dtype and device.
         hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
-        method: a name in ``thanos.METHODS`` (``thanos/methods.py``).
+        method: a name in ``thanos.METHODS`` (``thanos/pruning/methods.py``).
         sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3" or a ``Sparsity``.
-        blocksize: B; default: the method's (``thanos.methods``; Thanos 128 unstructured, 512 n:m).
+        blocksize: B; default: the method's (``thanos.pruning.methods``; Thanos 128 unstructured, 512 n:m).
         alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
             (Thanos 0.1 for n:m and structured), else 0.
         damp: lambda = damp * mean(diag H) is added to diag H before inversion (retried x10 on failure).

@@ -2,7 +2,7 @@
 
 ``random.seed(seed)``; for each sample: pick a random document, tokenize it alone, retry while it has
 <= seqlen tokens, then take a random window of seqlen tokens. Documents come from C4 (the first training
-shard of allenai/c4 through ``datasets``) or from local text/jsonl/parquet files (``thanos.textdata``).
+shard of allenai/c4 through ``datasets``) or from local text/jsonl/parquet files (``thanos.data.textdata``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from thanos.data.textdata import corpus_checksum, read_documents
 from thanos.errors import PathError
-from thanos.textdata import corpus_checksum, read_documents
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ kernel module. This module imports no torch: kernels are named as ``"module:func
 first use, so building the CLI parser or parsing the workflow config stays fast.
 
 Every kernel of one pattern kind has the same call signature: ``kernel(problem) -> (W, mask)``, where
-``problem`` is a ``thanos.kernels.Problem`` (the rows to prune, H, the inverse factor U, the pattern, B,
-alpha) and ``mask`` is True where a weight was removed. Mask-only methods return ``problem.W`` unchanged.
+``problem`` is a ``thanos.pruning.kernels.Problem`` (the rows to prune, H, the inverse factor U, the pattern,
+B, alpha) and ``mask`` is True where a weight was removed. Mask-only methods return ``problem.W`` unchanged.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from thanos.sparsity import Kind
+from thanos.pruning.sparsity import Kind
 
 KINDS: tuple[Kind, ...] = ("unstructured", "nm", "structured")
 
@@ -64,7 +64,7 @@ METHODS: dict[str, Method] = {
             color="#7f7f7f",
             needs_hessian=False,
             updates_weights=False,
-            kernels={kind: f"thanos.kernels:magnitude_{kind}" for kind in KINDS},
+            kernels={kind: f"thanos.pruning.kernels:magnitude_{kind}" for kind in KINDS},
         ),
         Method(
             name="sparsegpt",  # Section 3.3: OBS column by column, blocks of B
@@ -72,7 +72,7 @@ METHODS: dict[str, Method] = {
             color="#1f77b4",
             needs_hessian=True,
             updates_weights=True,
-            kernels={kind: f"thanos.kernels:sparsegpt_{kind}" for kind in KINDS},
+            kernels={kind: f"thanos.pruning.kernels:sparsegpt_{kind}" for kind in KINDS},
             blocksize={kind: 128 for kind in KINDS},
             reference="Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately Pruned in "
             "One-Shot (ICML 2023)",
@@ -83,7 +83,7 @@ METHODS: dict[str, Method] = {
             color="#2ca02c",
             needs_hessian=True,
             updates_weights=False,
-            kernels={kind: f"thanos.kernels:wanda_{kind}" for kind in KINDS},
+            kernels={kind: f"thanos.pruning.kernels:wanda_{kind}" for kind in KINDS},
             reference="Sun et al., A Simple and Effective Pruning Approach for Large Language Models "
             "(ICLR 2024)",
         ),
@@ -93,7 +93,7 @@ METHODS: dict[str, Method] = {
             color="#d62728",
             needs_hessian=True,
             updates_weights=True,
-            kernels={kind: f"thanos.kernels:thanos_{kind}" for kind in KINDS},
+            kernels={kind: f"thanos.pruning.kernels:thanos_{kind}" for kind in KINDS},
             blocksize={"unstructured": 128, "nm": 512},  # the paper's defaults
             alpha={"nm": 0.1, "structured": 0.1},  # the paper's best setting
             alpha_in_label=True,

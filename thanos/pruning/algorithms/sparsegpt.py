@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import torch
 
-from thanos.algorithms import masks
+from thanos.pruning.algorithms import masks
 
 UPDATE_BYTES = 1 << 26  # memory bound of one chunk of the lazy update W[:, i2:] -= Err U[i1:i2, i2:]
 

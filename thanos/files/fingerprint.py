@@ -17,7 +17,7 @@ import time
 from fnmatch import fnmatch
 from pathlib import Path
 
-from thanos.atomic import write_json
+from thanos.files.atomic import write_json
 
 # the files a model directory is read through (and what is downloaded of a hub model)
 MODEL_FILES = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken")

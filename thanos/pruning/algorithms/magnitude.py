@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from thanos.algorithms import masks
+from thanos.pruning.algorithms import masks
 
 
 def magnitude_unstructured(W: torch.Tensor, k: int) -> torch.Tensor:

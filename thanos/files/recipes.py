@@ -15,9 +15,9 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from thanos import methods
-from thanos.layout import RECIPE_NAME, RESERVED
-from thanos.sparsity import parse_sparsity
+from thanos.files.layout import RECIPE_NAME, RESERVED
+from thanos.pruning import methods
+from thanos.pruning.sparsity import parse_sparsity
 
 HYPERPARAMETERS = ("blocksize", "alpha", "damp")  # optional; unset: the method's default
 

@@ -2,11 +2,11 @@
 
 Every file is copied, never linked: an edit, truncation or deletion of anything under the output cannot
 reach the working directory, so it cannot change what a later publish produces. Each file is checked
-while it is copied against the digest ``assemble`` recorded (``thanos.digests``): a working directory
+while it is copied against the digest ``assemble`` recorded (``thanos.files.digests``): a working directory
 changed since it was computed is refused, naming the file, instead of being published. Some text files
 (the model card) are written in place of the copied ones, and the published ``pruning_report.json``
 records their digests instead: the output's record describes the output. It appears complete or not at all
-(``thanos.atomic.atomic_path``). An existing output is replaced only when it is a previous result (it
+(``thanos.files.atomic.atomic_path``). An existing output is replaced only when it is a previous result (it
 holds ``pruning_report.json``); anything else non-empty is refused. An output that already holds exactly
 this model is left untouched (its files are read and compared with the record, nothing is written).
 
@@ -20,9 +20,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from thanos import digests
-from thanos.atomic import atomic_path
 from thanos.errors import PathError
+from thanos.files import digests
+from thanos.files.atomic import atomic_path
 
 MARKER = digests.REPORT
 

@@ -1,8 +1,8 @@
 """The one call signature of every pruning kernel, and the built-in methods' kernels in that form.
 
 ``prune_layer`` hands each kernel a ``Problem`` (the rows of W to prune, the outlier rows already set
-aside) and gets ``(W, mask)`` back; ``thanos.methods`` says which kernel serves which (method, pattern
-kind). The functions below adapt the algorithm modules (``thanos.algorithms.*``), whose own signatures
+aside) and gets ``(W, mask)`` back; ``thanos.pruning.methods`` says which kernel serves which (method, pattern
+kind). The functions below adapt the algorithm modules (``thanos.pruning.algorithms.*``), whose own signatures
 stay those of the paper's algorithms.
 """
 
@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import torch
 
-from thanos.algorithms import magnitude, masks, sparsegpt, thanos, wanda
-from thanos.sparsity import Sparsity, structured_count, unstructured_count
+from thanos.pruning.algorithms import magnitude, masks, sparsegpt, thanos, wanda
+from thanos.pruning.sparsity import Sparsity, structured_count, unstructured_count
 
 
 @dataclass(frozen=True)

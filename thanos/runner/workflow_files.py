@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # thanos/
 SHIPPED = PACKAGE / "_workflow"  # the wheel's copy: Snakefile, workflow/
 SHIPPED_FILES = ("Snakefile", "workflow")  # what setup.py copies, relative to the repository root
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from thanos.layout import pruned_block_name, pruned_layer_name
-from thanos.recipes import HYPERPARAMETERS
-from thanos.sparsity import parse_sparsity
+from thanos.files.layout import pruned_block_name, pruned_layer_name
+from thanos.files.recipes import HYPERPARAMETERS
+from thanos.pruning.sparsity import parse_sparsity
 
 
 def mismatch(

@@ -1,0 +1,59 @@
+"""A module of the package as it was at a git revision, imported on its own beside today's package.
+
+Modules moved when the package was grouped into layers (README "Changelog"): at an older revision a file
+lies at its old path and imports its neighbours by their old names. ``module_at`` finds it there and
+points those imports at today's modules; files that a module reads beside itself (the Thanos row
+solver's C source) come along from the same revision.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parent.parent
+# old module -> today's, for the modules the benches load from older revisions and what they import
+MOVED = {
+    "thanos.algorithms": "thanos.pruning.algorithms",
+    "thanos.atomic": "thanos.files.atomic",
+    "thanos.hessian": "thanos.pruning.hessian",
+    "thanos.sparsity": "thanos.pruning.sparsity",
+    "thanos.storage": "thanos.data.storage",
+}
+# today's path -> the path before the move, for the files the benches load
+OLD_PATHS = {
+    "thanos/pruning/algorithms/thanos.py": "thanos/algorithms/thanos.py",
+    "thanos/data/storage.py": "thanos/storage.py",
+}
+BESIDE = {"thanos/pruning/algorithms/thanos.py": ("solve_rows.c",)}
+
+
+def _show(rev: str, path: str) -> str | None:
+    proc = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def module_at(rev: str, path: str) -> ModuleType:
+    """``path`` (today's path of a module, e.g. ``thanos/data/storage.py``) as it was at ``rev``."""
+    before = OLD_PATHS.get(path, path)
+    source = _show(rev, path) or _show(rev, before)
+    if source is None:
+        raise SystemExit(f"{path} (or {before}) does not exist at git revision {rev}")
+    for name in sorted(MOVED, key=len, reverse=True):
+        source = re.sub(rf"\b{re.escape(name)}\b", MOVED[name], source)
+    work = Path(tempfile.mkdtemp())
+    for name in BESIDE.get(path, ()):
+        text = _show(rev, str(Path(path).with_name(name)))
+        if text is not None:
+            (work / name).write_text(text)
+    file = work / Path(path).name
+    file.write_text(source)
+    tag = re.sub(r"\W", "_", rev)
+    spec = importlib.util.spec_from_file_location(f"{file.stem}_at_{tag}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,1 +1,0 @@
-"""Pruning kernels: pure functions of tensors, one module per method."""
