@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.files.recipes import Recipe
@@ -93,3 +95,23 @@ def test_missing_pruned_root(tiny, tmp_path):
     _, model, _ = tiny
     with pytest.raises(FileNotFoundError, match="prune stage"):
         assemble(model, tmp_path / "nope", '{"name": "x"}', tmp_path / "out")
+
+
+def test_config_is_copied_as_it_is_and_the_sidecar_counts_zeros(tiny, tmp_path):
+    """config.json is the input's byte for byte, a quantized input's quantization_config included (no
+    sparsity block is added); sparsity.json counts the zeros of the written weights."""
+    root, model, pruned = tiny
+    quantized = tmp_path / "quantized"
+    shutil.copytree(model, quantized)
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (quantized / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    _run(tmp_path, quantized, pruned, "out")
+    out = tmp_path / "out"
+    assert (out / "config.json").read_bytes() == (quantized / "config.json").read_bytes()
+    facts = json.loads((out / "sparsity.json").read_text())
+    with safe_open(str(out / "model.safetensors"), framework="pt") as handle:
+        for tensor, counts in facts["layers"].items():
+            assert counts["zeros"] == int((handle.get_tensor(tensor) == 0).sum()), tensor
+    assert len(facts["layers"]) == 4 and facts["pruned_layers"]["sparsity"] == 0.5
+    assert facts["structure"] == "unstructured" and "lm_head" in facts["dense_linear"]

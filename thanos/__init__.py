@@ -1,4 +1,5 @@
-"""Thanos: block-wise LLM pruning (ICML 2025) with Magnitude, Wanda and SparseGPT baselines.
+"""Thanos: block-wise LLM pruning (Ilin and Richtárik, arXiv:2504.05346), with Magnitude, Wanda and
+SparseGPT baselines.
 
 >>> from thanos import prune_layer
 >>> result = prune_layer(W, H, "thanos", "2:4")

@@ -1,4 +1,4 @@
-"""Build a tiny random Llama, Mistral, Qwen2 or OPT model (config, byte-level tokenizer, safetensors) offline.
+"""Build a tiny random Llama, Mistral, Qwen2 or OPT model (config, tokenizer, safetensors) offline.
 
 Used by the smoke workflow (workflow/configs/smoke.yaml), the workflow tests and the overhead benchmark.
 """
@@ -11,7 +11,7 @@ HELP = "build a tiny random Llama/Mistral/Qwen2/OPT HF directory from a config (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.models.tiny import FAMILIES
+    from thanos.models.tiny import FAMILIES, TOKENIZERS
 
     parser.add_argument("--family", choices=FAMILIES, default="llama")
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-position-embeddings", type=int, default=512)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default="byte-level",
+        help="byte-level BPE, or Llama 2's kind (BPE with byte fallback), which llama.cpp's converter reads",
+    )
     parser.add_argument("--out", required=True)
 
 
@@ -39,4 +45,5 @@ def run(args: argparse.Namespace) -> None:
         max_position_embeddings=args.max_position_embeddings,
         dtype=args.dtype,
         seed=args.seed,
+        tokenizer=args.tokenizer,
     )

@@ -66,6 +66,10 @@ def pruned_layer_name(layer: str, ext: str) -> str:
 
 
 CHAIN_SUMMARY = "chain.json"  # PRUNED/chain.json: written last by a recipe's chain job
+# What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
+# makes Snakemake assemble existing results again (its params trigger), without pruning again.
+# 1: sparsity in config.json (compressed-tensors); 2: config.json as the input's, sparsity.json beside it.
+MODEL_DIR_FORMAT = 2
 
 
 @dataclass(frozen=True)

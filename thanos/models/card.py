@@ -1,15 +1,17 @@
-"""A pruned model directory that says what it is: sparsity metadata in ``config.json`` and a model card.
+"""A pruned model directory that says what it is, where no loader trips on it: a sidecar and a model card.
 
-``describe_model(model_dir, report)`` is called once at the end of assembly (and again by
-``thanos prune-model`` on its output, with the evaluation and the command). It writes
+The weights are stored dense, zeros included, and ``config.json`` stays the input model's, byte for byte
+(a quantized input keeps its ``quantization_config``): the model loads wherever the dense one loads. No
+sparsity block is added to ``config.json``: runtimes read a compressed-tensors ``sparsity_config`` as a
+request for sparse kernels and refuse it or need extra packages (README "What a pruned model is good
+for"). ``describe_model(model_dir, report)`` is called once at the end of assembly (and ``model_card``
+again by ``thanos prune-model`` on its output, with the evaluation and the command). It writes
 
-- ``config.json``: the sparsity in the compressed-tensors convention, as llm-compressor writes it:
-  ``quantization_config = {"quant_method": "compressed-tensors", "version": ..., "sparsity_config":
-  {"format": "dense", "sparsity_structure": "2:4" | "unstructured" | "n:m", "global_sparsity": ...,
-  "targets": ["Linear"], "ignore": [the linear layers left dense]}}``, built with the compressed-tensors
-  library. ``format: dense``: the weights are stored as they are (zeros included). ``sparsity_structure``
-  is ``n:m`` only when every pruned row holds the pattern (no outlier rows kept dense), else
-  ``unstructured``. ``global_sparsity`` is the fraction of zeros among all parameters of the model.
+- ``sparsity.json`` (``SIDECAR``): the method, pattern, recipe and tool version; the sparsity of every
+  pruned layer, of the pruned layers together and of all parameters, counted on the weights as written
+  (zeros of the tensors in the safetensors files); ``structure``: ``n:m`` when every row of every
+  pruned layer holds the pattern (no outlier rows kept dense), else ``unstructured``; the linear layers
+  left dense.
 - ``README.md``: a model card with the base model, method, pattern, alpha and the outlier rows kept dense,
   the achieved sparsity overall and per layer type, the calibration provenance, the evaluation if any,
   the command that reproduces the model and the paper's BibTeX entry.
@@ -21,7 +23,7 @@ twice gives the same bytes.
 from __future__ import annotations
 
 import json
-import logging
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +33,16 @@ from thanos.data.safetensors_io import open_safetensors
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
 
-log = logging.getLogger(__name__)
-
 CARD = "README.md"
-QUANT_METHOD = "compressed-tensors"
+SIDECAR = "sparsity.json"
+SIDECAR_FORMAT = 1  # the version of sparsity.json's layout
+PAPER_ARXIV = "arXiv:2504.05346"
 PAPER_URL = "https://github.com/vectozavr/thanos"
-CITATION = """@inproceedings{ilin2025thanos,
-  title     = {Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression},
-  author    = {Ilin, Ivan and Richt{\\'a}rik, Peter},
-  booktitle = {Proceedings of the 42nd International Conference on Machine Learning (ICML)},
-  year      = {2025}
+CITATION = """@article{ilin2025thanos,
+  title   = {Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression},
+  author  = {Ilin, Ivan and Richt{\\'a}rik, Peter},
+  journal = {arXiv preprint arXiv:2504.05346},
+  year    = {2025}
 }"""
 
 
@@ -61,7 +63,8 @@ class LayerType:
 
 @dataclass
 class SparsitySummary:
-    """Achieved sparsity of a pruned model: its pruned layers, per layer type, and all its parameters."""
+    """Achieved sparsity of a pruned model, counted on its written weights: every pruned layer, per layer
+    type, the pruned layers together and all parameters."""
 
     pruned_weights: int
     pruned_zeros: int
@@ -69,6 +72,7 @@ class SparsitySummary:
     zeros: int
     per_type: dict[str, LayerType] = field(default_factory=dict)
     dense_linear: list[str] = field(default_factory=list)  # linear modules left dense (e.g. lm_head)
+    per_layer: dict[str, dict[str, Any]] = field(default_factory=dict)  # tensor -> shape, zeros, rows kept
 
     @property
     def pruned_sparsity(self) -> float:
@@ -110,95 +114,113 @@ def _linear_modules(config: dict[str, Any]) -> list[str]:
     return sorted(name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear))
 
 
-def _recorded_dense_linear(config: dict[str, Any]) -> list[str] | None:
-    """The linear modules left dense, as ``write_sparsity_config`` recorded them in config.json."""
-    block = config.get("quantization_config") or {}
-    if block.get("quant_method") != QUANT_METHOD:
-        return None
-    ignore = (block.get("sparsity_config") or {}).get("ignore")
-    return list(ignore) if isinstance(ignore, list) else None
-
-
 def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = False) -> SparsitySummary:
-    """Zeros of the pruned layers (from the report's per-layer counts) and of every other tensor (read
-    from ``model_dir``'s safetensors: embeddings, norms, lm_head; the pruned ones are not read again).
-    ``described``: ``model_dir`` was written by ``describe_model``, so its config.json names the linear
-    modules left dense (else they are found by building the model on the meta device, seconds of
-    transformers imports)."""
+    """The zeros of every tensor of ``model_dir``'s safetensors (one tensor in memory at a time), per
+    pruned layer (the report's ``layers`` name them) and in all. ``described``: ``model_dir`` was written
+    by ``describe_model``, so its ``sparsity.json`` holds these counts and nothing is read again (else the
+    linear modules left dense are found by building the model on the meta device, seconds of transformers
+    imports)."""
     model_dir = Path(model_dir)
+    if described:
+        return read_sidecar(model_dir / SIDECAR, report)
     layers = report.get("layers") or []
-    pruned = {entry["tensor"] for entry in layers}
+    pruned = {entry["tensor"]: entry for entry in layers}
+    per_layer: dict[str, dict[str, Any]] = {}
+    parameters = zeros = 0
+    for name, file in sorted(_weight_map(model_dir).items()):
+        with open_safetensors(model_dir / file) as handle:
+            tensor = handle.get_tensor(name)
+        count = int((tensor == 0).sum())
+        parameters += tensor.numel()
+        zeros += count
+        if name in pruned:
+            rows = int(pruned[name].get("outlier_rows") or 0)
+            per_layer[name] = {"shape": list(tensor.shape), "zeros": count, "outlier_rows": rows}
+        del tensor
+    missing = sorted(set(pruned) - set(per_layer))
+    if missing:
+        raise ValueError(f"{model_dir}: pruned layer(s) {', '.join(missing)} are not in its weights")
+    config = json.loads((model_dir / "config.json").read_text())
+    modules = {name.removesuffix(".weight") for name in pruned}
+    dense_linear = [name for name in _linear_modules(config) if name not in modules]
+    return _summary(layers, per_layer, parameters, zeros, dense_linear)
+
+
+def _summary(
+    layers: list[dict[str, Any]],
+    per_layer: dict[str, dict[str, Any]],
+    parameters: int,
+    zeros: int,
+    dense_linear: list[str],
+) -> SparsitySummary:
+    """Per-layer counts summed per layer type (in the report's layer order) and over the pruned layers."""
     per_type: dict[str, LayerType] = {}
-    pruned_weights = pruned_zeros = 0
     for entry in layers:
-        rows, columns = (int(s) for s in entry["shape"])
+        counts = per_layer[entry["tensor"]]
+        rows, columns = (int(s) for s in counts["shape"])
         kind = per_type.setdefault(entry["layer"], LayerType())
         kind.layers += 1
         kind.weights += rows * columns
-        kind.zeros += int(entry["zeros"])
+        kind.zeros += int(counts["zeros"])
         kind.rows += rows
-        kind.outlier_rows += int(entry.get("outlier_rows") or 0)
-        pruned_weights += rows * columns
-        pruned_zeros += int(entry["zeros"])
-    parameters, zeros = pruned_weights, pruned_zeros
-    for name, file in sorted(_weight_map(model_dir).items()):
-        if name in pruned:
-            continue
-        with open_safetensors(model_dir / file) as handle:
-            tensor = handle.get_tensor(name)
-        parameters += tensor.numel()
-        zeros += int((tensor == 0).sum())
-        del tensor
-    config = json.loads((model_dir / "config.json").read_text())
-    dense_linear = _recorded_dense_linear(config) if described else None
-    if dense_linear is None:
-        modules = {entry["tensor"].removesuffix(".weight") for entry in layers}
-        dense_linear = [name for name in _linear_modules(config) if name not in modules]
-    return SparsitySummary(pruned_weights, pruned_zeros, parameters, zeros, per_type, dense_linear)
+        kind.outlier_rows += int(counts["outlier_rows"])
+    pruned_weights = sum(kind.weights for kind in per_type.values())
+    pruned_zeros = sum(kind.zeros for kind in per_type.values())
+    return SparsitySummary(pruned_weights, pruned_zeros, parameters, zeros, per_type, dense_linear, per_layer)
 
 
-def sparsity_structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
-    """``n:m`` when every pruned row holds the pattern, else ``unstructured`` (compressed-tensors names)."""
+def structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
+    """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, else ``unstructured``
+    (outlier rows kept dense, or an unstructured or structured recipe)."""
     pattern = parse_sparsity(recipe["sparsity"])
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     return "unstructured"
 
 
-def sparsity_config(recipe: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
-    """The ``quantization_config`` block of config.json (compressed-tensors, format dense)."""
-    import compressed_tensors
-    from compressed_tensors.config import CompressionFormat, SparsityCompressionConfig
-
-    sparsity = SparsityCompressionConfig.load_from_registry(
-        CompressionFormat.dense.value,
-        global_sparsity=round(summary.global_sparsity, 6),
-        sparsity_structure=sparsity_structure(recipe, summary),
-        targets=["Linear"],
-        ignore=summary.dense_linear,
-    )
+def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
+    """The content of ``sparsity.json``."""
+    recipe = report["recipe"]
     return {
-        "quant_method": QUANT_METHOD,
-        "version": compressed_tensors.__version__,
-        "sparsity_config": sparsity.model_dump(),
+        "format": SIDECAR_FORMAT,
+        "tool": {"name": "thanos-prune", "version": (report.get("versions") or {}).get("thanos")},
+        "method": recipe["method"],
+        "sparsity": str(recipe["sparsity"]),
+        "structure": structure(recipe, summary),
+        "alpha": float(hyper_parameter(report, "alpha") or 0.0),
+        "recipe": recipe,
+        "pruned_layers": {
+            "layers": len(summary.per_layer),
+            "weights": summary.pruned_weights,
+            "zeros": summary.pruned_zeros,
+            "sparsity": summary.pruned_sparsity,
+        },
+        "all_parameters": {
+            "parameters": summary.parameters,
+            "zeros": summary.zeros,
+            "sparsity": summary.global_sparsity,
+        },
+        "layers": {
+            name: {**counts, "sparsity": counts["zeros"] / math.prod(counts["shape"])}
+            for name, counts in summary.per_layer.items()
+        },
+        "dense_linear": summary.dense_linear,
     }
 
 
-def write_sparsity_config(model_dir: Path, recipe: dict[str, Any], summary: SparsitySummary) -> None:
-    """Add the sparsity block to ``model_dir/config.json`` (kept as it is if the model is quantized)."""
-    path = model_dir / "config.json"
-    config = json.loads(path.read_text())
-    existing = config.get("quantization_config")
-    if existing and existing.get("quant_method") != QUANT_METHOD:
-        log.warning(
-            "%s: the model already has a %s quantization_config; no sparsity metadata written",
-            path,
-            existing.get("quant_method"),
-        )
-        return
-    block = sparsity_config(recipe, summary)
-    config["quantization_config"] = {**(existing or {}), **block}
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+def read_sidecar(path: Path, report: dict[str, Any]) -> SparsitySummary:
+    """The summary that ``sparsity.json`` at ``path`` records (for the layers of ``report``)."""
+    keys = ("shape", "zeros", "outlier_rows")
+    try:
+        data = json.loads(path.read_text())
+        layers = {name: {key: counts[key] for key in keys} for name, counts in data["layers"].items()}
+        every, dense = data["all_parameters"], data["dense_linear"]
+        return _summary(report.get("layers") or [], layers, every["parameters"], every["zeros"], dense)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"{path}: not a sparsity.json of this model ({type(err).__name__}: {err}); run the workflow "
+            "again: its assemble job rewrites the model directory"
+        ) from err
 
 
 # --- the model card ---------------------------------------------------------------------------------
@@ -238,9 +260,9 @@ def nm_note(sparsity: str, alpha: float | None) -> str | None:
     nm = f"{pattern.n}:{pattern.m}"
     if not alpha:
         return (
-            f"every row of every pruned layer is {nm}: n:m sparse kernels (torch semi-structured sparsity, "
-            f"cuSPARSELt, vLLM) can run it; alpha 0.1 (the paper's Thanos setting) keeps 10 % of the rows "
-            "dense for a lower perplexity"
+            f"every row of every pruned layer is {nm}: n:m sparse kernels (e.g. torch's semi-structured "
+            "sparsity on NVIDIA GPUs with sparse tensor cores) can use it; alpha 0.1 (the paper's Thanos "
+            "setting) keeps 10 % of the rows dense for a lower perplexity"
         )
     return (
         f"{100 * alpha:g} % of the rows are kept dense (the paper's Thanos setting, lower perplexity): the "
@@ -319,7 +341,7 @@ def model_card(
     blocks = f", {model['num_blocks']} blocks" if model.get("num_blocks") else ""
     dense = summary.dense_linear
     if len(dense) > 4:
-        dense_text = f"{len(dense)} linear layers (config.json lists them under ignore)"
+        dense_text = f"{len(dense)} linear layers ({SIDECAR} lists them under dense_linear)"
     else:
         dense_text = ", ".join(dense) or "no linear layer"
     calibration = report.get("calibration")
@@ -334,12 +356,12 @@ def model_card(
     lines = front + [
         f"# {model.get('name') or Path(base).name}: {method} {pattern}",
         "",
-        f"`{base}` pruned with **{method}** ({pattern}) by thanos-prune, a pipeline and library for the "
-        "ICML 2025 paper *Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model "
-        "Compression*. "
-        "The weights are stored dense, zeros included: the model loads like the original, and "
-        "`config.json` describes its sparsity in the compressed-tensors convention "
-        "(`quantization_config.sparsity_config`, format `dense`).",
+        f"`{base}` pruned with **{method}** ({pattern}) by thanos-prune, a pipeline and library for "
+        "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
+        f"Richtárik, 2025, {PAPER_ARXIV}). "
+        "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
+        "loads wherever the base model loads, and runs as fast as it does. "
+        f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
         "",
         "| | |",
@@ -372,8 +394,8 @@ def model_card(
         f'model = AutoModelForCausalLM.from_pretrained("{out if out is not None else "THIS_DIRECTORY"}")',
         "```",
         "",
-        "Loading needs the `compressed-tensors` package (transformers reads `quantization_config` with it).",
-        "`pruning_report.json` holds every hyper-parameter, per-layer statistics and package versions.",
+        "No extra package is needed. `pruning_report.json` holds every hyper-parameter, per-layer statistics "
+        f"and package versions; `{SIDECAR}` the achieved sparsity per layer.",
         "",
         "## Reproduce",
         "",
@@ -399,15 +421,25 @@ def describe_model(
     evaluation: dict[str, Any] | None = None,
     out: str | Path | None = None,
 ) -> SparsitySummary:
-    """Write the sparsity block of ``config.json`` and ``README.md`` into ``model_dir``.
+    """Write ``sparsity.json`` and ``README.md`` into ``model_dir`` (``config.json`` is left as it is).
 
     ``evaluation`` ({"perplexity": ..., "zeroshot": ...}) and ``out`` (where the model is published,
     for the loading and reproduce commands) are optional."""
     model_dir = Path(model_dir)
     summary = summarize(model_dir, report)
-    write_sparsity_config(model_dir, report["recipe"], summary)
+    text = json.dumps(sidecar(report, summary), indent=2, sort_keys=True) + "\n"
+    (model_dir / SIDECAR).write_text(text, encoding="utf-8")
     (model_dir / CARD).write_text(model_card(report, summary, evaluation, out), encoding="utf-8")
     return summary
 
 
-__all__ = ["CITATION", "SparsitySummary", "describe_model", "model_card", "pattern_text", "summarize"]
+__all__ = [
+    "CITATION",
+    "SIDECAR",
+    "SparsitySummary",
+    "describe_model",
+    "model_card",
+    "pattern_text",
+    "read_sidecar",
+    "summarize",
+]

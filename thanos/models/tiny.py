@@ -4,7 +4,10 @@
 tokenizer, safetensors weights) with seeded random weights, for every supported family: Llama, Mistral
 (grouped-query attention and a sliding window), Qwen2 (grouped-query attention, q/k/v biases, tied
 embeddings) and OPT (biases everywhere). The tokenizer is byte-level (it encodes any text) unless
-``words`` is given: then it is a word-level tokenizer over those words, which keeps test texts short.
+``words`` is given: then it is a word-level tokenizer over those words, which keeps test texts short;
+``tokenizer="llama"`` gives Llama 2's kind instead (sentencepiece-style BPE with byte fallback, saved as
+``tokenizer.json``), which llama.cpp's ``convert_hf_to_gguf.py`` reads (it refuses byte-level BPE
+vocabularies it does not know).
 """
 
 from __future__ import annotations
@@ -17,21 +20,36 @@ from typing import Any
 from thanos.files.atomic import atomic_path
 
 FAMILIES = ("llama", "mistral", "qwen2", "opt")
+TOKENIZERS = ("byte-level", "llama")
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
 SLIDING_WINDOW = 16  # Mistral's attention window: shorter than test sequences, so that the window matters
 
 
-def build_tokenizer(words: Sequence[str] | None = None) -> Any:
+def build_tokenizer(words: Sequence[str] | None = None, kind: str = "byte-level") -> Any:
     """A ``PreTrainedTokenizerFast`` with the special tokens ``SPECIAL`` first.
 
-    ``words=None``: byte-level BPE without merges, 256 byte tokens (vocab 260), encodes any text.
-    Otherwise: one token per whitespace-separated word of ``words`` (others are ``<unk>``), with ``<s>``
-    prepended to every text as Llama's tokenizer does.
+    ``words=None``: byte-level BPE without merges, 256 byte tokens (vocab 260), encodes any text;
+    ``kind="llama"``: Llama 2's format, BPE with byte fallback over ``"▁"`` (a space) and 256 tokens
+    ``<0xNN>`` (vocab 261), encodes any text. ``words``: one token per whitespace-separated word of
+    ``words`` (others are ``<unk>``). Every kind but byte-level prepends ``<s>`` to every text as Llama's
+    tokenizer does.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    if words is None:
+    if kind not in TOKENIZERS:
+        raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {kind!r}")
+    if kind == "llama":
+        pieces = [*SPECIAL, *(f"<0x{byte:02X}>" for byte in range(256)), "▁"]
+        vocab = {token: i for i, token in enumerate(pieces)}
+        bpe = models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True, fuse_unk=True)
+        tok = Tokenizer(bpe)
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    elif words is None:
         alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
         vocab = {token: i for i, token in enumerate(SPECIAL + alphabet)}
         tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
@@ -90,6 +108,7 @@ def build_tiny_model(
     vocab_size: int | None = None,
     jitter: float = 0.0,
     max_shard_size: str | None = None,
+    tokenizer: str = "byte-level",
 ) -> Path:
     """Write a tiny random model directory to ``out`` (atomically) and return its path.
 
@@ -98,6 +117,7 @@ def build_tiny_model(
     (``words``: see ``build_tokenizer``). ``jitter`` adds that much Gaussian noise to every bias and
     norm weight (transformers initialises them to 0 and 1), so that each of them changes the output.
     ``max_shard_size`` (e.g. ``"40KB"``) splits the weights into several safetensors shards.
+    ``tokenizer``: ``byte-level`` or ``llama`` (see ``build_tokenizer``; ``words`` applies to byte-level).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -113,7 +133,9 @@ def build_tiny_model(
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r} (float32, float16, bfloat16)")
-    tokenizer = build_tokenizer(words)
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
+    tokenizer = build_tokenizer(None if tokenizer == "llama" else words, tokenizer)
     vocab_size = vocab_size or len(tokenizer)
     if vocab_size < len(tokenizer):
         raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")

@@ -344,7 +344,7 @@ def prune_model(
     model_dir = model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())
     evaluation = _evaluation(model_root, evaluate)
-    summary = summarize(model_dir, report, described=True)  # assemble wrote its config.json
+    summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
     card = model_card(report, summary, evaluation, out)
     before = publish(model_dir, out, {CARD: card})
     took = clock_text(time.monotonic() - started)

@@ -1,14 +1,14 @@
 """Assemble stage: original tensors + pruned layers -> a Hugging Face model directory.
 
-The output directory holds the original config, generation config and tokenizer files (copied byte for
-byte), the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``;
-pruned layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged,
-original dtypes); ``thanos.models.card.describe_model`` adds the sparsity metadata to ``config.json`` and
-writes the model card ``README.md``; last, ``pruning_report.json``, with the size and sha256 of every
-other file (``thanos.files.digests``: what later readers check the model against). Tensors are streamed shard
-by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole model. The
-directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in a
-fixed order).
+The output directory holds the original config, generation config and tokenizer files (copied byte for byte),
+the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``; pruned
+layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original
+dtypes); ``thanos.models.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
+card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the size and
+sha256 of every other file (``thanos.files.digests``: what later readers check the model against). Tensors are
+streamed shard by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole
+model. The directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in
+a fixed order).
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def assemble(
             "intermediates": usage,
             "workflow": workflow,
         }
-        describe_model(tmp, report)  # config.json sparsity metadata, README.md model card
+        describe_model(tmp, report)  # sparsity.json, README.md model card
         report["files"] = digests.record(tmp)  # what every later reader checks the model against
         (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info(

@@ -14,6 +14,7 @@ rule assemble:
         pruned_root=pruned_root,
         intermediates=intermediates,
         max_shard_size=config["assemble"]["max_shard_size"],
+        model_dir_format=MODEL_DIR_FORMAT,
     log:
         f"{PATHS.logs}/{{model}}/{{recipe}}/assemble.log",
     shell:

@@ -10,7 +10,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from thanos.files import digests
-from thanos.files.layout import DENSE, NOT_MODELS, Layout
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
 from thanos.files.recipes import ConfigError, expand
 from thanos.runner.devices import resolve_devices
 from thanos.runner.granularity import ALIASES, choose_granularity

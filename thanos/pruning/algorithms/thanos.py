@@ -1,4 +1,4 @@
-"""Thanos (ICML 2025): block-wise multi-weight updates.
+"""Thanos (arXiv:2504.05346): block-wise multi-weight updates.
 
 Alg. 1 (unstructured), Alg. 8 (n:m, appendix) and Alg. 2 (structured) of the paper.
 

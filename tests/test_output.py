@@ -1,0 +1,220 @@
+"""A published model is a plain checkpoint: ``thanos prune-model`` outputs of a 2:4 and an unstructured
+recipe load with plain transformers in a process where ``compressed_tensors`` cannot be imported, with the
+logits of the model carrying the pruned weights in memory; ``config.json`` is the input's; ``sparsity.json``
+counts the zeros of the written weights; llama.cpp's converter turns the 2:4 output into a GGUF that keeps
+every zero (real files, real Snakemake, real transformers, the real converter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from thanos.models.tiny import build_tiny_model
+
+RECIPES = {"2of4": ("wanda", "2:4"), "u50": ("sparsegpt", "0.5")}
+WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
+LLAMA_CPP = "0.3.36"  # llama-cpp-python's source package: llama.cpp's convert_hf_to_gguf.py and gguf-py
+# run first in a process that must load the model without compressed-tensors: None in sys.modules makes
+# `import compressed_tensors` fail and importlib.util.find_spec (transformers' check) report it missing
+NO_COMPRESSED_TENSORS = """
+import sys
+sys.modules["compressed_tensors"] = None
+try:
+    import compressed_tensors  # noqa: F401
+except ImportError:
+    pass
+else:
+    raise SystemExit("compressed_tensors could be imported")
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+with torch.no_grad():
+    torch.save(model(torch.load(sys.argv[2])).logits, sys.argv[3])
+"""
+
+
+def thanos(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "thanos", *map(str, args)]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> tuple[Path, dict[str, tuple[Path, Path]]]:
+    """A tiny Llama with Llama 2's kind of tokenizer, and per recipe: (published output, pruned layers)."""
+    root = tmp_path_factory.mktemp("output")
+    model = build_tiny_model(root / "tiny-llama", hidden_size=64, num_blocks=2, tokenizer="llama")
+    rng = random.Random(0)
+    calib = root / "calib.jsonl"
+    lines = (json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(60))}) for _ in range(40))
+    calib.write_text("\n".join(lines) + "\n")
+    found = {}
+    for name, (method, sparsity) in RECIPES.items():
+        out = root / name
+        run = thanos(
+            "prune-model", "--model", model, "--method", method, "--sparsity", sparsity,
+            "--calibration", calib, "--nsamples", "8", "--seqlen", "32", "--device", "cpu", "--cores", "2",
+            "--workdir", root / "work", "--out", out, cwd=root,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        recipe = json.loads((out / "pruning_report.json").read_text())["recipe"]["name"]
+        (pruned,) = (root / "work" / "results").glob(f"*/{recipe}/pruned")
+        found[name] = (out, pruned)
+    return model, found
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            tensors |= {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    return tensors
+
+
+def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
+    """The input model with every pruned layer's weight set from the recipe's pruned layer files."""
+    from transformers import AutoModelForCausalLM
+
+    report = json.loads((out / "pruning_report.json").read_text())
+    dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    parameters = dict(dense.named_parameters())
+    with torch.no_grad():
+        for entry in report["layers"]:
+            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
+            with safe_open(str(file), framework="pt") as handle:
+                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
+    return dense.eval()
+
+
+def load_without_compressed_tensors(model_dir: Path, ids: torch.Tensor, tmp_path: Path):
+    """(completed process, logits or None) of loading ``model_dir`` where compressed_tensors is missing."""
+    torch.save(ids, tmp_path / "ids.pt")
+    logits = tmp_path / f"{model_dir.name}-logits.pt"
+    run = subprocess.run(
+        [sys.executable, "-c", NO_COMPRESSED_TENSORS, str(model_dir), str(tmp_path / "ids.pt"), str(logits)],
+        capture_output=True,
+        text=True,
+    )
+    return run, torch.load(logits) if run.returncode == 0 else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_output_loads_without_compressed_tensors(outputs, name, tmp_path) -> None:
+    model, found = outputs
+    out, pruned = found[name]
+    ids = torch.randint(4, 261, (2, 24), generator=torch.Generator().manual_seed(0))
+    run, logits = load_without_compressed_tensors(out, ids, tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with torch.no_grad():
+        expected = pruned_in_memory(model, pruned, out)(ids).logits
+    assert torch.equal(logits, expected)
+    # the check can fail: the same files with the compressed-tensors block earlier versions wrote do not load
+    old = tmp_path / "old-format"
+    shutil.copytree(out, old)
+    config = json.loads((old / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "sparsity_config": {"format": "dense", "sparsity_structure": "2:4", "targets": ["Linear"]},
+    }
+    (old / "config.json").write_text(json.dumps(config))
+    run, _ = load_without_compressed_tensors(old, ids, tmp_path)
+    assert run.returncode != 0 and "compressed" in run.stderr.lower(), run.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_config_is_the_inputs_and_sidecar_counts_the_zeros(outputs, name) -> None:
+    model, found = outputs
+    out, _ = found[name]
+    assert (out / "config.json").read_bytes() == (model / "config.json").read_bytes()
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert "sparsity.json" in report["files"]  # digested, so publish verified it
+    facts = json.loads((out / "sparsity.json").read_text())
+    tensors = weights(out)
+    assert set(facts["layers"]) == {entry["tensor"] for entry in report["layers"]}
+    for tensor, counts in facts["layers"].items():
+        w = tensors[tensor]
+        assert counts["zeros"] == int((w == 0).sum()), tensor
+        assert counts["shape"] == list(w.shape) and counts["sparsity"] == counts["zeros"] / w.numel()
+    every = facts["all_parameters"]
+    assert every["parameters"] == sum(w.numel() for w in tensors.values())
+    assert every["zeros"] == sum(int((w == 0).sum()) for w in tensors.values())
+    pruned = facts["pruned_layers"]
+    assert pruned["zeros"] == sum(c["zeros"] for c in facts["layers"].values())
+    assert pruned["layers"] == 2 * 7 and facts["dense_linear"] == ["lm_head"]
+    method, sparsity = RECIPES[name]
+    assert (facts["method"], facts["sparsity"]) == (method, report["recipe"]["sparsity"])
+    assert facts["sparsity"] == ("2:4" if sparsity == "2:4" else "unstructured:0.5")
+    assert facts["structure"] == ("2:4" if sparsity == "2:4" else "unstructured")
+    assert facts["tool"] == {"name": "thanos-prune", "version": report["versions"]["thanos"]}
+    assert pruned["sparsity"] == pytest.approx(0.5, abs=0.01)
+
+
+def llama_cpp_converter() -> Path:
+    """llama.cpp's converter (``convert_hf_to_gguf.py``, ``conversion/``, ``gguf-py/``) from the source
+    package of llama-cpp-python, downloaded once per machine into the cache."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+    target = cache / f"llama.cpp-{LLAMA_CPP}"
+    if (target / "convert_hf_to_gguf.py").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp]
+        run = subprocess.run([*pip, f"llama-cpp-python=={LLAMA_CPP}"], capture_output=True, text=True)
+        if run.returncode != 0:
+            message = f"cannot download llama-cpp-python {LLAMA_CPP}: {run.stderr.strip()[-300:]}"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+        (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        prefix = f"llama_cpp_python-{LLAMA_CPP}/vendor/llama.cpp/"
+        wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.name.removeprefix(prefix).startswith(wanted)]
+            tar.extractall(tmp, members=members, filter="data")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(Path(tmp) / prefix, target)
+    return target
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_a_2of4_output_and_keeps_its_zeros(outputs, tmp_path) -> None:
+    _, found = outputs
+    out, _ = found["2of4"]
+    converter = llama_cpp_converter()
+    gguf_file = tmp_path / "model.gguf"
+    env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
+    run = subprocess.run(
+        [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(out), "--outfile", str(gguf_file)]
+        + ["--outtype", "f32"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    sys.path.insert(0, str(converter / "gguf-py"))
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(gguf_file)
+        written = {tensor.name: torch.from_numpy(tensor.data.copy()) for tensor in reader.tensors}
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    finally:
+        sys.path.remove(str(converter / "gguf-py"))
+    facts = json.loads((out / "sparsity.json").read_text())
+    for tensor, counts in facts["layers"].items():
+        converted = written[names.get_name(tensor, try_suffixes=(".weight",))]
+        assert converted.numel() == counts["shape"][0] * counts["shape"][1], tensor
+        assert int((converted == 0).sum()) == counts["zeros"], tensor  # rows may be permuted, zeros kept
