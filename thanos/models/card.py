@@ -360,7 +360,7 @@ def model_card(
         "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
         f"Richtárik, 2025, {PAPER_ARXIV}). "
         "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
-        "loads wherever the base model loads, and runs as fast as it does. "
+        "loads wherever the base model loads, as a dense model. "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
         "",
