@@ -16,13 +16,10 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent
-# old module -> today's, for the modules the benches load from older revisions and what they import
+# old module -> today's, for what the modules the benches load imported at any older revision
 MOVED = {
     "thanos.algorithms": "thanos.pruning.algorithms",
     "thanos.atomic": "thanos.files.atomic",
-    "thanos.hessian": "thanos.pruning.hessian",
-    "thanos.sparsity": "thanos.pruning.sparsity",
-    "thanos.storage": "thanos.data.storage",
 }
 # today's path -> the path before the move, for the files the benches load
 OLD_PATHS = {
