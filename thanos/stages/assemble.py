@@ -35,13 +35,20 @@ from thanos.files.pruned_layers import describe, unfinished
 from thanos.files.recipes import Recipe
 from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
+from thanos.models.real import REPORT as REAL_REPORT
 
 log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
 # not copied from the original: its weight index (ours replaces it), and our own reports about that
-# model (a demo model's training report would describe the dense model, not the pruned one)
-SKIP_FILES = {INDEX_FILE, "pytorch_model.bin.index.json", "pruning_report.json", "train_report.json"}
+# model (a demo model's training report, a real model's conversion report: they describe the dense model)
+SKIP_FILES = {
+    INDEX_FILE,
+    "pytorch_model.bin.index.json",
+    "pruning_report.json",
+    "train_report.json",
+    REAL_REPORT,
+}
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
 DTYPE_BYTES = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1, "I8": 1}  # others: 2
 VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")

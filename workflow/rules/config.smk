@@ -41,6 +41,8 @@ for _name, _model in MODELS.items():
             )
         TINY_MODELS[_path] = _model["tiny"]
         _TINY_OWNERS[_path] = _name
+# normalised path -> the real model's spec (downloaded and converted by rule real_model)
+REAL_MODELS = {os.path.normpath(_m["path"]): _m["real"] for _m in MODELS.values() if "real" in _m}
 
 # results users copy from must be what was computed: an assembled model changed since (an edit in
 # place, a truncation, a deleted file) stops the run here, named, before anything reads it

