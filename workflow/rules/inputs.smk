@@ -52,14 +52,17 @@ def model_dir_input(wildcards):
     return [path] if _built_by_workflow(path) or os.path.exists(path) else []
 
 
-def tiny_model_options(wildcards):
-    spec = TINY_MODELS[os.path.normpath(wildcards.tiny_path)]
+def _options(spec):
+    """A model spec of the config as command-line options: {num_blocks: 2} -> --num-blocks 2."""
     return " ".join(f"--{key.replace('_', '-')} {quoted(value)}" for key, value in sorted(spec.items()))
+
+
+def tiny_model_options(wildcards):
+    return _options(TINY_MODELS[os.path.normpath(wildcards.tiny_path)])
 
 
 def real_model_options(wildcards):
-    spec = REAL_MODELS[os.path.normpath(wildcards.real_path)]
-    return " ".join(f"--{key.replace('_', '-')} {quoted(value)}" for key, value in sorted(spec.items()))
+    return _options(REAL_MODELS[os.path.normpath(wildcards.real_path)])
 
 
 def model_info(model):
