@@ -73,6 +73,13 @@ def zeroshot_table(results: Path, model: str) -> str:
     return "\n".join(lines)
 
 
+def orderings_table(tables: Path) -> tuple[str, int, int]:
+    """The orderings table the tables step wrote, how many orderings hold and how many were checked."""
+    orderings = (tables / "orderings.md").read_text().strip()
+    held = orderings.count("| holds |")
+    return orderings, held, held + orderings.count("| does not hold |")
+
+
 def section(results: Path, log: Path, model: str = "demo") -> str:
     train = json.loads((results / "demo" / "model" / "train_report.json").read_text())
     manifest = json.loads((results / "demo" / "data" / "manifest.json").read_text())
@@ -80,9 +87,7 @@ def section(results: Path, log: Path, model: str = "demo") -> str:
     m = train["model"]
     held_out = train["held_out"]
     task = manifest["task"]
-    orderings = (tables / "orderings.md").read_text().strip()
-    held = orderings.count("| holds |")
-    checked = held + orderings.count("| does not hold |")
+    orderings, held, checked = orderings_table(tables)
     run = (
         f"Measured on a first run from a fresh clone ({os.cpu_count()} CPU cores, Python "
         f"{platform.python_version()}, torch {train['versions']['torch']}): the whole run took "
@@ -128,9 +133,7 @@ def real_section(results: Path, log: Path, model: str = REAL_MODEL) -> str:
     dense = json.loads((results / model / "dense" / "eval" / "perplexity.json").read_text())
     manifest = json.loads((results.parent / "demo" / "data" / "manifest.json").read_text())
     tables = results / "tables"
-    orderings = (tables / "orderings.md").read_text().strip()
-    held = orderings.count("| holds |")
-    checked = held + orderings.count("| does not hold |")
+    orderings, held, checked = orderings_table(tables)
     wall = rule_times(log)[1]
     run = (
         f"Measured on a first run from a fresh clone ({os.cpu_count()} CPU cores, CPU only, Python "

@@ -21,16 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    import importlib.util
     import logging
 
     from thanos.models.real import REPORT, build_real_model
 
-    if importlib.util.find_spec("gguf") is None:
-        raise ValueError(
-            "the gguf package is missing: transformers needs it to read the model's GGUF file; "
-            "pip install 'thanos-prune[real]' (or pip install gguf)"
-        )
     report = build_real_model(args.name, args.out, args.num_blocks)
     logging.getLogger("thanos").info(
         "%s: %s, %d blocks; %r -> %r (%s/%s)",

