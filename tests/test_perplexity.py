@@ -45,14 +45,17 @@ def raw_file(tmp_path) -> Path:
     return path
 
 
-def _reference_ppl(model_dir: Path, text: str, seqlen: int) -> tuple[float, int]:
-    """Independent computation: full-model forward over every window, NLL by hand in float64."""
+def _reference_ppl(
+    model_dir: Path, text: str, seqlen: int, max_windows: int | None = None
+) -> tuple[float, int]:
+    """Independent computation: full-model forward over every window (or the first ``max_windows``), NLL
+    by hand in float64."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = tokenizer(text, return_tensors="pt").input_ids[0]
-    n = ids.numel() // seqlen
+    n = min(ids.numel() // seqlen, max_windows or ids.numel())
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(n):
@@ -101,6 +104,34 @@ def test_window_length_option_and_jsonl(tiny, tmp_path):
     assert one.seqlen == 32 and one.windows == ref_windows
     assert one.ppl == pytest.approx(ref_ppl, rel=1e-5)
     assert many.ppl == pytest.approx(one.ppl, rel=1e-5)
+
+
+def test_max_windows_scores_the_first_windows(tiny, raw_file, tmp_path):
+    """--max-windows K: the perplexity of the first K windows exactly, recorded; K < 1 is refused."""
+    from transformers import AutoTokenizer
+
+    text = load_eval_text(str(raw_file)).text
+    ids = AutoTokenizer.from_pretrained(tiny)(text).input_ids
+    first_two, windows = _reference_ppl(tiny, text, 32, max_windows=2)
+    out = tmp_path / "p.json"
+    argv = [
+        "perplexity",
+        "--model",
+        str(tiny),
+        "--source",
+        str(raw_file),
+        "--seqlen",
+        "32",
+        "--max-windows",
+        "2",
+    ]
+    assert main([*argv, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(ids) // 32 > 2 and windows == result["windows"] == 2 and result["max_windows"] == 2
+    assert result["text_tokens"] == len(ids)
+    assert result["ppl"] == pytest.approx(first_two, rel=1e-5)
+    with pytest.raises(ValueError, match="--max-windows 0"):
+        evaluate_perplexity(str(tiny), source=str(raw_file), max_windows=0, progress=False)
 
 
 def test_missing_data_is_a_clean_error(tiny, tmp_path, caplog):

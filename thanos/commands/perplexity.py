@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="window length in tokens (default: min(2048, max_position_embeddings))",
     )
+    parser.add_argument(
+        "--max-windows",
+        type=int,
+        default=None,
+        help="score only the first K windows, for quick runs (default: every window, the paper's protocol)",
+    )
     _args.add_batch_size(parser, 1, "windows")
     _args.add_evaluation(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -41,5 +47,6 @@ def run(args: argparse.Namespace) -> None:
         **_args.placement(args),
         text_field=args.text_field,
         progress=not args.no_progress,
+        max_windows=args.max_windows,
     )
     write_json(args.out, result.to_dict())

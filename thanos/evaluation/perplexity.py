@@ -4,6 +4,7 @@ The test split of WikiText-2 raw v1 (hub: ``datasets.load_dataset("wikitext", "w
 split="test")``), its rows joined with ``"\\n\\n"``, tokenized once; non-overlapping windows of
 ``seqlen = min(2048, max_position_embeddings)`` tokens, the remainder dropped; each window is scored on its
 own (no context carried over); ``ppl = exp(mean token NLL)`` over every predicted token of every window.
+``max_windows`` scores only the first windows, for quick runs (recorded in the result).
 
 Offline: ``source`` may be a local file or directory instead of ``wikitext2``:
 - ``*.raw`` (e.g. ``wiki.test.raw`` of the original WikiText release): every line is one dataset row, so
@@ -146,7 +147,7 @@ class PerplexityResult:
     ppl: float
     nll: float  # mean token NLL (nats)
     tokens: int  # predicted tokens scored: windows * (seqlen - 1)
-    windows: int
+    windows: int  # windows scored
     seqlen: int  # window length
     dataset: str
     checksum: str  # sha256 of the evaluated text
@@ -156,6 +157,7 @@ class PerplexityResult:
     dtype: str
     batch_size: int
     model: str
+    max_windows: int | None  # the cap on windows scored (None: every window, the paper's protocol)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,14 +173,18 @@ def evaluate_perplexity(
     device_map: str | None = None,
     text_field: str = "text",
     progress: bool = True,
+    max_windows: int | None = None,
 ) -> PerplexityResult:
-    """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring)."""
+    """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring); only the first
+    ``max_windows`` windows when given (None: every window, the paper's protocol)."""
     from transformers import AutoConfig
 
     from thanos.evaluation.loading import load_model
 
     if batch_size < 1:
         raise ValueError(f"--batch-size {batch_size}: must be at least 1")
+    if max_windows is not None and max_windows < 1:
+        raise ValueError(f"--max-windows {max_windows}: must be at least 1 (leave it out for every window)")
     data = load_eval_text(source, text_field)  # fail on missing data before loading a big model
     try:
         config = AutoConfig.from_pretrained(model_path)
@@ -187,6 +193,7 @@ def evaluate_perplexity(
     seqlen = resolve_seqlen(config, seqlen)
     loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
     windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset)
+    windows = windows[:max_windows]
     start = time.perf_counter()
     total = window_nll(loaded.model, windows, loaded.device, batch_size, progress)
     seconds = time.perf_counter() - start
@@ -209,4 +216,5 @@ def evaluate_perplexity(
         dtype=loaded.dtype,
         batch_size=batch_size,
         model=str(model_path),
+        max_windows=max_windows,
     )

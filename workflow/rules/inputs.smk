@@ -123,8 +123,11 @@ def eval_model_input(wildcards):
 
 
 def perplexity_options(wildcards):
-    seqlen = config["perplexity"].get("seqlen")
-    return f"--seqlen {seqlen}" if seqlen else ""
+    options = []
+    for key in ("seqlen", "max_windows"):
+        if config["perplexity"].get(key):
+            options.append(f"--{key.replace('_', '-')} {config['perplexity'][key]}")
+    return " ".join(options)
 
 
 def zeroshot_options(wildcards):
