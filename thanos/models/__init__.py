@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from thanos.errors import PathError
 from thanos.models.base import ModelAdapter
 from thanos.models.checkpoint import Checkpoint, resolve_model_path
+from thanos.models.generic import GenericAdapter
 from thanos.models.llama import LlamaAdapter
 from thanos.models.opt import OPTAdapter
 
@@ -104,12 +105,13 @@ def load_tokenizer(model_dir: str | Path) -> Any:
 
 
 def get_adapter(config: PretrainedConfig) -> ModelAdapter:
-    """The adapter for ``config.model_type``; unsupported types fail with the supported list."""
+    """The hand-written adapter of ``config.model_type`` if there is one, else the generic adapter (the
+    model's own transformers code; it refuses, naming why, a model it cannot run block by block)."""
     model_type = getattr(config, "model_type", None)
     for cls in ADAPTERS:
         if model_type in cls.model_types:
             return cls(config)
-    raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
+    return GenericAdapter(config)
 
 
 def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Path, ModelAdapter, Checkpoint]:
@@ -118,7 +120,10 @@ def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Pa
     ``full_config=False`` reads config.json without transformers: for stages that only read tensors by
     name (the adapter then cannot build modules)."""
     model_dir = resolve_model_path(path_or_hub_id)
-    adapter = get_adapter(load_config(model_dir, full=full_config))
+    config = load_config(model_dir, full=full_config)
+    if getattr(config, "model_type", None) not in SUPPORTED:  # the generic adapter builds the model
+        config = load_config(model_dir)
+    adapter = get_adapter(config)
     return model_dir, adapter, Checkpoint(model_dir)
 
 

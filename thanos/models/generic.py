@@ -1,0 +1,486 @@
+"""The generic adapter: any decoder-only causal LM that transformers can run, from the model's own code.
+
+Nothing here names a module or a model type. Everything is found on the model itself:
+
+- the skeleton: the model's ``*ForCausalLM`` class built from its config with every parameter on the meta
+  device (no memory; buffers such as rotary frequencies are computed as usual);
+- the blocks: the ``nn.ModuleList`` holding ``num_hidden_layers`` modules of one class (the outermost
+  one); its path is the checkpoint prefix (``model.layers.{i}.``, ``gpt_neox.layers.{i}.``, ...). Block i
+  is a copy of the skeleton's layer i, given exactly its own tensors;
+- what a block receives besides the hidden states (rotary embeddings, the attention mask of its layer type
+  -- full, sliding, chunked --, position ids, anything new): recorded from the model's own forward with
+  every layer replaced by a :class:`Recorder` that returns its input;
+- block 0's inputs: the model's own forward up to its first layer (Gemma's scaled embeddings, OPT's and
+  GPT-2's learned positions); the head: the model's own forward after its last layer (final norm,
+  ``lm_head``, tied or not, logit soft-capping), fed the last block's outputs;
+- the prunable layers of a block and which of them share an input (one Hessian): the ``nn.Linear``
+  modules a forward of the block calls, in call order, grouped by the tensor they receive. Fused layers
+  (``qkv_proj``, ``gate_up_proj``) are one layer; routers of mixture-of-experts blocks stay dense
+  (:data:`DENSE_LAYERS`).
+
+Only the tensors a stage uses are read: the embedding part reads the parameters of the modules the forward
+calls before block 0, the head those called after the last block, a block its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from thanos.models.base import ModelAdapter, block_output
+from thanos.models.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+# linear layers never pruned: routers of mixture-of-experts blocks (they pick experts; a handful of
+# parameters) -- Mixtral/Qwen-MoE `mlp.gate`, `router`, Qwen2-MoE `shared_expert_gate`
+DENSE_LAYERS = (r"(^|\.)gate$", r"(^|\.)router(\.|$)", r"shared_expert_gate$")
+DISCOVERY_TOKENS = 4  # tokens of the forward that discovers a block's linear layers
+
+
+class StructureError(ValueError):
+    """The model cannot be run block by block: names the model type, why, and what is supported."""
+
+
+class _Stop(Exception):
+    """Ends the skeleton's forward at a recorder (the rest of the model is not needed)."""
+
+
+@dataclass
+class _Plan:
+    """What the recorders do during one skeleton forward."""
+
+    stop_at: int | None = None  # raise _Stop when this layer is called
+    replace_last: torch.Tensor | None = None  # the last layer returns this (the head's input)
+    as_tuple: bool = False  # layers return (hidden,) instead of a tensor
+    calls: dict[int, tuple[torch.Tensor, tuple, dict]] = field(default_factory=dict)
+
+
+class Recorder(nn.Module):
+    """Stands in for decoder layer ``index``: records its call and returns its hidden-states input."""
+
+    def __init__(self, index: int, last: int) -> None:
+        super().__init__()
+        self.index, self.last = index, last
+        self.plan = _Plan()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            hidden, rest = args[0], args[1:]
+        else:
+            hidden, rest = kwargs.pop("hidden_states"), ()
+        self.plan.calls[self.index] = (hidden, rest, kwargs)
+        if self.plan.stop_at == self.index:
+            raise _Stop
+        if self.index == self.last and self.plan.replace_last is not None:
+            hidden = self.plan.replace_last
+        return (hidden,) if self.plan.as_tuple else hidden
+
+
+@contextlib.contextmanager
+def params_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device and their buffers as usual (rotary
+    frequencies, masks): a model of any size costs nothing, and its buffers are right."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and not param.is_meta:  # one on meta already is kept: ties stay ties
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def _build(config: PretrainedConfig) -> nn.Module:
+    """The model's own ``*ForCausalLM`` with its parameters on the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    if getattr(config, "is_encoder_decoder", False):
+        raise StructureError(
+            f"model_type {config.model_type!r} is an encoder-decoder model: only decoder-only causal LMs "
+            "are pruned block by block"
+        )
+    try:
+        with params_on_meta():
+            try:
+                model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+            except ValueError as err:
+                if "sdpa" not in str(err).lower() and "attention" not in str(err).lower():
+                    raise
+                model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    except ValueError as err:
+        text = " ".join(str(err).split())[:300]
+        raise StructureError(
+            f"model_type {config.model_type!r}: transformers cannot build it as a causal LM ({text}); "
+            "decoder-only models of the installed transformers are supported (remote code is not run)"
+        ) from err
+    return model.eval()
+
+
+def find_layers(model: nn.Module, count: int) -> tuple[str, nn.ModuleList]:
+    """The decoder layers: the outermost ``nn.ModuleList`` of ``count`` modules of one class."""
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count and count > 0:
+            if len({type(layer) for layer in module}) == 1:
+                found.append((name.count("."), name, module))
+    if not found:
+        raise StructureError(
+            f"no list of {count} decoder layers in {type(model).__name__}: the model cannot be pruned block "
+            "by block (decoder-only models built from repeated layers are supported)"
+        )
+    _, name, layers = min(found, key=lambda item: item[:2])
+    return name, layers
+
+
+def _set_tensor(root: nn.Module, names: list[str], value: torch.Tensor) -> None:
+    """Give the parameter (or buffer) known by ``names`` (aliases of one tied tensor) the value ``value``;
+    the aliases stay one object."""
+    param = None
+    for name in names:
+        owner, _, leaf = name.rpartition(".")
+        module = root.get_submodule(owner)
+        if leaf in module._parameters:
+            param = param if param is not None else nn.Parameter(value, requires_grad=False)
+            module._parameters[leaf] = param
+        else:
+            module._buffers[leaf] = value
+
+
+def _aliases(model: nn.Module) -> dict[int, list[str]]:
+    """Every name of every parameter, by identity: tied weights (``lm_head`` and the embeddings) share."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return names
+
+
+class GenericAdapter(ModelAdapter):
+    """Any decoder-only causal LM of the installed transformers (see the module docstring)."""
+
+    model_types = ("*",)
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.skeleton = _build(config)
+        self.layers_path, layers = find_layers(self.skeleton, int(config.num_hidden_layers))
+        self._blocks = list(layers)  # the model's own layers (meta parameters, real buffers)
+        self._module_keys = list(self.skeleton.state_dict())  # every tensor name, as the modules say it
+        self._disk_names: dict[str, dict[str, str]] = {}
+        last = len(layers) - 1
+        self._recorders = [Recorder(i, last) for i in range(len(layers))]
+        self.skeleton.get_submodule(self.layers_path)._modules.update(
+            {str(i): rec for i, rec in enumerate(self._recorders)}
+        )
+        self._free_params()
+        self._as_tuple: bool | None = None
+        self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
+        self._groups: dict[str, tuple[str, ...]] | None = None
+
+    # ---- description -------------------------------------------------------------------------------
+    @property
+    def block_template(self) -> str:
+        return f"{self.layers_path}.{{i}}."
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._blocks)
+
+    @property
+    def max_positions(self) -> int:
+        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(self.config, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 1 << 20
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
+        if self._groups is None:
+            self._groups = discover_groups(self, 0)
+        return self._groups
+
+    # ---- the skeleton ------------------------------------------------------------------------------
+    def _free_params(self) -> None:
+        """Every parameter of the skeleton as zeros that take no memory (a stride-0 view of one zero):
+        enough for a forward that records the layers' calls; the embedding and head load real ones."""
+        for ids in _aliases(self.skeleton).values():
+            param = self.skeleton.get_parameter(ids[0])
+            if param.is_meta:
+                _set_tensor(self.skeleton, ids, torch.zeros((), dtype=param.dtype).expand(param.shape))
+
+    def _forward(self, plan: _Plan, **inputs: Any) -> Any:
+        """The skeleton's forward under ``plan`` (recorders share it); None when a recorder stopped it."""
+        for rec in self._recorders:
+            rec.plan = plan
+        try:
+            with torch.inference_mode():
+                return self.skeleton(**inputs, use_cache=False)
+        except _Stop:
+            return None
+
+    def _layer_returns_tuple(self, hidden: torch.Tensor) -> bool:
+        """Whether the model's loop indexes its layers' outputs (``layer(...)[0]``): a tensor returned
+        there hands the next layer (or the head) one sample's rows instead of the batch."""
+        if self._as_tuple is None:
+            probe = torch.zeros((2, DISCOVERY_TOKENS, hidden.shape[-1]), dtype=hidden.dtype)
+            plan = _Plan(replace_last=probe)
+            out = self._forward(plan, inputs_embeds=torch.zeros_like(probe))
+            shapes = [call[0].shape for call in plan.calls.values()] + [out.logits.shape[:-1] + (probe.shape[-1],)]
+            self._as_tuple = any(shape != probe.shape for shape in shapes)
+        return self._as_tuple
+
+    def _record(self, stop_at: int, hidden: torch.Tensor) -> tuple[torch.Tensor, tuple, dict]:
+        plan = _Plan(stop_at=stop_at, as_tuple=self._layer_returns_tuple(hidden))
+        self._forward(plan, inputs_embeds=torch.zeros_like(hidden))
+        if stop_at not in plan.calls:
+            raise StructureError(
+                f"model_type {self.model_type!r}: its forward never called decoder layer {stop_at}; the "
+                "model cannot be run block by block"
+            )
+        return plan.calls[stop_at]
+
+    def disk_names(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """Module tensor name -> checkpoint tensor name, where they differ: the renamings transformers
+        applies when it loads the checkpoint (GPT-NeoX's ``embed_out`` is ``lm_head``). A tensor that
+        transformers builds from several (the per-expert weights of a mixture of experts, fused on load)
+        is refused, naming it."""
+        key = str(checkpoint.model_dir)
+        if key not in self._disk_names:
+            from transformers.conversion_mapping import get_model_conversion_mapping
+            from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+            mapping = get_model_conversion_mapping(self.skeleton)
+            renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+            converters = [m for m in mapping if isinstance(m, WeightConverter)]
+            modules = dict.fromkeys(self._module_keys)
+            prefix = getattr(self.skeleton, "base_model_prefix", None)
+            names = {}
+            for disk in checkpoint.names():
+                target, converted = rename_source_key(disk, renamings, converters, prefix, modules)
+                if target not in modules and disk in modules:
+                    target, converted = disk, None
+                if converted is not None:
+                    raise StructureError(
+                        f"model_type {self.model_type!r}: transformers builds {target} from several tensors of "
+                        f"the checkpoint ({disk}, ...); such layouts (fused mixture-of-experts weights) are not "
+                        "supported yet"
+                    )
+                if target != disk:
+                    names[target] = disk
+            self._disk_names[key] = names
+        return self._disk_names[key]
+
+    def load_block(
+        self, checkpoint: Checkpoint, block: int, overrides: dict[str, torch.Tensor] | None = None
+    ) -> nn.Module:
+        prefix = self.block_prefix(block)
+        renamed = sorted(n for n in self.disk_names(checkpoint) if n.startswith(prefix))
+        if renamed:
+            raise StructureError(
+                f"model_type {self.model_type!r}: the checkpoint stores block tensors under other names than "
+                f"the model's modules ({', '.join(renamed[:3])}); not supported yet"
+            )
+        return super().load_block(checkpoint, block, overrides)
+
+    def _load_used(self, checkpoint: Checkpoint, called: Callable[[], set[str]]) -> nn.Module:
+        """The skeleton with real tensors for the parameters of the modules ``called()`` names."""
+        model = copy.deepcopy(self.skeleton)
+        modules = called()
+        wanted = [
+            ids
+            for ids in _aliases(model).values()
+            if any(name.rpartition(".")[0] in modules for name in ids)
+        ]
+        for ids in wanted:
+            disk = self.disk_names(checkpoint)
+            source = next((disk.get(n, n) for n in ids if disk.get(n, n) in checkpoint), None)
+            if source is None:
+                raise StructureError(
+                    f"{checkpoint.model_dir}: no tensor {' or '.join(ids)} in the checkpoint; the checkpoint "
+                    "names its tensors differently from the model's modules"
+                )
+            _set_tensor(model, ids, checkpoint.tensor(source))
+        for name, _ in model.named_buffers():
+            source = self.disk_names(checkpoint).get(name, name)
+            if source in checkpoint and name.rpartition(".")[0] in modules:
+                _set_tensor(model, [name], checkpoint.tensor(source))
+        for i, rec in enumerate(self._recorders):  # the copy's recorders are its own
+            model.get_submodule(self.layers_path)._modules[str(i)] = rec
+        return model.eval()
+
+    def _called(self, phase: str) -> set[str]:
+        """Modules the forward calls before the first layer (``"before"``) or after the last (``"after"``),
+        by name, found on a forward of a few tokens with free parameters."""
+        seen: set[str] = set()
+        state = {"phase": "before"}
+        handles = []
+        first, last = self._recorders[0], self._recorders[-1]
+
+        def mark(module: nn.Module, *_: Any, name: str) -> None:
+            if module is first:
+                state["phase"] = "layers"
+            elif module is last:
+                state["phase"] = "after"
+            elif state["phase"] == phase:
+                seen.add(name)
+
+        for name, module in self.skeleton.named_modules():
+            if module is last:
+                handles.append(module.register_forward_hook(lambda m, *a, n=name: mark(m, name=n)))
+            elif not isinstance(module, Recorder) or module is first:
+                handles.append(module.register_forward_pre_hook(lambda m, *a, n=name: mark(m, name=n)))
+        try:
+            ids = torch.zeros((1, DISCOVERY_TOKENS), dtype=torch.long)
+            self._forward(_Plan(as_tuple=self._layer_returns_tuple(self._hidden_like(ids))), input_ids=ids)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return seen
+
+    def _hidden_like(self, ids: torch.Tensor) -> torch.Tensor:
+        plan = _Plan(stop_at=0)
+        self._forward(plan, input_ids=ids)
+        return torch.zeros_like(plan.calls[0][0])
+
+    # ---- building modules from the checkpoint ------------------------------------------------------
+    def new_block(self, block: int) -> nn.Module:
+        return copy.deepcopy(self._blocks[block])
+
+    def load_embedding(self, checkpoint: Checkpoint) -> nn.Module:
+        return GenericEmbedding(self, self._load_used(checkpoint, lambda: self._called("before")))
+
+    def load_head(self, checkpoint: Checkpoint) -> nn.Module:
+        return GenericHead(self, self._load_used(checkpoint, lambda: self._called("after")))
+
+    # ---- running one block alone --------------------------------------------------------------------
+    def block_call(self, block: int, hidden: torch.Tensor) -> tuple[tuple, dict]:
+        """What block ``block`` receives besides ``hidden``: extra positional and keyword arguments, as the
+        model's own forward passes them (cached per shape, dtype and device)."""
+        key = (block, tuple(hidden.shape), hidden.dtype, hidden.device)
+        if key not in self._kwargs:  # recorded on the CPU (where the skeleton lives), then moved
+            _, args, kwargs = self._record(block, torch.zeros(hidden.shape, dtype=hidden.dtype))
+            move = lambda v: v.to(hidden.device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+            self._kwargs[key] = (_tree_map(move, args), _tree_map(move, kwargs))
+        return self._kwargs[key]
+
+    def block_kwargs(self, block: int, hidden: torch.Tensor) -> dict[str, Any]:
+        return self.block_call(block, hidden)[1]
+
+    def run_block(self, module: nn.Module, block: int, hidden: torch.Tensor) -> torch.Tensor:
+        args, kwargs = self.block_call(block, hidden)
+        with torch.inference_mode():
+            return block_output(module(hidden, *args, **kwargs))
+
+
+class GenericEmbedding(nn.Module):
+    """Token ids -> block 0's inputs: the model's own forward, stopped at its first layer."""
+
+    def __init__(self, adapter: GenericAdapter, model: nn.Module) -> None:
+        super().__init__()
+        # registered first, so that the module's first parameter is the token embeddings (their dtype is
+        # the dtype of the activations the embed stage stores)
+        self.tokens = model.get_input_embeddings()
+        self.model = model
+        self.adapter = adapter
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        recorders = self.adapter._recorders
+        plan = _Plan(stop_at=0)
+        for rec in recorders:
+            rec.plan = plan
+        with contextlib.suppress(_Stop), torch.inference_mode():
+            self.model(input_ids=input_ids, use_cache=False)
+        return plan.calls[0][0]
+
+
+class GenericHead(nn.Module):
+    """The last block's outputs -> (final hidden states, logits): the model's own forward after its last
+    layer (final norm, lm_head, soft-capping); the final hidden states are what ``lm_head`` receives."""
+
+    def __init__(self, adapter: GenericAdapter, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.adapter = adapter
+
+    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        plan = _Plan(replace_last=hidden, as_tuple=self.adapter._layer_returns_tuple(hidden))
+        for rec in self.adapter._recorders:
+            rec.plan = plan
+        seen: list[torch.Tensor] = []
+        handle = self.model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+        try:
+            with torch.inference_mode():
+                out = self.model(inputs_embeds=torch.zeros_like(hidden), use_cache=False)
+        finally:
+            handle.remove()
+        return seen[-1], out.logits
+
+
+def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str, ...]]:
+    """The prunable linear layers of ``block`` grouped by the input they share, in call order.
+
+    One forward of the block, on the meta device (shapes only, no memory), with a pre-hook on every
+    ``nn.Linear``: layers handed the same tensor share a group, named after its first member. Layers
+    matching :data:`DENSE_LAYERS` are left out (never pruned)."""
+    module = adapter.new_block(block).to("meta")
+    hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size))
+    args, kwargs = adapter.block_call(block, hidden)
+    to_meta = lambda value: value.to("meta") if isinstance(value, torch.Tensor) else value  # noqa: E731
+    args = tuple(to_meta(a) for a in args)
+    kwargs = {k: _tree_map(to_meta, v) for k, v in kwargs.items()}
+    calls: list[tuple[str, torch.Tensor]] = []
+    handles = []
+    for name, linear in module.named_modules():
+        if isinstance(linear, nn.Linear) and not any(re.search(p, name) for p in DENSE_LAYERS):
+            handles.append(
+                linear.register_forward_pre_hook(lambda m, a, n=name: calls.append((n, a[0])))
+            )
+    try:
+        with torch.inference_mode():
+            module(hidden.to("meta"), *args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure means the same: the block cannot be traced
+        raise StructureError(
+            f"model_type {adapter.model_type!r}: a forward of block {block} on the meta device failed "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+        ) from err
+    finally:
+        for handle in handles:
+            handle.remove()
+    groups: dict[str, list[str]] = {}
+    inputs: list[tuple[torch.Tensor, str]] = []
+    for name, x in calls:
+        if any(name in members for members in groups.values()):
+            continue  # called again (e.g. shared across steps): one entry
+        group = next((g for seen, g in inputs if seen is x), None)
+        if group is None:
+            group = name
+            inputs.append((x, group))
+            groups[group] = []
+        groups[group].append(name)
+    if not groups:
+        raise StructureError(
+            f"model_type {adapter.model_type!r}: block {block} calls no linear layer to prune (recurrent or "
+            "state-space layers without linear projections are not supported)"
+        )
+    return {group: tuple(members) for group, members in groups.items()}
+
+
+def _tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return type(value)(_tree_map(fn, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
