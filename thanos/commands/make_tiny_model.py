@@ -1,4 +1,5 @@
-"""Build a tiny random Llama, Mistral, Qwen2 or OPT model (config, tokenizer, safetensors) offline.
+"""Build a tiny random model (config, tokenizer, safetensors) offline: Llama, Mistral, Qwen2, OPT or any
+model type of the tested matrix (``thanos.models.matrix``: Qwen3, Gemma 2/3, Phi-3, OLMo 2, ...).
 
 Used by the smoke workflow (workflow/configs/smoke.yaml), the workflow tests and the overhead benchmark.
 """
@@ -7,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "build a tiny random Llama/Mistral/Qwen2/OPT HF directory from a config (offline)"
+HELP = "build a tiny random HF model directory (Llama, Qwen3, Gemma 3, ...: --family) from a config (offline)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.models.tiny import FAMILIES, TOKENIZERS
+    from thanos.models.matrix import MATRIX
+    from thanos.models.tiny import TOKENIZERS
 
-    parser.add_argument("--family", choices=FAMILIES, default="llama")
+    parser.add_argument("--family", choices=list(MATRIX), default="llama", help="model_type (default: llama)")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--intermediate-size", type=int, default=None, help="default 2 x hidden")
     parser.add_argument("--num-blocks", type=int, default=2)

@@ -37,8 +37,13 @@ class ConfigFile:
     (``model_type``, ``num_hidden_layers``, ...) in stages that build no modules. Importing transformers'
     configuration code costs seconds per process; ``load_config`` gives the full ``PretrainedConfig``."""
 
-    def __init__(self, values: dict) -> None:
+    def __init__(self, values: dict, path: Path) -> None:
         self.__dict__.update(values)
+        self._path = path
+
+    def full(self) -> PretrainedConfig:
+        """The ``PretrainedConfig`` (imports transformers)."""
+        return load_config(self._path)
 
     def __getattr__(self, name: str):
         raise AttributeError(f"config.json has no {name!r}")
@@ -63,7 +68,7 @@ def load_config(model_dir: str | Path, full: bool = True) -> PretrainedConfig | 
             "restore it from the original model",
         ) from None
     if not full:
-        return ConfigFile(values)
+        return ConfigFile(values, path)
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(path)
@@ -111,6 +116,8 @@ def get_adapter(config: PretrainedConfig) -> ModelAdapter:
     for cls in ADAPTERS:
         if model_type in cls.model_types:
             return cls(config)
+    if isinstance(config, ConfigFile):  # the generic adapter builds the model: it needs transformers' config
+        config = config.full()
     return GenericAdapter(config)
 
 
@@ -120,10 +127,7 @@ def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Pa
     ``full_config=False`` reads config.json without transformers: for stages that only read tensors by
     name (the adapter then cannot build modules)."""
     model_dir = resolve_model_path(path_or_hub_id)
-    config = load_config(model_dir, full=full_config)
-    if getattr(config, "model_type", None) not in SUPPORTED:  # the generic adapter builds the model
-        config = load_config(model_dir)
-    adapter = get_adapter(config)
+    adapter = get_adapter(load_config(model_dir, full=full_config))
     return model_dir, adapter, Checkpoint(model_dir)
 
 

@@ -36,6 +36,7 @@ from torch import nn
 
 from thanos.models.base import ModelAdapter, block_output
 from thanos.models.checkpoint import Checkpoint
+from thanos.models.matrix import MATRIX
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -47,7 +48,13 @@ DISCOVERY_TOKENS = 4  # tokens of the forward that discovers a block's linear la
 
 
 class StructureError(ValueError):
-    """The model cannot be run block by block: names the model type, why, and what is supported."""
+    """The model cannot be run block by block: names the model type and why; adds what is supported."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            f"{message}; supported: decoder-only causal LMs of the installed transformers made of repeated "
+            f"layers with nn.Linear projections (tested: {', '.join(MATRIX)})"
+        )
 
 
 class _Stop(Exception):
@@ -123,8 +130,8 @@ def _build(config: PretrainedConfig) -> nn.Module:
     except ValueError as err:
         text = " ".join(str(err).split())[:300]
         raise StructureError(
-            f"model_type {config.model_type!r}: transformers cannot build it as a causal LM ({text}); "
-            "decoder-only models of the installed transformers are supported (remote code is not run)"
+            f"model_type {config.model_type!r}: transformers cannot build it as a causal LM ({text}); remote "
+            "code (trust_remote_code) is not run"
         ) from err
     return model.eval()
 
@@ -187,7 +194,24 @@ class GenericAdapter(ModelAdapter):
         self._free_params()
         self._as_tuple: bool | None = None
         self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
-        self._groups: dict[str, tuple[str, ...]] | None = None
+        self._groups = discover_groups(self, 0)  # a model that cannot work is refused here, named
+        self._check_uniform()
+
+    def _check_uniform(self) -> None:
+        """Every block has block 0's linear layers (a model mixing dense and mixture-of-experts blocks, or
+        layers of several kinds, is refused: the pipeline prunes the same layers in every block)."""
+
+        def linears(module: nn.Module) -> list[str]:
+            return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+
+        first = linears(self._blocks[0])
+        for block, module in enumerate(self._blocks[1:], start=1):
+            if linears(module) != first:
+                differ = ", ".join(sorted(set(linears(module)) ^ set(first))[:4])
+                raise StructureError(
+                    f"model_type {self.model_type!r}: block {block} has other linear layers than block 0 "
+                    f"({differ}); models whose blocks differ are not supported yet"
+                )
 
     # ---- description -------------------------------------------------------------------------------
     @property
@@ -208,8 +232,6 @@ class GenericAdapter(ModelAdapter):
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
-        if self._groups is None:
-            self._groups = discover_groups(self, 0)
         return self._groups
 
     # ---- the skeleton ------------------------------------------------------------------------------
@@ -238,7 +260,9 @@ class GenericAdapter(ModelAdapter):
             probe = torch.zeros((2, DISCOVERY_TOKENS, hidden.shape[-1]), dtype=hidden.dtype)
             plan = _Plan(replace_last=probe)
             out = self._forward(plan, inputs_embeds=torch.zeros_like(probe))
-            shapes = [call[0].shape for call in plan.calls.values()] + [out.logits.shape[:-1] + (probe.shape[-1],)]
+            shapes = [call[0].shape for call in plan.calls.values()] + [
+                out.logits.shape[:-1] + (probe.shape[-1],)
+            ]
             self._as_tuple = any(shape != probe.shape for shape in shapes)
         return self._as_tuple
 
@@ -274,9 +298,9 @@ class GenericAdapter(ModelAdapter):
                     target, converted = disk, None
                 if converted is not None:
                     raise StructureError(
-                        f"model_type {self.model_type!r}: transformers builds {target} from several tensors of "
-                        f"the checkpoint ({disk}, ...); such layouts (fused mixture-of-experts weights) are not "
-                        "supported yet"
+                        f"model_type {self.model_type!r}: transformers builds {target} from several "
+                        f"tensors of the checkpoint ({disk}, ...); such layouts (fused mixture-of-experts "
+                        "weights) are not supported yet"
                     )
                 if target != disk:
                     names[target] = disk
@@ -300,17 +324,15 @@ class GenericAdapter(ModelAdapter):
         model = copy.deepcopy(self.skeleton)
         modules = called()
         wanted = [
-            ids
-            for ids in _aliases(model).values()
-            if any(name.rpartition(".")[0] in modules for name in ids)
+            ids for ids in _aliases(model).values() if any(name.rpartition(".")[0] in modules for name in ids)
         ]
         for ids in wanted:
             disk = self.disk_names(checkpoint)
             source = next((disk.get(n, n) for n in ids if disk.get(n, n) in checkpoint), None)
             if source is None:
                 raise StructureError(
-                    f"{checkpoint.model_dir}: no tensor {' or '.join(ids)} in the checkpoint; the checkpoint "
-                    "names its tensors differently from the model's modules"
+                    f"{checkpoint.model_dir}: no tensor {' or '.join(ids)} in the checkpoint (model_type "
+                    f"{self.model_type!r}); it names its tensors differently from the model's modules"
                 )
             _set_tensor(model, ids, checkpoint.tensor(source))
         for name, _ in model.named_buffers():
@@ -445,9 +467,7 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
     handles = []
     for name, linear in module.named_modules():
         if isinstance(linear, nn.Linear) and not any(re.search(p, name) for p in DENSE_LAYERS):
-            handles.append(
-                linear.register_forward_pre_hook(lambda m, a, n=name: calls.append((n, a[0])))
-            )
+            handles.append(linear.register_forward_pre_hook(lambda m, a, n=name: calls.append((n, a[0]))))
     try:
         with torch.inference_mode():
             module(hidden.to("meta"), *args, **kwargs)
@@ -471,9 +491,14 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
             groups[group] = []
         groups[group].append(name)
     if not groups:
+        others = sorted({type(m).__name__ for m in module.modules() if type(m).__name__ == "Conv1D"})
+        why = (
+            "its projections are GPT-2-style Conv1D modules (transposed weights), not nn.Linear"
+            if others
+            else "recurrent or state-space layers without linear projections cannot be pruned here"
+        )
         raise StructureError(
-            f"model_type {adapter.model_type!r}: block {block} calls no linear layer to prune (recurrent or "
-            "state-space layers without linear projections are not supported)"
+            f"model_type {adapter.model_type!r}: block {block} calls no nn.Linear to prune: {why}"
         )
     return {group: tuple(members) for group, members in groups.items()}
 

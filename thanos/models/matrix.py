@@ -25,7 +25,10 @@ MATRIX: dict[str, dict[str, Any]] = {
     "granite": {"family": "Granite 3 (scaled residuals and logits)"},
     "smollm3": {"family": "SmolLM3 (layers without rotary)"},
     "cohere2": {"family": "Command R7B, Cohere 2 (parallel attention and MLP)"},
-    "opt": {"family": "OPT (learned positions, ReLU MLP)", "config": {"ffn_dim": 128, "word_embed_proj_dim": 64}},
+    "opt": {
+        "family": "OPT (learned positions, ReLU MLP)",
+        "config": {"ffn_dim": 128, "word_embed_proj_dim": 64},
+    },
     "gpt_neox": {"family": "Pythia, GPT-NeoX (fused query_key_value)", "config": {"rotary_pct": 0.25}},
 }
 

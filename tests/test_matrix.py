@@ -1,0 +1,151 @@
+"""The tested matrix (``thanos/models/matrix.py``): every model type in it, block by block and through the
+workflow, on tiny random models built from transformers' own config classes. Model types without a
+hand-written adapter go through the generic one (``thanos/models/generic.py``); it reproduces the
+hand-written ones exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, snakemake, workflow_config, write_corpus
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM
+
+from thanos.files.layout import Layout
+from thanos.models import ADAPTERS, Checkpoint, get_adapter, load_config, open_model
+from thanos.models.generic import GenericAdapter, StructureError
+from thanos.models.matrix import MATRIX
+from thanos.models.tiny import FAMILIES, build_tiny_model
+
+RECIPES = {"sparsegpt_u50": ("sparsegpt", 0.5), "thanos_2-4": ("thanos", "2:4")}
+
+
+def tiny(root: Path, model_type: str) -> Path:
+    """A 2-block model of ``model_type`` with random norms and biases (each of them changes the logits)."""
+    return build_tiny_model(root / model_type, model_type, max_position_embeddings=64, jitter=0.1)
+
+
+def walk(adapter, checkpoint: Checkpoint, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """embed -> every block alone, built from its own tensors -> head: (logits, every block's input)."""
+    with torch.inference_mode():
+        hidden = adapter.load_embedding(checkpoint)(ids)
+        inputs = [hidden]
+        for block in range(adapter.num_blocks):
+            hidden = adapter.run_block(adapter.load_block(checkpoint, block), block, hidden)
+            inputs.append(hidden)
+        return adapter.load_head(checkpoint)(hidden)[1], inputs
+
+
+@pytest.mark.parametrize("model_type", list(MATRIX))
+def test_block_by_block_gives_the_models_logits(tmp_path: Path, model_type: str) -> None:
+    """24 tokens (longer than the sliding windows of 16), batch 2, fp32: max abs difference <= 1e-5."""
+    model_dir = tiny(tmp_path, model_type)
+    _, adapter, checkpoint = open_model(model_dir)
+    assert (type(adapter) is GenericAdapter) == (model_type not in FAMILIES)
+    ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(1))
+    logits, _ = walk(adapter, checkpoint, ids)
+    with torch.inference_mode():
+        expected = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()(ids).logits
+    assert (logits - expected).abs().max() <= 1e-5
+    assert adapter.layers and all(adapter.group_of(layer) for layer in adapter.layers)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generic_adapter_reproduces_the_hand_written_ones(tmp_path: Path, family: str) -> None:
+    """On Llama, Mistral, Qwen2 and OPT the generic adapter gives bit-identical block inputs and logits,
+    the same checkpoint prefix, and the same layers grouped the same way (groups named after their first
+    layer instead of attn_in, mlp_in, ...)."""
+    model_dir = tiny(tmp_path, family)
+    config = load_config(model_dir)
+    hand, generic = get_adapter(config), GenericAdapter(load_config(model_dir))
+    assert type(hand) in ADAPTERS
+    ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(2))
+    checkpoint = Checkpoint(model_dir)
+    logits, inputs = walk(hand, checkpoint, ids)
+    logits_g, inputs_g = walk(generic, checkpoint, ids)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, inputs_g, strict=True))
+    assert torch.equal(logits, logits_g)
+    assert generic.block_template == hand.block_template
+    assert list(generic.groups.values()) == list(hand.groups.values())
+
+
+def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
+    """GPT-2 (Conv1D projections) and an encoder-decoder model: one message with the model type, the
+    reason and what is supported."""
+    gpt2 = build_tiny_model(tmp_path / "gpt2", "gpt2", max_position_embeddings=64)
+    with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested: llama"):
+        open_model(gpt2)
+    from transformers import T5Config
+
+    config = T5Config(d_model=32, num_layers=1, num_heads=2, d_kv=16, d_ff=64, vocab_size=64)
+    with pytest.raises(StructureError, match=r"model_type 't5' is an encoder-decoder model.*supported:"):
+        get_adapter(config)
+
+
+def test_the_schema_offers_every_tested_type() -> None:
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    tiny_spec = schema["properties"]["models"]["additionalProperties"]["properties"]["tiny"]
+    assert tiny_spec["properties"]["family"]["enum"] == list(MATRIX)
+
+
+def pruned_in_memory(model_dir: Path, out: Path, pruned: Path) -> torch.nn.Module:
+    """The input model with each pruned layer's weight taken from the recipe's pruned-layer files."""
+    report = json.loads((out / "pruning_report.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for entry in report["layers"]:
+            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
+            with safe_open(str(file), framework="pt") as handle:
+                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
+    return model
+
+
+def has_pattern(weight: torch.Tensor, sparsity: float | str) -> bool:
+    """2:4: at least 2 zeros in every 4 consecutive inputs of every row; 0.5: half the weights are zero."""
+    if sparsity == "2:4":
+        return bool(((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all())
+    return int((weight == 0).sum()) >= weight.numel() // 2
+
+
+@pytest.mark.slow
+def test_matrix_through_the_workflow(tmp_path: Path) -> None:
+    """SparseGPT 50 % and Thanos 2:4 on every model type of the matrix, in one Snakemake run: each
+    assembled model loads with from_pretrained, has the logits of the input model carrying the pruned
+    weights in memory, the requested pattern in every pruned matrix, and a sparsity.json listing exactly
+    the layers pruned and the linear layers left dense."""
+    models = {t: {"path": f"models/{t}", "tiny": {"family": t}} for t in MATRIX}
+    recipes = {name: {"method": m, "sparsity": s} for name, (m, s) in RECIPES.items()}
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=16)
+    snakemake(tmp_path, workflow_config(corpus, models, recipes))
+    paths = Layout(str(tmp_path / "results"), sequential=True)
+    ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(3))
+    for model_type in MATRIX:
+        model_dir = tmp_path / "models" / model_type
+        _, adapter, _ = open_model(model_dir)
+        expected_layers = {
+            f"{adapter.block_prefix(b)}{layer}.weight"
+            for b in range(adapter.num_blocks)
+            for layer in adapter.layers
+        }
+        for recipe, (_, sparsity) in RECIPES.items():
+            out = Path(paths.model_dir(model_type, recipe))
+            pruned = Path(paths.pruned(model_type, recipe))
+            assembled = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+            with torch.inference_mode():
+                got = assembled(ids).logits
+                want = pruned_in_memory(model_dir, out, pruned)(ids).logits
+            assert torch.equal(got, want), (model_type, recipe)
+            weights = dict(assembled.named_parameters())
+            sidecar = json.loads((out / "sparsity.json").read_text())
+            assert set(sidecar["layers"]) == expected_layers, (model_type, recipe)
+            assert all(has_pattern(weights[name].detach(), sparsity) for name in expected_layers)
+            linear = {n for n, m in assembled.named_modules() if isinstance(m, torch.nn.Linear)}
+            assert set(sidecar["dense_linear"]) == linear - {
+                n.removesuffix(".weight") for n in expected_layers
+            }
+            assert "lm_head" in sidecar["dense_linear"], model_type
