@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 from thanos.files.layout import Layout
 from thanos.models import ADAPTERS, Checkpoint, get_adapter, load_config, open_model
 from thanos.models.generic import GenericAdapter, StructureError
-from thanos.models.matrix import MATRIX
+from thanos.models.matrix import MATRIX, readme_table
 from thanos.models.tiny import FAMILIES, build_tiny_model
 
 RECIPES = {"sparsegpt_u50": ("sparsegpt", 0.5), "thanos_2-4": ("thanos", "2:4")}
@@ -149,3 +149,8 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
                 n.removesuffix(".weight") for n in expected_layers
             }
             assert "lm_head" in sidecar["dense_linear"], model_type
+
+
+def test_the_readme_table_is_the_matrix() -> None:
+    """README.md's supported-models table is generated from MATRIX (python docs/supported_models.py)."""
+    assert readme_table() in (REPO / "README.md").read_text()

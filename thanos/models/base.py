@@ -105,8 +105,12 @@ class ModelAdapter(ABC):
 
     def info(self) -> dict[str, Any]:
         """The ``model-info`` JSON (docs/cli.md)."""
+        from thanos.models.matrix import MATRIX
+
         return {
             "model_type": self.model_type,
+            "adapter": type(self).__name__,
+            "tested": self.model_type in MATRIX,  # a row of the tested matrix (tests/test_matrix.py)
             "num_blocks": self.num_blocks,
             "layers": self.layers,
             "groups": {g: list(m) for g, m in self.groups.items()},

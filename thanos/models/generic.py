@@ -204,6 +204,12 @@ class GenericAdapter(ModelAdapter):
         def linears(module: nn.Module) -> list[str]:
             return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
 
+        experts = [n for n, p in self._blocks[0].named_parameters() if p.ndim >= 3]
+        if experts:
+            raise StructureError(
+                f"model_type {self.model_type!r}: its blocks hold mixture-of-experts weights as 3-D tensors "
+                f"({', '.join(experts[:3])}); pruning experts is not supported yet"
+            )
         first = linears(self._blocks[0])
         for block, module in enumerate(self._blocks[1:], start=1):
             if linears(module) != first:
