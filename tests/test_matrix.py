@@ -21,7 +21,7 @@ from thanos.models.generic import GenericAdapter, StructureError
 from thanos.models.matrix import MATRIX, readme_table
 from thanos.models.tiny import FAMILIES, build_tiny_model
 
-RECIPES = {"sparsegpt_u50": ("sparsegpt", 0.5), "thanos_2-4": ("thanos", "2:4")}
+RECIPES = {"sparsegpt_u50": ("sparsegpt", 0.5), "thanos_2-4": ("thanos", "2:4")}  # alpha 0: every row 2:4
 
 
 def tiny(root: Path, model_type: str) -> Path:
@@ -119,7 +119,7 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
     weights in memory, the requested pattern in every pruned matrix, and a sparsity.json listing exactly
     the layers pruned and the linear layers left dense."""
     models = {t: {"path": f"models/{t}", "tiny": {"family": t}} for t in MATRIX}
-    recipes = {name: {"method": m, "sparsity": s} for name, (m, s) in RECIPES.items()}
+    recipes = {name: {"method": m, "sparsity": s, "alpha": 0} for name, (m, s) in RECIPES.items()}
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=16)
     snakemake(tmp_path, workflow_config(corpus, models, recipes))
     paths = Layout(str(tmp_path / "results"), sequential=True)

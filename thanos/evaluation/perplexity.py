@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.errors import PathError
+from thanos.models.base import max_positions
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,6 @@ def load_eval_text(source: str, text_field: str = "text") -> EvalText:
             rows = textdata.read_documents(path, field=text_field)
         text, dataset = "\n\n".join(rows), str(path)
     return EvalText(text, dataset, hashlib.sha256(text.encode("utf-8")).hexdigest())
-
-
-def max_positions(config: Any) -> int | None:
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def resolve_seqlen(config: Any, seqlen: int | None) -> int:

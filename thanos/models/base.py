@@ -26,6 +26,15 @@ def config_dtype(config: PretrainedConfig) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
+def max_positions(config: Any) -> int | None:
+    """The model's maximum sequence length, under whichever name its config gives it (None: not stated)."""
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def module_from_state(factory: Any, state: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> nn.Module:
     """Build ``factory(*args, **kwargs)`` on the meta device and give it exactly ``state`` (strict)."""
     with torch.device("meta"):
@@ -76,7 +85,8 @@ class ModelAdapter(ABC):
 
     @property
     def max_positions(self) -> int:
-        return int(self.config.max_position_embeddings)
+        """The longest sequence the model takes (no limit stated: 2**20)."""
+        return max_positions(self.config) or 1 << 20
 
     @property
     def layers(self) -> list[str]:

@@ -177,8 +177,6 @@ def _aliases(model: nn.Module) -> dict[int, list[str]]:
 class GenericAdapter(ModelAdapter):
     """Any decoder-only causal LM of the installed transformers (see the module docstring)."""
 
-    model_types = ("*",)
-
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
         self.skeleton = _build(config)
@@ -227,14 +225,6 @@ class GenericAdapter(ModelAdapter):
     @property
     def num_blocks(self) -> int:
         return len(self._blocks)
-
-    @property
-    def max_positions(self) -> int:
-        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            value = getattr(self.config, attr, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return 1 << 20
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
