@@ -121,13 +121,26 @@ def get_adapter(config: PretrainedConfig) -> ModelAdapter:
     return GenericAdapter(config)
 
 
+_OPENED: dict[tuple, ModelAdapter] = {}
+
+
 def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Path, ModelAdapter, Checkpoint]:
     """Resolve a model argument to (local dir, adapter, lazy checkpoint).
 
     ``full_config=False`` reads config.json without transformers: for stages that only read tensors by
-    name (the adapter then cannot build modules)."""
+    name (the adapter then cannot build modules). The adapter is built once per process and model
+    directory (and kept while its config.json is unchanged): stages called one after another share it."""
     model_dir = resolve_model_path(path_or_hub_id)
-    adapter = get_adapter(load_config(model_dir, full=full_config))
+    config_file = model_dir / "config.json"
+    key = None
+    if config_file.is_file():
+        stat = config_file.stat()
+        key = (str(model_dir.resolve()), full_config, stat.st_mtime_ns, stat.st_size)
+    adapter = _OPENED.get(key) if key else None
+    if adapter is None:
+        adapter = get_adapter(load_config(model_dir, full=full_config))
+        if key:
+            _OPENED[key] = adapter
     return model_dir, adapter, Checkpoint(model_dir)
 
 

@@ -113,6 +113,7 @@ def params_on_meta() -> Iterator[None]:
 def _build(config: PretrainedConfig) -> nn.Module:
     """The model's own ``*ForCausalLM`` with its parameters on the meta device."""
     from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
 
     if getattr(config, "is_encoder_decoder", False):
         raise StructureError(
@@ -120,13 +121,14 @@ def _build(config: PretrainedConfig) -> nn.Module:
             "are pruned block by block"
         )
     try:
-        with params_on_meta():
+        with params_on_meta(), no_init_weights():  # the weights come from the checkpoint
             try:
                 model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
             except ValueError as err:
                 if "sdpa" not in str(err).lower() and "attention" not in str(err).lower():
                     raise
                 model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+            model.tie_weights()  # skipped with the initialisation
     except ValueError as err:
         text = " ".join(str(err).split())[:300]
         raise StructureError(
@@ -251,14 +253,15 @@ class GenericAdapter(ModelAdapter):
 
     def _layer_returns_tuple(self, hidden: torch.Tensor) -> bool:
         """Whether the model's loop indexes its layers' outputs (``layer(...)[0]``): a tensor returned
-        there hands the next layer (or the head) one sample's rows instead of the batch."""
+        there hands the next layer one sample's rows instead of the batch. Seen at the second layer (the
+        forward stops there); a one-layer model is run to its logits instead."""
         if self._as_tuple is None:
             probe = torch.zeros((2, DISCOVERY_TOKENS, hidden.shape[-1]), dtype=hidden.dtype)
-            plan = _Plan(replace_last=probe)
+            plan = _Plan(stop_at=1 if self.num_blocks > 1 else None, replace_last=probe)
             out = self._forward(plan, inputs_embeds=torch.zeros_like(probe))
-            shapes = [call[0].shape for call in plan.calls.values()] + [
-                out.logits.shape[:-1] + (probe.shape[-1],)
-            ]
+            shapes = [call[0].shape for call in plan.calls.values()]
+            if out is not None:
+                shapes.append(out.logits.shape[:-1] + (probe.shape[-1],))
             self._as_tuple = any(shape != probe.shape for shape in shapes)
         return self._as_tuple
 
@@ -317,7 +320,9 @@ class GenericAdapter(ModelAdapter):
 
     def _load_used(self, checkpoint: Checkpoint, called: Callable[[], set[str]]) -> nn.Module:
         """The skeleton with real tensors for the parameters of the modules ``called()`` names."""
-        model = copy.deepcopy(self.skeleton)
+        # a copy sharing the skeleton's free parameters (a deep copy of a stride-0 view would allocate it in
+        # full); the real tensors replace them in the copy only
+        model = copy.deepcopy(self.skeleton, {id(p): p for p in self.skeleton.parameters()})
         modules = called()
         wanted = [
             ids for ids in _aliases(model).values() if any(name.rpartition(".")[0] in modules for name in ids)
@@ -454,7 +459,7 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
     ``nn.Linear``: layers handed the same tensor share a group, named after its first member. Layers
     matching :data:`DENSE_LAYERS` are left out (never pruned)."""
     module = adapter.new_block(block).to("meta")
-    hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size))
+    hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)
     args, kwargs = adapter.block_call(block, hidden)
     to_meta = lambda value: value.to("meta") if isinstance(value, torch.Tensor) else value  # noqa: E731
     args = tuple(to_meta(a) for a in args)
