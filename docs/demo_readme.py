@@ -127,6 +127,14 @@ Perplexity on the held-out articles (`results/tables/perplexity.md`):
 {END}"""
 
 
+def scored(ppl: dict) -> str:
+    """What a perplexity.json scored: its windows, and how many of the text's when capped."""
+    whole = ppl["text_tokens"] // ppl["seqlen"]
+    if ppl.get("max_windows") and ppl["windows"] < whole:
+        return f"the first {ppl['windows']} of its {whole} windows of {ppl['seqlen']} tokens"
+    return f"{ppl['windows']} windows of {ppl['seqlen']} tokens"
+
+
 def real_section(results: Path, log: Path, model: str = REAL_MODEL) -> str:
     """The measured part of "On a real pretrained LLM": from the run of workflow/configs/real-llm.yaml."""
     converted = json.loads((results / "model" / "real_model.json").read_text())
@@ -140,12 +148,14 @@ def real_section(results: Path, log: Path, model: str = REAL_MODEL) -> str:
         f"{platform.python_version()}): the whole run took **{minutes(wall)}** (Snakemake's log, first job "
         f"start to last job end). The model: {converted['description']}; greedy continuation of "
         f'"{converted["prompt"]}": "{converted["generated"].strip()}". Dense perplexity '
-        f"**{dense['ppl']:.2f}** on the demo's held-out articles (windows of {dense['seqlen']} tokens); it "
-        "is a 4-bit model dequantized, so the original bf16 release would score a little better."
+        f"**{dense['ppl']:.2f}** on the demo's held-out articles ({scored(dense)}); it is a 4-bit model "
+        "dequantized, so the original bf16 release would score a little better."
     )
     task = manifest["task"]
+    limit = json.loads((results / model / "dense" / "eval" / "zeroshot.json").read_text()).get("limit")
+    docs = f"the first {limit} of its {task['docs']} documents" if limit else f"{task['docs']} documents"
     zeroshot = (
-        f"Zero-shot accuracy on `{task['name']}` ({task['docs']} documents, {task['choices']} choices: "
+        f"Zero-shot accuracy on `{task['name']}` ({docs}, {task['choices']} choices: "
         f"chance is {100 / task['choices']:g} %), with lm-eval's stderr:"
     )
     checked_by = (

@@ -298,7 +298,8 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
         "--out", tmp_path / "out", "--workdir", tmp_path / "work", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 2
-    assert "unsupported model_type 'gpt2'; supported: llama, mistral, qwen2, opt" in run.stderr
+    assert "model_type 'gpt2': block 0 calls no nn.Linear to prune: its projections are" in run.stderr
+    assert "; supported: decoder-only causal LMs" in run.stderr
     assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
 
 

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 ADAPTERS: tuple[type[ModelAdapter], ...] = (LlamaAdapter, OPTAdapter)
-SUPPORTED = tuple(t for cls in ADAPTERS for t in cls.model_types)
 
 
 class ConfigFile:
@@ -146,7 +145,6 @@ def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Pa
 
 __all__ = [
     "ADAPTERS",
-    "SUPPORTED",
     "Checkpoint",
     "ConfigFile",
     "ModelAdapter",
