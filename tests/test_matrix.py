@@ -74,12 +74,19 @@ def test_generic_adapter_reproduces_the_hand_written_ones(tmp_path: Path, family
 
 
 def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
-    """GPT-2 (Conv1D projections) and an encoder-decoder model: one message with the model type, the
-    reason and what is supported."""
+    """GPT-2 (Conv1D projections), Mixtral (experts as 3-D tensors, not pruned yet) and an encoder-decoder
+    model: one message with the model type, the reason and what is supported."""
     gpt2 = build_tiny_model(tmp_path / "gpt2", "gpt2", max_position_embeddings=64)
     with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested: llama"):
         open_model(gpt2)
-    from transformers import T5Config
+    from transformers import MixtralConfig, T5Config
+
+    moe = MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, num_local_experts=4, vocab_size=64)  # fmt: skip
+    with pytest.raises(
+        StructureError, match=r"'mixtral': .*3-D weights .*mlp.experts.gate_up_proj.*not pruned yet"
+    ):
+        get_adapter(moe)
 
     config = T5Config(d_model=32, num_layers=1, num_heads=2, d_kv=16, d_ff=64, vocab_size=64)
     with pytest.raises(StructureError, match=r"model_type 't5' is an encoder-decoder model.*supported:"):

@@ -194,12 +194,13 @@ class GenericAdapter(ModelAdapter):
         self._free_params()
         self._as_tuple: bool | None = None
         self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
-        self._groups = discover_groups(self, 0)  # a model that cannot work is refused here, named
-        self._check_uniform()
+        self._check_uniform()  # a model that cannot work is refused here, named
+        self._groups = discover_groups(self, 0)
 
     def _check_uniform(self) -> None:
-        """Every block has block 0's linear layers (a model mixing dense and mixture-of-experts blocks, or
-        layers of several kinds, is refused: the pipeline prunes the same layers in every block)."""
+        """No 3-D weights (fused mixture-of-experts experts, convolutions: they would be left dense without
+        a word), and every block has block 0's linear layers (the pipeline prunes the same layers in every
+        block; a model mixing dense and mixture-of-experts blocks is refused)."""
 
         def linears(module: nn.Module) -> list[str]:
             return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
@@ -207,8 +208,8 @@ class GenericAdapter(ModelAdapter):
         experts = [n for n, p in self._blocks[0].named_parameters() if p.ndim >= 3]
         if experts:
             raise StructureError(
-                f"model_type {self.model_type!r}: its blocks hold mixture-of-experts weights as 3-D tensors "
-                f"({', '.join(experts[:3])}); pruning experts is not supported yet"
+                f"model_type {self.model_type!r}: its blocks hold 3-D weights that are not nn.Linear "
+                f"({', '.join(experts[:3])}): mixture-of-experts experts (or convolutions) are not pruned yet"
             )
         first = linears(self._blocks[0])
         for block, module in enumerate(self._blocks[1:], start=1):

@@ -55,7 +55,10 @@ def tiny_config(model_type: str, vocab_size: int, **sizes: Any) -> Any:
 
     options = COMMON | MATRIX.get(model_type, {}).get("config", {}) | sizes | {"vocab_size": vocab_size}
     try:
-        config = AutoConfig.for_model(model_type, **options)
+        try:
+            config = AutoConfig.for_model(model_type, **options)
+        except AttributeError:  # a config whose head_dim is derived (a property without setter)
+            config = AutoConfig.for_model(model_type, **{k: v for k, v in options.items() if k != "head_dim"})
     except ValueError as err:
         raise ValueError(f"unknown model_type {model_type!r} for a tiny model: {err}") from None
     if getattr(config, "sliding_window", None) is not None:
