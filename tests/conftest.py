@@ -14,12 +14,15 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from thanos.models.tiny import FAMILIES, build_tiny_model
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,3 +148,20 @@ def snakemake(
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
+    """The input model with every pruned layer's weight set from the recipe's pruned layer files."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    report = json.loads((out / "pruning_report.json").read_text())
+    dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    parameters = dict(dense.named_parameters())
+    with torch.no_grad():
+        for entry in report["layers"]:
+            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
+            with safe_open(str(file), framework="pt") as handle:
+                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
+    return dense.eval()

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, snakemake, workflow_config, write_corpus
-from safetensors import safe_open
+from conftest import REPO, pruned_in_memory, snakemake, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
 from thanos.files.layout import Layout
@@ -99,19 +98,6 @@ def test_the_schema_offers_every_tested_type() -> None:
     assert tiny_spec["properties"]["family"]["enum"] == list(MATRIX)
 
 
-def pruned_in_memory(model_dir: Path, out: Path, pruned: Path) -> torch.nn.Module:
-    """The input model with each pruned layer's weight taken from the recipe's pruned-layer files."""
-    report = json.loads((out / "pruning_report.json").read_text())
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    parameters = dict(model.named_parameters())
-    with torch.no_grad():
-        for entry in report["layers"]:
-            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
-            with safe_open(str(file), framework="pt") as handle:
-                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
-    return model
-
-
 def has_pattern(weight: torch.Tensor, sparsity: float | str) -> bool:
     """2:4: at least 2 zeros in every 4 consecutive inputs of every row; 0.5: half the weights are zero."""
     if sparsity == "2:4":
@@ -145,7 +131,7 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
             assembled = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
             with torch.inference_mode():
                 got = assembled(ids).logits
-                want = pruned_in_memory(model_dir, out, pruned)(ids).logits
+                want = pruned_in_memory(model_dir, pruned, out)(ids).logits
             assert torch.equal(got, want), (model_type, recipe)
             weights = dict(assembled.named_parameters())
             sidecar = json.loads((out / "sparsity.json").read_text())

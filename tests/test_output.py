@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import pruned_in_memory
 from safetensors import safe_open
 
 from thanos.models.tiny import build_tiny_model
@@ -80,21 +81,6 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
         with safe_open(str(file), framework="pt") as handle:
             tensors |= {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     return tensors
-
-
-def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
-    """The input model with every pruned layer's weight set from the recipe's pruned layer files."""
-    from transformers import AutoModelForCausalLM
-
-    report = json.loads((out / "pruning_report.json").read_text())
-    dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    parameters = dict(dense.named_parameters())
-    with torch.no_grad():
-        for entry in report["layers"]:
-            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
-            with safe_open(str(file), framework="pt") as handle:
-                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
-    return dense.eval()
 
 
 def load_without_compressed_tensors(model_dir: Path, ids: torch.Tensor, tmp_path: Path):

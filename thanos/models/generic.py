@@ -242,13 +242,14 @@ class GenericAdapter(ModelAdapter):
             if param.is_meta:
                 _set_tensor(self.skeleton, ids, torch.zeros((), dtype=param.dtype).expand(param.shape))
 
-    def _forward(self, plan: _Plan, **inputs: Any) -> Any:
-        """The skeleton's forward under ``plan`` (recorders share it); None when a recorder stopped it."""
+    def _forward(self, plan: _Plan, model: nn.Module | None = None, **inputs: Any) -> Any:
+        """The forward of ``model`` (default: the skeleton; copies share its recorders) under ``plan``;
+        None when a recorder stopped it."""
         for rec in self._recorders:
             rec.plan = plan
         try:
             with torch.inference_mode():
-                return self.skeleton(**inputs, use_cache=False)
+                return (model or self.skeleton)(**inputs, use_cache=False)
         except _Stop:
             return None
 
@@ -421,12 +422,8 @@ class GenericEmbedding(nn.Module):
         self.adapter = adapter
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        recorders = self.adapter._recorders
         plan = _Plan(stop_at=0)
-        for rec in recorders:
-            rec.plan = plan
-        with contextlib.suppress(_Stop), torch.inference_mode():
-            self.model(input_ids=input_ids, use_cache=False)
+        self.adapter._forward(plan, self.model, input_ids=input_ids)
         return plan.calls[0][0]
 
 
@@ -441,13 +438,10 @@ class GenericHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         plan = _Plan(replace_last=hidden, as_tuple=self.adapter._layer_returns_tuple(hidden))
-        for rec in self.adapter._recorders:
-            rec.plan = plan
         seen: list[torch.Tensor] = []
         handle = self.model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.append(a[0]))
         try:
-            with torch.inference_mode():
-                out = self.model(inputs_embeds=torch.zeros_like(hidden), use_cache=False)
+            out = self.adapter._forward(plan, self.model, inputs_embeds=torch.zeros_like(hidden))
         finally:
             handle.remove()
         return seen[-1], out.logits
