@@ -1,7 +1,9 @@
 """Models: what the pipeline knows about an architecture, and the model directories it reads and writes.
 
-- ``base``, ``llama``, ``opt``: the adapters (one per architecture family): blocks, linear layers and
-  their input groups, embedding and head;
+- ``base``, ``llama``, ``opt``, ``generic``: the adapters: blocks, linear layers and their input groups,
+  embedding and head; hand-written for Llama-like models and OPT, the generic one (the model's own
+  transformers code) for every other decoder-only causal LM;
+- ``matrix``: the tested matrix of model types and their tiny configs;
 - ``checkpoint``: lazy reading of a checkpoint's tensors, one block at a time; model directories;
 - ``card``: what a pruned model directory says about itself (config metadata, model card);
 - ``tiny``: tiny random models built from a config, for the smoke workflow, tests and benchmarks.
