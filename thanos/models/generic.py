@@ -369,7 +369,10 @@ class GenericAdapter(ModelAdapter):
                 handles.append(module.register_forward_pre_hook(lambda m, *a, n=name: mark(m, name=n)))
         try:
             ids = torch.zeros((1, DISCOVERY_TOKENS), dtype=torch.long)
-            self._forward(_Plan(as_tuple=self._layer_returns_tuple(self._hidden_like(ids))), input_ids=ids)
+            as_tuple = self._layer_returns_tuple(self._hidden_like(ids))
+            # "before" stops at the first layer: the head (lm_head of free parameters) is not run for it
+            plan = _Plan(stop_at=0 if phase == "before" else None, as_tuple=as_tuple)
+            self._forward(plan, input_ids=ids)
         finally:
             for handle in handles:
                 handle.remove()
