@@ -369,7 +369,7 @@ class GenericAdapter(ModelAdapter):
                 handles.append(module.register_forward_pre_hook(lambda m, *a, n=name: mark(m, name=n)))
         try:
             ids = torch.zeros((1, DISCOVERY_TOKENS), dtype=torch.long)
-            as_tuple = self._layer_returns_tuple(self._hidden_like(ids))
+            as_tuple = self._layer_returns_tuple(torch.zeros((1, 1, self.hidden_size), dtype=self.dtype))
             # "before" stops at the first layer: the head (lm_head of free parameters) is not run for it
             plan = _Plan(stop_at=0 if phase == "before" else None, as_tuple=as_tuple)
             self._forward(plan, input_ids=ids)
@@ -377,11 +377,6 @@ class GenericAdapter(ModelAdapter):
             for handle in handles:
                 handle.remove()
         return seen
-
-    def _hidden_like(self, ids: torch.Tensor) -> torch.Tensor:
-        plan = _Plan(stop_at=0)
-        self._forward(plan, input_ids=ids)
-        return torch.zeros_like(plan.calls[0][0])
 
     # ---- building modules from the checkpoint ------------------------------------------------------
     def new_block(self, block: int) -> nn.Module:
@@ -460,8 +455,7 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
     hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)
     args, kwargs = adapter.block_call(block, hidden)
     to_meta = lambda value: value.to("meta") if isinstance(value, torch.Tensor) else value  # noqa: E731
-    args = tuple(to_meta(a) for a in args)
-    kwargs = {k: _tree_map(to_meta, v) for k, v in kwargs.items()}
+    args, kwargs = _tree_map(to_meta, args), _tree_map(to_meta, kwargs)
     calls: list[tuple[str, torch.Tensor]] = []
     handles = []
     for name, linear in module.named_modules():
@@ -490,10 +484,10 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
             groups[group] = []
         groups[group].append(name)
     if not groups:
-        others = sorted({type(m).__name__ for m in module.modules() if type(m).__name__ == "Conv1D"})
+        conv1d = any(type(m).__name__ == "Conv1D" for m in module.modules())
         why = (
             "its projections are GPT-2-style Conv1D modules (transposed weights), not nn.Linear"
-            if others
+            if conv1d
             else "recurrent or state-space layers without linear projections cannot be pruned here"
         )
         raise StructureError(

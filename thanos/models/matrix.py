@@ -12,7 +12,8 @@ from typing import Any
 
 SLIDING_WINDOW = 16  # shorter than the test sequences, so that a sliding window matters
 
-# model_type -> what the test of that type shows, and the config options that differ from COMMON
+# model_type -> the models of that type (the README's table), and options its tiny config needs beyond
+# the sizes every tiny model gets (thanos.models.tiny)
 MATRIX: dict[str, dict[str, Any]] = {
     "llama": {"family": "Llama 2/3.x, TinyLlama, Vicuna"},
     "mistral": {"family": "Mistral, Ministral (sliding window)"},
@@ -25,35 +26,19 @@ MATRIX: dict[str, dict[str, Any]] = {
     "granite": {"family": "Granite 3 (scaled residuals and logits)"},
     "smollm3": {"family": "SmolLM3 (layers without rotary)"},
     "cohere2": {"family": "Command R7B, Cohere 2 (parallel attention and MLP)"},
-    "opt": {
-        "family": "OPT (learned positions, ReLU MLP)",
-        "config": {"ffn_dim": 128, "word_embed_proj_dim": 64},
-    },
+    "opt": {"family": "OPT (learned positions, ReLU MLP)"},
     "gpt_neox": {"family": "Pythia, GPT-NeoX (fused query_key_value)", "config": {"rotary_pct": 0.25}},
 }
 
-# every tiny config: 2 blocks, hidden 64, 4 heads of 16 (2 KV heads), a 128-wide MLP
-COMMON: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-    "pad_token_id": 3,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 
-
-def tiny_config(model_type: str, vocab_size: int, **sizes: Any) -> Any:
-    """A tiny ``PretrainedConfig`` of ``model_type``: ``COMMON`` (``sizes`` override it), the type's own
-    options from ``MATRIX``, sliding windows of ``SLIDING_WINDOW`` tokens on every other layer where the
-    type has them. A type outside the matrix gets ``COMMON`` alone (config classes keep unknown names)."""
+def tiny_config(model_type: str, **options: Any) -> Any:
+    """A tiny ``PretrainedConfig`` of ``model_type`` with ``options`` (the sizes, vocabulary and special
+    token ids ``thanos.models.tiny`` gives every tiny model) and the type's own options from ``MATRIX``;
+    sliding windows of ``SLIDING_WINDOW`` tokens on every other layer where the type has them. A type
+    outside the matrix gets ``options`` alone (config classes keep names they do not use)."""
     from transformers import AutoConfig
 
-    options = COMMON | MATRIX.get(model_type, {}).get("config", {}) | sizes | {"vocab_size": vocab_size}
+    options = MATRIX.get(model_type, {}).get("config", {}) | options
     try:
         try:
             config = AutoConfig.for_model(model_type, **options)

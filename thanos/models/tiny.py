@@ -94,8 +94,7 @@ def tiny_config(
         return Qwen2Config(tie_word_embeddings=True, **common)
     from thanos.models.matrix import tiny_config as any_type
 
-    sizes = {k: v for k, v in common.items() if k not in ("vocab_size",)}
-    return any_type(family, vocab_size, head_dim=hidden_size // num_heads, **sizes)
+    return any_type(family, head_dim=hidden_size // num_heads, **common)
 
 
 def build_tiny_model(
