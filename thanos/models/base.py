@@ -7,6 +7,7 @@ blocks live in the checkpoint and how to run one decoder block on its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -172,6 +173,29 @@ class ModelAdapter(ABC):
         """Block ``block``'s outputs for inputs ``hidden`` (batch, seq, hidden), no KV cache."""
         with torch.inference_mode():
             return block_output(module(hidden, **self.block_kwargs(block, hidden)))
+
+    @property
+    def experts(self) -> dict[str, Any]:
+        """Layers that are one expert's matrix of a mixture-of-experts block (``thanos.models.experts``):
+        layer -> ``ExpertLayer``; none for dense models."""
+        return {}
+
+    def watch_inputs(
+        self,
+        module: nn.Module,
+        add: Callable[[str, torch.Tensor], None],
+        only: set[str] | None = None,
+        every_token: bool = False,
+    ) -> list[Any]:
+        """Hooks on a block ``module`` that hand ``add(group, X)`` the inputs of every group (those in
+        ``only``) during its forwards; remove them when done. ``every_token`` concerns expert groups:
+        every token instead of those the router sent to the expert."""
+        handles = []
+        for group, members in self.groups.items():
+            if only is None or group in only:
+                linear = self.linear(module, members[0])  # the members share this input
+                handles.append(linear.register_forward_pre_hook(lambda m, a, g=group: add(g, a[0])))
+        return handles
 
     def linear(self, module: nn.Module, layer: str) -> nn.Linear:
         """The ``nn.Linear`` named ``layer`` inside a block module."""

@@ -34,8 +34,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from thanos.models.base import ModelAdapter, block_output
+from thanos.models.base import ModelAdapter, block_output, module_from_state
 from thanos.models.checkpoint import Checkpoint
+from thanos.models.experts import (
+    Conversion,
+    ExpertLayer,
+    expert_groups,
+    expert_layers,
+    find_experts,
+    watch_experts,
+)
 from thanos.models.matrix import MATRIX
 
 if TYPE_CHECKING:
@@ -44,6 +52,9 @@ if TYPE_CHECKING:
 # linear layers never pruned: routers of mixture-of-experts blocks (they pick experts; a handful of
 # parameters) -- Mixtral/Qwen-MoE `mlp.gate`, `router`, Qwen2-MoE `shared_expert_gate`
 DENSE_LAYERS = (r"(^|\.)gate$", r"(^|\.)router(\.|$)", r"shared_expert_gate$")
+# mixture-of-experts experts run transformers' reference loop over the experts (exact, any device and dtype,
+# also on the meta device where grouped_mm needs bf16)
+EXPERTS = {"experts_implementation": "eager"}
 DISCOVERY_TOKENS = 4  # tokens of the forward that discovers a block's linear layers
 
 
@@ -123,11 +134,11 @@ def _build(config: PretrainedConfig) -> nn.Module:
     try:
         with params_on_meta(), no_init_weights():  # the weights come from the checkpoint
             try:
-                model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+                model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **EXPERTS)
             except ValueError as err:
                 if "sdpa" not in str(err).lower() and "attention" not in str(err).lower():
                     raise
-                model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+                model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", **EXPERTS)
             model.tie_weights()  # skipped with the initialisation
     except ValueError as err:
         text = " ".join(str(err).split())[:300]
@@ -195,7 +206,23 @@ class GenericAdapter(ModelAdapter):
         self._as_tuple: bool | None = None
         self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
         self._check_uniform()  # a model that cannot work is refused here, named
-        self._groups = discover_groups(self, 0)
+        self._conversion = Conversion(self.skeleton)
+        prefix = self.block_prefix(0)
+        try:
+            self._experts = expert_layers(self._conversion, self._blocks[0], prefix)
+        except ValueError as err:
+            raise StructureError(f"model_type {self.model_type!r}: {err}") from None
+        linear_groups = discover_groups(self, 0)
+        # a layer is named as the checkpoint stores it (a renamed module keeps its checkpoint name)
+        self._module_name = {}
+        for members in linear_groups.values():
+            for layer in members:
+                disk = self._conversion.disk_name(f"{prefix}{layer}.weight").removeprefix(prefix)
+                self._module_name[disk.removesuffix(".weight")] = layer
+        disk = {m: d for d, m in self._module_name.items()}
+        self._groups = {
+            disk[group]: tuple(disk[layer] for layer in members) for group, members in linear_groups.items()
+        } | expert_groups(self._experts)
 
     def _check_uniform(self) -> None:
         """No 3-D weights (fused mixture-of-experts experts, convolutions: they would be left dense without
@@ -205,11 +232,14 @@ class GenericAdapter(ModelAdapter):
         def linears(module: nn.Module) -> list[str]:
             return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
 
-        experts = [n for n, p in self._blocks[0].named_parameters() if p.ndim >= 3]
-        if experts:
+        fused = {f"{path}.{name}" for path, m in find_experts(self._blocks[0]).items() for name, _ in
+                 m.named_parameters(recurse=False)}  # fmt: skip
+        other = [n for n, p in self._blocks[0].named_parameters() if p.ndim >= 3 and n not in fused]
+        if other:
             raise StructureError(
-                f"model_type {self.model_type!r}: its blocks hold 3-D weights that are not nn.Linear "
-                f"({', '.join(experts[:3])}): mixture-of-experts experts (or convolutions) are not pruned yet"
+                f"model_type {self.model_type!r}: its blocks hold 3-D weights that are neither nn.Linear nor "
+                f"transformers' mixture-of-experts experts ({', '.join(other[:3])}; convolutions?): they "
+                "cannot be pruned"
             )
         first = linears(self._blocks[0])
         for block, module in enumerate(self._blocks[1:], start=1):
@@ -232,6 +262,10 @@ class GenericAdapter(ModelAdapter):
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
         return self._groups
+
+    @property
+    def experts(self) -> dict[str, ExpertLayer]:  # type: ignore[override]
+        return self._experts
 
     # ---- the skeleton ------------------------------------------------------------------------------
     def _free_params(self) -> None:
@@ -293,7 +327,10 @@ class GenericAdapter(ModelAdapter):
             modules = dict.fromkeys(self._module_keys)
             prefix = getattr(self.skeleton, "base_model_prefix", None)
             names = {}
+            blocks = f"{self.layers_path}."  # block tensors are converted one block at a time (load_block)
             for disk in checkpoint.names():
+                if disk.startswith(blocks):
+                    continue
                 target, converted = rename_source_key(disk, renamings, converters, prefix, modules)
                 if target not in modules and disk in modules:
                     target, converted = disk, None
@@ -311,14 +348,39 @@ class GenericAdapter(ModelAdapter):
     def load_block(
         self, checkpoint: Checkpoint, block: int, overrides: dict[str, torch.Tensor] | None = None
     ) -> nn.Module:
+        """Block ``block`` from its checkpoint tensors, through transformers' conversion (per-expert
+        matrices fused, renamed modules); ``overrides`` are keyed by layer (checkpoint) names."""
         prefix = self.block_prefix(block)
-        renamed = sorted(n for n in self.disk_names(checkpoint) if n.startswith(prefix))
-        if renamed:
-            raise StructureError(
-                f"model_type {self.model_type!r}: the checkpoint stores block tensors under other names than "
-                f"the model's modules ({', '.join(renamed[:3])}); not supported yet"
-            )
-        return super().load_block(checkpoint, block, overrides)
+        state = checkpoint.prefixed(prefix)
+        for layer, weight in (overrides or {}).items():
+            key = f"{layer}.weight"
+            if key not in state:
+                raise ValueError(f"block {block} has no layer {layer!r}")
+            if tuple(weight.shape) != tuple(state[key].shape):
+                raise ValueError(
+                    f"block {block} layer {layer}: replacement weight has shape {tuple(weight.shape)}, "
+                    f"the model's is {tuple(state[key].shape)}"
+                )
+            state[key] = weight.to(state[key].dtype)
+        modules = self._conversion.to_modules({prefix + name: t for name, t in state.items()})
+        return module_from_state(
+            self.new_block, {k.removeprefix(prefix): t for k, t in modules.items()}, block
+        )
+
+    def watch_inputs(
+        self,
+        module: nn.Module,
+        add: Callable[[str, torch.Tensor], None],
+        only: set[str] | None = None,
+        every_token: bool = False,
+    ) -> list[Any]:
+        handles = []
+        for group, members in self.groups.items():
+            if group not in self._experts and (only is None or group in only):
+                linear = self.linear(module, self._module_name[members[0]])
+                handles.append(linear.register_forward_pre_hook(lambda m, a, g=group: add(g, a[0])))
+        wanted = [g for g in self.groups if g in self._experts and (only is None or g in only)]
+        return handles + watch_experts(module, self._experts, wanted, add, every_token)
 
     def _load_used(self, checkpoint: Checkpoint, called: Callable[[], set[str]]) -> nn.Module:
         """The skeleton with real tensors for the parameters of the modules ``called()`` names."""
@@ -445,13 +507,24 @@ class GenericHead(nn.Module):
         return seen[-1], out.logits
 
 
+class _Silent(nn.Module):
+    """Stands in for a mixture-of-experts experts module while a block's linear layers are discovered."""
+
+    def forward(self, hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return torch.zeros_like(hidden)
+
+
 def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str, ...]]:
     """The prunable linear layers of ``block`` grouped by the input they share, in call order.
 
     One forward of the block, on the meta device (shapes only, no memory), with a pre-hook on every
     ``nn.Linear``: layers handed the same tensor share a group, named after its first member. Layers
-    matching :data:`DENSE_LAYERS` are left out (never pruned)."""
+    matching :data:`DENSE_LAYERS` are left out (never pruned). Mixture-of-experts experts are not
+    ``nn.Linear`` (``thanos.models.experts`` finds their matrices)."""
     module = adapter.new_block(block).to("meta")
+    for path in find_experts(module):  # their routing is data-dependent (no meta forward); no nn.Linear inside
+        owner, _, leaf = path.rpartition(".")
+        module.get_submodule(owner)._modules[leaf] = _Silent()
     hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)
     args, kwargs = adapter.block_call(block, hidden)
     to_meta = lambda value: value.to("meta") if isinstance(value, torch.Tensor) else value  # noqa: E731

@@ -16,6 +16,7 @@ import torch
 from thanos.data.safetensors_io import load_safetensors
 from thanos.data.storage import Activations, read_tokens, write_activations, write_hessians
 from thanos.models import Checkpoint, ModelAdapter, open_model
+from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
 from thanos.stages.common import batches, check_finite, resolve_device
 
@@ -75,31 +76,38 @@ def capture(
     batch_size: int = 8,
     device: str = "auto",
 ) -> None:
-    """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs."""
+    """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs.
+
+    N counts calibration sequences for every group. A mixture-of-experts expert's groups get the tokens
+    the router sent to it; an expert sent fewer than ``MIN_SHARE`` of its fair share gets the Hessian of
+    every token through it instead, from a second pass over the inputs for those experts alone (the
+    store's ``experts`` attribute records the tokens and the rule per expert group)."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
     dev = resolve_device(device)
     module = adapter.load_block(checkpoint, block).to(dev)
-    accumulators: dict[str, HessianAccumulator] = {}
-    handles = []
-    for group, members in adapter.groups.items():
-        linear = adapter.linear(module, members[0])  # the members share this input
-        acc = HessianAccumulator(linear.in_features, device=dev)
-        accumulators[group] = acc
-
-        def hook(_module: torch.nn.Module, args: tuple, acc: HessianAccumulator = acc) -> None:
-            # OPT flattens (batch, seq) before its MLP: restore one entry per sequence
-            acc.add(args[0].reshape(-1, acts.seqlen, acc.columns))
-
-        handles.append(linear.register_forward_pre_hook(hook))
+    prefix = adapter.block_prefix(block)
+    columns = {
+        g: checkpoint.shape(f"{prefix}{members[0]}.weight")[1] for g, members in adapter.groups.items()
+    }
     log.info("capture: block %d, %d samples from %s", block, acts.nsamples, inputs)
-    try:
-        for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
-            hidden = acts.read(start, stop)
-            check_finite(hidden, "inputs", block, start, inputs)
-            adapter.run_block(module, block, hidden.to(dev))
-    finally:
-        for handle in handles:
-            handle.remove()
+    accumulators, tokens = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, dev)
+    experts = {}
+    if adapter.experts:
+        starved = _starved(adapter.experts, tokens)
+        if starved:
+            for group in starved:
+                log.warning(
+                    "capture: block %d %s: the router sent it %d tokens (under %.0f %% of the experts' mean "
+                    "share): it is pruned with the Hessian of every calibration token through it",
+                    block, group, tokens[group], 100 * MIN_SHARE,
+                )  # fmt: skip
+            again, _ = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, dev, starved)
+            accumulators |= again
+        experts = {
+            g: {"tokens": tokens[g], "hessian": "every token" if g in starved else "routed tokens"}
+            for g in adapter.groups
+            if g in adapter.experts
+        }
     hessians = {group: acc.take().cpu() for group, acc in accumulators.items()}  # scaled in place
     for group, H in hessians.items():
         if not all_finite(H):
@@ -112,7 +120,54 @@ def capture(
         "model_type": adapter.model_type,
         "inputs": str(inputs),
     }
+    if experts:
+        attrs["experts"] = experts
     write_hessians(out, hessians, attrs)
+
+
+def _accumulate(
+    adapter: ModelAdapter,
+    module: torch.nn.Module,
+    block: int,
+    acts: Activations,
+    inputs: str | Path,
+    columns: dict[str, int],
+    batch_size: int,
+    dev: torch.device,
+    every_token: set[str] | None = None,
+) -> tuple[dict[str, HessianAccumulator], dict[str, int]]:
+    """One pass of the block over its inputs: the groups' accumulators (those in ``every_token`` alone,
+    fed every token, when given) and how many tokens each group received."""
+    groups = every_token if every_token is not None else set(adapter.groups)
+    accumulators = {g: HessianAccumulator(columns[g], device=dev) for g in adapter.groups if g in groups}
+    tokens = dict.fromkeys(accumulators, 0)
+
+    def add(group: str, x: torch.Tensor) -> None:
+        rows = x.reshape(-1, columns[group])  # OPT flattens (batch, seq) before its MLP
+        accumulators[group].add(rows)
+        tokens[group] += rows.shape[0]
+
+    handles = adapter.watch_inputs(module, add, only=groups, every_token=every_token is not None)
+    try:
+        for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
+            hidden = acts.read(start, stop)
+            check_finite(hidden, "inputs", block, start, inputs)
+            adapter.run_block(module, block, hidden.to(dev))
+    finally:
+        for handle in handles:
+            handle.remove()
+    for acc in accumulators.values():
+        acc.nsamples = acts.nsamples  # N counts the calibration sequences, for an expert's tokens too
+    return accumulators, tokens
+
+
+def _starved(experts: dict, tokens: dict[str, int]) -> set[str]:
+    """Expert groups sent fewer than ``MIN_SHARE`` times the mean tokens of their experts module's groups."""
+    mean = {}
+    for path in {experts[g].experts for g in tokens if g in experts}:
+        counts = [n for g, n in tokens.items() if g in experts and experts[g].experts == path]
+        mean[path] = sum(counts) / len(counts)
+    return {g for g, n in tokens.items() if g in experts and n < MIN_SHARE * mean[experts[g].experts]}
 
 
 def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Tensor]:
