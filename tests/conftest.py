@@ -151,17 +151,35 @@ def snakemake(
 
 
 def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
-    """The input model with every pruned layer's weight set from the recipe's pruned layer files."""
+    """The input model with every pruned layer's weight set from the recipe's pruned layer files. Layers
+    that are not module parameters (a mixture-of-experts expert's matrix, which transformers fuses on
+    load) are set in the checkpoint's own tensors, which transformers then loads."""
+    import shutil
+    import tempfile
+
     import torch
     from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
     report = json.loads((out / "pruning_report.json").read_text())
+    pruned_weights = {}
+    for entry in report["layers"]:
+        file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
+        with safe_open(str(file), framework="pt") as handle:
+            pruned_weights[entry["tensor"]] = handle.get_tensor("weight")
     dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     parameters = dict(dense.named_parameters())
-    with torch.no_grad():
-        for entry in report["layers"]:
-            file = pruned / f"block{entry['block']}" / f"{entry['layer']}.safetensors"
-            with safe_open(str(file), framework="pt") as handle:
-                parameters[entry["tensor"]].copy_(handle.get_tensor("weight"))
-    return dense.eval()
+    if all(name in parameters for name in pruned_weights):
+        with torch.no_grad():
+            for name, weight in pruned_weights.items():
+                parameters[name].copy_(weight)
+        return dense.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = {}
+        for shard in sorted(model.glob("*.safetensors")):
+            state |= load_file(shard)
+        state |= pruned_weights
+        save_file(state, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(model / "config.json", tmp)
+        return AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()

@@ -73,19 +73,16 @@ def test_generic_adapter_reproduces_the_hand_written_ones(tmp_path: Path, family
 
 
 def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
-    """GPT-2 (Conv1D projections), Mixtral (experts as 3-D tensors, not pruned yet) and an encoder-decoder
-    model: one message with the model type, the reason and what is supported."""
+    """GPT-2 (Conv1D projections), Mamba (3-D convolution weights) and an encoder-decoder model: one
+    message with the model type, the reason and what is supported."""
     gpt2 = build_tiny_model(tmp_path / "gpt2", "gpt2", max_position_embeddings=64)
     with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested: llama"):
         open_model(gpt2)
-    from transformers import MixtralConfig, T5Config
+    from transformers import MambaConfig, T5Config
 
-    moe = MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, num_local_experts=4, vocab_size=64)  # fmt: skip
-    with pytest.raises(
-        StructureError, match=r"'mixtral': .*3-D weights .*mlp.experts.gate_up_proj.*not pruned yet"
-    ):
-        get_adapter(moe)
+    mamba = MambaConfig(hidden_size=32, state_size=4, num_hidden_layers=2, vocab_size=64)
+    with pytest.raises(StructureError, match=r"'mamba': .*3-D weights .*conv1d.*cannot be pruned"):
+        get_adapter(mamba)
 
     config = T5Config(d_model=32, num_layers=1, num_heads=2, d_kv=16, d_ff=64, vocab_size=64)
     with pytest.raises(StructureError, match=r"model_type 't5' is an encoder-decoder model.*supported:"):
@@ -96,6 +93,15 @@ def test_the_schema_offers_every_tested_type() -> None:
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     tiny_spec = schema["properties"]["models"]["additionalProperties"]["properties"]["tiny"]
     assert tiny_spec["properties"]["family"]["enum"] == list(MATRIX)
+
+
+def written_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a model directory's safetensors, by its name in the checkpoint."""
+    from safetensors.torch import load_file
+
+    return {
+        name: t for shard in sorted(model_dir.glob("*.safetensors")) for name, t in load_file(shard).items()
+    }
 
 
 def has_pattern(weight: torch.Tensor, sparsity: float | str) -> bool:
@@ -133,10 +139,11 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
                 got = assembled(ids).logits
                 want = pruned_in_memory(model_dir, pruned, out)(ids).logits
             assert torch.equal(got, want), (model_type, recipe)
-            weights = dict(assembled.named_parameters())
+            weights = written_tensors(out)  # as the checkpoint stores them (one matrix per expert)
             sidecar = json.loads((out / "sparsity.json").read_text())
             assert set(sidecar["layers"]) == expected_layers, (model_type, recipe)
-            assert all(has_pattern(weights[name].detach(), sparsity) for name in expected_layers)
+            assert all(has_pattern(weights[name], sparsity) for name in expected_layers)
+            assert set(weights) == set(written_tensors(model_dir)), model_type  # the input's layout
             linear = {n for n, m in assembled.named_modules() if isinstance(m, torch.nn.Linear)}
             assert set(sidecar["dense_linear"]) == linear - {
                 n.removesuffix(".weight") for n in expected_layers

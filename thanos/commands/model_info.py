@@ -1,6 +1,6 @@
 """Describe a model for the workflow: family, number of blocks, prunable layers and their Hessian groups,
-and its input fingerprint (name, size and mtime_ns of each model file). Reads every tensor once and
-refuses one holding NaN or Inf, naming it."""
+and its input fingerprint (name, size and mtime_ns of each model file). Refuses a checkpoint without a
+prunable layer's weight, and reads every tensor once and refuses one holding NaN or Inf, naming it."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ def run(args: argparse.Namespace) -> None:
     from thanos.models import Checkpoint, get_adapter, load_config, resolve_model_path
 
     model_dir = resolve_model_path(args.model)
-    info = get_adapter(load_config(model_dir)).info() | {"path": str(model_dir)}
+    adapter = get_adapter(load_config(model_dir))
+    info = adapter.info() | {"path": str(model_dir)}
     fingerprint = model_fingerprint(model_dir)
-    Checkpoint(model_dir).check_finite()
+    checkpoint = Checkpoint(model_dir)
+    adapter.check_checkpoint(checkpoint)
+    checkpoint.check_finite()
     write_json(args.out, info | {"fingerprint": fingerprint})
     print(json.dumps(info))

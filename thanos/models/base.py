@@ -131,6 +131,25 @@ class ModelAdapter(ABC):
             "block_prefix": self.block_template,
         }
 
+    def check_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Refuse a checkpoint that lacks a prunable layer's weight (``{block prefix}{layer}.weight``),
+        naming it: the model stores its layers under other names or fused."""
+        for block in range(self.num_blocks):
+            for layer in self.layers:
+                name = f"{self.block_prefix(block)}{layer}.weight"
+                if name not in checkpoint:
+                    fused = (
+                        "; its mixture-of-experts experts are stored fused (save_pretrained(..., "
+                        "save_original_format=False) writes them so), which is not pruned yet: save the "
+                        "model with transformers' default save_pretrained, one matrix per expert"
+                        if self.experts
+                        else ""
+                    )
+                    raise ValueError(
+                        f"{checkpoint.model_dir}: no tensor {name} in the checkpoint (model_type "
+                        f"{self.model_type!r}){fused}"
+                    )
+
     # ---- building modules from the checkpoint ------------------------------------------------------
     @abstractmethod
     def new_block(self, block: int) -> nn.Module:

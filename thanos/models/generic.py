@@ -522,7 +522,9 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
     matching :data:`DENSE_LAYERS` are left out (never pruned). Mixture-of-experts experts are not
     ``nn.Linear`` (``thanos.models.experts`` finds their matrices)."""
     module = adapter.new_block(block).to("meta")
-    for path in find_experts(module):  # their routing is data-dependent (no meta forward); no nn.Linear inside
+    for path in find_experts(
+        module
+    ):  # their routing is data-dependent (no meta forward); no nn.Linear inside
         owner, _, leaf = path.rpartition(".")
         module.get_submodule(owner)._modules[leaf] = _Silent()
     hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)

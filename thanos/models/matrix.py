@@ -28,6 +28,14 @@ MATRIX: dict[str, dict[str, Any]] = {
     "cohere2": {"family": "Command R7B, Cohere 2 (parallel attention and MLP)"},
     "opt": {"family": "OPT (learned positions, ReLU MLP)"},
     "gpt_neox": {"family": "Pythia, GPT-NeoX (fused query_key_value)", "config": {"rotary_pct": 0.25}},
+    "mixtral": {
+        "family": "Mixtral (mixture of experts: experts pruned one by one, router dense)",
+        "config": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    },
+    "qwen3_moe": {
+        "family": "Qwen3-MoE (mixture of experts, q/k norms)",
+        "config": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96},
+    },
 }
 
 

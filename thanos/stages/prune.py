@@ -88,6 +88,9 @@ def prune(
             "group": group,
             "options": result.options,
         }
+        if store is not None and group in store.attrs.get("experts", {}):
+            # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
+            stats["routing"] = store.attrs["experts"][group]
         with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
             save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
         write_json(out_dir / pruned_layer_name(layer, "json"), stats)

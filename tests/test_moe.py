@@ -1,0 +1,110 @@
+"""Mixture-of-experts models (Mixtral, Qwen3-MoE): every expert's matrices are pruned with the Hessian of
+the calibration tokens the router sent to that expert; an expert sent too few is pruned with the Hessian
+of every token through it, and the report says so; the checkpoint's own layout (one matrix per expert)
+is read and written. Real stages on tiny random models built from transformers' config classes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_model, write_corpus
+from transformers import AutoModelForCausalLM
+
+import thanos.stages.capture as capture_stage
+from thanos.cli import main
+from thanos.data.storage import Hessians, read_tokens
+from thanos.models import open_model
+
+NSAMPLES, SEQLEN = 6, 24
+
+
+def cli(*args: str | Path) -> int:
+    return main([str(a) for a in args])
+
+
+def routed_inputs(model_dir: Path, tokens: Path) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """The full transformers model over the tokens: what block 0's experts module receives (hidden states
+    of every token, the router's top-k choice) and the module itself."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    experts = model.model.layers[0].mlp.experts
+    seen = {}
+    handle = experts.register_forward_pre_hook(lambda m, args: seen.update(hidden=args[0], top_k=args[1]))
+    with torch.inference_mode():
+        model(torch.from_numpy(read_tokens(tokens)[0]).long())
+    handle.remove()
+    return seen["hidden"], seen["top_k"], experts
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_expert_hessians_are_the_routed_tokens(
+    tmp_path: Path, family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against the full model's own routing: each expert group's Hessian is (2/N) X^T X over the tokens
+    the router sent to it (its input projections) or over that expert's gated activations of them (its
+    down projection); with the threshold raised to the mean share, the experts below it get every token
+    instead, and the store and the pruning stats say which rule and how many tokens."""
+    monkeypatch.setattr(capture_stage, "MIN_SHARE", 0.999)  # some expert is below the mean, some is not
+    model = make_tiny_model(tmp_path, family, hidden_size=32, intermediate_size=48)
+    tokens, inputs, hessians = tmp_path / "tokens.zarr", tmp_path / "inputs.zarr", tmp_path / "hessians.zarr"
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
+               "--out", tokens) == 0  # fmt: skip
+    assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs) == 0
+    assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", hessians,
+               "--batch-size", 4, "--device", "cpu") == 0  # fmt: skip
+
+    _, adapter, _ = open_model(model)
+    store = Hessians(hessians)
+    hidden, top_k, experts = routed_inputs(model, tokens)
+    hidden = hidden.clone()
+    rules = store.attrs["experts"]
+    assert set(rules) == {g for g in adapter.groups if g in adapter.experts}
+    assert {r["hessian"] for r in rules.values()} == {"routed tokens", "every token"}
+    for group, rule in rules.items():
+        layer = adapter.experts[group]
+        routed = (top_k == layer.expert).any(-1)
+        assert rule["tokens"] == int(routed.sum())
+        X = hidden if rule["hessian"] == "every token" else hidden[routed]
+        if layer.role == "output":
+            with torch.no_grad():
+                gate, up = torch.nn.functional.linear(X, experts.gate_up_proj[layer.expert]).chunk(2, dim=-1)
+                X = experts.act_fn(gate) * up
+        H = (2 / NSAMPLES) * X.detach().double().T @ X.detach().double()
+        torch.testing.assert_close(store.get(group).double(), H, rtol=1e-4, atol=1e-6)
+
+    pruned = tmp_path / "pruned"
+    assert cli("prune", "--model", model, "--block", 0, "--hessians", hessians, "--method", "sparsegpt",
+               "--sparsity", "0.5", "--out-dir", pruned) == 0  # fmt: skip
+    for group, members in adapter.groups.items():
+        for layer in members:
+            stats = json.loads((pruned / f"{layer}.json").read_text())
+            assert stats.get("routing") == rules.get(group), layer
+
+
+def test_fused_experts_in_the_checkpoint_are_refused_naming_why(tmp_path: Path) -> None:
+    """A checkpoint whose experts are stored fused (save_pretrained(save_original_format=False)) is
+    refused by model-info, the first job of every run, with one line saying what to do."""
+    model = make_tiny_model(tmp_path, "mixtral", hidden_size=32)
+    fused = tmp_path / "fused"
+    AutoModelForCausalLM.from_pretrained(model).save_pretrained(fused, save_original_format=False)
+    command = [
+        sys.executable,
+        "-m",
+        "thanos",
+        "model-info",
+        "--model",
+        str(fused),
+        "--out",
+        str(tmp_path / "i.json"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "no tensor model.layers.0.block_sparse_moe.experts.0.w1.weight" in last
+    assert "stored fused" in last and "save_pretrained" in last
+    assert not (tmp_path / "i.json").exists()
