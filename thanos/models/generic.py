@@ -507,6 +507,19 @@ class GenericHead(nn.Module):
         return seen[-1], out.logits
 
 
+def routers(block: nn.Module) -> list[str]:
+    """The routers of a block's mixture-of-experts modules, whatever their name: the ``nn.Linear`` layers
+    beside an experts module (in the module that holds it) with one output per expert."""
+    found = []
+    for path, experts in find_experts(block).items():
+        owner = path.rpartition(".")[0]
+        for name, linear in block.get_submodule(owner).named_modules(prefix=owner):
+            inside = name == path or name.startswith(f"{path}.")
+            if isinstance(linear, nn.Linear) and not inside and linear.out_features == experts.num_experts:
+                found.append(name)
+    return found
+
+
 class _Silent(nn.Module):
     """Stands in for a mixture-of-experts experts module while a block's linear layers are discovered."""
 
@@ -519,12 +532,13 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
 
     One forward of the block, on the meta device (shapes only, no memory), with a pre-hook on every
     ``nn.Linear``: layers handed the same tensor share a group, named after its first member. Layers
-    matching :data:`DENSE_LAYERS` are left out (never pruned). Mixture-of-experts experts are not
+    matching :data:`DENSE_LAYERS` and mixture-of-experts routers (:func:`routers`) are left out (never
+    pruned). Mixture-of-experts experts are not
     ``nn.Linear`` (``thanos.models.experts`` finds their matrices)."""
     module = adapter.new_block(block).to("meta")
-    for path in find_experts(
-        module
-    ):  # their routing is data-dependent (no meta forward); no nn.Linear inside
+    dense = set(routers(module))
+    # experts route data-dependently (no forward on the meta device) and hold no nn.Linear: silenced
+    for path in find_experts(module):
         owner, _, leaf = path.rpartition(".")
         module.get_submodule(owner)._modules[leaf] = _Silent()
     hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)
@@ -534,7 +548,8 @@ def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str,
     calls: list[tuple[str, torch.Tensor]] = []
     handles = []
     for name, linear in module.named_modules():
-        if isinstance(linear, nn.Linear) and not any(re.search(p, name) for p in DENSE_LAYERS):
+        skip = name in dense or any(re.search(p, name) for p in DENSE_LAYERS)
+        if isinstance(linear, nn.Linear) and not skip:
             handles.append(linear.register_forward_pre_hook(lambda m, a, n=name: calls.append((n, a[0]))))
     try:
         with torch.inference_mode():
