@@ -18,11 +18,23 @@ def add_recipe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
     parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")
     parser.add_argument("--damp", type=float, default=0.01, help="damping fraction of mean(diag H)")
+    add_exclude(parser)
+
+
+def add_exclude(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=None,
+        metavar="REGEX",
+        help="leave dense the layers this regular expression matches (searched in the layer's name within "
+        "its block, e.g. 'self_attn' or 'mlp\\.down_proj'); repeatable. Routers and lm_head are never pruned",
+    )
 
 
 def recipe(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe arguments as keywords of the ``prune`` and ``chain`` stages."""
-    names = ("method", "sparsity", "blocksize", "alpha", "damp")
+    names = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")
     return {name: getattr(args, name) for name in names}
 
 

@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pruned-dir", default=None, help="directory of block l's pruned layers (omit: dense)"
     )
     parser.add_argument("--out", required=True, help="output inputs_{l+1}.zarr")
+    _args.add_exclude(parser)
     _args.add_batch_size(parser, 8, "samples")
     _args.add_device(parser)
 
@@ -25,4 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.capture import propagate
 
-    propagate(args.model, args.block, args.inputs, args.out, args.pruned_dir, args.batch_size, args.device)
+    propagate(
+        args.model, args.block, args.inputs, args.out, args.pruned_dir, args.batch_size, args.device,
+        args.exclude,
+    )  # fmt: skip

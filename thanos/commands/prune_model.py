@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "prune a model with one recipe, resumably: --model M --method thanos --sparsity 2:4 --out DIR"
 
 EXAMPLES = """\
@@ -73,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokens per window (default min(2048, the model's max positions))",
     )
     parser.add_argument("--seed", type=int, default=0, help="calibration sampling seed (default 0)")
+    _args.add_exclude(parser)
     parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
     parser.add_argument("--workdir", default=None, help="where intermediates go (default: see below)")
     parser.add_argument("--device", default="auto", help="auto (CUDA if visible), cpu, cuda, cuda:N")
@@ -111,6 +114,7 @@ def run(args: argparse.Namespace) -> None:
             ppl_source=args.ppl_source,
             tasks=args.tasks.split(",") if args.tasks else None,
             cores=args.cores,
+            exclude=args.exclude,
         )
     except WorkflowFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
@@ -38,6 +40,7 @@ class Recipe:
     blocksize: int | None = None
     alpha: float | None = None
     damp: float | None = None
+    exclude: tuple[str, ...] | None = None  # regular expressions: the layers they match stay dense
     chain: str | None = None
 
     @classmethod
@@ -64,7 +67,8 @@ class Recipe:
                 raise ConfigError(f"{key}.{name}: expected a number, got {value!r}")
         sparsity = sparsity_text(f"{key}.sparsity", data["sparsity"])
         check_alpha(f"{key}.alpha", sparsity, data.get("alpha"))
-        return cls(**dict(data, sparsity=sparsity))
+        exclude = check_exclude(f"{key}.exclude", data.get("exclude"))
+        return cls(**dict(data, sparsity=sparsity, exclude=exclude))
 
     @classmethod
     def from_json(cls, text: str, key: str = "recipe") -> Recipe:
@@ -76,7 +80,10 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that are set, keys sorted (the ``recipe`` of pruning_report.json)."""
-        return {name: value for name, value in sorted(vars(self).items()) if value is not None}
+        data = {name: value for name, value in sorted(vars(self).items()) if value is not None}
+        if self.exclude is not None:
+            data["exclude"] = list(self.exclude)
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -87,12 +94,51 @@ class Recipe:
         words += [
             f"--{name} {getattr(self, name)}" for name in HYPERPARAMETERS if getattr(self, name) is not None
         ]
+        words += [f"--exclude {shlex.quote(pattern)}" for pattern in self.exclude or ()]
         return " ".join(words)
+
+    def layers(self, layers: Sequence[str]) -> list[str]:
+        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches."""
+        return select_layers(layers, self.exclude or ())
 
     @property
     def needs_calibration(self) -> bool:
         """Whether the method needs Hessians (calibration tokens, inputs and capture jobs)."""
         return methods.get(self.method).needs_hessian
+
+
+def check_exclude(key: str, value: Any) -> tuple[str, ...] | None:
+    """A list of regular expressions (None or empty: nothing excluded); the error names ``key``."""
+    if value is None or value == [] or value == ():
+        return None
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of regular expressions, got {value!r}")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"{key}: {pattern!r} is not a regular expression ({err})") from None
+    return tuple(value)
+
+
+def select_layers(layers: Sequence[str], exclude: Sequence[str]) -> list[str]:
+    """``layers`` (names relative to a block) less those an ``exclude`` pattern matches (``re.search``).
+    A pattern that matches none of them, or patterns that leave none, are refused, naming them: a typo
+    would otherwise prune what the user meant to keep."""
+    kept = list(layers)
+    for pattern in exclude:
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"exclude pattern {pattern!r} is not a regular expression ({err})") from None
+        matched = [layer for layer in layers if regex.search(layer)]
+        if not matched:
+            shown = ", ".join(layers[:12]) + (", ..." if len(layers) > 12 else "")
+            raise ConfigError(f"exclude pattern {pattern!r} matches no prunable layer (a block has {shown})")
+        kept = [layer for layer in kept if layer not in matched]
+    if not kept:
+        raise ConfigError(f"exclude patterns {list(exclude)} leave no layer to prune")
+    return kept
 
 
 def sparsity_text(key: str, value: Any) -> str:
@@ -177,7 +223,10 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                             "list each method x sparsity x alpha once"
                         )
                     extra = {key: entry[key] for key in ("blocksize", "damp") if key in entry}
-                    recipes[name] = Recipe(name, method, sparsity, alpha=alpha, chain=chain, **extra)
+                    exclude = check_exclude(f"recipe_grid[{i}].exclude", entry.get("exclude"))
+                    recipes[name] = Recipe(
+                        name, method, sparsity, alpha=alpha, chain=chain, exclude=exclude, **extra
+                    )
     for name, entry in (config.get("recipes") or {}).items():
         if name in recipes:
             raise ConfigError(

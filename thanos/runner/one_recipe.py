@@ -20,12 +20,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
 from thanos.files.atomic import atomic_path
+from thanos.files.recipes import select_layers
 from thanos.pruning import methods
 
 # how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
@@ -85,10 +87,11 @@ def model_slug(reference: str) -> str:
     return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
 
 
-def model_facts(reference: str) -> tuple[str, int]:
-    """(model_type, max positions) of a supported model; an unsupported one, or a local directory without
-    config, safetensors weights or tokenizer files, is refused here, before any job runs. Reads
-    config.json and the weights' headers (for a hub id: downloads only config.json)."""
+def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, list[str], list[str]]:
+    """(model_type, max positions, the layers of a block, those ``exclude`` leaves) of a supported model; an
+    unsupported one, a local directory without config, safetensors weights or tokenizer files, or an
+    ``exclude`` pattern that matches no layer, is refused here, before any job runs. Reads config.json and
+    the weights' headers (for a hub id: downloads only config.json)."""
     from thanos.models import Checkpoint, check_tokenizer_files, get_adapter, load_config
 
     local = Path(reference).is_dir()
@@ -110,14 +113,24 @@ def model_facts(reference: str) -> tuple[str, int]:
     if local:
         Checkpoint(reference)
         check_tokenizer_files(reference)
-    return config.model_type, adapter.max_positions
+    try:
+        layers = select_layers(adapter.layers, exclude)
+    except ValueError as err:
+        raise ValueError(f"--exclude: {err}") from None
+    return config.model_type, adapter.max_positions, adapter.layers, layers
 
 
 def recipe_spec(
-    method: str, sparsity: str | float, alpha: float | None, blocksize: int | None, damp: float
+    method: str,
+    sparsity: str | float,
+    alpha: float | None,
+    blocksize: int | None,
+    damp: float,
+    exclude: Sequence[str] = (),
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
-    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``."""
+    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``; excluded layers add
+    ``_x`` and a digest of the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
     from thanos.files.recipes import pattern_tag
     from thanos.pruning.sparsity import parse_sparsity
 
@@ -140,6 +153,9 @@ def recipe_spec(
     if damp != DEFAULT_DAMP:
         recipe["damp"] = damp
         name += f"_damp{damp:g}"
+    if exclude:
+        recipe["exclude"] = list(exclude)
+        name += "_x" + hashlib.sha256(json.dumps(list(exclude)).encode()).hexdigest()[:8]
     return name, recipe
 
 
@@ -235,6 +251,7 @@ def prune_model(
     ppl_source: str | Path = "wikitext2",
     tasks: list[str] | None = None,
     cores: int | None = None,
+    exclude: Sequence[str] | None = None,
     stream: TextIO | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
@@ -248,7 +265,8 @@ def prune_model(
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
-    paper's 7). Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
+    paper's 7); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
+    ``self_attn``) stay dense. Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``thanos.runner.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
@@ -269,11 +287,12 @@ def prune_model(
         raise ValueError(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
     out = Path(out).expanduser().resolve()
     check_out(out)
-    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp)
+    exclude = list(exclude or ())
+    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, exclude)
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
-    model_type, max_positions = model_facts(reference)
+    model_type, max_positions, all_layers, layers = model_facts(reference, exclude)
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
         raise ValueError(
@@ -310,6 +329,11 @@ def prune_model(
     _print(stream, f"  recipe {name}: {label}")
     if note := nm_note(recipe["sparsity"], recipe["alpha"]):
         _print(stream, f"  {note}")
+    if exclude:
+        shown = ", ".join(repr(p) for p in exclude)
+        dense = [layer for layer in all_layers if layer not in layers]
+        more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
+        _print(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
     calibrated = methods.get(method).needs_hessian
     data = f"{nsamples} x {seqlen} tokens of {calib['source']}" if calibrated else "no calibration"
     _print(stream, f"  {data} | device {device} | {cores} cores | evaluate: {', '.join(evaluate) or 'no'}")

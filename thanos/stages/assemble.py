@@ -201,7 +201,7 @@ def assemble(
     config = json.loads((model_dir / "config.json").read_text())
     check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
 
-    replace, layers = pruned_tensors(Path(pruned_root), names, info)
+    replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     sizes = tensor_sizes(names, sources, replace)
     shards = shard_names(names, sizes, max_bytes)
     total, removed = count_pruned(layers, replace)
@@ -255,7 +255,7 @@ def check_against_model_info(
     check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
     if not root.is_dir():
         return  # pruned_layers says so
-    problems = unfinished(root, int(info["num_blocks"]), info["layers"], recipe.to_dict())
+    problems = unfinished(root, int(info["num_blocks"]), recipe.layers(info["layers"]), recipe.to_dict())
     if not problems:
         return
     if (root / CHAIN_SUMMARY).is_file():
@@ -270,14 +270,23 @@ def check_against_model_info(
     )
 
 
-def pruned_tensors(root: Path, names: list[str], info: dict[str, Any]) -> tuple[dict[str, Path], list[dict]]:
+def pruned_tensors(
+    root: Path, names: list[str], info: dict[str, Any], recipe: Recipe | None = None
+) -> tuple[dict[str, Path], list[dict]]:
     """The pruned layers under ``root``: {original tensor name: file} and one report entry per layer (its
-    stats json, if any), in block order and, within a block, in the model's layer order."""
+    stats json, if any), in block order and, within a block, in the model's layer order. With a model
+    info, only the layers the recipe prunes: a file left by an earlier run of a layer the recipe now
+    excludes is not published."""
     replace: dict[str, Path] = {}
     layers = []
     order = {name: i for i, name in enumerate(info.get("layers", []))}
+    wanted = None
+    if info.get("layers") and recipe is not None:
+        wanted = set(recipe.layers(info["layers"]))
     found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
     for block, layer, file in found:
+        if wanted is not None and layer not in wanted:
+            continue
         name = tensor_name(block, layer, names, info.get("block_prefix"))
         replace[name] = file
         stats_file = file.with_suffix(".json")

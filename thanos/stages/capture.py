@@ -8,6 +8,7 @@ Each stage loads only the tensors it needs (one block, or the embeddings) and st
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 
 from thanos.data.safetensors_io import load_safetensors
 from thanos.data.storage import Activations, read_tokens, write_activations, write_hessians
+from thanos.files.recipes import select_layers
 from thanos.models import Checkpoint, ModelAdapter, open_model
 from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
@@ -196,11 +198,14 @@ def propagate(
     pruned_dir: str | Path | None = None,
     batch_size: int = 8,
     device: str = "auto",
+    exclude: Sequence[str] | None = None,
 ) -> None:
-    """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs."""
+    """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs;
+    the layers ``exclude`` matches keep their original weights whatever ``pruned_dir`` holds."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
-    overrides = {} if pruned_dir is None else load_pruned(pruned_dir, adapter.layers)
-    dense = [layer for layer in adapter.layers if layer not in overrides]
+    layers = select_layers(adapter.layers, exclude or ())
+    overrides = {} if pruned_dir is None else load_pruned(pruned_dir, layers)
+    dense = [layer for layer in layers if layer not in overrides]
     if pruned_dir is not None and dense:
         log.info(
             "propagate: block %d, no pruned file for %s: using the original weights", block, ", ".join(dense)

@@ -34,6 +34,7 @@ from thanos.files.atomic import write_json
 from thanos.files.fingerprint import model_fingerprint
 from thanos.files.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
 from thanos.files.pruned_layers import mismatch
+from thanos.files.recipes import select_layers
 from thanos.pruning import methods
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
@@ -85,6 +86,7 @@ class _Chain:
     prune_options: dict[str, Any]
     batch_size: int
     device: str
+    exclude: list[str] = field(default_factory=list)  # the recipe's: these layers keep their weights
     computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
     reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
 
@@ -167,8 +169,9 @@ class _Chain:
             return
         _remove(nxt)
         propagate(
-            self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device
-        )
+            self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device,
+            self.exclude,
+        )  # fmt: skip
         self.computed["propagate"] += 1
 
     def upstream(self, num_blocks: int) -> list[str]:
@@ -218,6 +221,7 @@ def chain(
     device: str = "auto",
     keep_activations: bool = True,
     keep_hessians: bool = True,
+    exclude: list[str] | None = None,
 ) -> dict[str, Any]:
     """Prune every block of ``model`` with one recipe; write the summary ``out``; return it.
 
@@ -244,7 +248,8 @@ def chain(
         root=Path(pruned_root),
         dense=Path(dense_dir) if calibrated else None,
         own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
-        layers=list(adapter.layers),
+        layers=select_layers(adapter.layers, exclude or ()),
+        exclude=list(exclude or ()),
         shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
         prune_options=options,
         batch_size=batch_size,
@@ -263,6 +268,8 @@ def chain(
         "batch_size": batch_size,
         "upstream": {path: _identity(path) for path in run.upstream(num_blocks)},
     }
+    if exclude:  # absent otherwise: fingerprints of earlier runs stay valid
+        fingerprint["exclude"] = list(exclude)
     run.discard_if_changed(fingerprint)
 
     for block in range(num_blocks):

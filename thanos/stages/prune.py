@@ -8,6 +8,7 @@ hessians store (one group in memory at a time); results are written atomically a
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
+from thanos.files.recipes import select_layers
 from thanos.models import open_model
 from thanos.pruning import methods
 from thanos.pruning.layer import prune_layer
@@ -36,13 +38,17 @@ def prune(
     alpha: float | None = None,
     damp: float = 0.01,
     device: str = "auto",
+    exclude: Sequence[str] | None = None,
 ) -> list[dict]:
-    """Prune ``layers`` (all of the block's when None) and return their stats dicts."""
+    """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
-    layers = list(layers) if layers else adapter.layers
+    kept = select_layers(adapter.layers, exclude or ())
+    layers = list(layers) if layers else kept
     for layer in layers:
         adapter.group_of(layer)  # unknown names fail before any work
+        if layer not in kept:
+            raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(exclude or ())}: not pruned")
     store = None
     if hessians is not None:
         store = Hessians(hessians)

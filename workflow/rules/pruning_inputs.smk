@@ -22,7 +22,7 @@ def pruned_block_outputs(model, recipe, block):
         return [PATHS.chain_summary(model, recipe)]
     if GRANULARITY == "block":
         return [PATHS.pruned_block(model, recipe, block)]
-    layers = model_info(model)["layers"]
+    layers = recipe_layers(model, recipe)
     return [
         PATHS.pruned_layer(model, recipe, block, layer, ext) for layer in layers for ext in ("safetensors", "json")
     ]
@@ -39,8 +39,13 @@ def hessians_option(wildcards, input):
     return f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
 
 
+def recipe_layers(model, recipe):
+    """The layers of a block the recipe prunes: the model's, less those its `exclude` patterns match."""
+    return RECIPES[recipe].layers(model_info(model)["layers"])
+
+
 def block_layers(wildcards):
-    return ",".join(model_info(wildcards.model)["layers"])
+    return ",".join(recipe_layers(wildcards.model, wildcards.recipe))
 
 
 # Parameters that take `output`, although they do not need it: Snakemake records no such parameter, so
@@ -84,7 +89,8 @@ def pruned_dir_option(wildcards):
     if wildcards.chain == DENSE:
         return ""
     block_dir = PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))
-    return f"--pruned-dir {quoted(block_dir)}"
+    exclude = "".join(f" --exclude {quoted(p)}" for p in RECIPES[wildcards.chain].exclude or ())
+    return f"--pruned-dir {quoted(block_dir)}{exclude}"
 
 
 def recipe_inputs(wildcards):
