@@ -129,7 +129,7 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
         expected_layers = {
             f"{adapter.block_prefix(b)}{layer}.weight"
             for b in range(adapter.num_blocks)
-            for layer in adapter.layers
+            for layer in adapter.block_layers(b)
         }
         for recipe, (_, sparsity) in RECIPES.items():
             out = Path(paths.model_dir(model_type, recipe))

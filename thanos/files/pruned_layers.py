@@ -11,7 +11,7 @@ such layers before it trusts a block. Torch-free.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +47,23 @@ def mismatch(
     return None
 
 
+def block_layers(info: Mapping[str, Any], block: int) -> list[str]:
+    """The prunable layers of block ``block`` from ``model_info.json``: ``layers`` when every block has
+    the same, else the block's kind (``block_kinds``: the layers of each kind of block, ``block_kind``: the
+    kind of each block; e.g. DeepSeek's first dense blocks before its mixture-of-experts blocks)."""
+    if "block_kind" in info:
+        return list(info["block_kinds"][info["block_kind"][block]])
+    return list(info["layers"])
+
+
 def unfinished(
-    root: Path, num_blocks: int, layers: Sequence[str], recipe: Mapping[str, Any]
+    root: Path, num_blocks: int, layers: Callable[[int], Sequence[str]], recipe: Mapping[str, Any]
 ) -> dict[tuple[int, str], str]:
-    """{(block, layer): why} for every layer of every block under ``root`` that is not finished."""
+    """{(block, layer): why} for every layer ``layers(block)`` of every block under ``root`` that is not
+    finished."""
     found = {}
     for block in range(num_blocks):
-        for layer in layers:
+        for layer in layers(block):
             reason = mismatch(root / pruned_block_name(block), layer, recipe)
             if reason is not None:
                 found[(block, layer)] = reason

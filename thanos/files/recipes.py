@@ -97,9 +97,10 @@ class Recipe:
         words += [f"--exclude {shlex.quote(pattern)}" for pattern in self.exclude or ()]
         return " ".join(words)
 
-    def layers(self, layers: Sequence[str]) -> list[str]:
-        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches."""
-        return select_layers(layers, self.exclude or ())
+    def layers(self, layers: Sequence[str], strict: bool = True) -> list[str]:
+        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches (``strict``:
+        a pattern must match one of them; off for one block of a model whose blocks differ)."""
+        return select_layers(layers, self.exclude or (), strict)
 
     @property
     def needs_calibration(self) -> bool:
@@ -121,10 +122,11 @@ def check_exclude(key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
-def select_layers(layers: Sequence[str], exclude: Sequence[str]) -> list[str]:
+def select_layers(layers: Sequence[str], exclude: Sequence[str], strict: bool = True) -> list[str]:
     """``layers`` (names relative to a block) less those an ``exclude`` pattern matches (``re.search``).
-    A pattern that matches none of them, or patterns that leave none, are refused, naming them: a typo
-    would otherwise prune what the user meant to keep."""
+    A pattern that matches none of them (``strict``: checked on all the model's layers, not on one block
+    of a model whose blocks differ), or patterns that leave none, are refused, naming them: a typo would
+    otherwise prune what the user meant to keep."""
     kept = list(layers)
     for pattern in exclude:
         try:
@@ -132,7 +134,7 @@ def select_layers(layers: Sequence[str], exclude: Sequence[str]) -> list[str]:
         except re.error as err:
             raise ConfigError(f"exclude pattern {pattern!r} is not a regular expression ({err})") from None
         matched = [layer for layer in layers if regex.search(layer)]
-        if not matched:
+        if not matched and strict:
             shown = ", ".join(layers[:12]) + (", ..." if len(layers) > 12 else "")
             raise ConfigError(f"exclude pattern {pattern!r} matches no prunable layer (a block has {shown})")
         kept = [layer for layer in kept if layer not in matched]

@@ -91,15 +91,31 @@ class ModelAdapter(ABC):
 
     @property
     def layers(self) -> list[str]:
-        """Prunable linear layers of a block, relative to the block, in pruning order."""
+        """Prunable linear layers of a block, relative to the block, in pruning order (of every kind of
+        block, when the blocks differ: ``block_layers``)."""
         return [layer for members in self.groups.values() for layer in members]
 
-    def group_of(self, layer: str) -> str:
-        for group, members in self.groups.items():
+    def block_groups(self, block: int) -> dict[str, tuple[str, ...]]:
+        """The groups of block ``block``: ``groups``, unless the model's blocks differ."""
+        self.check_block(block)
+        return self.groups
+
+    def block_layers(self, block: int) -> list[str]:
+        """The prunable layers of block ``block``, in pruning order."""
+        return [layer for members in self.block_groups(block).values() for layer in members]
+
+    def block_kinds(self) -> list[int] | None:
+        """The kind of every block (blocks of one kind have the same layers), or None when all are alike."""
+        return None
+
+    def group_of(self, layer: str, block: int | None = None) -> str:
+        groups = self.groups if block is None else self.block_groups(block)
+        for group, members in groups.items():
             if layer in members:
                 return group
-        known = ", ".join(self.layers)
-        raise ValueError(f"unknown layer {layer!r} for {self.model_type}; layers are {known}")
+        where = "" if block is None else f" block {block} of"
+        known = ", ".join(layer for members in groups.values() for layer in members)
+        raise ValueError(f"unknown layer {layer!r} for{where} {self.model_type}; layers are {known}")
 
     @property
     @abstractmethod
@@ -118,7 +134,7 @@ class ModelAdapter(ABC):
         """The ``model-info`` JSON (docs/cli.md)."""
         from thanos.models.matrix import MATRIX
 
-        return {
+        info = {
             "model_type": self.model_type,
             "adapter": type(self).__name__,
             "tested": self.model_type in MATRIX,  # a row of the tested matrix (tests/test_matrix.py)
@@ -130,12 +146,18 @@ class ModelAdapter(ABC):
             "max_position_embeddings": self.max_positions,
             "block_prefix": self.block_template,
         }
+        kinds = self.block_kinds()
+        if kinds is not None:  # blocks that differ: each one's layers (thanos.files.pruned_layers)
+            first = {kind: kinds.index(kind) for kind in sorted(set(kinds))}
+            info["block_kinds"] = [self.block_layers(block) for block in first.values()]
+            info["block_kind"] = kinds
+        return info
 
     def check_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Refuse a checkpoint that lacks a prunable layer's weight (``{block prefix}{layer}.weight``),
         naming it: the model stores its layers under other names or fused."""
         for block in range(self.num_blocks):
-            for layer in self.layers:
+            for layer in self.block_layers(block):
                 name = f"{self.block_prefix(block)}{layer}.weight"
                 if name not in checkpoint:
                     fused = (
@@ -202,15 +224,16 @@ class ModelAdapter(ABC):
     def watch_inputs(
         self,
         module: nn.Module,
+        block: int,
         add: Callable[[str, torch.Tensor], None],
         only: set[str] | None = None,
         every_token: bool = False,
     ) -> list[Any]:
-        """Hooks on a block ``module`` that hand ``add(group, X)`` the inputs of every group (those in
-        ``only``) during its forwards; remove them when done. ``every_token`` concerns expert groups:
-        every token instead of those the router sent to the expert."""
+        """Hooks on block ``block``'s ``module`` that hand ``add(group, X)`` the inputs of every group
+        (those in ``only``) during its forwards; remove them when done. ``every_token`` concerns expert
+        groups: every token instead of those the router sent to the expert."""
         handles = []
-        for group, members in self.groups.items():
+        for group, members in self.block_groups(block).items():
             if only is None or group in only:
                 linear = self.linear(module, members[0])  # the members share this input
                 handles.append(linear.register_forward_pre_hook(lambda m, a, g=group: add(g, a[0])))

@@ -58,6 +58,22 @@ EXPERTS = {"experts_implementation": "eager"}
 DISCOVERY_TOKENS = 4  # tokens of the forward that discovers a block's linear layers
 
 
+def _signature(block: nn.Module) -> tuple:
+    """What makes two blocks alike: their modules' names and classes, and their parameters' shapes."""
+    modules = tuple((name, type(m).__name__) for name, m in block.named_modules())
+    return modules + tuple((name, tuple(p.shape)) for name, p in block.named_parameters())
+
+
+@dataclass
+class _Kind:
+    """One kind of block: its groups (checkpoint names), expert matrices, and the module of each linear
+    layer whose checkpoint name differs."""
+
+    groups: dict[str, tuple[str, ...]]
+    experts: dict[str, ExpertLayer]
+    module_name: dict[str, str]
+
+
 class StructureError(ValueError):
     """The model cannot be run block by block: names the model type and why; adds what is supported."""
 
@@ -205,50 +221,57 @@ class GenericAdapter(ModelAdapter):
         self._free_params()
         self._as_tuple: bool | None = None
         self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
-        self._check_uniform()  # a model that cannot work is refused here, named
         self._conversion = Conversion(self.skeleton)
-        prefix = self.block_prefix(0)
-        try:
-            self._experts = expert_layers(self._conversion, self._blocks[0], prefix)
-        except ValueError as err:
-            raise StructureError(f"model_type {self.model_type!r}: {err}") from None
-        linear_groups = discover_groups(self, 0)
-        # a layer is named as the checkpoint stores it (a renamed module keeps its checkpoint name)
-        self._module_name = {}
-        for members in linear_groups.values():
-            for layer in members:
-                disk = self._conversion.disk_name(f"{prefix}{layer}.weight").removeprefix(prefix)
-                self._module_name[disk.removesuffix(".weight")] = layer
-        disk = {m: d for d, m in self._module_name.items()}
-        self._groups = {
-            disk[group]: tuple(disk[layer] for layer in members) for group, members in linear_groups.items()
-        } | expert_groups(self._experts)
+        # blocks of one kind have the same modules; the first block of each kind is traced for all of them
+        # (DeepSeek-V3 and GLM-4-MoE: dense blocks first, mixture-of-experts blocks after)
+        signatures = [_signature(module) for module in self._blocks]
+        order = list(dict.fromkeys(signatures))
+        self._kind = [order.index(signature) for signature in signatures]
+        self._kinds = [self._describe(signatures.index(signature)) for signature in order]
+        self._groups: dict[str, tuple[str, ...]] = {}
+        self._experts: dict[str, ExpertLayer] = {}
+        self._module_name: dict[str, str] = {}
+        for kind in self._kinds:
+            for group, members in kind.groups.items():
+                if self._groups.setdefault(group, members) != members:
+                    raise StructureError(
+                        f"model_type {self.model_type!r}: group {group} has other members in other blocks "
+                        f"({', '.join(members)} / {', '.join(self._groups[group])})"
+                    )
+            self._experts |= kind.experts
+            self._module_name |= kind.module_name
 
-    def _check_uniform(self) -> None:
-        """No 3-D weights (fused mixture-of-experts experts, convolutions: they would be left dense without
-        a word), and every block has block 0's linear layers (the pipeline prunes the same layers in every
-        block; a model mixing dense and mixture-of-experts blocks is refused)."""
-
-        def linears(module: nn.Module) -> list[str]:
-            return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
-
-        fused = {f"{path}.{name}" for path, m in find_experts(self._blocks[0]).items() for name, _ in
+    def _describe(self, block: int) -> _Kind:
+        """Block ``block``'s prunable layers, named as the checkpoint stores them, and their groups: its
+        ``nn.Linear`` modules (traced) and the matrices of its mixture-of-experts experts. 3-D weights of
+        anything else (convolutions: they would be left dense without a word) are refused."""
+        module = self._blocks[block]
+        fused = {f"{path}.{name}" for path, m in find_experts(module).items() for name, _ in
                  m.named_parameters(recurse=False)}  # fmt: skip
-        other = [n for n, p in self._blocks[0].named_parameters() if p.ndim >= 3 and n not in fused]
+        other = [n for n, p in module.named_parameters() if p.ndim >= 3 and n not in fused]
         if other:
             raise StructureError(
                 f"model_type {self.model_type!r}: its blocks hold 3-D weights that are neither nn.Linear nor "
                 f"transformers' mixture-of-experts experts ({', '.join(other[:3])}; convolutions?): they "
                 "cannot be pruned"
             )
-        first = linears(self._blocks[0])
-        for block, module in enumerate(self._blocks[1:], start=1):
-            if linears(module) != first:
-                differ = ", ".join(sorted(set(linears(module)) ^ set(first))[:4])
-                raise StructureError(
-                    f"model_type {self.model_type!r}: block {block} has other linear layers than block 0 "
-                    f"({differ}); models whose blocks differ are not supported yet"
-                )
+        prefix = self.block_prefix(block)
+        try:
+            experts = expert_layers(self._conversion, module, prefix)
+        except ValueError as err:
+            raise StructureError(f"model_type {self.model_type!r}: {err}") from None
+        linear_groups = discover_groups(self, block)
+        # a layer is named as the checkpoint stores it (a renamed module keeps its checkpoint name)
+        module_name = {}
+        for members in linear_groups.values():
+            for layer in members:
+                disk = self._conversion.disk_name(f"{prefix}{layer}.weight").removeprefix(prefix)
+                module_name[disk.removesuffix(".weight")] = layer
+        disk = {m: d for d, m in module_name.items()}
+        groups = {
+            disk[group]: tuple(disk[layer] for layer in members) for group, members in linear_groups.items()
+        } | expert_groups(experts)
+        return _Kind(groups, experts, module_name)
 
     # ---- description -------------------------------------------------------------------------------
     @property
@@ -261,7 +284,15 @@ class GenericAdapter(ModelAdapter):
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
+        """Every kind of block's groups (one kind unless the blocks differ)."""
         return self._groups
+
+    def block_groups(self, block: int) -> dict[str, tuple[str, ...]]:
+        self.check_block(block)
+        return self._kinds[self._kind[block]].groups
+
+    def block_kinds(self) -> list[int] | None:
+        return self._kind if len(self._kinds) > 1 else None
 
     @property
     def experts(self) -> dict[str, ExpertLayer]:  # type: ignore[override]
@@ -370,17 +401,20 @@ class GenericAdapter(ModelAdapter):
     def watch_inputs(
         self,
         module: nn.Module,
+        block: int,
         add: Callable[[str, torch.Tensor], None],
         only: set[str] | None = None,
         every_token: bool = False,
     ) -> list[Any]:
+        kind = self._kinds[self._kind[block]]
+        wanted = [g for g in kind.groups if only is None or g in only]
         handles = []
-        for group, members in self.groups.items():
-            if group not in self._experts and (only is None or group in only):
-                linear = self.linear(module, self._module_name[members[0]])
+        for group in wanted:
+            if group not in kind.experts:
+                linear = self.linear(module, kind.module_name[kind.groups[group][0]])
                 handles.append(linear.register_forward_pre_hook(lambda m, a, g=group: add(g, a[0])))
-        wanted = [g for g in self.groups if g in self._experts and (only is None or g in only)]
-        return handles + watch_experts(module, self._experts, wanted, add, every_token)
+        experts = [g for g in wanted if g in kind.experts]
+        return handles + watch_experts(module, kind.experts, experts, add, every_token)
 
     def _load_used(self, checkpoint: Checkpoint, called: Callable[[], set[str]]) -> nn.Module:
         """The skeleton with real tensors for the parameters of the modules ``called()`` names."""

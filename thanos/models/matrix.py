@@ -36,6 +36,17 @@ MATRIX: dict[str, dict[str, Any]] = {
         "family": "Qwen3-MoE (mixture of experts, q/k norms)",
         "config": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96},
     },
+    "glm4_moe": {
+        "family": "GLM-4.5/4.6 (dense first block, then mixture of experts with a shared expert)",
+        "config": {
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1,
+            "moe_intermediate_size": 48,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    },
 }
 
 

@@ -31,7 +31,7 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
-from thanos.files.pruned_layers import describe, unfinished
+from thanos.files.pruned_layers import block_layers, describe, unfinished
 from thanos.files.recipes import Recipe
 from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
@@ -255,7 +255,9 @@ def check_against_model_info(
     check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
     if not root.is_dir():
         return  # pruned_layers says so
-    problems = unfinished(root, int(info["num_blocks"]), recipe.layers(info["layers"]), recipe.to_dict())
+    recipe.layers(info["layers"])  # a pattern that matches no layer of the model is refused
+    layers = lambda block: recipe.layers(block_layers(info, block), strict=False)  # noqa: E731
+    problems = unfinished(root, int(info["num_blocks"]), layers, recipe.to_dict())
     if not problems:
         return
     if (root / CHAIN_SUMMARY).is_file():
@@ -282,10 +284,14 @@ def pruned_tensors(
     order = {name: i for i, name in enumerate(info.get("layers", []))}
     wanted = None
     if info.get("layers") and recipe is not None:
-        wanted = set(recipe.layers(info["layers"]))
+        wanted = {
+            (block, layer)
+            for block in range(int(info["num_blocks"]))
+            for layer in recipe.layers(block_layers(info, block), strict=False)
+        }
     found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
     for block, layer, file in found:
-        if wanted is not None and layer not in wanted:
+        if wanted is not None and (block, layer) not in wanted:
             continue
         name = tensor_name(block, layer, names, info.get("block_prefix"))
         replace[name] = file

@@ -88,13 +88,12 @@ def capture(
     dev = resolve_device(device)
     module = adapter.load_block(checkpoint, block).to(dev)
     prefix = adapter.block_prefix(block)
-    columns = {
-        g: checkpoint.shape(f"{prefix}{members[0]}.weight")[1] for g, members in adapter.groups.items()
-    }
+    groups = adapter.block_groups(block)
+    columns = {g: checkpoint.shape(f"{prefix}{members[0]}.weight")[1] for g, members in groups.items()}
     log.info("capture: block %d, %d samples from %s", block, acts.nsamples, inputs)
     accumulators, tokens = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, dev)
     experts = {}
-    if adapter.experts:
+    if any(g in adapter.experts for g in groups):
         starved = _starved(adapter.experts, tokens)
         if starved:
             for group in starved:
@@ -107,7 +106,7 @@ def capture(
             accumulators |= again
         experts = {
             g: {"tokens": tokens[g], "hessian": "every token" if g in starved else "routed tokens"}
-            for g in adapter.groups
+            for g in groups
             if g in adapter.experts
         }
     hessians = {group: acc.take().cpu() for group, acc in accumulators.items()}  # scaled in place
@@ -118,7 +117,7 @@ def capture(
         "block": block,
         "nsamples": acts.nsamples,
         "seqlen": acts.seqlen,
-        "groups": {g: list(m) for g, m in adapter.groups.items()},
+        "groups": {g: list(m) for g, m in groups.items()},
         "model_type": adapter.model_type,
         "inputs": str(inputs),
     }
@@ -140,8 +139,8 @@ def _accumulate(
 ) -> tuple[dict[str, HessianAccumulator], dict[str, int]]:
     """One pass of the block over its inputs: the groups' accumulators (those in ``every_token`` alone,
     fed every token, when given) and how many tokens each group received."""
-    groups = every_token if every_token is not None else set(adapter.groups)
-    accumulators = {g: HessianAccumulator(columns[g], device=dev) for g in adapter.groups if g in groups}
+    wanted = every_token if every_token is not None else set(columns)
+    accumulators = {g: HessianAccumulator(columns[g], device=dev) for g in columns if g in wanted}
     tokens = dict.fromkeys(accumulators, 0)
 
     def add(group: str, x: torch.Tensor) -> None:
@@ -149,7 +148,7 @@ def _accumulate(
         accumulators[group].add(rows)
         tokens[group] += rows.shape[0]
 
-    handles = adapter.watch_inputs(module, add, only=groups, every_token=every_token is not None)
+    handles = adapter.watch_inputs(module, block, add, only=wanted, every_token=every_token is not None)
     try:
         for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
             hidden = acts.read(start, stop)
@@ -203,7 +202,7 @@ def propagate(
     """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs;
     the layers ``exclude`` matches keep their original weights whatever ``pruned_dir`` holds."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
-    layers = select_layers(adapter.layers, exclude or ())
+    layers = select_layers(adapter.block_layers(block), exclude or (), strict=False)
     overrides = {} if pruned_dir is None else load_pruned(pruned_dir, layers)
     dense = [layer for layer in layers if layer not in overrides]
     if pruned_dir is not None and dense:

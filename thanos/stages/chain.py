@@ -81,7 +81,7 @@ class _Chain:
     root: Path
     dense: Path | None
     own: Path | None
-    layers: list[str]
+    layers: list[list[str]]  # the layers pruned in each block
     shape: Callable[[int, str], list[int]]  # (block, layer) -> the original weight's shape
     prune_options: dict[str, Any]
     batch_size: int
@@ -115,10 +115,10 @@ class _Chain:
         block_dir = self.root / pruned_block_name(block)
         reasons = {
             layer: mismatch(block_dir, layer, self.prune_options, self.shape(block, layer))
-            for layer in self.layers
+            for layer in self.layers[block]
         }
         todo = [layer for layer, reason in reasons.items() if reason is not None]
-        resuming = self.reused["prune"] > 0 or len(todo) < len(self.layers)
+        resuming = self.reused["prune"] > 0 or len(todo) < len(self.layers[block])
         if todo and (resuming or any(reasons[layer] != "missing" for layer in todo)):
             log.warning(
                 "chain: block %d: recomputing %d pruned layer(s): %s",
@@ -126,7 +126,7 @@ class _Chain:
                 len(todo),
                 ", ".join(f"{layer} ({reasons[layer]})" for layer in todo),
             )
-        self.reused["prune"] += len(self.layers) - len(todo)
+        self.reused["prune"] += len(self.layers[block]) - len(todo)
         if todo:
             self.discard_after(block)
             prune(
@@ -237,6 +237,7 @@ def chain(
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
+    select_layers(adapter.layers, exclude or ())  # a pattern that matches no layer of the model is refused
     calibrated = methods.get(method).needs_hessian
     if calibrated and dense_dir is None:
         raise ValueError(
@@ -248,7 +249,10 @@ def chain(
         root=Path(pruned_root),
         dense=Path(dense_dir) if calibrated else None,
         own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
-        layers=select_layers(adapter.layers, exclude or ()),
+        layers=[
+            select_layers(adapter.block_layers(block), exclude or (), strict=False)
+            for block in range(num_blocks)
+        ],
         exclude=list(exclude or ()),
         shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
         prune_options=options,
@@ -291,7 +295,7 @@ def chain(
         "method": method,
         "sparsity": str(sparsity),
         "num_blocks": num_blocks,
-        "layers": run.layers,
+        "layers": [layer for layer in adapter.layers if any(layer in block for block in run.layers)],
         "chain": fingerprint["chain"],
         "computed": run.computed,
         "reused": run.reused,

@@ -43,10 +43,11 @@ def prune(
     """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
-    kept = select_layers(adapter.layers, exclude or ())
+    select_layers(adapter.layers, exclude or ())  # a pattern that matches no layer of the model is refused
+    kept = select_layers(adapter.block_layers(block), exclude or (), strict=False)
     layers = list(layers) if layers else kept
     for layer in layers:
-        adapter.group_of(layer)  # unknown names fail before any work
+        adapter.group_of(layer, block)  # unknown names fail before any work
         if layer not in kept:
             raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(exclude or ())}: not pruned")
     store = None
@@ -65,7 +66,7 @@ def prune(
     results = []
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
     for layer in layers:
-        group = adapter.group_of(layer)
+        group = adapter.group_of(layer, block)
         H = None
         if store is not None:
             if current is None or current[0] != group:

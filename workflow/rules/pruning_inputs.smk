@@ -1,6 +1,8 @@
 # Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
+from thanos.files.pruned_layers import block_layers as block_layers_of
+
 
 def needs_calibration(recipe):
     return RECIPES[recipe].needs_calibration
@@ -22,7 +24,7 @@ def pruned_block_outputs(model, recipe, block):
         return [PATHS.chain_summary(model, recipe)]
     if GRANULARITY == "block":
         return [PATHS.pruned_block(model, recipe, block)]
-    layers = recipe_layers(model, recipe)
+    layers = recipe_layers(model, recipe, block)
     return [
         PATHS.pruned_layer(model, recipe, block, layer, ext) for layer in layers for ext in ("safetensors", "json")
     ]
@@ -39,13 +41,16 @@ def hessians_option(wildcards, input):
     return f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
 
 
-def recipe_layers(model, recipe):
-    """The layers of a block the recipe prunes: the model's, less those its `exclude` patterns match."""
-    return RECIPES[recipe].layers(model_info(model)["layers"])
+def recipe_layers(model, recipe, block):
+    """The layers of block `block` the recipe prunes: the block's, less those its `exclude` patterns
+    match (a pattern that matches no layer of the model is refused)."""
+    info = model_info(model)
+    RECIPES[recipe].layers(info["layers"])
+    return RECIPES[recipe].layers(block_layers_of(info, int(block)), strict=False)
 
 
 def block_layers(wildcards):
-    return ",".join(recipe_layers(wildcards.model, wildcards.recipe))
+    return ",".join(recipe_layers(wildcards.model, wildcards.recipe, wildcards.l))
 
 
 # Parameters that take `output`, although they do not need it: Snakemake records no such parameter, so
