@@ -153,7 +153,8 @@ def test_from_json_errors(text, message):
 
 @pytest.mark.parametrize("command", ["prune", "chain"])
 def test_options_parse_back_through_the_commands(command):
-    recipe = Recipe("r", "thanos", "structured:0.3", blocksize=64, alpha=0.1, damp=0.02)
+    exclude = ("self_attn", r"mlp\.(gate|up) x")  # regex characters and a space survive the shell
+    recipe = Recipe("r", "thanos", "structured:0.3", blocksize=64, alpha=0.1, damp=0.02, exclude=exclude)
     required = {
         "prune": ["--model", "m", "--block", "0", "--out-dir", "d"],
         "chain": ["--model", "m", "--pruned-root", "p", "--out", "o"],
@@ -165,6 +166,7 @@ def test_options_parse_back_through_the_commands(command):
         "blocksize": 64,
         "alpha": 0.1,
         "damp": 0.02,
+        "exclude": list(exclude),
     }
     assert Recipe("r", "magnitude", "2:4").options() == "--method magnitude --sparsity 2:4"
 
