@@ -73,16 +73,20 @@ def test_generic_adapter_reproduces_the_hand_written_ones(tmp_path: Path, family
 
 
 def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
-    """GPT-2 (Conv1D projections), Mamba (3-D convolution weights) and an encoder-decoder model: one
-    message with the model type, the reason and what is supported."""
+    """GPT-2 (Conv1D projections), Llama 4 (experts outside transformers' experts interface) and an
+    encoder-decoder model: one message with the model type, the reason and what is supported."""
     gpt2 = build_tiny_model(tmp_path / "gpt2", "gpt2", max_position_embeddings=64)
     with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested: llama"):
         open_model(gpt2)
-    from transformers import MambaConfig, T5Config
+    from transformers import Llama4TextConfig, T5Config
 
-    mamba = MambaConfig(hidden_size=32, state_size=4, num_hidden_layers=2, vocab_size=64)
-    with pytest.raises(StructureError, match=r"'mamba': .*3-D weights .*conv1d.*cannot be pruned"):
-        get_adapter(mamba)
+    llama4 = Llama4TextConfig(hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                              num_local_experts=4, num_experts_per_tok=1, vocab_size=64)  # fmt: skip
+    with pytest.raises(
+        StructureError, match=r"'llama4_text': .*3-D weights .*experts.gate_up_proj.*cannot be"
+    ):
+        get_adapter(llama4)
 
     config = T5Config(d_model=32, num_layers=1, num_heads=2, d_kv=16, d_ff=64, vocab_size=64)
     with pytest.raises(StructureError, match=r"model_type 't5' is an encoder-decoder model.*supported:"):

@@ -243,16 +243,20 @@ class GenericAdapter(ModelAdapter):
 
     def _describe(self, block: int) -> _Kind:
         """Block ``block``'s prunable layers, named as the checkpoint stores them, and their groups: its
-        ``nn.Linear`` modules (traced) and the matrices of its mixture-of-experts experts. 3-D weights of
-        anything else (convolutions: they would be left dense without a word) are refused."""
+        ``nn.Linear`` modules (traced) and the matrices of its mixture-of-experts experts. The short
+        ``nn.Conv1d`` of state-space and linear-attention layers (Mamba, gated DeltaNet: a few kernel taps
+        per channel) stay dense, as the embeddings do; any other 3-D weight is refused, named (it would be
+        left dense without a word)."""
         module = self._blocks[block]
         fused = {f"{path}.{name}" for path, m in find_experts(module).items() for name, _ in
                  m.named_parameters(recurse=False)}  # fmt: skip
-        other = [n for n, p in module.named_parameters() if p.ndim >= 3 and n not in fused]
+        convolutions = {f"{path}.{name}" for path, m in module.named_modules() if isinstance(m, nn.Conv1d)
+                        for name, _ in m.named_parameters(recurse=False)}  # fmt: skip
+        other = [n for n, p in module.named_parameters() if p.ndim >= 3 and n not in fused | convolutions]
         if other:
             raise StructureError(
-                f"model_type {self.model_type!r}: its blocks hold 3-D weights that are neither nn.Linear nor "
-                f"transformers' mixture-of-experts experts ({', '.join(other[:3])}; convolutions?): they "
+                f"model_type {self.model_type!r}: its blocks hold 3-D weights that are neither nn.Linear, "
+                f"transformers' mixture-of-experts experts nor nn.Conv1d ({', '.join(other[:3])}): they "
                 "cannot be pruned"
             )
         prefix = self.block_prefix(block)

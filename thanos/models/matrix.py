@@ -47,17 +47,49 @@ MATRIX: dict[str, dict[str, Any]] = {
             "topk_group": 1,
         },
     },
+    "deepseek_v3": {
+        "family": "DeepSeek-V3/R1, Kimi K2 (multi-head latent attention, dense first block, then MoE)",
+        "config": {
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1,
+            "moe_intermediate_size": 48,
+            "n_group": 1,
+            "topk_group": 1,
+            "q_lora_rank": None,
+            "kv_lora_rank": 16,
+            "qk_rope_head_dim": 16,
+            "qk_nope_head_dim": 16,
+            "v_head_dim": 16,
+            "num_key_value_heads": 4,  # latent attention: one value head per query head
+        },
+    },
+    "qwen3_next": {
+        "family": "Qwen3-Next (gated linear attention with a convolution, 3 of 4 blocks; MoE)",
+        "config": {
+            "num_hidden_layers": 4,  # its 4th block is the first with full attention
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 48,
+            "shared_expert_intermediate_size": 48,
+            "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+        },
+    },
 }
 
 
 def tiny_config(model_type: str, **options: Any) -> Any:
     """A tiny ``PretrainedConfig`` of ``model_type`` with ``options`` (the sizes, vocabulary and special
-    token ids ``thanos.models.tiny`` gives every tiny model) and the type's own options from ``MATRIX``;
+    token ids ``thanos.models.tiny`` gives every tiny model) and the type's own options from ``MATRIX``,
+    which take precedence;
     sliding windows of ``SLIDING_WINDOW`` tokens on every other layer where the type has them. A type
     outside the matrix gets ``options`` alone (config classes keep names they do not use)."""
     from transformers import AutoConfig
 
-    options = MATRIX.get(model_type, {}).get("config", {}) | options
+    options = options | MATRIX.get(model_type, {}).get("config", {})  # the type's own options win
     try:
         try:
             config = AutoConfig.for_model(model_type, **options)
