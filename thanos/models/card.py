@@ -205,6 +205,7 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
             for name, counts in summary.per_layer.items()
         },
         "dense_linear": summary.dense_linear,
+        **({"compact": report["compact"]} if report.get("compact") else {}),
     }
 
 
@@ -245,6 +246,8 @@ def pattern_text(sparsity: str, alpha: float | None, summary: SparsitySummary | 
         text = f"{pattern.n}:{pattern.m}"
     elif pattern.kind == "structured":
         text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
+    elif pattern.kind == "neurons":
+        text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
     else:
         text = f"unstructured {100 * float(pattern.fraction):g} %"
     if alpha and (summary is None or summary.outlier_rows > 0):
@@ -280,6 +283,8 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
     for key in ("alpha", "blocksize", "damp"):
         if recipe.get(key) is not None:
             args += [f"--{key}", f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])]
+    if recipe.get("compact") is not None:
+        args.append("--compact" if recipe["compact"] else "--no-compact")
     calibration = report.get("calibration")
     if calibration:
         args += ["--calibration", str(calibration["source"])]
@@ -290,6 +295,25 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
             args += ["--text-field", str(calibration["text_field"])]
     args += ["--out", str(out) if out is not None else "OUT"]
     return " ".join(shlex.quote(a) for a in args)
+
+
+DENSE_TEXT = (
+    "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
+    "loads wherever the base model loads, as a dense model."
+)
+
+
+def _compact_text(compact: dict[str, Any]) -> str:
+    """What a compact (neurons removed) model is, for the card."""
+    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    return (
+        "The removed MLP neurons are cut out of the matrices: every block keeps "
+        f"{compact['kept_width']} of its {compact['original_width']} neurons (`{compact['width_key']}` in "
+        "`config.json` is "
+        f"{compact['kept_width']}, every other value the base model's), {after:,} of {before:,} parameters "
+        f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model loads, as a "
+        "smaller dense model of the same architecture."
+    )
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
@@ -359,8 +383,8 @@ def model_card(
         f"`{base}` pruned with **{method}** ({pattern}) by thanos-prune, a pipeline and library for "
         "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
         f"Richtárik, 2025, {PAPER_ARXIV}). "
-        "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
-        "loads wherever the base model loads, as a dense model. "
+        + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
+        + " "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
         "",

@@ -114,11 +114,17 @@ def model_facts(reference: str) -> tuple[str, int]:
 
 
 def recipe_spec(
-    method: str, sparsity: str | float, alpha: float | None, blocksize: int | None, damp: float
+    method: str,
+    sparsity: str | float,
+    alpha: float | None,
+    blocksize: int | None,
+    damp: float,
+    compact: bool | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
-    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``."""
-    from thanos.files.recipes import pattern_tag
+    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``, ``thanos_n30_a0`` (neurons,
+    compact; ``_zeros`` when written in the original shape)."""
+    from thanos.files.recipes import ConfigError, check_compact, pattern_tag
     from thanos.pruning.sparsity import parse_sparsity
 
     if method not in METHODS:
@@ -131,6 +137,10 @@ def recipe_spec(
     if alpha is None:  # n:m asked of one command means the hardware pattern: every row n:m (alpha 0)
         alpha = 0.0 if pattern.kind == "nm" else spec.default_alpha(pattern.kind)
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
+    try:
+        check_compact("recipe", str(pattern), alpha, compact)
+    except ConfigError as err:
+        raise ValueError(f"--sparsity {sparsity} --alpha {alpha:g}: {err}") from None
     tag = pattern_tag(str(pattern))
     name = f"{method}_{tag}_a{alpha:g}"
     recipe: dict[str, Any] = {"method": method, "sparsity": str(pattern), "alpha": alpha}
@@ -140,6 +150,9 @@ def recipe_spec(
     if damp != DEFAULT_DAMP:
         recipe["damp"] = damp
         name += f"_damp{damp:g}"
+    if compact is not None:
+        recipe["compact"] = compact
+        name += "" if compact else "_zeros"
     return name, recipe
 
 
@@ -235,12 +248,15 @@ def prune_model(
     ppl_source: str | Path = "wikitext2",
     tasks: list[str] | None = None,
     cores: int | None = None,
+    compact: bool | None = None,
     stream: TextIO | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
 
-    ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3";
+    ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3",
+    "neurons:0.3" (MLP neurons; ``compact``, default True for it: the model is written without them, its
+    ``intermediate_size`` the kept width);
     ``alpha``: when None, 0 for n:m (every row of every pruned layer n:m: the pattern 2:4 kernels run) and
     the method's default otherwise (Thanos structured: 0.1); pass 0.1 for the paper's n:m variant, which
     keeps 10 % of the rows dense (better perplexity, not usable by n:m kernels); ``blocksize``: the
@@ -269,11 +285,19 @@ def prune_model(
         raise ValueError(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
     out = Path(out).expanduser().resolve()
     check_out(out)
-    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp)
+    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, compact)
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
     model_type, max_positions = model_facts(reference)
+    if recipe["sparsity"].startswith("neurons:") and Path(reference).is_dir():
+        from thanos.models import open_model
+        from thanos.models.neurons import mlp_layout
+
+        try:  # a model whose neurons cannot be removed is refused before any job runs
+            mlp_layout(*open_model(reference, full_config=False)[1:])
+        except ValueError as err:
+            raise ValueError(f"--model {reference}: {err}") from None
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
         raise ValueError(
