@@ -125,8 +125,9 @@ def neuron_count(p: Fraction, b: int, multiple: int = NEURON_MULTIPLE) -> int:
     """Neurons (columns of the MLP's output projection, of ``b``) to remove for ``neurons:p``.
 
     The kept width is b - ceil(p b) (the paper's structured count with alpha 0) rounded UP to a multiple of
-    ``multiple`` (at most b): at least the requested fraction is kept, and the kept width suits kernels.
+    ``multiple`` (at most b, at least ``multiple``): at least the requested fraction is kept, the kept width
+    suits kernels, and no MLP is emptied.
     """
     kept = b - math.ceil(p * b)
-    kept = min(b, -(-kept // multiple) * multiple)
+    kept = min(b, max(multiple, -(-kept // multiple) * multiple))
     return b - kept

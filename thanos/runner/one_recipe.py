@@ -383,6 +383,14 @@ def prune_model(
         f"  {label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
         f"({100 * summary.global_sparsity:.2f} % of all parameters)",
     )
+    if compact := report.get("compact"):
+        before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+        _print(
+            stream,
+            f"  compact: MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
+            f"({compact['width_key']}); {after:,} of {before:,} parameters "
+            f"({100 * (1 - after / before):.1f} % fewer)",
+        )
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]
         _print(stream, f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']})")
