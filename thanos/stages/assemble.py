@@ -207,7 +207,7 @@ def assemble(
 
     replace, layers = pruned_tensors(Path(pruned_root), names, info)
     compact = None
-    if wants_compaction(recipe.to_dict()):
+    if isinstance(recipe, Recipe) and wants_compaction(recipe.to_dict()):
         compact = compaction(model_dir, pruned_root, names)
     sizes = tensor_sizes(names, sources, replace, compact)
     shards = shard_names(names, sizes, max_bytes)
