@@ -17,7 +17,7 @@ import torch
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
-from thanos.files.recipes import ConfigError, Recipe, from_name
+from thanos.files.recipes import ConfigError, Recipe, expand, from_name
 from thanos.models import open_model
 from thanos.models.matrix import MATRIX
 from thanos.models.neurons import NeuronsError, mlp_layout
@@ -68,6 +68,8 @@ def test_recipe_checks_compact_and_alpha() -> None:
         Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "neurons:0.3", "alpha": 0.1})
     with pytest.raises(ConfigError, match="expected true or false"):
         Recipe.from_dict({"name": "r", "method": "wanda", "sparsity": "neurons:0.3", "compact": "yes"})
+    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.alpha: neurons:0.3 removes whole neurons"):
+        expand({"recipe_grid": [{"methods": ["thanos"], "sparsities": ["neurons:0.3"], "alpha": [0, 0.1]}]})
     assert from_name("thanos_n30_a0") == {"method": "thanos", "sparsity": "neurons:0.3", "alpha": 0.0}
 
 

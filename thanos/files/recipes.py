@@ -186,6 +186,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                 sparsity = sparsity_text(f"recipe_grid[{i}].sparsities[{k}]", value)
                 for alpha in alphas:
                     check_alpha(f"recipe_grid[{i}].alpha", sparsity, alpha)
+                    check_compact(f"recipe_grid[{i}]", sparsity, alpha, None)
                     name = grid_name(method, sparsity, alpha, len(alphas) > 1)
                     if name in recipes:
                         raise ConfigError(
