@@ -230,8 +230,8 @@ def main() -> None:
             f"| {label} | {width} | {params / 1e6:.2f} M | {params / dense_params:.3f} | "
             f"{size / 2**20:.1f} MiB | "
             f"{size / dense_bytes:.3f} | {s['decode']['median']:.1f} | {s['decode']['ratio']:.2f}x | "
-            f"{s['decode']['best_ratio']:.2f}x | {s['prefill']['median']:.0f} | {s['prefill']['ratio']:.2f}x | "
-            f"{s['prefill']['best_ratio']:.2f}x |"
+            f"{s['decode']['best_ratio']:.2f}x | {s['prefill']['median']:.0f} | "
+            f"{s['prefill']['ratio']:.2f}x | {s['prefill']['best_ratio']:.2f}x |"
         )
     if ppl:
         print()
