@@ -151,6 +151,19 @@ def test_models_whose_neurons_cannot_be_removed_are_refused(tmp_path: Path) -> N
         prune(square, 0, None, "magnitude", "neurons:0.3", out_dir=tmp_path / "p", device="cpu")
 
 
+def test_per_block_widths_are_refused() -> None:
+    """Configs with one MLP width per block (a list), or none, cannot hold one kept width."""
+    from types import SimpleNamespace
+
+    from thanos.models.neurons import mlp_width
+
+    assert mlp_width(SimpleNamespace(model_type="opt", ffn_dim=96)) == ("ffn_dim", 96)
+    with pytest.raises(NeuronsError, match=r"'x'.*intermediate_size is \[64, 96\], not one width for every"):
+        mlp_width(SimpleNamespace(model_type="x", intermediate_size=[64, 96]))
+    with pytest.raises(NeuronsError, match="states no MLP width"):
+        mlp_width(SimpleNamespace(model_type="x"))
+
+
 def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path, "llama")
     pruned = tmp_path / "pruned"

@@ -316,6 +316,17 @@ def _compact_text(compact: dict[str, Any]) -> str:
     )
 
 
+def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
+    """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
+    removed, width = compact["removed_per_block"], compact["original_width"]
+    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    return (
+        f"| removed | {removed} of the {width} MLP neurons of every block ({_percent(removed / width)}), "
+        f"with their column of {compact['output_projection']} and rows of {', '.join(compact['feeders'])}: "
+        f"{before - after:,} parameters; the written weights hold {_percent(summary.global_sparsity)} zeros |"
+    )
+
+
 def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
     if not evaluation:
         return ["Not evaluated (`thanos prune-model --evaluate ppl,zeroshot` evaluates it)."]
@@ -395,7 +406,9 @@ def model_card(
         f"{recipe.get('damp', 0.01):g} (fraction of mean diag H) |",
         f"| pattern | {pattern} |",
         f"| alpha (outlier rows kept dense) | {alpha:g}: {rows} |",
-        f"| achieved sparsity | {_percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
+        _compact_row(report["compact"], summary)
+        if report.get("compact")
+        else f"| achieved sparsity | {_percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
         f"weights of the {len(report.get('layers') or [])} pruned linear layers; "
         f"{_percent(summary.global_sparsity)} of all {summary.parameters:,} parameters |",
         f"| left dense | embeddings, norms, {dense_text} |",
