@@ -124,7 +124,7 @@ def test_compact_model_gives_the_logits_of_the_zero_filled_one(tmp_path: Path, m
         facts["output_projection"]
     ] * 2  # the others: dense
     sidecar = json.loads((tmp_path / "compact" / "sparsity.json").read_text())
-    assert sidecar["compact"]["kept_width"] == facts["kept_width"]
+    assert sidecar["compact"]["kept_width"] == facts["kept_width"] and sidecar["structure"] == "neurons"
     assert (
         f"keeps {facts['kept_width']} of its {width} neurons"
         in (tmp_path / "compact" / "README.md").read_text()
@@ -195,6 +195,19 @@ def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
         logits(results / "t30" / "model", ids) - logits(results / "t30z" / "model", ids)
     ).abs().max() <= 1e-5
     assert not torch.equal(logits(results / "t30" / "model", ids), logits(results / "m30" / "model", ids))
+
+
+def test_workflow_per_layer_jobs_prune_neurons(tmp_path: Path) -> None:
+    """granularity layer (one job per layer): the layers a neurons recipe leaves alone are jobs too."""
+    model = make_tiny_model(tmp_path, "qwen2", intermediate_size=96)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipes = {"m30": {"method": "magnitude", "sparsity": "neurons:0.3"}}
+    config = workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes, granularity="layer")
+    snakemake(tmp_path / "run", config)
+    out = tmp_path / "run" / "results" / "tiny" / "m30" / "model"
+    assert json.loads((out / "config.json").read_text())["intermediate_size"] == 72
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert [entry["layer"] for entry in report["layers"]] == ["mlp.down_proj"] * 2
 
 
 def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:

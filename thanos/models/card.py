@@ -170,11 +170,16 @@ def _summary(
 
 
 def structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
-    """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, else ``unstructured``
-    (outlier rows kept dense, or an unstructured or structured recipe)."""
+    """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
+    neurons removed, else ``unstructured`` (outlier rows kept dense, or an unstructured or structured
+    recipe)."""
     pattern = parse_sparsity(recipe["sparsity"])
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
+    if (
+        pattern.kind == "neurons"
+    ):  # whole MLP neurons: cut out (compact) or zero columns of the down projection
+        return "neurons"
     return "unstructured"
 
 
