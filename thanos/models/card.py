@@ -176,9 +176,7 @@ def structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
     pattern = parse_sparsity(recipe["sparsity"])
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
-    if (
-        pattern.kind == "neurons"
-    ):  # whole MLP neurons: cut out (compact) or zero columns of the down projection
+    if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
         return "neurons"
     return "unstructured"
 
