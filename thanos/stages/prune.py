@@ -5,8 +5,9 @@ hessians store (one group in memory at a time); results are written atomically a
 ``DIR/{layer}.safetensors`` (tensor ``weight``, original dtype) and ``DIR/{layer}.json`` (stats).
 
 A ``neurons:p`` recipe prunes only the MLP's output projection (``thanos.models.neurons``), whose stats
-also list the ``removed_columns``; every other layer is written unchanged (stats ``kept_dense``), so that
-the chain, the resume checks and the assembly treat every layer of the block alike.
+also list the ``removed_columns``; every other layer gets its stats (``kept_dense``) and an empty weight file
+(no tensor: the original weight is used; nothing is copied), so that the chain, the workflow's per-layer
+outputs, the resume checks and the assembly see every layer of the block finished.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ def _keep_dense(
     options: dict,
     out_dir: Path,
 ) -> dict:
-    """A layer a ``neurons`` recipe leaves as it is: the original weight, stats marked ``kept_dense``."""
-    weight = checkpoint.tensor(f"{prefix}{layer}.weight")
+    """A layer a ``neurons`` recipe leaves as it is: an empty weight file, stats marked ``kept_dense``."""
+    shape = checkpoint.shape(f"{prefix}{layer}.weight")
     stats = {
         "method": method,
         "sparsity": str(parse_sparsity(sparsity)),
@@ -149,7 +150,7 @@ def _keep_dense(
         "damp": None,
         "damp_retries": 0,
         "dead_columns": 0,
-        "shape": list(weight.shape),
+        "shape": list(shape),
         "block": block,
         "layer": layer,
         "group": group,
@@ -157,6 +158,6 @@ def _keep_dense(
         "kept_dense": True,
     }
     with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
-        save_file({"weight": weight.contiguous()}, str(tmp))
+        save_file({}, str(tmp), metadata={"kept_dense": "not pruned: the original weight is used"})
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     return stats
