@@ -13,10 +13,10 @@ import torch
 from thanos import METHODS, prune_layer
 from thanos.pruning import methods
 from thanos.pruning.kernels import Problem
-from thanos.pruning.sparsity import exact, parse_sparsity, structured_count
+from thanos.pruning.sparsity import exact, neuron_count, parse_sparsity, structured_count
 
 C, B = 24, 32
-PATTERNS = {"unstructured": "0.5", "nm": "2:4", "structured": "structured:0.25"}
+PATTERNS = {"unstructured": "0.5", "nm": "2:4", "structured": "structured:0.25", "neurons": "neurons:0.25"}
 
 
 def layer() -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,7 +48,8 @@ def test_every_method_prunes_every_pattern_exactly(name: str, kind: str) -> None
         assert bool((rows.reshape(rows.shape[0], -1, 4).sum(dim=2) == 2).all())
     else:
         columns = rows.all(dim=0)
-        assert int(columns.sum()) == structured_count(exact(0.25), alpha, B)
+        count = neuron_count(exact(0.25), B) if kind == "neurons" else structured_count(exact(0.25), alpha, B)
+        assert int(columns.sum()) == count
         assert torch.equal(rows, columns.expand_as(rows))
     if not spec.updates_weights:
         assert torch.equal(result.weight[~result.mask], W[~result.mask]), "mask-only: kept weights unchanged"

@@ -14,7 +14,9 @@ DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default:
 def add_recipe(parser: argparse.ArgumentParser) -> None:
     """--method, --sparsity and the optional hyper-parameters (``thanos.files.recipes.Recipe.options``)."""
     parser.add_argument("--method", required=True, choices=methods.names(), help="pruning method")
-    parser.add_argument("--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3")
+    parser.add_argument(
+        "--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3"
+    )
     parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
     parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")
     parser.add_argument("--damp", type=float, default=0.01, help="damping fraction of mean(diag H)")

@@ -37,7 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     parser.add_argument("--model", required=True, help="Hugging Face model directory or hub id")
     parser.add_argument("--method", required=True, choices=METHODS, help="pruning method")
-    parser.add_argument("--sparsity", required=True, help="0.5 (unstructured), 2:4, 4:8, structured:0.3")
+    parser.add_argument(
+        "--sparsity",
+        required=True,
+        help="0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written smaller)",
+    )
     parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
     alpha_help = (
         "fraction of rows kept dense (outliers). Default 0 for n:m, so the model is exactly n:m (2:4 "
@@ -88,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tasks_help = "zero-shot lm-eval tasks, comma-separated (default: the paper's 7)"
     parser.add_argument("--tasks", default=None, help=tasks_help)
     parser.add_argument("--cores", type=_positive, default=None, help="CPU cores to use (default: all)")
+    parser.add_argument(
+        "--compact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="neurons:P only: write the model without the removed neurons (default); --no-compact writes "
+        "zeros in the original shape",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -115,6 +126,7 @@ def run(args: argparse.Namespace) -> None:
             tasks=args.tasks.split(",") if args.tasks else None,
             cores=args.cores,
             exclude=args.exclude,
+            compact=args.compact,
         )
     except WorkflowFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

@@ -42,6 +42,7 @@ class Recipe:
     damp: float | None = None
     exclude: tuple[str, ...] | None = None  # regular expressions: the layers they match stay dense
     chain: str | None = None
+    compact: bool | None = None  # neurons:p: write the model without the removed neurons (unset: yes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], key: str = "recipe") -> Recipe:
@@ -68,6 +69,7 @@ class Recipe:
         sparsity = sparsity_text(f"{key}.sparsity", data["sparsity"])
         check_alpha(f"{key}.alpha", sparsity, data.get("alpha"))
         exclude = check_exclude(f"{key}.exclude", data.get("exclude"))
+        check_compact(key, sparsity, data.get("alpha"), data.get("compact"))
         return cls(**dict(data, sparsity=sparsity, exclude=exclude))
 
     @classmethod
@@ -168,8 +170,22 @@ def check_alpha(key: str, sparsity: str, alpha: float | None) -> None:
         )
 
 
+def check_compact(key: str, sparsity: str, alpha: float | None, compact: Any) -> None:
+    """``compact`` is a boolean, for ``neurons:p`` only, whose alpha is 0; the error names ``key``."""
+    kind = parse_sparsity(sparsity).kind
+    if compact is not None and not isinstance(compact, bool):
+        raise ConfigError(f"{key}.compact: expected true or false, got {compact!r}")
+    if compact and kind != "neurons":
+        raise ConfigError(f"{key}.compact: only neurons:p recipes can be written compact, not {sparsity}")
+    if alpha and kind == "neurons":
+        raise ConfigError(
+            f"{key}.alpha: {sparsity} removes whole neurons, so no row can be kept dense: set alpha 0"
+        )
+
+
 def pattern_tag(sparsity: str) -> str:
-    """The pattern in a grid recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30."""
+    """The pattern in a grid recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 ->
+    n30."""
     pattern = parse_sparsity(sparsity)
     if pattern.kind == "nm":
         return f"{pattern.n}-{pattern.m}"
@@ -186,14 +202,14 @@ def from_name(name: str) -> dict[str, Any] | None:
     """``method``, ``sparsity`` and ``alpha`` read back from a ``grid_name``; None for other names."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>[us][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?", name
+        rf"^(?P<method>{alternatives})_(?P<tag>[usn][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?", name
     )
     if not match:
         return None
     tag = match["tag"]
     try:
-        if tag[0] in "us":
-            kind = "unstructured" if tag[0] == "u" else "structured"
+        if tag[0] in "usn":
+            kind = {"u": "unstructured", "s": "structured", "n": "neurons"}[tag[0]]
             sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))
         else:
             sparsity = str(parse_sparsity(tag.replace("-", ":")))
@@ -218,6 +234,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                 sparsity = sparsity_text(f"recipe_grid[{i}].sparsities[{k}]", value)
                 for alpha in alphas:
                     check_alpha(f"recipe_grid[{i}].alpha", sparsity, alpha)
+                    check_compact(f"recipe_grid[{i}]", sparsity, alpha, None)
                     name = grid_name(method, sparsity, alpha, len(alphas) > 1)
                     if name in recipes:
                         raise ConfigError(

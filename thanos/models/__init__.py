@@ -3,6 +3,9 @@
 - ``base``, ``llama``, ``opt``, ``generic``: the adapters: blocks, linear layers and their input groups,
   embedding and head; hand-written for Llama-like models and OPT, the generic one (the model's own
   transformers code) for every other decoder-only causal LM;
+- ``experts``: mixture-of-experts experts (transformers' experts interface): their per-expert matrices as
+  the checkpoint stores them, the routed tokens' inputs, the weight conversions of a block;
+- ``neurons``: where a block's MLP neurons live (its output projection and feeders), for ``neurons:p``;
 - ``matrix``: the tested matrix of model types and their tiny configs;
 - ``checkpoint``: lazy reading of a checkpoint's tensors, one block at a time; model directories;
 - ``card``: what a pruned model directory says about itself (config metadata, model card);

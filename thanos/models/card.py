@@ -170,11 +170,14 @@ def _summary(
 
 
 def structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
-    """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, else ``unstructured``
-    (outlier rows kept dense, or an unstructured or structured recipe)."""
+    """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
+    neurons removed, else ``unstructured`` (outlier rows kept dense, or an unstructured or structured
+    recipe)."""
     pattern = parse_sparsity(recipe["sparsity"])
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
+    if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
+        return "neurons"
     return "unstructured"
 
 
@@ -205,6 +208,7 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
             for name, counts in summary.per_layer.items()
         },
         "dense_linear": summary.dense_linear,
+        **({"compact": report["compact"]} if report.get("compact") else {}),
     }
 
 
@@ -245,6 +249,8 @@ def pattern_text(sparsity: str, alpha: float | None, summary: SparsitySummary | 
         text = f"{pattern.n}:{pattern.m}"
     elif pattern.kind == "structured":
         text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
+    elif pattern.kind == "neurons":
+        text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
     else:
         text = f"unstructured {100 * float(pattern.fraction):g} %"
     if alpha and (summary is None or summary.outlier_rows > 0):
@@ -280,6 +286,8 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
     for key in ("alpha", "blocksize", "damp"):
         if recipe.get(key) is not None:
             args += [f"--{key}", f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])]
+    if recipe.get("compact") is not None:
+        args.append("--compact" if recipe["compact"] else "--no-compact")
     calibration = report.get("calibration")
     if calibration:
         args += ["--calibration", str(calibration["source"])]
@@ -290,6 +298,36 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
             args += ["--text-field", str(calibration["text_field"])]
     args += ["--out", str(out) if out is not None else "OUT"]
     return " ".join(shlex.quote(a) for a in args)
+
+
+DENSE_TEXT = (
+    "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
+    "loads wherever the base model loads, as a dense model."
+)
+
+
+def _compact_text(compact: dict[str, Any]) -> str:
+    """What a compact (neurons removed) model is, for the card."""
+    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    return (
+        "The removed MLP neurons are cut out of the matrices: every block keeps "
+        f"{compact['kept_width']} of its {compact['original_width']} neurons (`{compact['width_key']}` in "
+        "`config.json` is "
+        f"{compact['kept_width']}, every other value the base model's), {after:,} of {before:,} parameters "
+        f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model loads, as a "
+        "smaller dense model of the same architecture."
+    )
+
+
+def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
+    """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
+    removed, width = compact["removed_per_block"], compact["original_width"]
+    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    return (
+        f"| removed | {removed} of the {width} MLP neurons of every block ({_percent(removed / width)}), "
+        f"with their column of {compact['output_projection']} and rows of {', '.join(compact['feeders'])}: "
+        f"{before - after:,} parameters; the written weights hold {_percent(summary.global_sparsity)} zeros |"
+    )
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
@@ -359,8 +397,8 @@ def model_card(
         f"`{base}` pruned with **{method}** ({pattern}) by thanos-prune, a pipeline and library for "
         "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
         f"Richtárik, 2025, {PAPER_ARXIV}). "
-        "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
-        "loads wherever the base model loads, as a dense model. "
+        + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
+        + " "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
         "",
@@ -371,7 +409,9 @@ def model_card(
         f"{recipe.get('damp', 0.01):g} (fraction of mean diag H) |",
         f"| pattern | {pattern} |",
         f"| alpha (outlier rows kept dense) | {alpha:g}: {rows} |",
-        f"| achieved sparsity | {_percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
+        _compact_row(report["compact"], summary)
+        if report.get("compact")
+        else f"| achieved sparsity | {_percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
         f"weights of the {len(report.get('layers') or [])} pruned linear layers; "
         f"{_percent(summary.global_sparsity)} of all {summary.parameters:,} parameters |",
         f"| left dense | embeddings, norms, {dense_text} |",

@@ -337,8 +337,16 @@ class GenericAdapter(ModelAdapter):
         return self._as_tuple
 
     def _record(self, stop_at: int, hidden: torch.Tensor) -> tuple[torch.Tensor, tuple, dict]:
-        plan = _Plan(stop_at=stop_at, as_tuple=self._layer_returns_tuple(hidden))
-        self._forward(plan, inputs_embeds=torch.zeros_like(hidden))
+        try:
+            plan = _Plan(stop_at=stop_at, as_tuple=self._layer_returns_tuple(hidden))
+            self._forward(plan, inputs_embeds=torch.zeros_like(hidden))
+        except Exception as err:  # noqa: BLE001 - any failure means the same: no block-by-block run
+            text = " ".join(str(err).split())[:200]
+            raise StructureError(
+                f"model_type {self.model_type!r}: its own forward fails when given a block's inputs instead "
+                f"of token ids ({type(err).__name__}: {text}); models whose layers need more than the "
+                "hidden states (Gemma 4's per-layer inputs from the token ids) cannot be run block by block"
+            ) from err
         if stop_at not in plan.calls:
             raise StructureError(
                 f"model_type {self.model_type!r}: its forward never called decoder layer {stop_at}; the "

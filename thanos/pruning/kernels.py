@@ -14,7 +14,7 @@ from fractions import Fraction
 import torch
 
 from thanos.pruning.algorithms import magnitude, masks, sparsegpt, thanos, wanda
-from thanos.pruning.sparsity import Sparsity, structured_count, unstructured_count
+from thanos.pruning.sparsity import Sparsity, neuron_count, structured_count, unstructured_count
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ class Problem:
 
     @property
     def s(self) -> int:
-        """Structured: s = ceil(p b / (1 - alpha)) columns to remove (Alg. 2, line 2)."""
+        """Structured: s = ceil(p b / (1 - alpha)) columns to remove (Alg. 2, line 2); neurons: the columns
+        that leave a kept width of b - ceil(p b) rounded up to a multiple of 8 (``neuron_count``)."""
+        if self.pattern.kind == "neurons":
+            return neuron_count(self.pattern.p, self.W.shape[1])
         return structured_count(self.pattern.p, self.alpha, self.W.shape[1])
 
 

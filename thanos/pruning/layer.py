@@ -50,6 +50,7 @@ class PruneResult:
     mask: torch.Tensor  # bool, True where a weight was removed
     stats: PruneStats
     options: dict[str, Any] = field(default_factory=dict)
+    columns: torch.Tensor | None = None  # neurons: the removed columns (sorted indices) the kernel chose
 
 
 def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
@@ -119,6 +120,11 @@ def _validate(
         raise ValueError(f"alpha: outlier-row fraction must lie in [0, 1), got {float(alpha)}")
     if alpha > 0 and pattern.kind == "unstructured":
         raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 8, 2); use alpha=0")
+    if alpha > 0 and pattern.kind == "neurons":
+        raise ValueError(
+            f"alpha: {pattern} removes whole neurons (every row of the column), so no row can be kept dense: "
+            "use alpha 0 (outlier rows need 'structured:p', which writes zeros in the original shape)"
+        )
     if alpha > 0 and hessian is None:
         raise ValueError("alpha: outlier rows are ranked with the Hessian; without one use alpha=0")
     if not damp >= 0:
@@ -130,7 +136,7 @@ def _validate(
             raise ValueError(f"sparsity: m={pattern.m} must divide the layer's {b} inputs")
         if blocksize is not None and min(blocksize, b) % pattern.m:
             raise ValueError(f"blocksize: {blocksize} must be a multiple of m={pattern.m} for {pattern}")
-    if pattern.kind == "structured":
+    if pattern.kind == "structured":  # neurons: neuron_count never exceeds b
         s = structured_count(pattern.p, alpha, b)
         if s > b:
             raise ValueError(
@@ -157,7 +163,8 @@ def prune_layer(
         weight: (c, b) = (out_features, in_features), any float dtype; the result keeps dtype and device.
         hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
         method: a name in ``thanos.METHODS`` (``thanos/pruning/methods.py``).
-        sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3" or a ``Sparsity``.
+        sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3", "neurons:0.3" (whole
+            columns, alpha 0, the kept count rounded up to a multiple of 8) or a ``Sparsity``.
         blocksize: B; default: the method's (``thanos.pruning.methods``; Thanos 128 unstructured, 512 n:m).
         alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
             (Thanos 0.1 for n:m and structured), else 0.
@@ -197,6 +204,7 @@ def prune_layer(
     U = None if factor is None else factor.U
     sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes))
     del U
+    columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if pattern.kind == "neurons" else None
     dead = None if factor is None else factor.dead
     damp_used, retries = (None, 0) if factor is None else (factor.damp, factor.retries)
     del factor  # the b x b inverse factor
@@ -233,7 +241,7 @@ def prune_layer(
         shape=(c, b),
     )
     options = {"blocksize": blocksize, "alpha": float(alpha_q), "damp": damp}
-    return PruneResult(weight=out, mask=mask, stats=stats, options=options)
+    return PruneResult(weight=out, mask=mask, stats=stats, options=options, columns=columns)
 
 
 def _run(method: methods.Method, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:

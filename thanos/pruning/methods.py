@@ -21,7 +21,15 @@ from typing import Any
 
 from thanos.pruning.sparsity import Kind
 
-KINDS: tuple[Kind, ...] = ("unstructured", "nm", "structured")
+KINDS: tuple[Kind, ...] = ("unstructured", "nm", "structured", "neurons")
+
+
+def _kernels(method: str) -> dict[Kind, str]:
+    """``module:function`` per kind; ``neurons`` runs the structured kernel (whole columns, alpha 0)."""
+    return {
+        kind: f"thanos.pruning.kernels:{method}_{'structured' if kind == 'neurons' else kind}"
+        for kind in KINDS
+    }
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ METHODS: dict[str, Method] = {
             color="#7f7f7f",
             needs_hessian=False,
             updates_weights=False,
-            kernels={kind: f"thanos.pruning.kernels:magnitude_{kind}" for kind in KINDS},
+            kernels=_kernels("magnitude"),
         ),
         Method(
             name="sparsegpt",  # Section 3.3: OBS column by column, blocks of B
@@ -72,7 +80,7 @@ METHODS: dict[str, Method] = {
             color="#1f77b4",
             needs_hessian=True,
             updates_weights=True,
-            kernels={kind: f"thanos.pruning.kernels:sparsegpt_{kind}" for kind in KINDS},
+            kernels=_kernels("sparsegpt"),
             blocksize={kind: 128 for kind in KINDS},
             reference="Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately Pruned in "
             "One-Shot (ICML 2023)",
@@ -83,7 +91,7 @@ METHODS: dict[str, Method] = {
             color="#2ca02c",
             needs_hessian=True,
             updates_weights=False,
-            kernels={kind: f"thanos.pruning.kernels:wanda_{kind}" for kind in KINDS},
+            kernels=_kernels("wanda"),
             reference="Sun et al., A Simple and Effective Pruning Approach for Large Language Models "
             "(ICLR 2024)",
         ),
@@ -93,7 +101,7 @@ METHODS: dict[str, Method] = {
             color="#d62728",
             needs_hessian=True,
             updates_weights=True,
-            kernels={kind: f"thanos.pruning.kernels:thanos_{kind}" for kind in KINDS},
+            kernels=_kernels("thanos"),
             blocksize={"unstructured": 128, "nm": 512},  # the paper's defaults
             alpha={"nm": 0.1, "structured": 0.1},  # the paper's best setting
             alpha_in_label=True,

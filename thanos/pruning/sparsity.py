@@ -3,7 +3,10 @@
 A pattern is one of
 - ``unstructured``: a fraction ``p`` of the layer's weights, anywhere;
 - ``n:m``: in every group of ``m`` consecutive inputs of a row, ``n`` weights are removed;
-- ``structured``: whole columns (inputs) removed, a fraction ``p`` of the layer.
+- ``structured``: whole columns (inputs) removed, a fraction ``p`` of the layer;
+- ``neurons``: whole MLP neurons removed, a fraction ``p`` of every block's MLP width: the input columns of
+  the MLP's output projection (only that layer is pruned), so the model can be written smaller
+  (``thanos.stages.compact``).
 
 Counts use exact rational arithmetic on the decimal value the user wrote, so ``0.3 * 10`` is 3, never
 ``3.0000000000000004`` rounded up to 4.
@@ -17,7 +20,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-Kind = Literal["unstructured", "nm", "structured"]
+Kind = Literal["unstructured", "nm", "structured", "neurons"]
+NEURON_MULTIPLE = 8  # the kept MLP width is rounded up to a multiple of this (kernel-friendly)
 
 
 def exact(x: float | int | str | Fraction) -> Fraction:
@@ -44,14 +48,16 @@ class Sparsity:
                 raise ValueError(
                     f"sparsity: n:m needs integers 0 < n < m, got {self.n}:{self.m} (e.g. '2:4' or '4:8')"
                 )
-        elif self.kind in ("unstructured", "structured"):
+        elif self.kind in ("unstructured", "structured", "neurons"):
             if not 0 <= self.p < 1:
                 raise ValueError(
                     f"sparsity: {self.kind} fraction must lie in [0, 1), got {float(self.p)} "
                     "(e.g. '0.5' or 'structured:0.3')"
                 )
         else:
-            raise ValueError(f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m or structured")
+            raise ValueError(
+                f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured or neurons"
+            )
 
     @property
     def fraction(self) -> float:
@@ -68,7 +74,7 @@ _NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
 
 def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
-    """Parse ``0.5``, ``"0.5"``, ``"unstructured:0.5"``, ``"2:4"``, ``"structured:0.3"``.
+    """Parse ``0.5``, ``"0.5"``, ``"unstructured:0.5"``, ``"2:4"``, ``"structured:0.3"``, ``"neurons:0.3"``.
 
     >>> parse_sparsity("2:4")
     Sparsity(kind='nm', p=Fraction(0, 1), n=2, m=4)
@@ -88,10 +94,10 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
         return Sparsity("nm", n=int(match.group(1)), m=int(match.group(2)))
     kind, _, value = text.rpartition(":")
     kind = kind or "unstructured"
-    if kind not in ("unstructured", "structured"):
+    if kind not in ("unstructured", "structured", "neurons"):
         raise ValueError(
             f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
-            "'n:m' ('2:4', '4:8') or 'structured:<fraction>'"
+            "'n:m' ('2:4', '4:8'), 'structured:<fraction>' or 'neurons:<fraction>'"
         )
     try:
         p = exact(value)
@@ -113,3 +119,15 @@ def outlier_count(alpha: Fraction, c: int) -> int:
 def structured_count(p: Fraction, alpha: Fraction, b: int) -> int:
     """s = ceil(p b / (1 - alpha)): columns to remove (Alg. 2, line 2)."""
     return math.ceil(p * b / (1 - alpha))
+
+
+def neuron_count(p: Fraction, b: int, multiple: int = NEURON_MULTIPLE) -> int:
+    """Neurons (columns of the MLP's output projection, of ``b``) to remove for ``neurons:p``.
+
+    The kept width is b - ceil(p b) (the paper's structured count with alpha 0) rounded UP to a multiple of
+    ``multiple`` (at most b, at least ``multiple``): at least the requested fraction is kept, the kept width
+    suits kernels, and no MLP is emptied.
+    """
+    kept = b - math.ceil(p * b)
+    kept = min(b, max(multiple, -(-kept // multiple) * multiple))
+    return b - kept

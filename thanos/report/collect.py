@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # the dense model first, then the methods in their registry order (thanos/pruning/methods.py)
 METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
 METHOD_NAMES = {DENSE: "Dense"} | {name: method.label for name, method in methods.METHODS.items()}
-KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3}
+KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3, "neurons": 4}
 # the paper's appendix column order and labels
 TASK_LABELS = {
     "arc_challenge": "ArcC",
@@ -255,6 +255,8 @@ def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
         return str(sparsity)
     if kind in ("unstructured", "structured"):
         return f"{kind.capitalize()} {fraction * 100:g}%"
+    if kind == "neurons":
+        return f"MLP neurons {fraction * 100:g}%"
     return str(sparsity)
 
 

@@ -127,11 +127,13 @@ def recipe_spec(
     blocksize: int | None,
     damp: float,
     exclude: Sequence[str] = (),
+    compact: bool | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
-    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``; excluded layers add
-    ``_x`` and a digest of the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
-    from thanos.files.recipes import pattern_tag
+    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``, ``thanos_n30_a0`` (neurons,
+    compact; ``_zeros`` when written in the original shape); excluded layers add ``_x`` and a digest of
+    the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
+    from thanos.files.recipes import ConfigError, check_compact, pattern_tag
     from thanos.pruning.sparsity import parse_sparsity
 
     if method not in METHODS:
@@ -144,6 +146,10 @@ def recipe_spec(
     if alpha is None:  # n:m asked of one command means the hardware pattern: every row n:m (alpha 0)
         alpha = 0.0 if pattern.kind == "nm" else spec.default_alpha(pattern.kind)
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
+    try:
+        check_compact("recipe", str(pattern), alpha, compact)
+    except ConfigError as err:
+        raise ValueError(f"--sparsity {sparsity} --alpha {alpha:g}: {err}") from None
     tag = pattern_tag(str(pattern))
     name = f"{method}_{tag}_a{alpha:g}"
     recipe: dict[str, Any] = {"method": method, "sparsity": str(pattern), "alpha": alpha}
@@ -156,6 +162,9 @@ def recipe_spec(
     if exclude:
         recipe["exclude"] = list(exclude)
         name += "_x" + hashlib.sha256(json.dumps(list(exclude)).encode()).hexdigest()[:8]
+    if compact is not None:
+        recipe["compact"] = compact
+        name += "" if compact else "_zeros"
     return name, recipe
 
 
@@ -252,12 +261,15 @@ def prune_model(
     tasks: list[str] | None = None,
     cores: int | None = None,
     exclude: Sequence[str] | None = None,
+    compact: bool | None = None,
     stream: TextIO | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
 
-    ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3";
+    ``method``: magnitude, wanda, sparsegpt or thanos; ``sparsity``: 0.5, "2:4", "4:8", "structured:0.3",
+    "neurons:0.3" (MLP neurons; ``compact``, default True for it: the model is written without them, its
+    ``intermediate_size`` the kept width);
     ``alpha``: when None, 0 for n:m (every row of every pruned layer n:m: the pattern 2:4 kernels run) and
     the method's default otherwise (Thanos structured: 0.1); pass 0.1 for the paper's n:m variant, which
     keeps 10 % of the rows dense (better perplexity, not usable by n:m kernels); ``blocksize``: the
@@ -288,11 +300,19 @@ def prune_model(
     out = Path(out).expanduser().resolve()
     check_out(out)
     exclude = list(exclude or ())
-    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, exclude)
+    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, exclude, compact)
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
     model_type, max_positions, all_layers, layers = model_facts(reference, exclude)
+    if recipe["sparsity"].startswith("neurons:") and Path(reference).is_dir():
+        from thanos.models import open_model
+        from thanos.models.neurons import mlp_layout
+
+        try:  # a model whose neurons cannot be removed is refused before any job runs
+            mlp_layout(*open_model(reference, full_config=False)[1:])
+        except ValueError as err:
+            raise ValueError(f"--model {reference}: {err}") from None
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
         raise ValueError(
@@ -383,6 +403,14 @@ def prune_model(
         f"  {label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
         f"({100 * summary.global_sparsity:.2f} % of all parameters)",
     )
+    if compact := report.get("compact"):
+        before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+        _print(
+            stream,
+            f"  compact: MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
+            f"({compact['width_key']}); {after:,} of {before:,} parameters "
+            f"({100 * (1 - after / before):.1f} % fewer)",
+        )
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]
         _print(stream, f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']})")

@@ -5,7 +5,10 @@ the weights as safetensors (one ``model.safetensors``, or shards with ``model.sa
 layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original
 dtypes); ``thanos.models.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
 card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the size and
-sha256 of every other file (``thanos.files.digests``: what later readers check the model against). Tensors are
+sha256 of every other file (``thanos.files.digests``: what later readers check the model against). A
+``neurons:p`` recipe's model is written compact by default (``thanos.stages.compact``: the removed MLP
+neurons cut out, ``config.json`` with the kept width); the layers such a recipe leaves unchanged are not
+listed as pruned. Tensors are
 streamed shard by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole
 model. The directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in
 a fixed order).
@@ -36,6 +39,7 @@ from thanos.files.recipes import Recipe
 from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
+from thanos.stages.compact import Compaction, compaction, wants_compaction
 
 log = logging.getLogger(__name__)
 
@@ -202,14 +206,20 @@ def assemble(
     check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
 
     replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
-    sizes = tensor_sizes(names, sources, replace)
+    compact = None
+    if isinstance(recipe, Recipe) and wants_compaction(recipe.to_dict()):
+        compact = compaction(model_dir, pruned_root, names)
+    sizes = tensor_sizes(names, sources, replace, compact)
     shards = shard_names(names, sizes, max_bytes)
     total, removed = count_pruned(layers, replace)
 
     out = Path(out)
     with atomic_path(out, is_dir=True) as tmp:
-        write_shards(tmp, shards, sources, replace, sizes)
+        write_shards(tmp, shards, sources, replace, sizes, compact)
         copy_model_files(model_dir, tmp)
+        if compact is not None:
+            config_file = tmp / "config.json"
+            config_file.write_text(compact.config(config_file.read_text()))
         usage = disk_usage(list(intermediates or []))
         report = {
             "recipe": recipe.to_dict(),
@@ -230,6 +240,8 @@ def assemble(
             "intermediates": usage,
             "workflow": workflow,
         }
+        if compact is not None:
+            report["compact"] = compact.facts
         describe_model(tmp, report)  # sparsity.json, README.md model card
         report["files"] = digests.record(tmp)  # what every later reader checks the model against
         (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -283,7 +295,7 @@ def pruned_tensors(
     layers = []
     order = {name: i for i, name in enumerate(info.get("layers", []))}
     wanted = None
-    if info.get("layers") and recipe is not None:
+    if info.get("layers") and isinstance(recipe, Recipe):
         wanted = {
             (block, layer)
             for block in range(int(info["num_blocks"]))
@@ -294,16 +306,20 @@ def pruned_tensors(
         if wanted is not None and (block, layer) not in wanted:
             continue
         name = tensor_name(block, layer, names, info.get("block_prefix"))
-        replace[name] = file
         stats_file = file.with_suffix(".json")
         stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+        if stats.get("kept_dense"):  # a neurons recipe's unchanged layer: the original tensor is written
+            continue
+        replace[name] = file
         layers.append({"block": block, "layer": layer, "tensor": name, **stats})
     return replace, layers
 
 
-def tensor_sizes(names: list[str], sources: dict[str, Path], replace: dict[str, Path]) -> dict[str, int]:
-    """Bytes of every output tensor, from the headers only; a pruned layer whose shape or dtype differs
-    from the original's is refused."""
+def tensor_sizes(
+    names: list[str], sources: dict[str, Path], replace: dict[str, Path], compact: Compaction | None = None
+) -> dict[str, int]:
+    """Bytes of every output tensor (compacted, with ``compact``), from the headers only; a pruned layer
+    whose shape or dtype differs from the original's is refused."""
     sizes: dict[str, int] = {}
     for name in names:
         with open_safetensors(sources[name]) as handle:
@@ -311,6 +327,8 @@ def tensor_sizes(names: list[str], sources: dict[str, Path], replace: dict[str, 
             shape, dtype = list(sl.get_shape()), sl.get_dtype()
         if name in replace:
             check_replacement(replace[name], name, shape, dtype)
+        if compact is not None:
+            shape = compact.shape(name, shape)
         sizes[name] = math.prod(shape) * DTYPE_BYTES.get(dtype, 2)
     return sizes
 
@@ -356,9 +374,11 @@ def write_shards(
     sources: dict[str, Path],
     replace: dict[str, Path],
     sizes: dict[str, int],
+    compact: Compaction | None = None,
 ) -> None:
     """The weights as safetensors shards, one shard in memory at a time: a single ``model.safetensors``,
-    or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them)."""
+    or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them); with
+    ``compact``, the removed neurons cut out."""
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
         shard_name = (
@@ -369,6 +389,8 @@ def write_shards(
             source, key = (replace[name], "weight") if name in replace else (sources[name], name)
             with open_safetensors(source) as handle:
                 tensors[name] = handle.get_tensor(key).contiguous()
+            if compact is not None:
+                tensors[name] = compact.apply(name, tensors[name])
             weight_map[name] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
         del tensors

@@ -7,6 +7,7 @@ Each stage loads only the tensors it needs (one block, or the embeddings) and st
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -171,8 +172,16 @@ def _starved(experts: dict, tokens: dict[str, int]) -> set[str]:
     return {g for g, n in tokens.items() if g in experts and n < MIN_SHARE * mean[experts[g].experts]}
 
 
+def _kept_dense(stats: Path) -> bool:
+    """Whether a pruned layer's stats say it was left as it is (``thanos.stages.prune``, neurons recipes)."""
+    try:
+        return bool(json.loads(stats.read_text()).get("kept_dense"))
+    except (OSError, ValueError):
+        return False
+
+
 def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Tensor]:
-    """Pruned weights ``DIR/{layer}.safetensors`` for the layers that have a file."""
+    """Pruned weights ``DIR/{layer}.safetensors`` for the layers that have a file (and were pruned)."""
     pruned_dir = Path(pruned_dir)
     if not pruned_dir.is_dir():
         raise FileNotFoundError(
@@ -181,6 +190,8 @@ def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Te
     found = {}
     for layer in layers:
         path = pruned_dir / f"{layer}.safetensors"
+        if _kept_dense(path.with_suffix(".json")):
+            continue  # a layer a neurons recipe leaves as it is (an empty file): the original weight
         if path.is_file():
             tensors = load_safetensors(path)
             if "weight" not in tensors:

@@ -3,6 +3,11 @@
 Each layer's original weight is read lazily from the checkpoint and its group's Hessian from the
 hessians store (one group in memory at a time); results are written atomically as
 ``DIR/{layer}.safetensors`` (tensor ``weight``, original dtype) and ``DIR/{layer}.json`` (stats).
+
+A ``neurons:p`` recipe prunes only the MLP's output projection (``thanos.models.neurons``), whose stats
+also list the ``removed_columns``; every other layer gets its stats (``kept_dense``) and an empty weight file
+(no tensor: the original weight is used; nothing is copied), so that the chain, the workflow's per-layer
+outputs, the resume checks and the assembly see every layer of the block finished.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from thanos.files.recipes import select_layers
 from thanos.models import open_model
 from thanos.pruning import methods
 from thanos.pruning.layer import prune_layer
+from thanos.pruning.sparsity import parse_sparsity
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
@@ -64,9 +70,20 @@ def prune(
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     results = []
+    only = None  # neurons: the one layer pruned
+    if parse_sparsity(sparsity).kind == "neurons":
+        from thanos.models.neurons import mlp_layout
+
+        only = mlp_layout(adapter, checkpoint).output
+    options = {"blocksize": blocksize, "alpha": float(alpha or 0), "damp": damp}
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
     for layer in layers:
         group = adapter.group_of(layer, block)
+        if only is not None and layer != only:
+            results.append(
+                _keep_dense(checkpoint, prefix, block, layer, group, method, sparsity, options, out_dir)
+            )
+            continue
         H = None
         if store is not None:
             if current is None or current[0] != group:
@@ -98,6 +115,8 @@ def prune(
         if store is not None and group in store.attrs.get("experts", {}):
             # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
             stats["routing"] = store.attrs["experts"][group]
+        if result.columns is not None:
+            stats["removed_columns"] = result.columns.tolist()
         with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
             save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
         write_json(out_dir / pruned_layer_name(layer, "json"), stats)
@@ -113,3 +132,42 @@ def prune(
         results.append(stats)
         del weight, result  # not alive while the next layer is read and pruned
     return results
+
+
+def _keep_dense(
+    checkpoint,
+    prefix: str,
+    block: int,
+    layer: str,
+    group: str,
+    method: str,
+    sparsity: str,
+    options: dict,
+    out_dir: Path,
+) -> dict:
+    """A layer a ``neurons`` recipe leaves as it is: an empty weight file, stats marked ``kept_dense``."""
+    shape = checkpoint.shape(f"{prefix}{layer}.weight")
+    stats = {
+        "method": method,
+        "sparsity": str(parse_sparsity(sparsity)),
+        "achieved_sparsity": 0.0,
+        "objective": 0.0,
+        "seconds": 0.0,
+        "device": "cpu",
+        "outlier_rows": 0,
+        "blocksize": None,
+        "alpha": 0.0,
+        "damp": None,
+        "damp_retries": 0,
+        "dead_columns": 0,
+        "shape": list(shape),
+        "block": block,
+        "layer": layer,
+        "group": group,
+        "options": options,
+        "kept_dense": True,
+    }
+    with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
+        save_file({}, str(tmp), metadata={"kept_dense": "not pruned: the original weight is used"})
+    write_json(out_dir / pruned_layer_name(layer, "json"), stats)
+    return stats

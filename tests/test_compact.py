@@ -1,0 +1,298 @@
+"""MLP-neuron removal (``neurons:p``) and its compact output: the counts, the recipe checks, every family of
+the tested matrix compacted to the logits of the zero-filled model, refusals, the workflow, ``thanos
+prune-model`` and llama.cpp's converter on a compact model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
+from transformers import AutoModelForCausalLM
+
+from thanos.files.recipes import ConfigError, Recipe, expand, from_name
+from thanos.models import open_model
+from thanos.models.matrix import MATRIX
+from thanos.models.neurons import NeuronsError, mlp_layout
+from thanos.models.tiny import build_tiny_model
+from thanos.pruning.layer import prune_layer
+from thanos.pruning.sparsity import neuron_count, parse_sparsity
+from thanos.stages.assemble import assemble
+from thanos.stages.prune import prune
+
+# model_type -> tiny-model options: phi3's fused qkv_proj has 2 x 64 rows at the tiny default sizes, the
+# width of its MLP: an MLP width of 96 keeps its layers apart (the default is refused, see below)
+OPTIONS = {"phi3": {"intermediate_size": 96}}
+# rows of the matrix whose MLP is not one output projection of intermediate_size inputs per block: mixture
+# of experts (many expert projections, or dense first blocks of another width); refused, named
+NO_NEURONS = ("mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "qwen3_next")
+
+
+def logits(model_dir: Path, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()(ids).logits
+
+
+def stored_parameters(model_dir: Path) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for file in model_dir.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as handle:
+            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())  # noqa: SIM118
+    return total
+
+
+def test_neuron_count_keeps_at_least_the_asked_width_rounded_up_to_8() -> None:
+    assert (
+        parse_sparsity("neurons:0.3").kind == "neurons"
+        and str(parse_sparsity("neurons:0.3")) == "neurons:0.3"
+    )
+    # SmolLM2's 1536: ceil(0.3 * 1536) = 461 removed leaves 1075, rounded up to 1080
+    assert [neuron_count(Fraction(p), 1536) for p in ("0.2", "0.3", "0.5")] == [304, 456, 768]
+    assert neuron_count(Fraction("0.3"), 96) == 24 and neuron_count(Fraction("0.01"), 100) == 0
+    assert neuron_count(Fraction("0.99"), 64) == 56  # at least 8 kept
+
+
+def test_recipe_checks_compact_and_alpha() -> None:
+    recipe = Recipe.from_dict({"name": "n", "method": "thanos", "sparsity": "neurons:0.3"})
+    assert recipe.compact is None and recipe.sparsity == "neurons:0.3"
+    assert "compact" not in recipe.options()  # an assembly option, not a pruning one
+    with pytest.raises(ConfigError, match=r"recipe\.compact: only neurons:p recipes can be written compact"):
+        Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "structured:0.3", "compact": True})
+    with pytest.raises(ConfigError, match=r"recipe\.alpha: neurons:0.3 removes whole neurons.*set alpha 0"):
+        Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "neurons:0.3", "alpha": 0.1})
+    with pytest.raises(ConfigError, match="expected true or false"):
+        Recipe.from_dict({"name": "r", "method": "wanda", "sparsity": "neurons:0.3", "compact": "yes"})
+    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.alpha: neurons:0.3 removes whole neurons"):
+        expand({"recipe_grid": [{"methods": ["thanos"], "sparsities": ["neurons:0.3"], "alpha": [0, 0.1]}]})
+    assert from_name("thanos_n30_a0") == {"method": "thanos", "sparsity": "neurons:0.3", "alpha": 0.0}
+
+
+@pytest.mark.parametrize("method", ["thanos", "sparsegpt", "wanda", "magnitude"])
+def test_prune_layer_removes_whole_columns_and_names_them(method: str) -> None:
+    generator = torch.Generator().manual_seed(0)
+    W = torch.randn(16, 96, generator=generator)
+    X = torch.randn(96, 400, generator=generator)
+    H = 2 * X @ X.T / 400
+    result = prune_layer(W, None if method == "magnitude" else H, method, "neurons:0.3")
+    assert result.columns is not None and result.columns.numel() == 24
+    zero = (result.weight == 0).all(dim=0)
+    assert zero[result.columns].all() and int(zero.sum()) == 24
+    with pytest.raises(ValueError, match="no row can be kept dense"):
+        prune_layer(W, H, "thanos", "neurons:0.3", alpha=0.1)
+
+
+def prune_with_magnitude(model: Path, root: Path, sparsity: str = "neurons:0.3") -> None:
+    """Every block pruned by the prune stage (magnitude needs no calibration)."""
+    _, adapter, _ = open_model(model)
+    for block in range(adapter.num_blocks):
+        prune(model, block, None, "magnitude", sparsity, out_dir=root / f"block{block}", device="cpu")
+
+
+@pytest.mark.parametrize("model_type", [t for t in MATRIX if t not in NO_NEURONS])
+def test_compact_model_gives_the_logits_of_the_zero_filled_one(tmp_path: Path, model_type: str) -> None:
+    """Every family of the tested matrix: the compact model (intermediate width cut, config changed) and
+    the same pruned layers written with zeros in the original shape give the same logits (fp32, <= 1e-5),
+    both loaded with plain from_pretrained."""
+    model = build_tiny_model(
+        tmp_path / model_type,
+        model_type,
+        max_position_embeddings=64,
+        jitter=0.1,
+        **OPTIONS.get(model_type, {}),
+    )
+    pruned = tmp_path / "pruned"
+    prune_with_magnitude(model, pruned)
+    base = {"name": "m", "method": "magnitude", "sparsity": "neurons:0.3"}
+    zeros = assemble(model, pruned, Recipe.from_dict(base | {"compact": False}), tmp_path / "zeros")
+    compact = assemble(model, pruned, Recipe.from_dict(base), tmp_path / "compact")
+    facts = compact["compact"]
+    assert "compact" not in zeros
+    width = facts["original_width"]
+    assert facts["kept_width"] == width - neuron_count(Fraction("0.3"), width)
+    assert facts["kept_width"] % 8 == 0
+    config = json.loads((tmp_path / "compact" / "config.json").read_text())
+    original = json.loads((model / "config.json").read_text())
+    assert config == original | {facts["width_key"]: facts["kept_width"]}
+    assert (tmp_path / "zeros" / "config.json").read_bytes() == (model / "config.json").read_bytes()
+    assert [entry["layer"] for entry in compact["layers"]] == [
+        facts["output_projection"]
+    ] * 2  # the others: dense
+    sidecar = json.loads((tmp_path / "compact" / "sparsity.json").read_text())
+    assert sidecar["compact"]["kept_width"] == facts["kept_width"] and sidecar["structure"] == "neurons"
+    assert (
+        f"keeps {facts['kept_width']} of its {width} neurons"
+        in (tmp_path / "compact" / "README.md").read_text()
+    )
+    ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(1))
+    a, b = logits(tmp_path / "compact", ids), logits(tmp_path / "zeros", ids)
+    assert (a - b).abs().max() <= 1e-5
+    assert facts["parameters"]["kept"] == stored_parameters(tmp_path / "compact")
+    assert facts["parameters"]["original"] == stored_parameters(model) > facts["parameters"]["kept"]
+
+
+def test_models_whose_neurons_cannot_be_removed_are_refused(tmp_path: Path) -> None:
+    """One line naming the model type and why: a layer beside the MLP with the MLP's width (phi3's fused
+    qkv_proj at the tiny default sizes), and a hidden size equal to the MLP width (ambiguous)."""
+    phi3 = build_tiny_model(tmp_path / "phi3", "phi3", max_position_embeddings=64)
+    with pytest.raises(
+        NeuronsError, match=r"model_type 'phi3': cannot remove MLP neurons \(self_attn\.qkv_proj"
+    ):
+        mlp_layout(*open_model(phi3, full_config=False)[1:])
+    square = make_tiny_model(tmp_path, "llama", intermediate_size=32)
+    with pytest.raises(NeuronsError, match=r"model_type 'llama': cannot remove MLP neurons \(.*take"):
+        mlp_layout(*open_model(square, full_config=False)[1:])
+    with pytest.raises(ValueError, match="cannot remove MLP neurons"):
+        prune(square, 0, None, "magnitude", "neurons:0.3", out_dir=tmp_path / "p", device="cpu")
+
+
+@pytest.mark.parametrize("model_type", NO_NEURONS)
+def test_mixture_of_experts_rows_are_refused(tmp_path: Path, model_type: str) -> None:
+    """The matrix's mixture-of-experts rows: neurons:p is refused naming the model type, not half done."""
+    model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
+    with pytest.raises(NeuronsError, match=rf"model_type '{model_type}': cannot remove MLP neurons \("):
+        mlp_layout(*open_model(model, full_config=False)[1:])
+
+
+def test_per_block_widths_are_refused() -> None:
+    """Configs with one MLP width per block (a list), or none, cannot hold one kept width."""
+    from types import SimpleNamespace
+
+    from thanos.models.neurons import mlp_width
+
+    assert mlp_width(SimpleNamespace(model_type="opt", ffn_dim=96)) == ("ffn_dim", 96)
+    with pytest.raises(NeuronsError, match=r"'x'.*intermediate_size is \[64, 96\], not one width for every"):
+        mlp_width(SimpleNamespace(model_type="x", intermediate_size=[64, 96]))
+    with pytest.raises(NeuronsError, match="states no MLP width"):
+        mlp_width(SimpleNamespace(model_type="x"))
+
+
+def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:
+    model = make_tiny_model(tmp_path, "llama")
+    pruned = tmp_path / "pruned"
+    prune_with_magnitude(model, pruned, "structured:0.3")
+    recipe = Recipe("r", "magnitude", "structured:0.3", compact=True)
+    with pytest.raises(ValueError, match="only neurons:p recipes"):
+        assemble(model, pruned, recipe, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
+    """The real workflow: Thanos, Wanda and magnitude neuron removal, compact, and Thanos written with zeros;
+    Thanos' compact model gives the zero-filled one's logits."""
+    model = make_tiny_model(tmp_path, "llama", intermediate_size=96)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipes = {
+        "t30": {"method": "thanos", "sparsity": "neurons:0.3"},
+        "t30z": {"method": "thanos", "sparsity": "neurons:0.3", "compact": False},
+        "w30": {"method": "wanda", "sparsity": "neurons:0.3"},
+        "m30": {"method": "magnitude", "sparsity": "neurons:0.3"},
+    }
+    snakemake(tmp_path / "run", workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes))
+    results = tmp_path / "run" / "results" / "tiny"
+    for name in ("t30", "w30", "m30"):
+        assert json.loads((results / name / "model" / "config.json").read_text())["intermediate_size"] == 72
+    assert json.loads((results / "t30z" / "model" / "config.json").read_text())["intermediate_size"] == 96
+    kept = results / "t30" / "pruned" / "block1" / "self_attn.q_proj.safetensors"  # not pruned: not copied
+    assert kept.stat().st_size < 200 and json.loads(kept.with_suffix(".json").read_text())["kept_dense"]
+    ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(3))
+    assert (
+        logits(results / "t30" / "model", ids) - logits(results / "t30z" / "model", ids)
+    ).abs().max() <= 1e-5
+    assert not torch.equal(logits(results / "t30" / "model", ids), logits(results / "m30" / "model", ids))
+
+
+def test_workflow_per_layer_jobs_prune_neurons(tmp_path: Path) -> None:
+    """granularity layer (one job per layer): the layers a neurons recipe leaves alone are jobs too."""
+    model = make_tiny_model(tmp_path, "qwen2", intermediate_size=96)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipes = {"m30": {"method": "magnitude", "sparsity": "neurons:0.3"}}
+    config = workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes, granularity="layer")
+    snakemake(tmp_path / "run", config)
+    out = tmp_path / "run" / "results" / "tiny" / "m30" / "model"
+    assert json.loads((out / "config.json").read_text())["intermediate_size"] == 72
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert [entry["layer"] for entry in report["layers"]] == ["mlp.down_proj"] * 2
+
+
+def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
+    model = make_tiny_model(tmp_path, "opt", intermediate_size=96)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "thanos"]
+    command += [
+        "--sparsity",
+        "neurons:0.3",
+        "--calibration",
+        str(corpus),
+        "--nsamples",
+        "8",
+        "--seqlen",
+        "32",
+    ]
+    command += [
+        "--device",
+        "cpu",
+        "--cores",
+        "2",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "compact: MLP width 96 -> 72 neurons per block (ffn_dim)" in run.stderr
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 72
+    report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
+    assert report["recipe"]["name"] == "thanos_n30_a0" and report["compact"]["kept_width"] == 72
+    refused = subprocess.run(
+        [*command[:-1], str(tmp_path / "out2"), "--alpha", "0.1"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "removes whole neurons" in refused.stderr
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_a_compact_model(tmp_path: Path) -> None:
+    """llama.cpp's converter reads the compact model: its feed-forward tensors have the kept width."""
+    from test_output import llama_cpp_converter
+
+    model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=2, tokenizer="llama")
+    pruned = tmp_path / "pruned"
+    prune_with_magnitude(model, pruned)
+    report = assemble(model, pruned, Recipe("m", "magnitude", "neurons:0.3"), tmp_path / "compact")
+    kept = report["compact"]["kept_width"]
+    converter = llama_cpp_converter()
+    gguf_file = tmp_path / "compact.gguf"
+    env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(converter / "convert_hf_to_gguf.py"),
+            str(tmp_path / "compact"),
+            "--outfile",
+            str(gguf_file),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    sys.path.insert(0, str(converter / "gguf-py"))
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(gguf_file)
+        shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
+        field = reader.fields["llama.feed_forward_length"]
+        assert int(field.parts[field.data[0]][0]) == kept
+    finally:
+        sys.path.remove(str(converter / "gguf-py"))
+    assert shapes["blk.0.ffn_down.weight"] == [kept, 64] and shapes["blk.0.ffn_up.weight"] == [64, kept]
