@@ -19,6 +19,7 @@ from thanos.files.layout import pruned_layer_name
 from thanos.models import open_model
 from thanos.pruning import methods
 from thanos.pruning.layer import prune_layer
+from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,12 @@ def prune(
     alpha: float | None = None,
     damp: float = 0.01,
     device: str = "auto",
+    owl: str | Path | None = None,
 ) -> list[dict]:
-    """Prune ``layers`` (all of the block's when None) and return their stats dicts."""
+    """Prune ``layers`` (all of the block's when None) and return their stats dicts.
+
+    ``owl``: an ``owl.json`` (``thanos.stages.owl``) of target ``sparsity``: the block is pruned at its
+    sparsity there (exact, removed / parameters); the stats record the profile and the target."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
     layers = list(layers) if layers else adapter.layers
@@ -54,6 +59,14 @@ def prune(
         raise ValueError(
             f"--hessians is required for method {method!r} (only {methods.without_hessian()} run without)"
         )
+    profile = {}
+    if owl is not None:
+        from thanos.stages.owl import block_sparsity
+
+        target = str(parse_sparsity(sparsity))
+        sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, target))
+        profile = {"profile": "owl", "target_sparsity": target, "block_sparsity": str(sparsity.p)}
+        log.info("prune: block %d: OWL sparsity %.6f (target %s, %s)", block, float(sparsity.p), target, owl)
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     results = []
@@ -87,6 +100,7 @@ def prune(
             "layer": layer,
             "group": group,
             "options": result.options,
+            **profile,
         }
         with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
             save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
