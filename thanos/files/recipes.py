@@ -190,8 +190,8 @@ def grid_name(
 
 
 def from_name(name: str) -> dict[str, Any] | None:
-    """``method``, ``sparsity``, ``alpha`` and ``profile`` read back from a ``grid_name``; None for other
-    names."""
+    """``method``, ``sparsity`` and ``alpha`` (and ``profile`` for an OWL recipe) read back from a
+    ``grid_name``; None for other names."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
         rf"^(?P<method>{alternatives})_(?P<tag>[us][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?(?P<owl>_owl)?",
@@ -209,12 +209,8 @@ def from_name(name: str) -> dict[str, Any] | None:
         alpha = float(match["alpha"]) if match["alpha"] else None
     except ValueError:
         return None
-    return {
-        "method": match["method"],
-        "sparsity": sparsity,
-        "alpha": alpha,
-        "profile": "owl" if match["owl"] else None,
-    }
+    found = {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
+    return found | {"profile": "owl"} if match["owl"] else found
 
 
 def expand(config: dict[str, Any]) -> dict[str, Recipe]:
