@@ -251,3 +251,16 @@ def test_owl_with_nm_is_refused_by_the_workflow(tmp_path, text):
     proc = snakemake(tmp_path, workflow_config(text, MODELS, recipes), "-n", check=False)
     assert proc.returncode != 0
     assert "recipes.wanda_owl.profile: owl sets a sparsity per block" in proc.stderr + proc.stdout
+
+
+def test_report_rows_keep_owl_beside_uniform(run):
+    from thanos.report.collect import collect, labelled_recipes
+
+    frame, _ = collect(run / "results")
+    rows = labelled_recipes(frame)
+    labels = dict(zip(rows["recipe"], rows["label"], strict=True))
+    assert labels["thanos_u70"] == "Thanos"
+    assert labels["thanos_u70_owl"] == "Thanos + OWL"
+    assert labels["wanda_u70_owl"] == "Wanda + OWL"
+    order = [recipe for _, recipe in sorted(zip(rows["order"], rows["recipe"], strict=True))]
+    assert order.index("thanos_u70") + 1 == order.index("thanos_u70_owl")
