@@ -264,3 +264,36 @@ def test_report_rows_keep_owl_beside_uniform(run):
     assert labels["wanda_u70_owl"] == "Wanda + OWL"
     order = [recipe for _, recipe in sorted(zip(rows["order"], rows["recipe"], strict=True))]
     assert order.index("thanos_u70") + 1 == order.index("thanos_u70_owl")
+
+
+def test_prune_model_with_owl(tmp_path, text):
+    """``thanos prune-model --profile owl``: the sequential chain plus the dense chain's Hessians; the
+    published card and sidecar state the per-block sparsities and the command that reproduces them."""
+    import subprocess
+    import sys
+
+    def thanos(*args):
+        run = subprocess.run(
+            [sys.executable, "-m", "thanos", *map(str, args)], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        return run
+
+    model = tmp_path / "tiny"
+    thanos("make-tiny-model", "--hidden-size", "32", "--num-blocks", "3", "--out", model)
+    args = ["prune-model", "--model", model, "--method", "wanda", "--sparsity", "0.7", "--profile", "owl"]
+    args += ["--owl-lambda", "0.1", "--calibration", text, "--nsamples", "8", "--seqlen", "32"]
+    thanos(
+        *args, "--device", "cpu", "--cores", "2", "--workdir", tmp_path / "work", "--out", tmp_path / "out"
+    )
+    sidecar = json.loads((tmp_path / "out" / "sparsity.json").read_text())
+    assert sidecar["profile"]["owl_lambda"] == 0.1 and len(sidecar["blocks"]) == 3
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "--profile owl --owl-m 5 --owl-lambda 0.1" in card
+    refused = subprocess.run(
+        [sys.executable, "-m", "thanos", *map(str, [*args[:6], "2:4", "--profile", "owl", "--out", "x"])],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0 and "--profile: owl sets a sparsity per block" in refused.stderr

@@ -322,9 +322,10 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
         return None
     args = ["thanos", "prune-model", "--model", str(report["model"]["path"])]
     args += ["--method", recipe["method"], "--sparsity", str(recipe["sparsity"])]
-    for key in ("alpha", "blocksize", "damp"):
+    for key in ("alpha", "blocksize", "damp", "profile", "owl_m", "owl_lambda"):
         if recipe.get(key) is not None:
-            args += [f"--{key}", f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])]
+            value = f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])
+            args += [f"--{key.replace('_', '-')}", value]
     calibration = report.get("calibration")
     if calibration:
         args += ["--calibration", str(calibration["source"])]

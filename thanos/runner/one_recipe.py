@@ -114,11 +114,19 @@ def model_facts(reference: str) -> tuple[str, int]:
 
 
 def recipe_spec(
-    method: str, sparsity: str | float, alpha: float | None, blocksize: int | None, damp: float
+    method: str,
+    sparsity: str | float,
+    alpha: float | None,
+    blocksize: int | None,
+    damp: float,
+    profile: str | None = None,
+    owl_m: float | None = None,
+    owl_lambda: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
-    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``."""
-    from thanos.files.recipes import pattern_tag
+    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``, and with ``profile``
+    owl ``wanda_u70_a0_owl-m5-l0.08`` (OWL's M and lambda, defaults filled in)."""
+    from thanos.files.recipes import ConfigError, check_profile, pattern_tag
     from thanos.pruning.sparsity import parse_sparsity
 
     if method not in METHODS:
@@ -140,6 +148,17 @@ def recipe_spec(
     if damp != DEFAULT_DAMP:
         recipe["damp"] = damp
         name += f"_damp{damp:g}"
+    try:
+        check_profile("prune-model", str(pattern), profile, owl_m, owl_lambda)
+    except ConfigError as err:
+        raise ValueError(str(err).replace("prune-model.", "--").replace("_", "-", 1)) from None
+    if profile == "owl":
+        from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
+
+        owl_m = DEFAULT_M if owl_m is None else owl_m
+        owl_lambda = DEFAULT_LAMBDA if owl_lambda is None else owl_lambda
+        recipe |= {"profile": "owl", "owl_m": owl_m, "owl_lambda": owl_lambda}
+        name += f"_owl-m{owl_m:g}-l{owl_lambda:g}"
     return name, recipe
 
 
@@ -236,6 +255,9 @@ def prune_model(
     tasks: list[str] | None = None,
     cores: int | None = None,
     stream: TextIO | None = None,
+    profile: str | None = None,
+    owl_m: float | None = None,
+    owl_lambda: float | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
@@ -244,7 +266,9 @@ def prune_model(
     ``alpha``: when None, 0 for n:m (every row of every pruned layer n:m: the pattern 2:4 kernels run) and
     the method's default otherwise (Thanos structured: 0.1); pass 0.1 for the paper's n:m variant, which
     keeps 10 % of the rows dense (better perplexity, not usable by n:m kernels); ``blocksize``: the
-    method's default when None;
+    method's default when None; ``profile``: "owl" for OWL's per-block sparsities (unstructured only; M
+    ``owl_m``, default 5, and ``owl_lambda``, default 0.08), from the dense model's Hessians of every block
+    (a dense pass over the model besides the sequential chain);
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
@@ -269,7 +293,7 @@ def prune_model(
         raise ValueError(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
     out = Path(out).expanduser().resolve()
     check_out(out)
-    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp)
+    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, profile, owl_m, owl_lambda)
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
