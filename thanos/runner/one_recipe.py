@@ -330,6 +330,8 @@ def prune_model(
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = workdir / "logs" / f"{name}.log"
     label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
+    if recipe.get("profile") == "owl":
+        label += f" (OWL per block: M {recipe['owl_m']:g}, lambda {recipe['owl_lambda']:g})"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
     _print(stream, f"  recipe {name}: {label}")
     if note := nm_note(recipe["sparsity"], recipe["alpha"]):
