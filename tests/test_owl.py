@@ -297,3 +297,26 @@ def test_prune_model_with_owl(tmp_path, text):
         text=True,
     )
     assert refused.returncode != 0 and "--profile: owl sets a sparsity per block" in refused.stderr
+
+
+def test_orderings_compare_uniform_recipes_only():
+    import pandas as pd
+
+    from thanos.report.orderings import check_orderings
+
+    rows = [
+        ("magnitude", "uniform", 60.0),
+        ("wanda", "uniform", 57.0),
+        ("sparsegpt", "uniform", 50.0),
+        ("sparsegpt", "owl", 49.5),  # better than Thanos: must not stand in for SparseGPT
+        ("thanos", "uniform", 49.8),
+    ]
+    frame = pd.DataFrame(
+        [
+            {"model": "m", "method": method, "profile": profile, "ppl": ppl, "kind": "unstructured"}
+            | {"sparsity": "unstructured:0.7", "fraction": 0.7, "m": float("nan"), "alpha": float("nan")}
+            for method, profile, ppl in rows
+        ]
+    )
+    (claim,) = check_orderings(frame)
+    assert claim.verdict == "holds" and "SparseGPT 50.000" in claim.detail, claim
