@@ -266,6 +266,7 @@ def test_report_rows_keep_owl_beside_uniform(run):
     assert order.index("thanos_u70") + 1 == order.index("thanos_u70_owl")
 
 
+@pytest.mark.slow
 def test_prune_model_with_owl(tmp_path, text):
     """``thanos prune-model --profile owl``: the sequential chain plus the dense chain's Hessians; the
     published card and sidecar state the per-block sparsities and the command that reproduces them."""
