@@ -321,3 +321,22 @@ def test_orderings_compare_uniform_recipes_only():
     )
     (claim,) = check_orderings(frame)
     assert claim.verdict == "holds" and "SparseGPT 50.000" in claim.detail, claim
+
+
+def test_dense_chain_owl_reuses_the_recipes_hessians(run, tmp_path, text):
+    """With ``chain: dense`` the OWL rule reads the Hessian stores the recipes prune with: no extra capture
+    or propagate job (one per dense block, shared), and the owl.json equals the sequential run's (the dense
+    chain's stores are the same in both modes)."""
+    recipes = {
+        "thanos_u70": {"method": "thanos", "sparsity": 0.7},
+        "thanos_u70_owl": {"method": "thanos", "sparsity": 0.7, "profile": "owl"},
+    }
+    proc = snakemake(tmp_path, workflow_config(text, MODELS, recipes, chain="dense"))
+    out = proc.stdout + proc.stderr
+    blocks = TINY["num_blocks"]
+    assert out.count("rule capture:") == blocks and out.count("rule propagate:") == blocks - 1, out[-3000:]
+    assert out.count("rule owl:") == 1
+    owl_json = json.loads((tmp_path / "results" / "llama" / "thanos_u70_owl" / "owl.json").read_text())
+    assert owl_json["hessians"] == [f"results/llama/chains/dense/hessians_{b}.zarr" for b in range(blocks)]
+    sequential = json.loads((run / "results" / "llama" / "thanos_u70_owl" / "owl.json").read_text())
+    assert owl_json["blocks"] == sequential["blocks"]
