@@ -34,6 +34,15 @@ def add_exclude(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_owl(parser: argparse.ArgumentParser) -> None:
+    """--owl: the recipe's owl.json (``thanos owl``), each block pruned at its sparsity there."""
+    parser.add_argument(
+        "--owl",
+        default=None,
+        help="owl.json of `thanos owl`: prune each block at its OWL sparsity (--sparsity is the target)",
+    )
+
+
 def recipe(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe arguments as keywords of the ``prune`` and ``chain`` stages."""
     names = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")

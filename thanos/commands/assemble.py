@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="directories/files whose disk use is reported (activations, Hessians, pruned layers)",
     )
+    parser.add_argument("--owl", default=None, help="an OWL recipe's owl.json (reported per block)")
     parser.add_argument("--model-info", default=None, help="model_info.json (block_prefix, ...)")
     parser.add_argument("--model-name", default=None, help="the model's name in the config (for the report)")
     parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (default 2GB)")
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> None:
         model_info=args.model_info,
         model_name=args.model_name,
         max_shard_size=args.max_shard_size,
+        owl=args.owl,
         workflow={"granularity": args.granularity, "granularity_reason": args.granularity_reason}
         if args.granularity
         else None,

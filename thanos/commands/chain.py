@@ -15,6 +15,7 @@ HELP = "one recipe's whole chain (capture, prune, propagate per block) in one pr
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
     _args.add_recipe(parser)
+    _args.add_owl(parser)
     parser.add_argument(
         "--dense-dir",
         default=None,
@@ -55,4 +56,5 @@ def run(args: argparse.Namespace) -> None:
         device=args.device,
         keep_activations=not args.drop_activations,
         keep_hessians=not args.drop_hessians,
+        owl=args.owl,
     )

@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hessians", default=None, help="hessians_l.zarr (omit for magnitude)")
     _args.add_recipe(parser)
+    _args.add_owl(parser)
     parser.add_argument("--out-dir", required=True, help="output directory for this block's pruned layers")
     _args.add_device(parser)
 
@@ -36,5 +37,6 @@ def run(args: argparse.Namespace) -> None:
         out_dir=args.out_dir,
         hessians=args.hessians,
         device=args.device,
+        owl=args.owl,
         **_args.recipe(args),
     )

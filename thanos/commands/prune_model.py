@@ -62,6 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"damping, fraction of mean(diag H) (default {DEFAULT_DAMP})",
     )
     parser.add_argument(
+        "--profile",
+        choices=["uniform", "owl"],
+        default=None,
+        help="uniform (default): every block at --sparsity; owl: a sparsity per block by its outlier ratio "
+        "(OWL, Yin et al. 2024), the same overall sparsity, unstructured only",
+    )
+    parser.add_argument("--owl-m", type=float, default=None, help="OWL's outlier threshold M (default 5)")
+    parser.add_argument("--owl-lambda", type=float, default=None, help="OWL's lambda (default 0.08)")
+    parser.add_argument(
         "--calibration",
         default="c4",
         help="c4 (the hub, default) or a local text/jsonl/parquet file or directory",
@@ -127,6 +136,9 @@ def run(args: argparse.Namespace) -> None:
             cores=args.cores,
             exclude=args.exclude,
             compact=args.compact,
+            profile=args.profile,
+            owl_m=args.owl_m,
+            owl_lambda=args.owl_lambda,
         )
     except WorkflowFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

@@ -167,9 +167,11 @@ def evaluate_perplexity(
     text_field: str = "text",
     progress: bool = True,
     max_windows: int | None = None,
+    loaded: Any = None,
 ) -> PerplexityResult:
     """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring); only the first
-    ``max_windows`` windows when given (None: every window, the paper's protocol)."""
+    ``max_windows`` windows when given (None: every window, the paper's protocol). ``loaded``: the model
+    already loaded by ``load_model`` (``thanos evaluate`` loads it once for both evaluations)."""
     from transformers import AutoConfig
 
     from thanos.evaluation.loading import load_model
@@ -184,7 +186,8 @@ def evaluate_perplexity(
     except OSError as err:
         raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
     seqlen = resolve_seqlen(config, seqlen)
-    loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
+    if loaded is None:
+        loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
     windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset)
     windows = windows[:max_windows]
     start = time.perf_counter()

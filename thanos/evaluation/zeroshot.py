@@ -173,8 +173,10 @@ def evaluate_zeroshot(
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,
+    loaded: Any = None,
 ) -> dict[str, Any]:
-    """Run lm-eval on the model at ``model_path``; returns the zeroshot.json content.
+    """Run lm-eval on the model at ``model_path``; returns the zeroshot.json content. ``loaded``: the
+    model already loaded by ``load_model`` (``thanos evaluate`` loads it once for both evaluations).
 
     ``limit``: at most this many documents per task (a fraction < 1: that share of each task); for quick
     checks only, the paper uses every document.
@@ -192,7 +194,8 @@ def evaluate_zeroshot(
 
     from thanos.evaluation.loading import load_model
 
-    loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
+    if loaded is None:
+        loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
     lm = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size)
     start = time.perf_counter()
     results = lm_eval.simple_evaluate(

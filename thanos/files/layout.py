@@ -121,6 +121,10 @@ class Layout:
     def chain_summary(self, model: str, recipe: str) -> str:
         return f"{self.pruned(model, recipe)}/{CHAIN_SUMMARY}"
 
+    def owl(self, model: str, recipe: str) -> str:
+        """An OWL recipe's per-block sparsities (``thanos.stages.owl``), read by its prune jobs."""
+        return f"{self.root}/{model}/{recipe}/owl.json"
+
     def model_dir(self, model: str, recipe: str) -> str:
         """The assembled Hugging Face directory (with pruning_report.json)."""
         return f"{self.root}/{model}/{recipe}/model"

@@ -3,7 +3,8 @@ stats): which layers of a model are finished for a recipe.
 
 A layer counts as finished only with both files and stats of the recipe's method and sparsity, of the
 hyper-parameters the recipe sets (``blocksize``, ``alpha``, ``damp``; unset: the method's defaults, not
-compared) and, when known, of the original weight's shape. ``assemble`` refuses to publish a model while a
+compared), of its sparsity profile (OWL: the target sparsity; the block's own is the recipe's owl.json's)
+and, when known, of the original weight's shape. ``assemble`` refuses to publish a model while a
 layer of ``model_info.json`` is not finished (it would be copied unpruned); the ``chain`` stage recomputes
 such layers before it trusts a block. Torch-free.
 """
@@ -35,8 +36,12 @@ def mismatch(
     if stats.get("method") != recipe["method"]:
         return f"pruned by {stats.get('method')}, not {recipe['method']}"
     sparsity = str(parse_sparsity(recipe["sparsity"]))
-    if stats.get("sparsity") != sparsity:
-        return f"sparsity {stats.get('sparsity')}, not {sparsity}"
+    profile, got_profile = recipe.get("profile") or "uniform", stats.get("profile") or "uniform"
+    if got_profile != profile:
+        return f"sparsity profile {got_profile}, not {profile}"
+    got = stats.get("target_sparsity") if profile == "owl" else stats.get("sparsity")
+    if got != sparsity:
+        return f"sparsity {got}, not {sparsity}"
     options = stats.get("options") or {}
     for name in HYPERPARAMETERS:
         want, got = recipe.get(name), options.get(name)

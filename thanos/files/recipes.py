@@ -3,7 +3,8 @@
 A ``Recipe`` travels as itself, or as its JSON text (``to_json``/``from_json``) across a process
 boundary (the workflow's ``assemble --recipe-json``). ``expand`` turns the config's ``recipes:`` and
 ``recipe_grid:`` into named recipes, with errors that name the offending config key; the grid names its
-recipes ``{method}_{pattern}[_a{alpha}]`` (``pattern_tag``), and ``from_name`` reads such a name back.
+recipes ``{method}_{pattern}[_a{alpha}][_owl]`` (``pattern_tag``), and ``from_name`` reads such a name back.
+``profile: owl`` (with ``owl_m``, ``owl_lambda``) sets a sparsity per block (``thanos.pruning.owl``).
 Torch-free: the workflow imports this module when it parses its config.
 """
 
@@ -22,6 +23,8 @@ from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
 
 HYPERPARAMETERS = ("blocksize", "alpha", "damp")  # optional; unset: the method's default
+PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
+OWL_OPTIONS = ("owl_m", "owl_lambda")  # OWL's M and lambda; unset: thanos.pruning.owl's defaults
 
 
 class ConfigError(ValueError):
@@ -43,6 +46,9 @@ class Recipe:
     exclude: tuple[str, ...] | None = None  # regular expressions: the layers they match stay dense
     chain: str | None = None
     compact: bool | None = None  # neurons:p: write the model without the removed neurons (unset: yes)
+    profile: str | None = None  # None or "uniform": every block at ``sparsity``; "owl": per block
+    owl_m: float | None = None
+    owl_lambda: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], key: str = "recipe") -> Recipe:
@@ -70,6 +76,7 @@ class Recipe:
         check_alpha(f"{key}.alpha", sparsity, data.get("alpha"))
         exclude = check_exclude(f"{key}.exclude", data.get("exclude"))
         check_compact(key, sparsity, data.get("alpha"), data.get("compact"))
+        check_profile(key, sparsity, data.get("profile"), data.get("owl_m"), data.get("owl_lambda"))
         return cls(**dict(data, sparsity=sparsity, exclude=exclude))
 
     @classmethod
@@ -105,9 +112,27 @@ class Recipe:
         return select_layers(layers, self.exclude or (), strict)
 
     @property
-    def needs_calibration(self) -> bool:
-        """Whether the method needs Hessians (calibration tokens, inputs and capture jobs)."""
+    def owl(self) -> bool:
+        """Whether the blocks get OWL's sparsities (an ``owl.json`` of the recipe, read by its prune jobs)."""
+        return self.profile == "owl"
+
+    def owl_parameters(self) -> tuple[float, float]:
+        """(M, lambda) of an OWL recipe, the defaults where unset."""
+        from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
+
+        m = DEFAULT_M if self.owl_m is None else self.owl_m
+        return float(m), float(DEFAULT_LAMBDA if self.owl_lambda is None else self.owl_lambda)
+
+    @property
+    def needs_hessian(self) -> bool:
+        """Whether the method prunes with Hessians (its prune jobs read a hessians store)."""
         return methods.get(self.method).needs_hessian
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether the method needs Hessians (calibration tokens, inputs and capture jobs); OWL needs the
+        dense model's (its outlier ratios), for magnitude too."""
+        return methods.get(self.method).needs_hessian or self.owl
 
 
 def check_exclude(key: str, value: Any) -> tuple[str, ...] | None:
@@ -183,6 +208,32 @@ def check_compact(key: str, sparsity: str, alpha: float | None, compact: Any) ->
         )
 
 
+def check_profile(key: str, sparsity: str, profile: Any, owl_m: Any, owl_lambda: Any) -> None:
+    """``profile`` is uniform or owl; OWL sets per-block unstructured sparsity only, and its M and lambda
+    are positive numbers; the error names ``key``."""
+    if profile is not None and profile not in PROFILES:
+        raise ConfigError(f"{key}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    for name, value in (("owl_m", owl_m), ("owl_lambda", owl_lambda)):
+        if value is None:
+            continue
+        if profile != "owl":
+            raise ConfigError(
+                f"{key}.{name}: set only with profile: owl (got profile {profile or 'uniform'})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(f"{key}.{name}: expected a number > 0, got {value!r}")
+    if profile == "owl" and parse_sparsity(sparsity).kind != "unstructured":
+        raise ConfigError(
+            f"{key}.profile: owl sets a sparsity per block, which only unstructured sparsity allows; "
+            f"{sparsity} is fixed by definition (n:m keeps m - n of every m weights in every block, "
+            "structured removes whole columns): use an unstructured sparsity or profile uniform"
+        )
+    if profile == "owl" and owl_lambda is not None and not owl_lambda < 0.5:
+        raise ConfigError(
+            f"{key}.owl_lambda: {owl_lambda} spans the sparsities over 2 lambda >= 1; use < 0.5"
+        )
+
+
 def pattern_tag(sparsity: str) -> str:
     """The pattern in a grid recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 ->
     n30."""
@@ -192,17 +243,23 @@ def pattern_tag(sparsity: str) -> str:
     return f"{pattern.kind[0]}{float(pattern.p) * 100:g}"
 
 
-def grid_name(method: str, sparsity: str, alpha: float | None, several_alphas: bool) -> str:
-    """``{method}_{pattern}``, with ``_a{alpha}`` when the grid entry lists several alphas."""
+def grid_name(
+    method: str, sparsity: str, alpha: float | None, several_alphas: bool, profile: str | None = None
+) -> str:
+    """``{method}_{pattern}``, with ``_a{alpha}`` when the grid entry lists several alphas and ``_owl``
+    for profile owl."""
     name = f"{method}_{pattern_tag(sparsity)}"
-    return f"{name}_a{alpha:g}" if several_alphas else name
+    name = f"{name}_a{alpha:g}" if several_alphas else name
+    return f"{name}_owl" if profile == "owl" else name
 
 
 def from_name(name: str) -> dict[str, Any] | None:
-    """``method``, ``sparsity`` and ``alpha`` read back from a ``grid_name``; None for other names."""
+    """``method``, ``sparsity`` and ``alpha`` (and ``profile`` for an OWL recipe) read back from a
+    ``grid_name``; None for other names."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>[usn][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?", name
+        rf"^(?P<method>{alternatives})_(?P<tag>[usn][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?(?P<owl>_owl)?",
+        name,
     )
     if not match:
         return None
@@ -216,7 +273,8 @@ def from_name(name: str) -> dict[str, Any] | None:
         alpha = float(match["alpha"]) if match["alpha"] else None
     except ValueError:
         return None
-    return {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
+    found = {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
+    return found | {"profile": "owl"} if match["owl"] else found
 
 
 def expand(config: dict[str, Any]) -> dict[str, Recipe]:
@@ -225,6 +283,8 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
     for i, entry in enumerate(config.get("recipe_grid") or []):
         alphas = entry.get("alpha", [None])
+        profile = entry.get("profile")
+        owl = {key: entry[key] for key in OWL_OPTIONS if key in entry}
         for j, method in enumerate(entry["methods"]):
             try:
                 methods.get(method, key=f"recipe_grid[{i}].methods[{j}]")
@@ -235,7 +295,10 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                 for alpha in alphas:
                     check_alpha(f"recipe_grid[{i}].alpha", sparsity, alpha)
                     check_compact(f"recipe_grid[{i}]", sparsity, alpha, None)
-                    name = grid_name(method, sparsity, alpha, len(alphas) > 1)
+                    check_profile(
+                        f"recipe_grid[{i}]", sparsity, profile, owl.get("owl_m"), owl.get("owl_lambda")
+                    )
+                    name = grid_name(method, sparsity, alpha, len(alphas) > 1, profile)
                     if name in recipes:
                         raise ConfigError(
                             f"recipe_grid[{i}] makes recipe {name!r} a second time: "
@@ -244,7 +307,15 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                     extra = {key: entry[key] for key in ("blocksize", "damp") if key in entry}
                     exclude = check_exclude(f"recipe_grid[{i}].exclude", entry.get("exclude"))
                     recipes[name] = Recipe(
-                        name, method, sparsity, alpha=alpha, chain=chain, exclude=exclude, **extra
+                        name,
+                        method,
+                        sparsity,
+                        alpha=alpha,
+                        chain=chain,
+                        exclude=exclude,
+                        profile=profile,
+                        **extra,
+                        **owl,
                     )
     for name, entry in (config.get("recipes") or {}).items():
         if name in recipes:

@@ -12,6 +12,8 @@ again by ``thanos prune-model`` on its output, with the evaluation and the comma
   (zeros of the tensors in the safetensors files); ``structure``: ``n:m`` when every row of every
   pruned layer holds the pattern (no outlier rows kept dense), else ``unstructured``; the linear layers
   left dense.
+- for an OWL recipe, ``profile`` and ``blocks``: OWL's M, lambda and target, and per block the
+  outlier ratio, OWL's sparsity and the sparsity written.
 - ``README.md``: a model card with the base model, method, pattern, alpha and the outlier rows kept dense,
   the achieved sparsity overall and per layer type, the calibration provenance, the evaluation if any,
   the command that reproduces the model and the paper's BibTeX entry.
@@ -209,7 +211,50 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
         },
         "dense_linear": summary.dense_linear,
         **({"compact": report["compact"]} if report.get("compact") else {}),
+        **owl_sidecar(report),
     }
+
+
+def owl_sidecar(report: dict[str, Any]) -> dict[str, Any]:
+    """An OWL recipe's ``profile`` and ``blocks`` (planned and written sparsity per block); {} else."""
+    owl = report.get("owl")
+    if not owl:
+        return {}
+    keys = ("block", "parameters", "outlier_ratio", "sparsity", "written_zeros", "written_sparsity")
+    return {
+        "profile": {
+            "name": "owl",
+            "owl_m": owl["owl_m"],
+            "owl_lambda": owl["owl_lambda"],
+            "target": owl["target"],
+            "written_sparsity": owl["written_sparsity"],
+            "citation": owl["citation"],
+        },
+        "blocks": [{key: block[key] for key in keys} for block in owl["blocks"]],
+    }
+
+
+def owl_lines(report: dict[str, Any]) -> list[str]:
+    """The model card's section on OWL's per-block sparsities (none for uniform sparsity)."""
+    owl = report.get("owl")
+    if not owl:
+        return []
+    lines = [
+        "## Sparsity per block (OWL)",
+        "",
+        f"{owl['citation']}: M {owl['owl_m']:g}, lambda "
+        f"{owl['owl_lambda']:g}, from the dense model's activations; target {owl['target']}, written "
+        f"{_percent(owl['written_sparsity'])} of the pruned layers' weights.",
+        "",
+        "| block | outlier ratio | OWL sparsity | written sparsity |",
+        "| --: | --: | --: | --: |",
+    ]
+    for block in owl["blocks"]:
+        lines.append(
+            f"| {block['block']} | {100 * block['outlier_ratio']:.3f} % | {_percent(block['sparsity'])} | "
+            f"{_percent(block['written_sparsity'])} |"
+        )
+    return [*lines, ""]
 
 
 def read_sidecar(path: Path, report: dict[str, Any]) -> SparsitySummary:
@@ -283,11 +328,14 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
         return None
     args = ["thanos", "prune-model", "--model", str(report["model"]["path"])]
     args += ["--method", recipe["method"], "--sparsity", str(recipe["sparsity"])]
-    for key in ("alpha", "blocksize", "damp"):
+    for key in ("alpha", "blocksize", "damp", "profile", "owl_m", "owl_lambda"):
         if recipe.get(key) is not None:
-            args += [f"--{key}", f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])]
+            value = f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])
+            args += [f"--{key.replace('_', '-')}", value]
     if recipe.get("compact") is not None:
         args.append("--compact" if recipe["compact"] else "--no-compact")
+    for pattern in recipe.get("exclude") or ():
+        args += ["--exclude", pattern]
     calibration = report.get("calibration")
     if calibration:
         args += ["--calibration", str(calibration["source"])]
@@ -366,6 +414,8 @@ def model_card(
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
     pattern = pattern_text(recipe["sparsity"], alpha, summary)
+    if report.get("owl"):
+        pattern += " (OWL: per block)"
     hub_id = not base.startswith(("/", ".", "~")) and base.count("/") == 1
     front = ["---", "library_name: transformers"]
     if hub_id:
@@ -427,7 +477,8 @@ def model_card(
             f"| {name} | {kind.layers} | {kind.weights:,} | {_percent(kind.sparsity)} | "
             f"{kind.outlier_rows} of {kind.rows} |"
         )
-    lines += ["", "## Evaluation", "", *_evaluation_lines(evaluation), "", "## Use", "", "```python"]
+    lines += ["", *owl_lines(report)]
+    lines += ["## Evaluation", "", *_evaluation_lines(evaluation), "", "## Use", "", "```python"]
     lines += [
         "from transformers import AutoModelForCausalLM",
         "",

@@ -5,6 +5,7 @@
 - ``methods``: what a method is (Hessian needed, defaults, kernels, labels), torch-free;
 - ``sparsity``: the patterns and their exact integer counts, torch-free;
 - ``hessian``: H = (2/N) sum X X^T and the inverse Cholesky factor;
+- ``owl``: OWL's per-block sparsities from the blocks' outlier ratios (Yin et al., ICML 2024);
 - ``kernels``: the one call signature of every kernel, over ``algorithms/`` (one module per method,
   the paper's algorithms; the Thanos row solver's C source beside them).
 

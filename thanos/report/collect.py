@@ -51,6 +51,7 @@ RECIPE_COLUMNS = [
     "blocksize",
     "damp",
     "chain",
+    "profile",
     "overall_sparsity",
     "prune_seconds",
     "ppl",
@@ -149,6 +150,7 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             for key in ("alpha", "blocksize", "damp"):
                 row[key] = _float(recipe.get(key))
             row["chain"] = recipe.get("chain")
+            row["profile"] = recipe.get("profile") or "uniform"
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
                 layers = report.get("layers") or []
@@ -287,11 +289,17 @@ def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
     return recipe_label(method, alpha_shown)
 
 
+def is_owl(profile: Any) -> bool:
+    """Whether a recipe's blocks got OWL's sparsities (``profile: owl``); older results have no profile."""
+    return profile == "owl"
+
+
 def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
     """Recipes of ``collect``'s frame with a known pattern, plus the display columns the tables and figures
     share: ``group`` (the sparsity pattern), ``group_label`` (``Unstructured 50%``, ``2:4``),
-    ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, made unique within a group by block size,
-    damping, then recipe name) and ``order`` (paper order: pattern, method, alpha, block size)."""
+    ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, ``Wanda + OWL``, made unique within a
+    group by block size, damping, then recipe name) and ``order`` (paper order: pattern, method, uniform
+    before OWL, alpha, block size)."""
     pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
     if pruned.empty:
         return pruned.assign(group=[], group_label=[], label=[], order=[])
@@ -309,6 +317,8 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
             pruned["method"], pruned["kind"], pruned["sparsity"], pruned["alpha_shown"], strict=True
         )
     ]
+    owl = [is_owl(p) for p in pruned["profile"]]
+    pruned["label"] = [f"{lab} + OWL" if o else lab for lab, o in zip(pruned["label"], owl, strict=True)]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
         dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
@@ -318,12 +328,13 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
                 for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
             ]
     pruned["order"] = [
-        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), sortable(a), sortable(b), lab)
-        for k, f, m, meth, a, b, lab in zip(
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), o, sortable(a), sortable(b), lab)
+        for k, f, m, meth, o, a, b, lab in zip(
             pruned["kind"],
             pruned["fraction"],
             pruned["m"].astype(float),
             pruned["method"],
+            owl,
             pruned["alpha_shown"],
             pruned["blocksize"].astype(float),
             pruned["label"],

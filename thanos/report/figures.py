@@ -1,7 +1,8 @@
 """Figures from whatever results exist (matplotlib, Agg backend), each as PDF and PNG.
 
 - ``ppl_vs_sparsity_{model}_{kind}``: perplexity vs sparsity per method (the paper's Figure 1), for every
-  recipe family (same method, pattern kind, alpha and block size) that sweeps two or more sparsities. The
+  recipe family (same method, pattern kind, alpha and block size) that sweeps two or more sparsities, and
+  the OWL recipes (per-block sparsity) as stars in their method's colour beside the uniform lines. The
   x ticks are the measured sparsities. The y axis is the perplexity *above the dense model* in percent,
   100 (ppl / dense - 1), on a symlog scale, with the dense model as the labelled line at 0: methods with
   weight updates (SparseGPT, Thanos) often stay within 1 % of dense while Magnitude or Wanda are 10-1000 %
@@ -43,6 +44,7 @@ from thanos.report.collect import (
     as_float,
     collect,
     collect_layers,
+    is_owl,
     labelled_recipes,
     method_label,
     pattern_label,
@@ -177,6 +179,7 @@ def _percent_axis(ax: Axes, values: Iterable[float]) -> None:
 
 def _families(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """Recipe families (method, alpha shown, block size) that sweep two or more sparsities, in table order."""
+    rows = rows[[not is_owl(p) for p in rows["profile"]]]  # OWL recipes: points of their own
     families = [
         (key, fam)
         for key, fam in rows.groupby(["method", "alpha_s", "blocksize"], dropna=False)
@@ -210,6 +213,19 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
             ax.plot(fam["fraction"] * 100, y, label=label, linewidth=1.8, markersize=6, **_style(method, i))
             values += y
             sparsities += list(fam["fraction"] * 100)
+        owl = rows[[is_owl(p) for p in rows["profile"]]]
+        for (method, _), points in sorted(
+            owl.groupby(["method", "alpha_s"], dropna=False), key=lambda item: METHOD_ORDER.get(item[0][0], 9)
+        ):
+            points = points.groupby("fraction", as_index=False)["ppl"].min()
+            points = points[points["ppl"].map(math.isfinite)]
+            y = list(points["ppl"])
+            if dense is not None:
+                y = [excess_percent(p, dense) for p in y]
+            style = {"color": METHOD_COLORS.get(method), "marker": "*", "markersize": 12, "linestyle": "none"}
+            ax.plot(points["fraction"] * 100, y, label=f"{method_label(method)} + OWL", **style)
+            values += y
+            sparsities += list(points["fraction"] * 100)
         if dense is not None:
             _percent_axis(ax, values)
         else:

@@ -6,8 +6,9 @@
 
 Each claim is checked per model and pattern, from the raw values (not the rounded ones of the tables); a
 method with several recipes of one pattern (block sizes, alphas) takes part with its best one. A claim
-whose recipes are not all evaluated is listed as ``not checked``. Written as ``orderings.md`` and
-``orderings.csv`` next to the tables.
+whose recipes are not all evaluated is listed as ``not checked``. The paper prunes every block at the same
+sparsity: recipes with OWL's per-block sparsity (``profile: owl``) take no part. Written as
+``orderings.md`` and ``orderings.csv`` next to the tables.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def _thanos_alpha_best_claim(model: str, pattern: str, rows: pd.DataFrame) -> Cl
 def check_orderings(frame: pd.DataFrame) -> list[Claim]:
     """Every claim that the results have a pattern for, in the tables' pattern order."""
     pruned = frame[frame["kind"].isin(("unstructured", "nm", "structured"))]
+    pruned = pruned[pruned["profile"].fillna("uniform") != "owl"]  # the paper's claims: uniform sparsity
     claims = []
     first = pruned.drop_duplicates(["model", "sparsity"])
     order = sorted(first.itertuples(), key=lambda r: (r.model, pattern_sort_key(r.kind, r.fraction, r.m)))

@@ -128,12 +128,16 @@ def recipe_spec(
     damp: float,
     exclude: Sequence[str] = (),
     compact: bool | None = None,
+    profile: str | None = None,
+    owl_m: float | None = None,
+    owl_lambda: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
     ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``, ``thanos_n30_a0`` (neurons,
-    compact; ``_zeros`` when written in the original shape); excluded layers add ``_x`` and a digest of
-    the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
-    from thanos.files.recipes import ConfigError, check_compact, pattern_tag
+    compact; ``_zeros`` when written in the original shape), and with ``profile`` owl
+    ``wanda_u70_a0_owl-m5-l0.08`` (OWL's M and lambda, defaults filled in); excluded layers add ``_x`` and
+    a digest of the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
+    from thanos.files.recipes import ConfigError, check_compact, check_profile, pattern_tag
     from thanos.pruning.sparsity import parse_sparsity
 
     if method not in METHODS:
@@ -159,6 +163,17 @@ def recipe_spec(
     if damp != DEFAULT_DAMP:
         recipe["damp"] = damp
         name += f"_damp{damp:g}"
+    try:
+        check_profile("prune-model", str(pattern), profile, owl_m, owl_lambda)
+    except ConfigError as err:
+        raise ValueError(str(err).replace("prune-model.", "--").replace("_", "-", 1)) from None
+    if profile == "owl":
+        from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
+
+        owl_m = DEFAULT_M if owl_m is None else owl_m
+        owl_lambda = DEFAULT_LAMBDA if owl_lambda is None else owl_lambda
+        recipe |= {"profile": "owl", "owl_m": owl_m, "owl_lambda": owl_lambda}
+        name += f"_owl-m{owl_m:g}-l{owl_lambda:g}"
     if exclude:
         recipe["exclude"] = list(exclude)
         name += "_x" + hashlib.sha256(json.dumps(list(exclude)).encode()).hexdigest()[:8]
@@ -263,6 +278,9 @@ def prune_model(
     exclude: Sequence[str] | None = None,
     compact: bool | None = None,
     stream: TextIO | None = None,
+    profile: str | None = None,
+    owl_m: float | None = None,
+    owl_lambda: float | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
@@ -273,7 +291,9 @@ def prune_model(
     ``alpha``: when None, 0 for n:m (every row of every pruned layer n:m: the pattern 2:4 kernels run) and
     the method's default otherwise (Thanos structured: 0.1); pass 0.1 for the paper's n:m variant, which
     keeps 10 % of the rows dense (better perplexity, not usable by n:m kernels); ``blocksize``: the
-    method's default when None;
+    method's default when None; ``profile``: "owl" for OWL's per-block sparsities (unstructured only; M
+    ``owl_m``, default 5, and ``owl_lambda``, default 0.08), from the dense model's Hessians of every block
+    (a dense pass over the model besides the sequential chain);
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
@@ -300,7 +320,9 @@ def prune_model(
     out = Path(out).expanduser().resolve()
     check_out(out)
     exclude = list(exclude or ())
-    name, recipe = recipe_spec(method, sparsity, alpha, blocksize, damp, exclude, compact)
+    name, recipe = recipe_spec(
+        method, sparsity, alpha, blocksize, damp, exclude, compact, profile, owl_m, owl_lambda
+    )
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
@@ -345,6 +367,8 @@ def prune_model(
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = workdir / "logs" / f"{name}.log"
     label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
+    if recipe.get("profile") == "owl":
+        label += f" (OWL per block: M {recipe['owl_m']:g}, lambda {recipe['owl_lambda']:g})"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
     _print(stream, f"  recipe {name}: {label}")
     if note := nm_note(recipe["sparsity"], recipe["alpha"]):

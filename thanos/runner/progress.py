@@ -32,6 +32,8 @@ JOB_LABELS = {
     "assemble": "assemble the pruned model ({recipe})",
     "perplexity": "perplexity ({variant})",
     "zeroshot": "zero-shot tasks ({variant})",
+    "evaluate": "perplexity and zero-shot tasks ({variant})",
+    "owl": "OWL sparsity per block ({recipe})",
 }
 BLOCK_DONE = re.compile(r"block (\d+)/(\d+) done")
 TAIL_BYTES = 4096

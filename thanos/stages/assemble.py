@@ -187,8 +187,12 @@ def assemble(
     model_name: str | None = None,
     max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
     workflow: dict[str, Any] | None = None,
+    owl: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
+
+    ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl``): the report's ``owl`` holds it, with the
+    sparsity of every block counted on the written weights beside the planned one.
 
     ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
 
@@ -212,6 +216,7 @@ def assemble(
     sizes = tensor_sizes(names, sources, replace, compact)
     shards = shard_names(names, sizes, max_bytes)
     total, removed = count_pruned(layers, replace)
+    owl_report = owl_blocks(owl, layers, recipe) if owl is not None else None
 
     out = Path(out)
     with atomic_path(out, is_dir=True) as tmp:
@@ -242,6 +247,8 @@ def assemble(
         }
         if compact is not None:
             report["compact"] = compact.facts
+        if owl_report is not None:
+            report["owl"] = owl_report
         describe_model(tmp, report)  # sparsity.json, README.md model card
         report["files"] = digests.record(tmp)  # what every later reader checks the model against
         (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -254,6 +261,41 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
+
+
+def owl_blocks(owl: str | os.PathLike, layers: list[dict], recipe: Recipe) -> dict[str, Any]:
+    """``owl.json``'s content (without its input paths) and, per block, the weights, zeros and sparsity of
+    the written pruned layers beside OWL's planned sparsity; refused when the file is of another target."""
+    from thanos.stages.owl import load
+
+    data = load(owl)
+    if data["target"] != str(recipe.sparsity) or not recipe.owl:
+        raise ValueError(f"{owl}: OWL sparsities for {data['target']}, not for recipe {recipe.name}")
+    measured: dict[int, list[int]] = {}
+    for entry in layers:
+        weights = math.prod(int(n) for n in entry["shape"])
+        counts = measured.setdefault(int(entry["block"]), [0, 0])
+        counts[0] += weights
+        counts[1] += int(entry["zeros"])
+    blocks = []
+    for planned in data["blocks"]:
+        weights, zeros = measured.get(int(planned["block"]), [0, 0])
+        blocks.append(
+            {
+                **planned,
+                "written_weights": weights,
+                "written_zeros": zeros,
+                "written_sparsity": zeros / weights if weights else 0.0,
+            }
+        )
+    weights = sum(b["written_weights"] for b in blocks)
+    zeros = sum(b["written_zeros"] for b in blocks)
+    report = {key: value for key, value in data.items() if key not in ("hessians", "blocks")}
+    return report | {
+        "file": str(owl),
+        "written_sparsity": zeros / weights if weights else 0.0,
+        "blocks": blocks,
+    }
 
 
 def check_against_model_info(

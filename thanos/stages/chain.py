@@ -87,6 +87,7 @@ class _Chain:
     batch_size: int
     device: str
     exclude: list[str] = field(default_factory=list)  # the recipe's: these layers keep their weights
+    owl: Path | None = None  # the recipe's owl.json (per-block sparsities), None for uniform sparsity
     computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
     reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
 
@@ -114,7 +115,12 @@ class _Chain:
         per-block job's arguments; when the job resumes, the log names the layers it recomputes."""
         block_dir = self.root / pruned_block_name(block)
         reasons = {
-            layer: mismatch(block_dir, layer, self.prune_options, self.shape(block, layer))
+            layer: mismatch(
+                block_dir,
+                layer,
+                {**self.prune_options, "profile": "owl" if self.owl else None},
+                self.shape(block, layer),
+            )
             for layer in self.layers[block]
         }
         todo = [layer for layer, reason in reasons.items() if reason is not None]
@@ -136,6 +142,7 @@ class _Chain:
                 out_dir=block_dir,
                 hessians=H,
                 device=self.device,
+                owl=self.owl,
                 **self.prune_options,
             )
             self.computed["prune"] += len(todo)
@@ -176,11 +183,12 @@ class _Chain:
 
     def upstream(self, num_blocks: int) -> list[str]:
         """The inputs this chain reads from other jobs (their modification times guard reuse)."""
+        owl = [str(self.owl)] if self.owl else []
         if self.dense is None:
-            return [str(self.model)]
+            return [str(self.model), *owl]
         if self.own is None:
-            return [str(self.model), *(str(self.store("hessians", b)) for b in range(num_blocks))]
-        return [str(self.model), str(self.store("inputs", 0)), str(self.store("hessians", 0))]
+            return [str(self.model), *owl, *(str(self.store("hessians", b)) for b in range(num_blocks))]
+        return [str(self.model), *owl, str(self.store("inputs", 0)), str(self.store("hessians", 0))]
 
     def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
         """Delete the previous per-block outputs when the recipe or an upstream input changed."""
@@ -222,12 +230,14 @@ def chain(
     keep_activations: bool = True,
     keep_hessians: bool = True,
     exclude: list[str] | None = None,
+    owl: str | Path | None = None,
 ) -> dict[str, Any]:
     """Prune every block of ``model`` with one recipe; write the summary ``out``; return it.
 
     ``dense_dir``: the dense chain's stores (``inputs_0``, ``hessians_0``; every ``hessians_l`` when
     ``chain_dir`` is None, the dense chain). ``chain_dir``: the recipe's sequential chain stores (l >= 1),
-    written here. Methods without a Hessian (magnitude) need neither.
+    written here. Methods without a Hessian (magnitude) need neither. ``owl``: the recipe's ``owl.json``,
+    every block pruned at its sparsity there (``thanos.stages.owl``).
 
     Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
@@ -258,6 +268,7 @@ def chain(
         prune_options=options,
         batch_size=batch_size,
         device=device,
+        owl=Path(owl) if owl is not None else None,
     )
     fingerprint = {
         "model": str(model),
@@ -270,6 +281,7 @@ def chain(
         "chain": "dense" if run.own is None else "sequential",
         "chain_dir": None if run.own is None else str(run.own),
         "batch_size": batch_size,
+        **({"owl": str(owl)} if owl is not None else {}),
         "upstream": {path: _identity(path) for path in run.upstream(num_blocks)},
     }
     if exclude:  # absent otherwise: fingerprints of earlier runs stay valid
@@ -297,6 +309,7 @@ def chain(
         "num_blocks": num_blocks,
         "layers": [layer for layer in adapter.layers if any(layer in block for block in run.layers)],
         "chain": fingerprint["chain"],
+        **({"profile": "owl", "owl": str(owl)} if owl is not None else {}),
         "computed": run.computed,
         "reused": run.reused,
     }

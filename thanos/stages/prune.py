@@ -26,7 +26,7 @@ from thanos.files.recipes import select_layers
 from thanos.models import open_model
 from thanos.pruning import methods
 from thanos.pruning.layer import prune_layer
-from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,12 @@ def prune(
     damp: float = 0.01,
     device: str = "auto",
     exclude: Sequence[str] | None = None,
+    owl: str | Path | None = None,
 ) -> list[dict]:
-    """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats."""
+    """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats.
+
+    ``owl``: an ``owl.json`` (``thanos.stages.owl``) of target ``sparsity``: the block is pruned at its
+    sparsity there (exact, removed / parameters); the stats record the profile and the target."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
     select_layers(adapter.layers, exclude or ())  # a pattern that matches no layer of the model is refused
@@ -67,6 +71,14 @@ def prune(
         raise ValueError(
             f"--hessians is required for method {method!r} (only {methods.without_hessian()} run without)"
         )
+    profile = {}
+    if owl is not None:
+        from thanos.stages.owl import block_sparsity
+
+        target = str(parse_sparsity(sparsity))
+        sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, target))
+        profile = {"profile": "owl", "target_sparsity": target, "block_sparsity": str(sparsity.p)}
+        log.info("prune: block %d: OWL sparsity %.6f (target %s, %s)", block, float(sparsity.p), target, owl)
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     results = []
@@ -111,6 +123,7 @@ def prune(
             "layer": layer,
             "group": group,
             "options": result.options,
+            **profile,
         }
         if store is not None and group in store.attrs.get("experts", {}):
             # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it

@@ -28,6 +28,7 @@ PATHS = Layout(R, sequential=CHAIN == "sequential")
 DEMO = config["demo"]
 MODELS = config["models"]
 RECIPES = expand(config)
+OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
 
 TINY_MODELS = {}  # normalised path -> the tiny model's spec (built by rule make_tiny_model)
 _TINY_OWNERS = {}

@@ -5,7 +5,13 @@ from thanos.files.pruned_layers import block_layers as block_layers_of
 
 
 def needs_calibration(recipe):
+    """Calibration tokens and the dense chain: the method's Hessians, or OWL's outlier ratios."""
     return RECIPES[recipe].needs_calibration
+
+
+def needs_hessian(recipe):
+    """The method prunes with Hessians (its jobs read hessians stores)."""
+    return RECIPES[recipe].needs_hessian
 
 
 def recipe_options(wildcards):
@@ -32,13 +38,48 @@ def pruned_block_outputs(model, recipe, block):
 
 def prune_inputs(wildcards):
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
-    if needs_calibration(wildcards.recipe):
+    if needs_hessian(wildcards.recipe):
         inputs["hessians"] = PATHS.hessians(wildcards.model, wildcards.recipe, wildcards.l)
+    if RECIPES[wildcards.recipe].owl:
+        inputs["owl"] = PATHS.owl(wildcards.model, wildcards.recipe)
     return inputs
 
 
 def hessians_option(wildcards, input):
-    return f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
+    """--hessians of a prune job, and --owl (``owl_option``)."""
+    hessians = f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
+    return f"{hessians} {owl_option(input)}".strip()
+
+
+def owl_option(input):
+    """--owl FILE for an OWL recipe's prune, chain and assemble jobs (its per-block sparsities); it rides
+    on options the rules already pass, so that the rules' code, hence finished results, do not change."""
+    return f"--owl {quoted(input.owl)}" if "owl" in input.keys() else ""
+
+
+# --- OWL -------------------------------------------------------------------------------------------
+
+
+def owl_inputs(wildcards):
+    """The dense chain's Hessians of every block (sequential chains: blocks >= 1 computed for OWL)."""
+    blocks = range(model_info(wildcards.model)["num_blocks"])
+    return {
+        "info": info_path(wildcards),
+        "model": model_dir_input(wildcards),
+        "hessians": [PATHS.store(wildcards.model, DENSE, "hessians", block) for block in blocks],
+    }
+
+
+def owl_sparsity(wildcards):
+    return RECIPES[wildcards.recipe].sparsity
+
+
+def owl_m(wildcards):
+    return RECIPES[wildcards.recipe].owl_parameters()[0]
+
+
+def owl_lambda(wildcards):
+    return RECIPES[wildcards.recipe].owl_parameters()[1]
 
 
 def recipe_layers(model, recipe, block):
@@ -102,7 +143,9 @@ def recipe_inputs(wildcards):
     """granularity recipe: the dense chain's stores the recipe's job reads (none without calibration):
     block 0's inputs and Hessians (sequential: the job computes the rest), or every block's Hessians."""
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
-    if needs_calibration(wildcards.recipe):
+    if RECIPES[wildcards.recipe].owl:
+        inputs["owl"] = PATHS.owl(wildcards.model, wildcards.recipe)
+    if needs_hessian(wildcards.recipe):
         model, recipe = wildcards.model, wildcards.recipe
         if PATHS.sequential:
             inputs["inputs"] = PATHS.inputs(model, recipe, 0)
@@ -114,10 +157,14 @@ def recipe_inputs(wildcards):
 
 
 def recipe_store_options(wildcards):
-    """The chain command's store options: the dense chain, and the recipe's own chain when sequential."""
-    if not needs_calibration(wildcards.recipe):
-        return ""
-    options = f"--dense-dir {quoted(PATHS.chain_dir(wildcards.model, DENSE))}"
+    """The chain command's store options: the dense chain, and the recipe's own chain when sequential;
+    an OWL recipe's owl.json."""
+    owl = ""
+    if RECIPES[wildcards.recipe].owl:
+        owl = f"--owl {quoted(PATHS.owl(wildcards.model, wildcards.recipe))} "
+    if not needs_hessian(wildcards.recipe):
+        return owl.strip()
+    options = f"{owl}--dense-dir {quoted(PATHS.chain_dir(wildcards.model, DENSE))}"
     if PATHS.sequential:
         options += f" --chain-dir {quoted(PATHS.chain_dir(wildcards.model, wildcards.recipe))}"
         if not config["retention"]["activations"]:
@@ -144,11 +191,15 @@ def assemble_inputs(wildcards):
         inputs["pruned"] = [f for block in blocks for f in pruned_block_outputs(model, recipe, block)]
     if needs_calibration(recipe):
         inputs["tokens"] = PATHS.tokens(model)
+    if RECIPES[recipe].owl:
+        inputs["owl"] = PATHS.owl(model, recipe)
     return inputs
 
 
 def calibration_option(wildcards, input):
-    return f"--calibration {quoted(input.tokens)}" if "tokens" in input.keys() else ""
+    """--calibration (provenance) of an assemble job, and --owl (``owl_option``)."""
+    tokens = f"--calibration {quoted(input.tokens)}" if "tokens" in input.keys() else ""
+    return f"{tokens} {owl_option(input)}".strip()
 
 
 def intermediates(wildcards):
@@ -157,6 +208,6 @@ def intermediates(wildcards):
     paths = [PATHS.pruned(model, recipe)]
     if needs_calibration(recipe):
         paths += [PATHS.tokens(model), PATHS.chain_dir(model, DENSE)]
-        if PATHS.sequential:
+        if PATHS.sequential and needs_hessian(recipe):
             paths.append(PATHS.chain_dir(model, recipe))
     return " ".join(quoted(path) for path in paths)

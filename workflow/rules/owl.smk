@@ -1,0 +1,24 @@
+# Per OWL recipe (profile: owl): its per-block sparsities from the dense chain's Hessians of every block
+# (thanos/stages/owl.py). With chain: sequential, this asks for the dense chain's stores of blocks >= 1
+# too (one dense propagate and capture per block, shared by every OWL recipe of the model).
+
+if OWL_RECIPES:
+
+    rule owl:
+        input:
+            unpack(owl_inputs),
+        output:
+            PATHS.owl("{model}", "{recipe}"),
+        wildcard_constraints:
+            recipe=_alternation(OWL_RECIPES),
+        params:
+            model=model_path,
+            sparsity=owl_sparsity,
+            owl_m=owl_m,
+            owl_lambda=owl_lambda,
+        log:
+            f"{PATHS.logs}/{{model}}/{{recipe}}/owl.log",
+        shell:
+            "python -m thanos owl --model {params.model:q} --hessians {input.hessians:q}"
+            " --sparsity {params.sparsity:q} --owl-m {params.owl_m} --owl-lambda {params.owl_lambda}"
+            " --out {output:q} > {log:q} 2>&1"
