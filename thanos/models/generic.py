@@ -230,7 +230,6 @@ class GenericAdapter(ModelAdapter):
         self._kinds = [self._describe(signatures.index(signature)) for signature in order]
         self._groups: dict[str, tuple[str, ...]] = {}
         self._experts: dict[str, ExpertLayer] = {}
-        self._module_name: dict[str, str] = {}
         for kind in self._kinds:
             for group, members in kind.groups.items():
                 if self._groups.setdefault(group, members) != members:
@@ -239,7 +238,6 @@ class GenericAdapter(ModelAdapter):
                         f"({', '.join(members)} / {', '.join(self._groups[group])})"
                     )
             self._experts |= kind.experts
-            self._module_name |= kind.module_name
 
     def _describe(self, block: int) -> _Kind:
         """Block ``block``'s prunable layers, named as the checkpoint stores them, and their groups: its
