@@ -119,10 +119,13 @@ def _report(err: BaseException, verbose: bool) -> None:
 
 
 def _last_line(line: str) -> None:
-    """``line`` on stderr after everything already written (stdout too: ``> log 2>&1`` shares the file)."""
+    """``line`` on stderr after everything already written (stdout too: ``> log 2>&1`` shares the file),
+    and last: zarr's reads still pending when a store failed would otherwise be reported by asyncio after
+    it, at interpreter exit ("Task was destroyed but it is pending")."""
     for stream in (sys.stdout, *(getattr(h, "stream", None) for h in logging.getLogger().handlers)):
         with contextlib.suppress(Exception):
             stream.flush()
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     print(line, file=sys.stderr, flush=True)
 
 
