@@ -184,6 +184,13 @@ class ModelAdapter(ABC):
 
         ``overrides`` maps layer names (``self_attn.q_proj``) to replacement weights (pruned ones).
         """
+        return module_from_state(self.new_block, self.block_state(checkpoint, block, overrides), block)
+
+    def block_state(
+        self, checkpoint: Checkpoint, block: int, overrides: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Block ``block``'s checkpoint tensors by name within the block, ``overrides`` (layer -> weight,
+        shape checked) in place of their layers' weights."""
         state = checkpoint.prefixed(self.block_prefix(block))
         for layer, weight in (overrides or {}).items():
             key = f"{layer}.weight"
@@ -195,7 +202,7 @@ class ModelAdapter(ABC):
                     f"the model's is {tuple(state[key].shape)}"
                 )
             state[key] = weight.to(state[key].dtype)
-        return module_from_state(self.new_block, state, block)
+        return state
 
     @abstractmethod
     def load_embedding(self, checkpoint: Checkpoint) -> nn.Module:

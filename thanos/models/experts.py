@@ -22,7 +22,7 @@ follows transformers' experts interface (``_apply_gate``, ``act_fn``, ``is_trans
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,8 @@ class Conversion:
     """transformers' conversion between the checkpoint's tensor names and layout and the modules' (fused
     experts, renamed submodules), for the tensors of one block at a time."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, modules: Iterable[str]) -> None:
+        """``modules``: every tensor name of the model's modules (its ``state_dict`` keys)."""
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming
 
@@ -73,7 +74,17 @@ class Conversion:
         self.renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
         self.converters = [m for m in mapping if isinstance(m, WeightConverter)]
         self.prefix = getattr(model, "base_model_prefix", None)
-        self.modules = dict.fromkeys(model.state_dict())
+        self.modules = dict.fromkeys(modules)
+
+    def target(self, key: str) -> tuple[str, str | None]:
+        """The module tensor a checkpoint tensor ``key`` (full name) loads into, and the source pattern of
+        the converter that builds it from several (None when it is only renamed, or kept)."""
+        from transformers.core_model_loading import rename_source_key
+
+        target, pattern = rename_source_key(key, self.renamings, self.converters, self.prefix, self.modules)
+        if target not in self.modules and key in self.modules:
+            return key, None
+        return target, pattern
 
     def to_disk(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Module tensors (full names) -> the checkpoint's tensors, as ``save_pretrained`` writes them."""
@@ -88,17 +99,13 @@ class Conversion:
 
     def to_modules(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Checkpoint tensors (full names) -> the modules' tensors, as ``from_pretrained`` loads them."""
-        from transformers.core_model_loading import dot_natural_key, rename_source_key
+        from transformers.core_model_loading import dot_natural_key
 
         by_pattern = {p: c for c in self.converters for p in c.source_patterns}
         out: dict[str, torch.Tensor] = {}
         pending: dict[str, Any] = {}
         for key in sorted(state, key=dot_natural_key):  # experts in index order, as transformers stacks them
-            target, pattern = rename_source_key(
-                key, self.renamings, self.converters, self.prefix, self.modules
-            )
-            if target not in self.modules and key in self.modules:
-                target, pattern = key, None
+            target, pattern = self.target(key)
             if pattern is None:
                 out[target] = state[key]
                 continue

@@ -211,7 +211,8 @@ class GenericAdapter(ModelAdapter):
         self.skeleton = _build(config)
         self.layers_path, layers = find_layers(self.skeleton, int(config.num_hidden_layers))
         self._blocks = list(layers)  # the model's own layers (meta parameters, real buffers)
-        self._module_keys = list(self.skeleton.state_dict())  # every tensor name, as the modules say it
+        # every tensor name as the modules say it (read before the layers become recorders)
+        self._conversion = Conversion(self.skeleton, self.skeleton.state_dict())
         self._disk_names: dict[str, dict[str, str]] = {}
         last = len(layers) - 1
         self._recorders = [Recorder(i, last) for i in range(len(layers))]
@@ -221,7 +222,6 @@ class GenericAdapter(ModelAdapter):
         self._free_params()
         self._as_tuple: bool | None = None
         self._kwargs: dict[tuple, tuple[tuple, dict]] = {}
-        self._conversion = Conversion(self.skeleton)
         # blocks of one kind have the same modules; the first block of each kind is traced for all of them
         # (DeepSeek-V3 and GLM-4-MoE: dense blocks first, mixture-of-experts blocks after)
         signatures = [_signature(module) for module in self._blocks]
@@ -230,6 +230,7 @@ class GenericAdapter(ModelAdapter):
         self._kinds = [self._describe(signatures.index(signature)) for signature in order]
         self._groups: dict[str, tuple[str, ...]] = {}
         self._experts: dict[str, ExpertLayer] = {}
+        self._module_name: dict[str, str] = {}  # checkpoint name -> module name (one meaning in every kind)
         for kind in self._kinds:
             for group, members in kind.groups.items():
                 if self._groups.setdefault(group, members) != members:
@@ -238,6 +239,7 @@ class GenericAdapter(ModelAdapter):
                         f"({', '.join(members)} / {', '.join(self._groups[group])})"
                     )
             self._experts |= kind.experts
+            self._module_name |= kind.module_name
 
     def _describe(self, block: int) -> _Kind:
         """Block ``block``'s prunable layers, named as the checkpoint stores them, and their groups: its
@@ -359,22 +361,12 @@ class GenericAdapter(ModelAdapter):
         is refused, naming it."""
         key = str(checkpoint.model_dir)
         if key not in self._disk_names:
-            from transformers.conversion_mapping import get_model_conversion_mapping
-            from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-
-            mapping = get_model_conversion_mapping(self.skeleton)
-            renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
-            converters = [m for m in mapping if isinstance(m, WeightConverter)]
-            modules = dict.fromkeys(self._module_keys)
-            prefix = getattr(self.skeleton, "base_model_prefix", None)
             names = {}
             blocks = f"{self.layers_path}."  # block tensors are converted one block at a time (load_block)
             for disk in checkpoint.names():
                 if disk.startswith(blocks):
                     continue
-                target, converted = rename_source_key(disk, renamings, converters, prefix, modules)
-                if target not in modules and disk in modules:
-                    target, converted = disk, None
+                target, converted = self._conversion.target(disk)
                 if converted is not None:
                     raise StructureError(
                         f"model_type {self.model_type!r}: transformers builds {target} from several "
@@ -392,17 +384,7 @@ class GenericAdapter(ModelAdapter):
         """Block ``block`` from its checkpoint tensors, through transformers' conversion (per-expert
         matrices fused, renamed modules); ``overrides`` are keyed by layer (checkpoint) names."""
         prefix = self.block_prefix(block)
-        state = checkpoint.prefixed(prefix)
-        for layer, weight in (overrides or {}).items():
-            key = f"{layer}.weight"
-            if key not in state:
-                raise ValueError(f"block {block} has no layer {layer!r}")
-            if tuple(weight.shape) != tuple(state[key].shape):
-                raise ValueError(
-                    f"block {block} layer {layer}: replacement weight has shape {tuple(weight.shape)}, "
-                    f"the model's is {tuple(state[key].shape)}"
-                )
-            state[key] = weight.to(state[key].dtype)
+        state = self.block_state(checkpoint, block, overrides)
         modules = self._conversion.to_modules({prefix + name: t for name, t in state.items()})
         return module_from_state(
             self.new_block, {k.removeprefix(prefix): t for k, t in modules.items()}, block
@@ -416,15 +398,16 @@ class GenericAdapter(ModelAdapter):
         only: set[str] | None = None,
         every_token: bool = False,
     ) -> list[Any]:
-        kind = self._kinds[self._kind[block]]
-        wanted = [g for g in kind.groups if only is None or g in only]
-        handles = []
-        for group in wanted:
-            if group not in kind.experts:
-                linear = self.linear(module, kind.module_name[kind.groups[group][0]])
-                handles.append(linear.register_forward_pre_hook(lambda m, a, g=group: add(g, a[0])))
-        experts = [g for g in wanted if g in kind.experts]
-        return handles + watch_experts(module, kind.experts, experts, add, every_token)
+        """The base class's hooks on the block's ``nn.Linear`` groups, and ``watch_experts``'s."""
+        wanted = [g for g in self.block_groups(block) if only is None or g in only]
+        experts = [g for g in wanted if g in self._experts]
+        linear = super().watch_inputs(module, block, add, {g for g in wanted if g not in self._experts})
+        return linear + watch_experts(module, self._experts, experts, add, every_token)
+
+    def linear(self, module: nn.Module, layer: str) -> nn.Linear:
+        """The ``nn.Linear`` of a block module that the checkpoint calls ``layer`` (its own name, unless
+        transformers renames it on load)."""
+        return super().linear(module, self._module_name.get(layer, layer))
 
     def _load_used(self, checkpoint: Checkpoint, called: Callable[[], set[str]]) -> nn.Module:
         """The skeleton with real tensors for the parameters of the modules ``called()`` names."""
