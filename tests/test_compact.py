@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -262,37 +261,15 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_llama_cpp_converts_a_compact_model(tmp_path: Path) -> None:
     """llama.cpp's converter reads the compact model: its feed-forward tensors have the kept width."""
-    from test_output import llama_cpp_converter
+    from test_output import converted_to_gguf
 
     model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=2, tokenizer="llama")
     pruned = tmp_path / "pruned"
     prune_with_magnitude(model, pruned)
     report = assemble(model, pruned, Recipe("m", "magnitude", "neurons:0.3"), tmp_path / "compact")
     kept = report["compact"]["kept_width"]
-    converter = llama_cpp_converter()
-    gguf_file = tmp_path / "compact.gguf"
-    env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(converter / "convert_hf_to_gguf.py"),
-            str(tmp_path / "compact"),
-            "--outfile",
-            str(gguf_file),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    sys.path.insert(0, str(converter / "gguf-py"))
-    try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(gguf_file)
+    with converted_to_gguf(tmp_path / "compact", tmp_path / "compact.gguf") as (_, reader):
         shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
         field = reader.fields["llama.feed_forward_length"]
         assert int(field.parts[field.data[0]][0]) == kept
-    finally:
-        sys.path.remove(str(converter / "gguf-py"))
     assert shapes["blk.0.ffn_down.weight"] == [kept, 64] and shapes["blk.0.ffn_up.weight"] == [64, kept]

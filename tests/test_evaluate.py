@@ -4,25 +4,15 @@ and ``thanos zeroshot`` give; the workflow runs it as one job per evaluated mode
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-from conftest import WORDS, make_tiny_model, snakemake, workflow_config, write_corpus
+from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
+from test_zeroshot import _toy_task as toy_task
 
 from thanos.cli import main
 from thanos.demo import tasks
 
 TIMING = ("seconds",)
-
-
-def _toy_task(root: Path, n: int = 12) -> Path:
-    rng = random.Random(0)
-    docs = []
-    for i in range(n):
-        choices = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))) for _ in range(3)]
-        docs.append({"id": i, "title": "toy", "choices": choices, "label": i % 3})
-    tasks.write_task(root, docs)
-    return root
 
 
 def _without_timing(path: Path) -> dict:
@@ -31,7 +21,7 @@ def _without_timing(path: Path) -> dict:
 
 def test_evaluate_equals_the_two_commands(tmp_path):
     model = make_tiny_model(tmp_path, "llama")
-    task_dir = _toy_task(tmp_path / "tasks")
+    task_dir = toy_task(tmp_path / "tasks", 12)[0]
     text = write_corpus(tmp_path / "heldout.jsonl")
     ppl = ["--model", str(model), "--source", str(text), "--seqlen", "32", "--device", "cpu"]
     zs = ["--tasks", tasks.TASK_NAME, "--include-path", str(task_dir)]
@@ -50,7 +40,7 @@ def test_evaluate_equals_the_two_commands(tmp_path):
 
 def test_workflow_evaluates_each_model_in_one_job(tmp_path):
     text = write_corpus(tmp_path / "text.jsonl", docs=60)
-    task_dir = _toy_task(tmp_path / "tasks")
+    task_dir = toy_task(tmp_path / "tasks", 12)[0]
     models = {
         "llama": {"path": "models/llama", "tiny": {"family": "llama", "hidden_size": 32, "num_blocks": 2}}
     }

@@ -6,6 +6,7 @@ every zero (real files, real Snakemake, real transformers, the real converter)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -14,7 +15,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -175,16 +178,21 @@ def llama_cpp_converter() -> Path:
     return target
 
 
-@pytest.mark.slow
-def test_llama_cpp_converts_a_2of4_output_and_keeps_its_zeros(outputs, tmp_path) -> None:
-    _, found = outputs
-    out, _ = found["2of4"]
+@contextlib.contextmanager
+def converted_to_gguf(model_dir: Path, gguf_file: Path, *options: str) -> Iterator[tuple[Any, Any]]:
+    """llama.cpp's converter run on ``model_dir`` (it must succeed); yields (its ``gguf`` package, a
+    ``GGUFReader`` of the file it wrote)."""
     converter = llama_cpp_converter()
-    gguf_file = tmp_path / "model.gguf"
     env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
     run = subprocess.run(
-        [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(out), "--outfile", str(gguf_file)]
-        + ["--outtype", "f32"],
+        [
+            sys.executable,
+            str(converter / "convert_hf_to_gguf.py"),
+            str(model_dir),
+            "--outfile",
+            str(gguf_file),
+        ]
+        + list(options),
         capture_output=True,
         text=True,
         env=env,
@@ -194,11 +202,18 @@ def test_llama_cpp_converts_a_2of4_output_and_keeps_its_zeros(outputs, tmp_path)
     try:
         import gguf
 
-        reader = gguf.GGUFReader(gguf_file)
-        written = {tensor.name: torch.from_numpy(tensor.data.copy()) for tensor in reader.tensors}
-        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        yield gguf, gguf.GGUFReader(gguf_file)
     finally:
         sys.path.remove(str(converter / "gguf-py"))
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_a_2of4_output_and_keeps_its_zeros(outputs, tmp_path) -> None:
+    _, found = outputs
+    out, _ = found["2of4"]
+    with converted_to_gguf(out, tmp_path / "model.gguf", "--outtype", "f32") as (gguf, reader):
+        written = {tensor.name: torch.from_numpy(tensor.data.copy()) for tensor in reader.tensors}
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
     facts = json.loads((out / "sparsity.json").read_text())
     for tensor, counts in facts["layers"].items():
         converted = written[names.get_name(tensor, try_suffixes=(".weight",))]

@@ -12,6 +12,16 @@ from typing import Any
 
 SLIDING_WINDOW = 16  # shorter than the test sequences, so that a sliding window matters
 
+# DeepSeek-style mixture of experts (GLM-4-MoE shares the config): 4 routed experts, top 2, one group, and
+# a dense first block, so that the tiny model has blocks of both kinds
+DENSE_FIRST_MOE = {
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "moe_intermediate_size": 48,
+    "n_group": 1,
+    "topk_group": 1,
+}
 # model_type -> the models of that type (the README's table), and options its tiny config needs beyond
 # the sizes every tiny model gets (thanos.models.tiny)
 MATRIX: dict[str, dict[str, Any]] = {
@@ -38,24 +48,12 @@ MATRIX: dict[str, dict[str, Any]] = {
     },
     "glm4_moe": {
         "family": "GLM-4.5/4.6 (dense first block, then mixture of experts with a shared expert)",
-        "config": {
-            "n_routed_experts": 4,
-            "num_experts_per_tok": 2,
-            "first_k_dense_replace": 1,
-            "moe_intermediate_size": 48,
-            "n_group": 1,
-            "topk_group": 1,
-        },
+        "config": DENSE_FIRST_MOE,
     },
     "deepseek_v3": {
         "family": "DeepSeek-V3/R1, Kimi K2 (multi-head latent attention, dense first block, then MoE)",
-        "config": {
-            "n_routed_experts": 4,
-            "num_experts_per_tok": 2,
-            "first_k_dense_replace": 1,
-            "moe_intermediate_size": 48,
-            "n_group": 1,
-            "topk_group": 1,
+        "config": DENSE_FIRST_MOE
+        | {
             "q_lora_rank": None,
             "kv_lora_rank": 16,
             "qk_rope_head_dim": 16,
