@@ -35,11 +35,12 @@ def run(args: argparse.Namespace) -> None:
     _args.apply_offline(args)
     from thanos.evaluation.loading import load_model
     from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text
-    from thanos.evaluation.zeroshot import load_tasks, parse_tasks, task_manager
+    from thanos.evaluation.zeroshot import evaluate_zeroshot, load_tasks, parse_tasks, task_manager
     from thanos.files.atomic import write_json
 
     load_eval_text(args.source, args.text_field)  # bad data fails before the model is loaded
-    load_tasks(task_manager(parse_tasks(args.tasks), args.include_path), parse_tasks(args.tasks))
+    names = parse_tasks(args.tasks)
+    load_tasks(task_manager(names, args.include_path), names)
     loaded = load_model(args.model, **_args.placement(args))
     result = evaluate_perplexity(
         args.model,
@@ -53,8 +54,6 @@ def run(args: argparse.Namespace) -> None:
         loaded=loaded,
     )
     write_json(args.ppl_out, result.to_dict())
-    from thanos.evaluation.zeroshot import evaluate_zeroshot
-
     summary = evaluate_zeroshot(
         args.model,
         tasks=args.tasks,

@@ -106,10 +106,10 @@ class Recipe:
         words += [f"--exclude {shlex.quote(pattern)}" for pattern in self.exclude or ()]
         return " ".join(words)
 
-    def layers(self, layers: Sequence[str], strict: bool = True) -> list[str]:
-        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches (``strict``:
-        a pattern must match one of them; off for one block of a model whose blocks differ)."""
-        return select_layers(layers, self.exclude or (), strict)
+    def layers(self, layers: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
+        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches (each
+        pattern must match a layer of ``within``, the model's layers; default ``layers``)."""
+        return select_layers(layers, self.exclude or (), within)
 
     @property
     def owl(self) -> bool:
@@ -149,22 +149,24 @@ def check_exclude(key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
-def select_layers(layers: Sequence[str], exclude: Sequence[str], strict: bool = True) -> list[str]:
+def select_layers(
+    layers: Sequence[str], exclude: Sequence[str], within: Sequence[str] | None = None
+) -> list[str]:
     """``layers`` (names relative to a block) less those an ``exclude`` pattern matches (``re.search``).
-    A pattern that matches none of them (``strict``: checked on all the model's layers, not on one block
-    of a model whose blocks differ), or patterns that leave none, are refused, naming them: a typo would
+    A pattern that matches none of ``within`` (the model's layers, of every kind of block; default
+    ``layers``), or patterns that leave none of ``layers``, are refused, naming them: a typo would
     otherwise prune what the user meant to keep."""
+    within = layers if within is None else within
     kept = list(layers)
     for pattern in exclude:
         try:
             regex = re.compile(pattern)
         except re.error as err:
             raise ConfigError(f"exclude pattern {pattern!r} is not a regular expression ({err})") from None
-        matched = [layer for layer in layers if regex.search(layer)]
-        if not matched and strict:
-            shown = ", ".join(layers[:12]) + (", ..." if len(layers) > 12 else "")
+        if not any(regex.search(layer) for layer in within):
+            shown = ", ".join(within[:12]) + (", ..." if len(within) > 12 else "")
             raise ConfigError(f"exclude pattern {pattern!r} matches no prunable layer (a block has {shown})")
-        kept = [layer for layer in kept if layer not in matched]
+        kept = [layer for layer in kept if not regex.search(layer)]
     if not kept:
         raise ConfigError(f"exclude patterns {list(exclude)} leave no layer to prune")
     return kept

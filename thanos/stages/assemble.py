@@ -309,8 +309,7 @@ def check_against_model_info(
     check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
     if not root.is_dir():
         return  # pruned_layers says so
-    recipe.layers(info["layers"])  # a pattern that matches no layer of the model is refused
-    layers = lambda block: recipe.layers(block_layers(info, block), strict=False)  # noqa: E731
+    layers = lambda block: recipe.layers(block_layers(info, block), info["layers"])  # noqa: E731
     problems = unfinished(root, int(info["num_blocks"]), layers, recipe.to_dict())
     if not problems:
         return
@@ -341,7 +340,7 @@ def pruned_tensors(
         wanted = {
             (block, layer)
             for block in range(int(info["num_blocks"]))
-            for layer in recipe.layers(block_layers(info, block), strict=False)
+            for layer in recipe.layers(block_layers(info, block), info["layers"])
         }
     found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
     for block, layer, file in found:

@@ -213,7 +213,7 @@ def propagate(
     """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs;
     the layers ``exclude`` matches keep their original weights whatever ``pruned_dir`` holds."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
-    layers = select_layers(adapter.block_layers(block), exclude or (), strict=False)
+    layers = select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
     overrides = {} if pruned_dir is None else load_pruned(pruned_dir, layers)
     dense = [layer for layer in layers if layer not in overrides]
     if pruned_dir is not None and dense:

@@ -247,7 +247,6 @@ def chain(
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
-    select_layers(adapter.layers, exclude or ())  # a pattern that matches no layer of the model is refused
     calibrated = methods.get(method).needs_hessian
     if calibrated and dense_dir is None:
         raise ValueError(
@@ -260,7 +259,7 @@ def chain(
         dense=Path(dense_dir) if calibrated else None,
         own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
         layers=[
-            select_layers(adapter.block_layers(block), exclude or (), strict=False)
+            select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
             for block in range(num_blocks)
         ],
         exclude=list(exclude or ()),

@@ -53,8 +53,7 @@ def prune(
     sparsity there (exact, removed / parameters); the stats record the profile and the target."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
-    select_layers(adapter.layers, exclude or ())  # a pattern that matches no layer of the model is refused
-    kept = select_layers(adapter.block_layers(block), exclude or (), strict=False)
+    kept = select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
     layers = list(layers) if layers else kept
     for layer in layers:
         adapter.group_of(layer, block)  # unknown names fail before any work

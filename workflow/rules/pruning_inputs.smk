@@ -86,8 +86,7 @@ def recipe_layers(model, recipe, block):
     """The layers of block `block` the recipe prunes: the block's, less those its `exclude` patterns
     match (a pattern that matches no layer of the model is refused)."""
     info = model_info(model)
-    RECIPES[recipe].layers(info["layers"])
-    return RECIPES[recipe].layers(block_layers_of(info, int(block)), strict=False)
+    return RECIPES[recipe].layers(block_layers_of(info, int(block)), info["layers"])
 
 
 def block_layers(wildcards):
