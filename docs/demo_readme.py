@@ -7,10 +7,10 @@ section) from a finished run.
     python docs/demo_readme.py --real        # ... between the real-llm-results markers
 
 Everything between ``<!-- demo-results:begin -->`` and ``<!-- demo-results:end -->`` comes from the run's
-files: the demo model's ``train_report.json``, the tables the workflow wrote (``perplexity.md``,
-``orderings.md``), the zero-shot results (acc and acc_norm with their stderr) and the wall time of the
-run from Snakemake's log (first job start to last job end). Figure 1 is copied to docs/. No number in
-that part of the README is typed by hand.
+files: the demo model's ``train_report.json`` and dense perplexity, the tables the workflow wrote
+(``perplexity.md``, ``orderings.md``), the zero-shot results (acc and acc_norm with their stderr) and
+the wall time of the run from Snakemake's log (first job start to last job end). Figure 1 is copied to
+docs/. No number in that part of the README is typed by hand.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def section(results: Path, log: Path, model: str = "demo") -> str:
     manifest = json.loads((results / "demo" / "data" / "manifest.json").read_text())
     tables = results / "tables"
     m = train["model"]
-    held_out = train["held_out"]
+    held_out = json.loads((results / "demo" / "dense" / "eval" / "perplexity.json").read_text())
     task = manifest["task"]
     orderings, held, checked = orderings_table(tables)
     run = (

@@ -231,16 +231,19 @@ def test_train_demo_writes_loadable_model(tiny_model):
 
 
 def test_train_demo_is_deterministic(tiny_model, data_dir, tmp_path):
+    """The same options train the same weights; --no-held-out (the workflow's: it evaluates the model in
+    its own job) only leaves the final held-out perplexity out of the report."""
     from safetensors.torch import load_file
 
     out = tmp_path / "again"
-    assert main(_tiny_train_args(data_dir, out)) == 0
+    assert main([*_tiny_train_args(data_dir, out), "--no-held-out"]) == 0
     first, second = load_file(tiny_model / "model.safetensors"), load_file(out / "model.safetensors")
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     a = json.loads((tiny_model / "train_report.json").read_text())
     b = json.loads((out / "train_report.json").read_text())
-    assert a["loss_curve"] == b["loss_curve"] and a["held_out"] == b["held_out"]
+    assert a["loss_curve"] == b["loss_curve"]
+    assert a["held_out"]["ppl"] > 1 and b["held_out"] is None
 
 
 def test_train_demo_rejects_bad_options(data_dir, tmp_path):

@@ -235,6 +235,22 @@ def test_figures_from_partial_results(results, tmp_path):
         assert head.startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF"), path
 
 
+def test_figures_drawn_by_several_processes_are_the_same(results, tmp_path):
+    """--processes 3: the processes share the figures out (each saves the next one not yet taken); the
+    files are those one process writes, the PNGs byte for byte (a PDF records its creation time)."""
+    one, three = tmp_path / "one", tmp_path / "three"
+    assert main(["figures", "--results", str(results), "--out-dir", str(one)]) == 0
+    assert main(["figures", "--results", str(results), "--out-dir", str(three), "--processes", "3"]) == 0
+    names = sorted(p.name for p in one.iterdir())
+    assert len(names) > 6 and names == sorted(p.name for p in three.iterdir())
+    for name in names:
+        if name.endswith(".png"):
+            assert (one / name).read_bytes() == (three / name).read_bytes(), name
+    with pytest.raises(SystemExit) as refused:  # argparse: usage and the error, exit status 2
+        main(["figures", "--results", str(results), "--out-dir", str(three), "--processes", "0"])
+    assert refused.value.code == 2
+
+
 def test_figures_without_results(tmp_path):
     (tmp_path / "results").mkdir()
     out = tmp_path / "figures"

@@ -11,6 +11,14 @@ from thanos.pruning import methods
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
 
 
+def positive(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_recipe(parser: argparse.ArgumentParser) -> None:
     """--method, --sparsity and the optional hyper-parameters (``thanos.files.recipes.Recipe.options``)."""
     parser.add_argument("--method", required=True, choices=methods.names(), help="pruning method")

@@ -23,13 +23,6 @@ Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_
 """
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from thanos.runner.one_recipe import DEFAULT_DAMP, DEFAULT_NSAMPLES, METHODS
 
@@ -51,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=None, help=alpha_help)
     parser.add_argument(
         "--blocksize",
-        type=_positive,
+        type=_args.positive,
         default=None,
         help="B (default: Thanos 128 unstructured / 512 n:m, SparseGPT 128)",
     )
@@ -77,13 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--nsamples",
-        type=_positive,
+        type=_args.positive,
         default=DEFAULT_NSAMPLES,
         help=f"calibration windows (default {DEFAULT_NSAMPLES})",
     )
     parser.add_argument(
         "--seqlen",
-        type=_positive,
+        type=_args.positive,
         default=None,
         help="tokens per window (default min(2048, the model's max positions))",
     )
@@ -100,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     tasks_help = "zero-shot lm-eval tasks, comma-separated (default: the paper's 7)"
     parser.add_argument("--tasks", default=None, help=tasks_help)
-    parser.add_argument("--cores", type=_positive, default=None, help="CPU cores to use (default: all)")
+    parser.add_argument("--cores", type=_args.positive, default=None, help="CPU cores to use (default: all)")
     parser.add_argument(
         "--compact",
         action=argparse.BooleanOptionalAction,

@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda, cuda:N"
     )
+    parser.add_argument(
+        "--no-held-out",
+        action="store_true",
+        help="skip the held-out perplexity at the end (train_report.json's held_out is null); the workflow "
+        "sets it, since it evaluates the written model with the same protocol in its own job",
+    )
     defaults = TrainOptions()
     helps = {
         "vocab_size": "BPE vocabulary size",
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> None:
     test_docs = [a.text for a in read_jsonl(args.data_dir / "test.jsonl")]
     manifest = args.data_dir / "manifest.json"
     with atomic_path(args.out, is_dir=True) as tmp:
-        report = train_demo(train_docs, test_docs, tmp, opts, device)
+        report = train_demo(train_docs, test_docs, tmp, opts, device, held_out=not args.no_held_out)
         report["data"]["dir"] = str(args.data_dir)
         if manifest.is_file():
             import json
@@ -76,11 +82,12 @@ def run(args: argparse.Namespace) -> None:
             source = json.loads(manifest.read_text())
             report["data"]["splits_sha256"] = {k: v["sha256"] for k, v in source.get("splits", {}).items()}
         write_json(tmp / "train_report.json", report)
+    scores = report["held_out"]
     log.info(
-        "wrote %s: %.2fM parameters, %d steps in %.0fs, held-out ppl %.2f",
+        "wrote %s: %.2fM parameters, %d steps in %.0fs%s",
         args.out,
         report["model"]["parameters"] / 1e6,
         report["steps"],
         report["seconds"],
-        report["held_out"]["ppl"],
+        f", held-out ppl {scores['ppl']:.2f}" if scores else "",
     )

@@ -180,9 +180,12 @@ def train_demo(
     out_dir: Path,
     opts: TrainOptions,
     device: torch.device,
+    held_out: bool = True,
 ) -> dict:
     """Train tokenizer and model, save both into ``out_dir`` (an existing, empty directory) with
-    ``save_pretrained`` (safetensors) and return the report (the caller writes it as train_report.json)."""
+    ``save_pretrained`` (safetensors) and return the report (the caller writes it as train_report.json).
+    ``held_out``: score the test documents at the end (the report's ``held_out``; None when False, for a
+    caller that evaluates the written model itself with the same protocol, as the workflow does)."""
     from tqdm import tqdm
 
     opts.validate()
@@ -256,14 +259,18 @@ def train_demo(
     train_seconds = time.perf_counter() - train_started
 
     eval_len = min(2048, opts.max_position_embeddings)
-    held_out = perplexity(model, test_stream, eval_len, opts.eval_batch_size, device)
-    log.info(
-        "held-out perplexity %.2f (%d tokens, %d windows of %d)",
-        held_out["ppl"],
-        held_out["tokens"],
-        held_out["windows"],
-        eval_len,
-    )
+    scores = None
+    if held_out:
+        ppl = perplexity(model, test_stream, eval_len, opts.eval_batch_size, device)
+        log.info(
+            "held-out perplexity %.2f (%d tokens, %d windows of %d)",
+            ppl["ppl"],
+            ppl["tokens"],
+            ppl["windows"],
+            eval_len,
+        )
+        rounded = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ppl.items()}
+        scores = {"dataset": "test.jsonl", "seqlen": eval_len, **rounded}
 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to("cpu").save_pretrained(out_dir, safe_serialization=True)
@@ -287,11 +294,7 @@ def train_demo(
         "train_seconds": round(train_seconds, 2),
         "tokens_per_second": round(opts.steps * opts.batch_size * opts.seq_len / train_seconds, 1),
         "final_train_loss": curve[-1]["loss"],
-        "held_out": {
-            "dataset": "test.jsonl",
-            "seqlen": eval_len,
-            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in held_out.items()},
-        },
+        "held_out": scores,
         "loss_curve": curve,
         "device": str(device),
         "versions": _versions(),

@@ -13,10 +13,12 @@ there overrides the built-in task of the same name.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,25 @@ def summarize(results: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _without_environment_report() -> Iterator[None]:
+    """lm-eval's ``simple_evaluate`` ends with ``add_env_info``: torch's ``collect_env``, which runs
+    ``pip list``, ``nvidia-smi`` and more in subprocesses (half a second of CPU per evaluation on the demo
+    machine, seconds in a large environment) for an environment report that zeroshot.json does not keep
+    (it records the lm-eval and task versions). Left out for the duration of the call."""
+    import lm_eval.evaluator
+
+    if not hasattr(lm_eval.evaluator, "add_env_info"):  # another lm-eval layout: nothing to leave out
+        yield
+        return
+    report = lm_eval.evaluator.add_env_info
+    lm_eval.evaluator.add_env_info = lambda results: None
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.add_env_info = report
+
+
 def evaluate_zeroshot(
     model_path: str,
     tasks: str | list[str] | None = None,
@@ -198,15 +219,16 @@ def evaluate_zeroshot(
         loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
     lm = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size)
     start = time.perf_counter()
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=names,
-        num_fewshot=num_fewshot,
-        batch_size=batch_size,
-        limit=limit,
-        task_manager=manager,
-        log_samples=False,
-    )
+    with _without_environment_report():
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=names,
+            num_fewshot=num_fewshot,
+            batch_size=batch_size,
+            limit=limit,
+            task_manager=manager,
+            log_samples=False,
+        )
     seconds = time.perf_counter() - start
     if results is None:  # non-zero rank of a distributed run
         raise ValueError("lm-eval returned no results (run one process per model)")

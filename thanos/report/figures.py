@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import re
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -550,12 +552,47 @@ def objective_heatmap_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Draw
         yield f"objective_heatmap_{_safe(model)}_{pattern_slug(*pattern)}", fig
 
 
-def write_figures(results: str | Path, out_dir: str | Path) -> list[Path]:
-    """Draw every figure the results allow into ``out_dir``; returns the files written."""
+def write_figures(results: str | Path, out_dir: str | Path, processes: int = 1) -> list[Path]:
+    """Draw every figure the results allow into ``out_dir``; returns the files written (sorted).
+    ``processes``: save that many figures at once in forked processes (saving, not plotting, is most of
+    the time), each taking the next figure not yet taken; without ``fork``, one process saves them all."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     frame, _ = collect(results)
     layers = collect_layers(results)
+    if processes > 1 and "fork" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("fork")
+        taken = context.Value("i", 0)  # figures taken so far: the next one to take
+        with ProcessPoolExecutor(processes, context, initializer=_share, initargs=(taken,)) as pool:
+            parts = [pool.submit(_draw, frame, layers, out, shared=True) for _ in range(processes)]
+            paths = [path for part in parts for path in part.result()]
+    else:
+        paths = _draw(frame, layers, out)
+    if not paths:
+        log.warning("no results under %s to draw yet; no figures written", results)
+    return sorted(paths)
+
+
+_TAKEN: Any = None  # in a drawing process: the count of figures taken, shared by all of them
+
+
+def _share(taken: Any) -> None:
+    global _TAKEN
+    _TAKEN = taken
+
+
+def _take(number: int, shared: bool) -> int:
+    """The number of the next figure this process saves: ``number`` alone, or the next one not taken."""
+    if not shared:
+        return number
+    with _TAKEN.get_lock():
+        _TAKEN.value += 1
+        return _TAKEN.value - 1
+
+
+def _draw(frame: pd.DataFrame, layers: pd.DataFrame, out: Path, shared: bool = False) -> list[Path]:
+    """Plot every figure the results allow, in a fixed order, and save those this process takes (all of
+    them unless ``shared``); the others are closed unsaved."""
     drawn: list[Drawn] = []
     if not frame.empty:
         drawn += [
@@ -566,9 +603,11 @@ def write_figures(results: str | Path, out_dir: str | Path) -> list[Path]:
         if not layers.empty:
             drawn += [pruning_time_figures(layers, frame), objective_heatmap_figures(layers, frame)]
     paths: list[Path] = []
-    for figures in drawn:
-        for stem, fig in figures:
+    mine = _take(0, shared)
+    for number, (stem, fig) in enumerate(figure for figures in drawn for figure in figures):
+        if number == mine:
             paths += _save(fig, out, stem)
-    if not paths:
-        log.warning("no results under %s to draw yet; no figures written", results)
+            mine = _take(number + 1, shared)
+        else:
+            _plt().close(fig)
     return paths

@@ -20,7 +20,7 @@ if DEMO["enabled"]:
             f"{PATHS.logs}/demo/train_demo.log",
         threads: workflow.cores
         shell:
-            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input:q}"
+            "OMP_NUM_THREADS={threads} python -m thanos train-demo --data-dir {input:q} --no-held-out"
             " --out {output:q} > {log:q} 2>&1"
 
 

@@ -37,5 +37,7 @@ rule figures:
         results=results_dir,
     log:
         f"{PATHS.logs}/figures.log",
+    threads: workflow.cores
     shell:
-        "python -m thanos figures --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"
+        "python -m thanos figures --results {params.results:q} --out-dir {output:q}"
+        " --processes {threads} > {log:q} 2>&1"
