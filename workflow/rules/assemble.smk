@@ -15,6 +15,7 @@ rule assemble:
         intermediates=intermediates,
         max_shard_size=config["assemble"]["max_shard_size"],
         model_dir_format=MODEL_DIR_FORMAT,
+    priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/{{recipe}}/assemble.log",
     shell:

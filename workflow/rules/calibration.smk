@@ -27,6 +27,7 @@ rule calibrate:
         seqlen=config["calibration"]["seqlen"],
         seed=config["calibration"]["seed"],
         text_field=config["calibration"]["text_field"],
+    priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/calibrate.log",
     shell:
@@ -43,6 +44,7 @@ rule embed:
         retain(directory(PATHS.store("{model}", DENSE, "inputs", 0)), "activations"),
     params:
         model=model_path,
+    priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/embed.log",
     threads: config["threads"]

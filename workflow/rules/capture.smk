@@ -9,6 +9,7 @@ rule capture:
         retain(directory(PATHS.store("{model}", "{chain}", "hessians", "{l}")), "hessians"),
     params:
         model=model_path,
+    priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/capture_{{l}}.log",
     threads: config["threads"]
@@ -30,6 +31,7 @@ rule propagate:
         model=model_path,
         previous=previous_block,
         pruned=pruned_dir_option,
+    priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
     threads: config["threads"]

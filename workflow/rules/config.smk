@@ -116,6 +116,10 @@ if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
 # `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
 JOB_GPUS = 0 if config["device"] == "cpu" else 1
 EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
+# Scheduling: among the jobs ready to run, those that lead to pruned models (calibration, chains, OWL, pruning,
+# assembly) go before evaluations, so a run ends on evaluations alone, which fill the cores to the end,
+# instead of a last model's prune -> assemble -> evaluate chain running while the other cores idle.
+PRUNING_FIRST = 1
 
 
 def _slot_pool(count):

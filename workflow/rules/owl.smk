@@ -16,6 +16,7 @@ if OWL_RECIPES:
             sparsity=owl_sparsity,
             owl_m=owl_m,
             owl_lambda=owl_lambda,
+        priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/owl.log",
         shell:

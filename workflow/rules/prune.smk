@@ -17,6 +17,7 @@ if GRANULARITY == "layer":
             options=recipe_options,
             hessians=hessians_option,
             out_dir=prune_out_dir,
+        priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
         threads: config["threads"]
@@ -39,6 +40,7 @@ elif GRANULARITY == "block":
             options=recipe_options,
             hessians=hessians_option,
             layers=block_layers,
+        priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}.log",
         threads: config["threads"]
@@ -61,6 +63,7 @@ elif GRANULARITY == "recipe":
             options=recipe_options,
             stores=recipe_store_options,
             root=recipe_pruned_root,
+        priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/prune_recipe.log",
         threads: config["threads"]
