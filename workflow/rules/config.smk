@@ -116,10 +116,16 @@ if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
 # `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
 JOB_GPUS = 0 if config["device"] == "cpu" else 1
 EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
-# Scheduling: among the jobs ready to run, those that lead to pruned models (calibration, chains, OWL, pruning,
-# assembly) go before evaluations, so a run ends on evaluations alone, which fill the cores to the end,
-# instead of a last model's prune -> assemble -> evaluate chain running while the other cores idle.
+# Scheduling: among the jobs ready to run, those that lead to pruned models (calibration, chains, OWL,
+# pruning, assembly) go before evaluations, so a run ends on evaluations alone, which fill the cores to the
+# end, instead of a last model's prune -> assemble -> evaluate chain running while the other cores idle.
 PRUNING_FIRST = 1
+# The figures job runs last, alone: a local run draws them with up to 8 of its cores (a process each; more
+# would only plot figures that another process saves), a cluster job or a run without --cores with one.
+if workflow.resource_settings.nodes is None:
+    FIGURE_PROCESSES = min(workflow.resource_settings.cores or 1, 8)
+else:
+    FIGURE_PROCESSES = 1
 
 
 def _slot_pool(count):

@@ -37,7 +37,7 @@ rule figures:
         results=results_dir,
     log:
         f"{PATHS.logs}/figures.log",
-    threads: workflow.cores
+    threads: FIGURE_PROCESSES
     shell:
         "python -m thanos figures --results {params.results:q} --out-dir {output:q}"
         " --processes {threads} > {log:q} 2>&1"
