@@ -62,6 +62,7 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
 
     from thanos.data.storage import write_activations
     from thanos.models import get_adapter, load_config
+    from thanos.recipe import Recipe
     from thanos.stages.capture import capture, propagate
     from thanos.stages.prune import prune
 
@@ -76,7 +77,8 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
     capture(model, BLOCK, inputs, work / "hessians.zarr", batch_size=1, device="cpu")
     peaks["capture"] = peak_rss_mib()
     reset_peak()
-    prune(model, BLOCK, None, method, "0.5", work / "pruned", hessians=work / "hessians.zarr", device="cpu")
+    recipe = Recipe(None, method, "0.5")
+    prune(model, BLOCK, recipe, work / "pruned", hessians=work / "hessians.zarr", device="cpu")
     peaks["prune"] = peak_rss_mib()
     reset_peak()
     propagate(model, BLOCK, inputs, work / "next.zarr", work / "pruned", batch_size=1, device="cpu")

@@ -136,6 +136,7 @@ def main() -> None:
 
     import zarr
 
+    from thanos.recipe import Recipe
     from thanos.stages.owl import compute
 
     plan = json.loads((args.results / args.model_name / args.recipe / "owl.json").read_text())
@@ -145,7 +146,8 @@ def main() -> None:
     columns = {"ours (owl.json)": plan}
     for label, per_sequence in (("ours, in memory", False), ("ours, peer's norm", True)):
         norms = direct_norms(args.model, ids, per_sequence)
-        columns[label] = compute(args.model, None, target, m, lam, xnorms=norms)
+        recipe = Recipe(None, "wanda", target, profile="owl", owl_m=m, owl_lambda=lam)
+        columns[label] = compute(args.model, None, recipe, xnorms=norms)
     peer = None
     if not args.no_peer:
         python = args.venv / "bin" / "python"

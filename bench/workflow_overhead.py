@@ -60,9 +60,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from thanos.cli import main as thanos_main
-    from thanos.files.recipes import Recipe
     from thanos.models.tiny import build_tiny_model
     from thanos.pruning import methods
+    from thanos.recipe import Recipe
 
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -116,7 +116,7 @@ def main() -> None:
         recipe = Recipe(name, method, sparsity, chain="sequential")
         stage(
             "assemble",
-            *("--model", model, "--pruned-root", chain / "pruned", "--recipe-json", recipe.to_json()),
+            *("--model", model, "--pruned-root", chain / "pruned", "--recipe", recipe.to_json()),
             *(("--calibration", tokens) if calibrated else ()),
             *("--model-info", work / "info.json", "--out", chain / "model"),
         )

@@ -16,13 +16,13 @@ import torch
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
-from thanos.files.recipes import ConfigError, Recipe, expand, from_name
 from thanos.models import open_model
 from thanos.models.matrix import MATRIX
 from thanos.models.neurons import NeuronsError, mlp_layout
 from thanos.models.tiny import build_tiny_model
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import neuron_count, parse_sparsity
+from thanos.recipe import ConfigError, Recipe, expand, from_name
 from thanos.stages.assemble import assemble
 from thanos.stages.prune import prune
 
@@ -62,8 +62,7 @@ def test_neuron_count_keeps_at_least_the_asked_width_rounded_up_to_8() -> None:
 
 def test_recipe_checks_compact_and_alpha() -> None:
     recipe = Recipe.from_dict({"name": "n", "method": "thanos", "sparsity": "neurons:0.3"})
-    assert recipe.compact is None and recipe.sparsity == "neurons:0.3"
-    assert "compact" not in recipe.options()  # an assembly option, not a pruning one
+    assert recipe.compact is True and str(recipe.sparsity) == "neurons:0.3"  # compact by default
     with pytest.raises(ConfigError, match=r"recipe\.compact: only neurons:p recipes can be written compact"):
         Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "structured:0.3", "compact": True})
     with pytest.raises(ConfigError, match=r"recipe\.alpha: neurons:0.3 removes whole neurons.*set alpha 0"):
@@ -93,7 +92,7 @@ def prune_with_magnitude(model: Path, root: Path, sparsity: str = "neurons:0.3")
     """Every block pruned by the prune stage (magnitude needs no calibration)."""
     _, adapter, _ = open_model(model)
     for block in range(adapter.num_blocks):
-        prune(model, block, None, "magnitude", sparsity, out_dir=root / f"block{block}", device="cpu")
+        prune(model, block, Recipe("r", "magnitude", sparsity), root / f"block{block}", device="cpu")
 
 
 @pytest.mark.parametrize("model_type", [t for t in MATRIX if t not in NO_NEURONS])
@@ -150,7 +149,7 @@ def test_models_whose_neurons_cannot_be_removed_are_refused(tmp_path: Path) -> N
     with pytest.raises(NeuronsError, match=r"model_type 'llama': cannot remove MLP neurons \(.*take"):
         mlp_layout(*open_model(square, full_config=False)[1:])
     with pytest.raises(ValueError, match="cannot remove MLP neurons"):
-        prune(square, 0, None, "magnitude", "neurons:0.3", out_dir=tmp_path / "p", device="cpu")
+        prune(square, 0, Recipe("r", "magnitude", "neurons:0.3"), tmp_path / "p", device="cpu")
 
 
 @pytest.mark.parametrize("model_type", NO_NEURONS)
@@ -178,9 +177,8 @@ def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path, "llama")
     pruned = tmp_path / "pruned"
     prune_with_magnitude(model, pruned, "structured:0.3")
-    recipe = Recipe("r", "magnitude", "structured:0.3", compact=True)
-    with pytest.raises(ValueError, match="only neurons:p recipes"):
-        assemble(model, pruned, recipe, tmp_path / "out")
+    with pytest.raises(ValueError, match="only neurons:p recipes"):  # refused before anything runs
+        assemble(model, pruned, Recipe("r", "magnitude", "structured:0.3", compact=True), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -251,7 +249,7 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
     assert "compact: MLP width 96 -> 72 neurons per block (ffn_dim)" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 72
     report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
-    assert report["recipe"]["name"] == "thanos_n30_a0" and report["compact"]["kept_width"] == 72
+    assert report["recipe"]["name"] == "thanos_n30" and report["compact"]["kept_width"] == 72
     refused = subprocess.run(
         [*command[:-1], str(tmp_path / "out2"), "--alpha", "0.1"], capture_output=True, text=True
     )

@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import snakemake, workflow_config
 
-from thanos.files.recipes import ConfigError, Recipe, expand, from_name
 from thanos.pruning import owl
+from thanos.recipe import ConfigError, Recipe, expand, from_name
 
 TINY = {"hidden_size": 32, "num_blocks": 3, "num_heads": 4}
 MODELS = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}
@@ -93,7 +93,7 @@ def test_grid_names_and_reads_back_owl_recipes():
     )
     assert sorted(recipes) == ["thanos_u70_owl", "wanda_u70_owl"]
     assert recipes["wanda_u70_owl"].owl and recipes["wanda_u70_owl"].needs_calibration
-    assert recipes["wanda_u70_owl"].owl_parameters() == (5.0, 0.08)
+    assert (recipes["wanda_u70_owl"].owl_m, recipes["wanda_u70_owl"].owl_lambda) == (5.0, 0.08)
     assert from_name("wanda_u70_owl") == {
         "method": "wanda",
         "sparsity": "unstructured:0.7",
@@ -169,8 +169,9 @@ def test_owl_json_agrees_with_the_dense_activations(run):
     norms = _direct_norms(run / "models" / "llama", results / "calib" / "tokens.zarr")
     for recipe, entry in RECIPES.items():
         artifact = json.loads((results / recipe / "owl.json").read_text())
-        m, lam = Recipe.from_dict({"name": recipe, **entry}).owl_parameters()
-        direct = compute(run / "models" / "llama", None, "0.7", m, lam, xnorms=norms)
+        direct = compute(
+            run / "models" / "llama", None, Recipe.from_dict({"name": recipe, **entry}), xnorms=norms
+        )
         assert [b["outliers"] for b in artifact["blocks"]] == [b["outliers"] for b in direct["blocks"]]
         assert [b["removed"] for b in artifact["blocks"]] == [b["removed"] for b in direct["blocks"]]
         assert [b["sparsity"] for b in artifact["blocks"]] == pytest.approx(

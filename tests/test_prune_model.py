@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from thanos.runner.one_recipe import default_workdir, model_slug, recipe_spec
+from thanos.runner.one_recipe import build_recipe, default_workdir, model_slug
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
-RECIPE = "thanos_2-4_a0_B512"  # --method thanos --sparsity 2:4: n:m means every row n:m (alpha 0)
+RECIPE = "thanos_2-4"  # --method thanos --sparsity 2:4: n:m means every row n:m (alpha 0, the default)
 CALIBRATION = ("--nsamples", "16", "--seqlen", "64")
 
 
@@ -82,7 +82,7 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from thanos.models.card import summarize
 
     out, workdir, terminal = first
-    for line in ("recipe thanos_2-4_a0_B512", "every row of every pruned layer is 2:4", "block 6/6 done"):
+    for line in ("recipe thanos_2-4", "every row of every pruned layer is 2:4", "block 6/6 done"):
         assert line in terminal, terminal
     assert f"written: {out}" in terminal
     assert "Building DAG" not in terminal  # Snakemake's own log went to the log file
@@ -200,7 +200,7 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     assert "Thanos 4:8 + 10 % dense rows" in card and f"{dense_rows} of " in card
     assert "n:m sparse kernels cannot run it as is; alpha 0 gives exact 4:8" in card
     ppl = json.loads(
-        (workdir / "results" / "tiny-llama" / "thanos_4-8_a0.1_B512" / "eval" / "perplexity.json").read_text()
+        (workdir / "results" / "tiny-llama" / "thanos_4-8_a0.1" / "eval" / "perplexity.json").read_text()
     )
     assert f"perplexity **{ppl['ppl']:.2f}**" in card
     assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
@@ -310,8 +310,8 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
         (["--evaluate", "bleu"], "--evaluate bleu"),
         (["--calibration", "missing.jsonl"], "--calibration missing.jsonl: no such file"),
         (["--model", "./nowhere"], "--model ./nowhere: no such directory"),
-        (["--alpha", "1.5"], "--alpha 1.5: 1.5 is greater than or equal to the maximum of 1"),
-        (["--damp", "0"], "--damp 0.0: 0.0 is less than or equal to the minimum of 0"),
+        (["--alpha", "1.5"], "--alpha 1.5: outlier-row fraction alpha must lie in [0, 1), got 1.5"),
+        (["--damp", "0"], "--damp 0.0: expected a number > 0"),
     ],
 )
 def test_bad_arguments_name_the_option(tmp_path, args, message):
@@ -397,20 +397,16 @@ def test_a_foreign_out_directory_is_refused(tmp_path):
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
-def test_recipe_names_carry_the_resolved_defaults():
-    assert recipe_spec("thanos", "2:4", None, None, 0.01) == (  # n:m: exact n:m unless asked
-        "thanos_2-4_a0_B512",
-        {"method": "thanos", "sparsity": "2:4", "alpha": 0.0, "blocksize": 512},
-    )
-    assert recipe_spec("thanos", "4:8", 0.1, None, 0.01)[0] == "thanos_4-8_a0.1_B512"
-    assert recipe_spec("thanos", "structured:0.3", None, None, 0.01)[0] == "thanos_s30_a0.1"
-    assert recipe_spec("thanos", "0.5", None, None, 0.01)[0] == "thanos_u50_a0_B128"
-    assert recipe_spec("magnitude", "structured:0.3", None, None, 0.02) == (
-        "magnitude_s30_a0_damp0.02",
-        {"method": "magnitude", "sparsity": "structured:0.3", "alpha": 0.0, "damp": 0.02},
-    )
+def test_the_recipe_is_built_once_and_named_by_what_differs_from_the_defaults():
+    recipe = build_recipe("thanos", "2:4")  # n:m: exact n:m unless asked
+    assert (recipe.name, recipe.alpha, recipe.blocksize) == ("thanos_2-4", 0.0, 512)
+    assert build_recipe("thanos", "4:8", alpha=0.1).name == "thanos_4-8_a0.1"
+    assert build_recipe("thanos", "structured:0.3").name == "thanos_s30"  # its default alpha 0.1
+    assert build_recipe("magnitude", "structured:0.3", damp=0.02).name == "magnitude_s30_damp0.02"
     with pytest.raises(ValueError, match="--method 'obs'"):
-        recipe_spec("obs", "0.5", None, None, 0.01)
+        build_recipe("obs", "0.5")
+    with pytest.raises(ValueError, match=r"--alpha 1.5: outlier-row fraction alpha must lie in \[0, 1\)"):
+        build_recipe("thanos", "2:4", alpha=1.5)
 
 
 def test_workdir_is_keyed_by_model_and_calibration(tmp_path, monkeypatch):

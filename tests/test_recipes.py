@@ -1,4 +1,4 @@
-"""Recipes (thanos/files/recipes.py): the config's recipes expanded, named, checked and carried as one
+"""Recipes (thanos/recipe.py): the config's recipes expanded, named, checked and carried as one
 object."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import yaml
 
 from thanos.cli import build_parser
 from thanos.commands import _args
-from thanos.files.recipes import ConfigError, Recipe, expand, from_name, grid_name, pattern_tag, sparsity_text
 from thanos.pruning import methods
+from thanos.pruning.sparsity import parse_sparsity
+from thanos.recipe import ConfigError, Recipe, expand, from_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,10 +26,13 @@ def config(**over) -> dict:
 @pytest.mark.parametrize(
     ("value", "text"),
     [(0.5, "unstructured:0.5"), ("0.5", "unstructured:0.5"), ("2:4", "2:4"), (" 4 : 8 ", "4:8")]
-    + [("structured:0.3", "structured:0.3"), ("unstructured:0.7", "unstructured:0.7")],
+    + [("structured:0.3", "structured:0.3"), ("unstructured:0.7", "unstructured:0.7")]
+    + [(0.3333333333, "unstructured:0.3333333333")],  # the canonical text reads back exactly
 )
-def test_sparsity_text_is_canonical(value, text):
-    assert sparsity_text("k", value) == text
+def test_sparsity_is_parsed_once_and_its_text_is_canonical(value, text):
+    recipe = Recipe("r", "wanda", value)
+    assert recipe.sparsity == parse_sparsity(value) and str(recipe.sparsity) == text
+    assert parse_sparsity(str(recipe.sparsity)) == recipe.sparsity
 
 
 @pytest.mark.parametrize(
@@ -38,27 +42,52 @@ def test_sparsity_text_is_canonical(value, text):
 )
 def test_sparsity_errors_name_the_key(value, message):
     with pytest.raises(ConfigError, match="recipes.x.sparsity") as err:
-        sparsity_text("recipes.x.sparsity", value)
+        Recipe.from_dict({"method": "wanda", "sparsity": value}, key="recipes.x")
     assert message in str(err.value)
 
 
+def test_defaults_are_filled_by_one_policy():
+    """n:m is exact n:m for every method (alpha 0); Thanos structured keeps 10 % of the rows dense."""
+    assert (Recipe(None, "thanos", "2:4").alpha, Recipe(None, "thanos", "2:4").blocksize) == (0.0, 512)
+    assert (Recipe(None, "thanos", 0.5).alpha, Recipe(None, "thanos", 0.5).blocksize) == (0.0, 128)
+    assert Recipe(None, "thanos", "structured:0.3").alpha == 0.1
+    assert (Recipe(None, "sparsegpt", "2:4").alpha, Recipe(None, "sparsegpt", "2:4").blocksize) == (0.0, 128)
+    assert Recipe(None, "wanda", 0.5).blocksize is None and Recipe(None, "wanda", 0.5).damp == 0.01
+    neurons = Recipe(None, "thanos", "neurons:0.3")
+    assert neurons.compact is True and Recipe(None, "thanos", "0.5").compact is False
+    owl = Recipe(None, "wanda", 0.7, profile="owl")
+    assert (owl.owl_m, owl.owl_lambda) == (5.0, 0.08) and Recipe(None, "wanda", 0.7).owl_m is None
+    assert Recipe(None, "thanos", "2:4") == Recipe(None, "thanos", "2:4", alpha=0, blocksize=512, damp=0.01)
+
+
 @pytest.mark.parametrize(
-    ("sparsity", "alpha", "several", "name"),
+    ("recipe", "name"),
     [
-        ("unstructured:0.5", None, False, "thanos_u50"),
-        ("unstructured:0.125", 0, False, "thanos_u12.5"),
-        ("2:4", 0.1, True, "thanos_2-4_a0.1"),
-        ("structured:0.3", 0, True, "thanos_s30_a0"),
+        (Recipe(None, "thanos", "unstructured:0.5"), "thanos_u50"),
+        (Recipe(None, "thanos", "unstructured:0.125"), "thanos_u12.5"),
+        (Recipe(None, "thanos", "2:4"), "thanos_2-4"),
+        (Recipe(None, "thanos", "2:4", alpha=0.1), "thanos_2-4_a0.1"),
+        (Recipe(None, "thanos", "4:8", alpha=0.1, blocksize=64), "thanos_4-8_a0.1_B64"),
+        (Recipe(None, "thanos", "structured:0.3"), "thanos_s30"),
+        (Recipe(None, "thanos", "structured:0.3", alpha=0), "thanos_s30_a0"),
+        (Recipe(None, "magnitude", "structured:0.3", damp=0.02), "magnitude_s30_damp0.02"),
+        (Recipe(None, "wanda", 0.7, profile="owl"), "wanda_u70_owl"),
+        (Recipe(None, "wanda", 0.7, profile="owl", owl_m=3), "wanda_u70_owl-m3"),
+        (Recipe(None, "thanos", "neurons:0.3", compact=False), "thanos_n30_zeros"),
     ],
 )
-def test_grid_names_read_back(sparsity, alpha, several, name):
-    assert grid_name("thanos", sparsity, alpha, several) == name
+def test_one_naming_function_names_what_differs_from_the_defaults(recipe, name):
+    assert recipe.name == recipe.default_name() == name
     back = from_name(name)
-    assert back == {"method": "thanos", "sparsity": sparsity, "alpha": alpha if several else None}
+    assert back["method"] == recipe.method and back["sparsity"] == str(recipe.sparsity)
+    assert back["alpha"] == (recipe.alpha if "_a" in name else None)
+    assert ("profile" in back) == recipe.owl
 
 
-def test_pattern_tag_and_foreign_names():
-    assert [pattern_tag(s) for s in ("0.5", "4:8", "structured:0.25")] == ["u50", "4-8", "s25"]
+def test_names_of_different_recipes_differ_and_foreign_names():
+    exclude = Recipe(None, "thanos", "2:4", exclude=["self_attn"])
+    assert exclude.name.startswith("thanos_2-4_x") and exclude.name != Recipe(None, "thanos", "2:4").name
+    assert Recipe(None, "thanos", "2:4").default_name(always=("alpha",)) == "thanos_2-4_a0"
     assert from_name("my_recipe") is None
     assert from_name("obc_u50") is None  # not a method of thanos.pruning.methods
 
@@ -75,15 +104,15 @@ def test_expand_grid_then_named_recipes():
         "magnitude_2-4",
         "thanos_u50",
         "thanos_2-4",
-        "thanos_s30_a0",
-        "thanos_s30_a0.1",
+        "thanos_s30_a0_B64",
+        "thanos_s30_a0.1_B64",
         "mine",
     ]
-    assert recipes["thanos_s30_a0.1"] == Recipe(
-        "thanos_s30_a0.1", "thanos", "structured:0.3", blocksize=64, alpha=0.1, chain="sequential"
+    assert recipes["thanos_s30_a0.1_B64"] == Recipe(
+        "thanos_s30_a0.1_B64", "thanos", "structured:0.3", blocksize=64, alpha=0.1, chain="sequential"
     )
-    assert recipes["mine"].sparsity == "unstructured:0.6" and recipes["mine"].damp == 0.02
-    assert recipes["magnitude_u50"].alpha == 0 and isinstance(recipes["magnitude_u50"].alpha, int)
+    assert str(recipes["mine"].sparsity) == "unstructured:0.6" and recipes["mine"].damp == 0.02
+    assert recipes["magnitude_u50"].alpha == 0
     assert not recipes["magnitude_u50"].needs_calibration and recipes["mine"].needs_calibration
 
 
@@ -125,9 +154,10 @@ def test_unknown_method_lists_the_registry():
 def test_json_round_trip_and_form():
     recipe = Recipe("thanos_2-4", "thanos", "2:4", alpha=0.1, chain="sequential")
     text = recipe.to_json()
-    # the exact text the workflow passes as a parameter: keys sorted, unset fields left out
+    # the exact text the workflow passes as a parameter: keys sorted, every option filled in
     expected = (
-        '{"alpha": 0.1, "chain": "sequential", "method": "thanos", "name": "thanos_2-4", "sparsity": "2:4"}'
+        '{"alpha": 0.1, "blocksize": 512, "chain": "sequential", "compact": false, "damp": 0.01, '
+        '"method": "thanos", "name": "thanos_2-4", "profile": "uniform", "sparsity": "2:4"}'
     )
     assert text == expected
     assert Recipe.from_json(text) == recipe
@@ -137,38 +167,49 @@ def test_json_round_trip_and_form():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("recipe.json", "--recipe-json: not JSON"),
-        ('{"name": "r", "method": "thanos"}', "--recipe-json: sparsity is missing"),
+        ("recipe.json", "--recipe: not JSON"),
+        ('{"name": "r", "method": "thanos"}', "--recipe: sparsity is missing"),
         ('{"name": "r", "method": "thanos", "sparsity": 0.5, "beta": 1}', "unknown field(s) beta"),
-        ('{"name": "r", "method": "obs", "sparsity": 0.5}', "--recipe-json.method: unknown method"),
-        ('{"name": "r", "method": "wanda", "sparsity": 0.5, "alpha": "x"}', "--recipe-json.alpha"),
-        ("[1, 2]", "--recipe-json: expected an object"),
+        ('{"name": "r", "method": "obs", "sparsity": 0.5}', "--recipe.method: unknown method"),
+        ('{"name": "r", "method": "wanda", "sparsity": 0.5, "alpha": "x"}', "--recipe.alpha"),
+        (
+            '{"name": "r", "method": "wanda", "sparsity": 0.5, "damp": 0}',
+            "--recipe.damp: expected a number > 0",
+        ),
+        ('{"name": "r", "method": "thanos", "sparsity": "2:4", "alpha": 1}', "alpha must lie in [0, 1)"),
+        ("[1, 2]", "--recipe: expected an object"),
     ],
 )
 def test_from_json_errors(text, message):
     with pytest.raises(ConfigError) as err:
-        Recipe.from_json(text, key="--recipe-json")
+        Recipe.from_json(text, key="--recipe")
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("command", ["prune", "chain"])
-def test_options_parse_back_through_the_commands(command):
+@pytest.mark.parametrize("command", ["prune", "chain", "owl"])
+def test_a_job_takes_the_recipe_as_one_argument(command):
     exclude = ("self_attn", r"mlp\.(gate|up) x")  # regex characters and a space survive the shell
     recipe = Recipe("r", "thanos", "structured:0.3", blocksize=64, alpha=0.1, damp=0.02, exclude=exclude)
     required = {
         "prune": ["--model", "m", "--block", "0", "--out-dir", "d"],
         "chain": ["--model", "m", "--pruned-root", "p", "--out", "o"],
+        "owl": ["--model", "m", "--hessians", "h", "--out", "o"],
     }[command]
-    args = build_parser(command).parse_args([command, *required, *shlex.split(recipe.options())])
-    assert _args.recipe(args) == {
-        "method": "thanos",
-        "sparsity": "structured:0.3",
-        "blocksize": 64,
-        "alpha": 0.1,
-        "damp": 0.02,
-        "exclude": list(exclude),
-    }
-    assert Recipe("r", "magnitude", "2:4").options() == "--method magnitude --sparsity 2:4"
+    line = shlex.join([command, *required, "--recipe", recipe.to_json()])
+    assert _args.recipe(build_parser(command).parse_args(shlex.split(line))) == recipe
+
+
+def test_the_stage_commands_build_the_same_recipe_from_options():
+    options = ["--method", "thanos", "--sparsity", "2:4", "--alpha", "0.1", "--exclude", "self_attn"]
+    args = build_parser("prune").parse_args(
+        ["prune", "--model", "m", "--block", "0", "--out-dir", "d", *options]
+    )
+    assert _args.recipe(args) == Recipe(None, "thanos", "2:4", alpha=0.1, exclude=["self_attn"])
+    both = build_parser("prune").parse_args(
+        ["prune", "--model", "m", "--block", "0", "--out-dir", "d", "--recipe", "{}", "--method", "wanda"]
+    )
+    with pytest.raises(ConfigError, match="not both"):
+        _args.recipe(both)
 
 
 def test_schema_leaves_methods_and_recipe_names_to_the_package():

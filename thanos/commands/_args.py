@@ -4,9 +4,12 @@ and offline mode of the evaluations, and text sources. Torch-free, like every ``
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thanos.pruning import methods
+
+if TYPE_CHECKING:
+    from thanos.recipe import Recipe
 
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
 
@@ -20,18 +23,27 @@ def positive(text: str) -> int:
 
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:
-    """--method, --sparsity and the optional hyper-parameters (``thanos.files.recipes.Recipe.options``)."""
-    parser.add_argument("--method", required=True, choices=methods.names(), help="pruning method")
-    parser.add_argument(
-        "--sparsity", required=True, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3"
+    """The recipe: ``--recipe JSON`` (``thanos.recipe.Recipe.to_json``, what the workflow's jobs pass), or
+    --method, --sparsity and the optional options by hand; ``recipe(args)`` builds the ``Recipe``."""
+    group = parser.add_argument_group("recipe (--recipe JSON, or --method and --sparsity with options)")
+    group.add_argument(
+        "--recipe", default=None, metavar="JSON", help='the recipe as JSON: {"method": ..., "sparsity": ...}'
     )
-    parser.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
-    parser.add_argument("--alpha", type=float, default=None, help="outlier-row fraction (default: method's)")
-    parser.add_argument("--damp", type=float, default=0.01, help="damping fraction of mean(diag H)")
-    add_exclude(parser)
+    group.add_argument("--method", default=None, choices=methods.names(), help="pruning method")
+    group.add_argument(
+        "--sparsity", default=None, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3"
+    )
+    group.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
+    group.add_argument(
+        "--alpha", type=float, default=None, help="outlier-row fraction (default: the method's)"
+    )
+    group.add_argument(
+        "--damp", type=float, default=None, help="damping fraction of mean(diag H) (default 0.01)"
+    )
+    add_exclude(group)
 
 
-def add_exclude(parser: argparse.ArgumentParser) -> None:
+def add_exclude(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--exclude",
         action="append",
@@ -51,10 +63,21 @@ def add_owl(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def recipe(args: argparse.Namespace) -> dict[str, Any]:
-    """The recipe arguments as keywords of the ``prune`` and ``chain`` stages."""
-    names = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")
-    return {name: getattr(args, name) for name in names}
+RECIPE_OPTIONS = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")
+
+
+def recipe(args: argparse.Namespace) -> Recipe:
+    """The ``Recipe`` of ``--recipe JSON``, or of --method, --sparsity and the options (not both)."""
+    from thanos.recipe import ConfigError, Recipe
+
+    given = {name: getattr(args, name) for name in RECIPE_OPTIONS if getattr(args, name) is not None}
+    if args.recipe is not None:
+        if given:
+            raise ConfigError(f"--recipe: give the recipe as JSON or as --{', --'.join(given)}, not both")
+        return Recipe.from_json(args.recipe, key="--recipe")
+    if "method" not in given or "sparsity" not in given:
+        raise ConfigError("--recipe JSON, or --method and --sparsity, are required")
+    return Recipe.from_dict(given, key="recipe")
 
 
 def add_device(parser: argparse.ArgumentParser) -> None:

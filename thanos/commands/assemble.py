@@ -16,10 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="original model: local HF dir or hub id")
     parser.add_argument("--pruned-root", required=True, help="ROOT with block{l}/{layer}.safetensors|.json")
     parser.add_argument(
-        "--recipe-json",
+        "--recipe",
         required=True,
-        help="the recipe as JSON text {name, method, sparsity, blocksize?, alpha?, damp?, chain?} "
-        "(thanos.files.recipes.Recipe.to_json)",
+        metavar="JSON",
+        help="the recipe as JSON text {name, method, sparsity, ...} (thanos.recipe.Recipe.to_json)",
     )
     parser.add_argument("--calibration", default=None, help="tokens.zarr (provenance); omit for magnitude")
     parser.add_argument(
@@ -38,13 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.files.recipes import Recipe
+    from thanos.recipe import Recipe
     from thanos.stages.assemble import assemble
 
     assemble(
         model=args.model,
         pruned_root=args.pruned_root,
-        recipe=Recipe.from_json(args.recipe_json, key="--recipe-json"),
+        recipe=Recipe.from_json(args.recipe, key="--recipe"),
         out=args.out,
         calibration=args.calibration,
         intermediates=args.intermediates,

@@ -6,6 +6,7 @@ already complete (a killed run resumes) and writes a summary JSON last (the work
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from thanos.commands import _args
 
@@ -43,18 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.stages.chain import chain
+    from thanos.stages.chain import ChainPaths, chain
 
-    chain(
-        args.model,
-        pruned_root=args.pruned_root,
-        out=args.out,
-        dense_dir=args.dense_dir,
-        chain_dir=args.chain_dir,
-        **_args.recipe(args),
-        batch_size=args.batch_size,
-        device=args.device,
-        keep_activations=not args.drop_activations,
-        keep_hessians=not args.drop_hessians,
-        owl=args.owl,
-    )
+    optional = {name: getattr(args, name) for name in ("dense_dir", "chain_dir", "owl")}
+    paths = ChainPaths(Path(args.pruned_root), **{k: Path(v) for k, v in optional.items() if v is not None})
+    drop = [
+        kind
+        for kind, dropped in (("inputs", args.drop_activations), ("hessians", args.drop_hessians))
+        if dropped
+    ]
+    chain(args.model, _args.recipe(args), paths, args.out, args.batch_size, args.device, drop)

@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import argparse
 
+from thanos.commands import _args
+
 HELP = "OWL per-block sparsities from the dense hessians_l.zarr of every block -> owl.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
-
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
     parser.add_argument(
         "--hessians", required=True, nargs="+", help="the dense chain's hessians_l.zarr, every block in order"
     )
-    parser.add_argument("--sparsity", required=True, help="the target (unstructured) sparsity, e.g. 0.7")
-    parser.add_argument("--owl-m", type=float, default=DEFAULT_M, help="outlier threshold M (default: 5)")
-    parser.add_argument(
-        "--owl-lambda", type=float, default=DEFAULT_LAMBDA, help="maximum deviation lambda (default: 0.08)"
-    )
+    _args.add_recipe(parser)  # profile owl: --recipe JSON (its target sparsity, owl_m, owl_lambda)
     parser.add_argument("--out", required=True, help="output owl.json (written atomically)")
 
 
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.owl import owl
 
-    owl(args.model, args.hessians, args.sparsity, args.out, m=args.owl_m, lam=args.owl_lambda)
+    owl(args.model, args.hessians, _args.recipe(args), args.out)

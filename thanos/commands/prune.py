@@ -31,12 +31,5 @@ def run(args: argparse.Namespace) -> None:
 
     layers = [name.strip() for name in args.layers.split(",") if name.strip()] if args.layers else None
     prune(
-        args.model,
-        args.block,
-        layers,
-        out_dir=args.out_dir,
-        hessians=args.hessians,
-        device=args.device,
-        owl=args.owl,
-        **_args.recipe(args),
+        args.model, args.block, _args.recipe(args), args.out_dir, layers, args.hessians, args.device, args.owl
     )

@@ -24,12 +24,14 @@ Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.runner.one_recipe import DEFAULT_DAMP, DEFAULT_NSAMPLES, METHODS
+    from thanos.pruning.methods import names
+    from thanos.recipe import DEFAULT_DAMP
+    from thanos.runner.one_recipe import DEFAULT_NSAMPLES
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
     parser.add_argument("--model", required=True, help="Hugging Face model directory or hub id")
-    parser.add_argument("--method", required=True, choices=METHODS, help="pruning method")
+    parser.add_argument("--method", required=True, choices=names(), help="pruning method")
     parser.add_argument(
         "--sparsity",
         required=True,
@@ -51,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--damp",
         type=float,
-        default=DEFAULT_DAMP,
+        default=None,
         help=f"damping, fraction of mean(diag H) (default {DEFAULT_DAMP})",
     )
     parser.add_argument(

@@ -2,11 +2,11 @@
 stats): which layers of a model are finished for a recipe.
 
 A layer counts as finished only with both files and stats of the recipe's method and sparsity, of the
-hyper-parameters the recipe sets (``blocksize``, ``alpha``, ``damp``; unset: the method's defaults, not
-compared), of its sparsity profile (OWL: the target sparsity; the block's own is the recipe's owl.json's)
-and, when known, of the original weight's shape. ``assemble`` refuses to publish a model while a
-layer of ``model_info.json`` is not finished (it would be copied unpruned); the ``chain`` stage recomputes
-such layers before it trusts a block. Torch-free.
+options the recipe sets (``blocksize``, ``alpha``, ``damp``; a ``Recipe`` sets them all, filled with
+the method's defaults), of its sparsity profile (OWL: the target sparsity; the block's own is the
+recipe's owl.json's) and, when known, of the original weight's shape. ``assemble`` refuses to publish a
+model while a layer of ``model_info.json`` is not finished (it would be copied unpruned); the ``chain``
+stage recomputes such layers before it trusts a block. Torch-free.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files.layout import pruned_block_name, pruned_layer_name
-from thanos.files.recipes import HYPERPARAMETERS
-from thanos.pruning.sparsity import parse_sparsity
+
+OPTIONS = ("blocksize", "alpha", "damp")  # the options a layer's stats record (``options``)
 
 
 def mismatch(
     block_dir: Path, layer: str, recipe: Mapping[str, Any], shape: Sequence[int] | None = None
 ) -> str | None:
-    """Why ``layer`` in ``block_dir`` is not a finished layer of ``recipe`` (``method``, ``sparsity`` and
-    optional hyper-parameters, None for the method's default); None when it is."""
+    """Why ``layer`` in ``block_dir`` is not a finished layer of ``recipe`` (``Recipe.to_dict``: ``method``,
+    the canonical ``sparsity``, ``profile`` and the options, an unset one not compared); None when it is."""
     weight, stats_file = (block_dir / pruned_layer_name(layer, ext) for ext in ("safetensors", "json"))
     if not weight.is_file() or not stats_file.is_file():
         return "missing"
@@ -35,7 +35,7 @@ def mismatch(
         return f"unreadable {stats_file.name}"
     if stats.get("method") != recipe["method"]:
         return f"pruned by {stats.get('method')}, not {recipe['method']}"
-    sparsity = str(parse_sparsity(recipe["sparsity"]))
+    sparsity = recipe["sparsity"]
     profile, got_profile = recipe.get("profile") or "uniform", stats.get("profile") or "uniform"
     if got_profile != profile:
         return f"sparsity profile {got_profile}, not {profile}"
@@ -43,7 +43,7 @@ def mismatch(
     if got != sparsity:
         return f"sparsity {got}, not {sparsity}"
     options = stats.get("options") or {}
-    for name in HYPERPARAMETERS:
+    for name in OPTIONS:
         want, got = recipe.get(name), options.get(name)
         if want is not None and (got is None or float(got) != float(want)):
             return f"{name} {got}, not {want}"

@@ -33,7 +33,8 @@ from typing import Any
 
 from thanos.data.safetensors_io import open_safetensors
 from thanos.pruning import methods
-from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.sparsity import Sparsity
+from thanos.recipe import Recipe
 
 CARD = "README.md"
 SIDECAR = "sparsity.json"
@@ -171,11 +172,11 @@ def _summary(
     return SparsitySummary(pruned_weights, pruned_zeros, parameters, zeros, per_type, dense_linear, per_layer)
 
 
-def structure(recipe: dict[str, Any], summary: SparsitySummary) -> str:
+def structure(sparsity: Sparsity, summary: SparsitySummary) -> str:
     """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
     neurons removed, else ``unstructured`` (outlier rows kept dense, or an unstructured or structured
     recipe)."""
-    pattern = parse_sparsity(recipe["sparsity"])
+    pattern = sparsity
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
@@ -191,7 +192,7 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
         "tool": {"name": "thanos-prune", "version": (report.get("versions") or {}).get("thanos")},
         "method": recipe["method"],
         "sparsity": str(recipe["sparsity"]),
-        "structure": structure(recipe, summary),
+        "structure": structure(Recipe.from_report(recipe).sparsity, summary),
         "alpha": float(hyper_parameter(report, "alpha") or 0.0),
         "recipe": recipe,
         "pruned_layers": {
@@ -287,9 +288,8 @@ def hyper_parameter(report: dict[str, Any], key: str) -> Any:
     return values.pop() if len(values) == 1 else None
 
 
-def pattern_text(sparsity: str, alpha: float | None, summary: SparsitySummary | None = None) -> str:
+def pattern_text(pattern: Sparsity, alpha: float | None, summary: SparsitySummary | None = None) -> str:
     """``2:4 + 10 % dense rows``, ``unstructured 50 %``, ``structured 30 % (whole input columns)``."""
-    pattern = parse_sparsity(sparsity)
     if pattern.kind == "nm":
         text = f"{pattern.n}:{pattern.m}"
     elif pattern.kind == "structured":
@@ -303,9 +303,8 @@ def pattern_text(sparsity: str, alpha: float | None, summary: SparsitySummary | 
     return text
 
 
-def nm_note(sparsity: str, alpha: float | None) -> str | None:
+def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
     """For an n:m pattern, what the chosen alpha gives (None for other patterns)."""
-    pattern = parse_sparsity(sparsity)
     if pattern.kind != "nm":
         return None
     nm = f"{pattern.n}:{pattern.m}"
@@ -413,7 +412,8 @@ def model_card(
     method = spec.label
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
-    pattern = pattern_text(recipe["sparsity"], alpha, summary)
+    sparsity = Recipe.from_report(recipe).sparsity
+    pattern = pattern_text(sparsity, alpha, summary)
     if report.get("owl"):
         pattern += " (OWL: per block)"
     hub_id = not base.startswith(("/", ".", "~")) and base.count("/") == 1
@@ -450,7 +450,7 @@ def model_card(
         + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
         + " "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
-        *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(recipe["sparsity"], alpha)) else []),
+        *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(sparsity, alpha)) else []),
         "",
         "| | |",
         "| --- | --- |",

@@ -18,7 +18,14 @@ from thanos.pruning import methods
 from thanos.pruning.algorithms import masks
 from thanos.pruning.hessian import all_finite, inverse_cholesky
 from thanos.pruning.kernels import Problem
-from thanos.pruning.sparsity import Sparsity, exact, outlier_count, parse_sparsity, structured_count
+from thanos.pruning.sparsity import (
+    Sparsity,
+    check_alpha,
+    exact,
+    outlier_count,
+    parse_sparsity,
+    structured_count,
+)
 
 METHODS = methods.names()
 DEFAULT_ROW_BATCH_BYTES = 1 << 30
@@ -116,15 +123,10 @@ def _validate(
             shape = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
             raise ValueError(f"hessian: expected shape ({b}, {b}) for a weight with {b} inputs, got {shape}")
         _check_finite("hessian", hessian, name)
-    if not 0 <= alpha < 1:
-        raise ValueError(f"alpha: outlier-row fraction must lie in [0, 1), got {float(alpha)}")
-    if alpha > 0 and pattern.kind == "unstructured":
-        raise ValueError("alpha: outlier rows apply to n:m and structured sparsity (Alg. 8, 2); use alpha=0")
-    if alpha > 0 and pattern.kind == "neurons":
-        raise ValueError(
-            f"alpha: {pattern} removes whole neurons (every row of the column), so no row can be kept dense: "
-            "use alpha 0 (outlier rows need 'structured:p', which writes zeros in the original shape)"
-        )
+    try:
+        check_alpha(pattern, alpha)
+    except ValueError as err:
+        raise ValueError(f"alpha: {err}") from None
     if alpha > 0 and hessian is None:
         raise ValueError("alpha: outlier rows are ranked with the Hessian; without one use alpha=0")
     if not damp >= 0:
@@ -167,7 +169,8 @@ def prune_layer(
             columns, alpha 0, the kept count rounded up to a multiple of 8) or a ``Sparsity``.
         blocksize: B; default: the method's (``thanos.pruning.methods``; Thanos 128 unstructured, 512 n:m).
         alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
-            (Thanos 0.1 for n:m and structured), else 0.
+            (Thanos 0.1 for structured), else 0: n:m is exact n:m unless alpha is given (the paper's
+            n:m variant is alpha 0.1).
         damp: lambda = damp * mean(diag H) is added to diag H before inversion (retried x10 on failure).
         row_batch_bytes: memory bound for the batched per-row solves of Thanos.
         name: layer name used in error messages.

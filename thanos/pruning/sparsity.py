@@ -65,9 +65,11 @@ class Sparsity:
         return self.n / self.m if self.kind == "nm" else float(self.p)
 
     def __str__(self) -> str:
+        """The canonical text, read back exactly by ``parse_sparsity`` (``unstructured:0.5``, ``2:4``)."""
         if self.kind == "nm":
             return f"{self.n}:{self.m}"
-        return f"{self.kind}:{float(self.p):g}"
+        short = f"{float(self.p):g}"
+        return f"{self.kind}:{short if exact(short) == self.p else repr(float(self.p))}"
 
 
 _NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
@@ -104,6 +106,24 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number in [0, 1)") from None
     return Sparsity(kind, p=p)
+
+
+def check_alpha(pattern: Sparsity, alpha: float | Fraction) -> None:
+    """The outlier-row fraction ``alpha`` suits ``pattern``: in [0, 1), and 0 for unstructured sparsity
+    (outlier rows exist for n:m and structured, Alg. 8 and 2) and for neurons (a removed neuron is a whole
+    column: no row of it can stay dense). A ValueError says what to set otherwise."""
+    if not 0 <= alpha < 1:
+        raise ValueError(f"outlier-row fraction alpha must lie in [0, 1), got {float(alpha)}")
+    if alpha and pattern.kind == "unstructured":
+        raise ValueError(
+            f"alpha {float(alpha):g} keeps outlier rows dense, which n:m and structured sparsity do (Alg. 8, "
+            f"2); with unstructured sparsity {pattern} set alpha to 0 or leave it out"
+        )
+    if alpha and pattern.kind == "neurons":
+        raise ValueError(
+            f"{pattern} removes whole neurons (every row of the column), so no row can be kept dense: set "
+            "alpha 0 (outlier rows need 'structured:p', which writes zeros in the original shape)"
+        )
 
 
 def unstructured_count(p: Fraction, c: int, b: int) -> int:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from thanos.files import recipes
 from thanos.files.layout import DENSE, NOT_MODELS
 from thanos.pruning import methods
-from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.sparsity import Sparsity
+from thanos.recipe import Recipe, from_name
 
 log = logging.getLogger(__name__)
 
@@ -81,24 +81,27 @@ def _float(value: Any) -> float:
     return float(value)
 
 
-def _recipe_from_name(name: str) -> dict[str, Any]:
-    """Best effort for a recipe without pruning_report.json: its grid name (``thanos.files.recipes``)."""
-    return recipes.from_name(name) or {"method": "unknown", "sparsity": None}
-
-
-def _sparsity_fields(spec: Any) -> dict[str, Any]:
-    if spec is None:
-        return {"sparsity": None, "kind": "unknown", "fraction": math.nan, "n": math.nan, "m": math.nan}
+def _recipe(report: dict[str, Any] | None, variant: str) -> Recipe | None:
+    """The recipe of a variant: its pruning report's, or read from its name (``thanos.recipe.from_name``);
+    None when neither is a valid recipe (a report of another tool, a name of no known method)."""
+    data = (report or {}).get("recipe") or from_name(variant)
+    if not isinstance(data, dict):
+        return None
     try:
-        parsed = parse_sparsity(spec)
+        return Recipe.from_report(data)
     except ValueError:
-        return {"sparsity": str(spec), "kind": "unknown", "fraction": math.nan, "n": math.nan, "m": math.nan}
+        return None
+
+
+def _sparsity_fields(sparsity: Sparsity | None) -> dict[str, Any]:
+    if sparsity is None:
+        return {"sparsity": None, "kind": "unknown", "fraction": math.nan, "n": math.nan, "m": math.nan}
     return {
-        "sparsity": str(parsed),
-        "kind": parsed.kind,
-        "fraction": parsed.fraction,
-        "n": parsed.n if parsed.kind == "nm" else math.nan,
-        "m": parsed.m if parsed.kind == "nm" else math.nan,
+        "sparsity": str(sparsity),
+        "kind": sparsity.kind,
+        "fraction": sparsity.fraction,
+        "n": sparsity.n if sparsity.kind == "nm" else math.nan,
+        "m": sparsity.m if sparsity.kind == "nm" else math.nan,
     }
 
 
@@ -144,13 +147,13 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             row |= {"kind": "dense", "fraction": 0.0, "n": math.nan, "m": math.nan}
         else:
             report = _read_json(path / "model" / "pruning_report.json")
-            recipe = (report or {}).get("recipe") or _recipe_from_name(variant)
-            row = {"model": model, "recipe": variant, "method": str(recipe.get("method", "unknown")).lower()}
-            row |= _sparsity_fields(recipe.get("sparsity"))
+            recipe = _recipe(report, variant)
+            row = {"model": model, "recipe": variant, "method": recipe.method if recipe else "unknown"}
+            row |= _sparsity_fields(recipe.sparsity if recipe else None)
             for key in ("alpha", "blocksize", "damp"):
-                row[key] = _float(recipe.get(key))
-            row["chain"] = recipe.get("chain")
-            row["profile"] = recipe.get("profile") or "uniform"
+                row[key] = _float(getattr(recipe, key, None))
+            row["chain"] = recipe.chain if recipe else None
+            row["profile"] = recipe.profile if recipe else "uniform"
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
                 layers = report.get("layers") or []

@@ -27,16 +27,14 @@ from typing import Any, TextIO
 import yaml
 
 from thanos.files.atomic import atomic_path
-from thanos.files.recipes import select_layers
 from thanos.pruning import methods
+from thanos.recipe import ConfigError, Recipe, select_layers
 
 # how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
 # block in one process (layers of small models prune in milliseconds, a process start costs seconds)
 GRANULARITY = "recipe"
-METHODS = methods.names()  # thanos/pruning/methods.py: torch-free
 EVALUATIONS = ("ppl", "zeroshot")
 HUB_SOURCES = {"calibration": "c4", "perplexity": "wikitext2"}
-DEFAULT_DAMP = 0.01
 DEFAULT_NSAMPLES = 128
 MAX_SEQLEN = 2048
 
@@ -120,67 +118,19 @@ def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, 
     return config.model_type, adapter.max_positions, adapter.layers, layers
 
 
-def recipe_spec(
-    method: str,
-    sparsity: str | float,
-    alpha: float | None,
-    blocksize: int | None,
-    damp: float,
-    exclude: Sequence[str] = (),
-    compact: bool | None = None,
-    profile: str | None = None,
-    owl_m: float | None = None,
-    owl_lambda: float | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """(recipe name, recipe) with the method's defaults filled in, so that the name says everything:
-    ``thanos_2-4_a0.1_B512``, ``sparsegpt_u50_a0_B128``, ``magnitude_s30_a0``, ``thanos_n30_a0`` (neurons,
-    compact; ``_zeros`` when written in the original shape), and with ``profile`` owl
-    ``wanda_u70_a0_owl-m5-l0.08`` (OWL's M and lambda, defaults filled in); excluded layers add ``_x`` and
-    a digest of the patterns (``thanos_2-4_a0_B512_x1f2e3d4c``)."""
-    from thanos.files.recipes import ConfigError, check_compact, check_profile, pattern_tag
-    from thanos.pruning.sparsity import parse_sparsity
-
-    if method not in METHODS:
-        raise ValueError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
+    """The ``Recipe`` of ``prune_model``'s keywords (None: the default); an invalid value is refused
+    naming its command-line option (``--alpha 1.5: ...``)."""
+    given = {name: value for name, value in options.items() if value is not None}
     try:
-        pattern = parse_sparsity(sparsity)
-    except ValueError as err:
-        raise ValueError(f"--sparsity {sparsity!r}: {err}") from None
-    spec = methods.get(method)
-    if alpha is None:  # n:m asked of one command means the hardware pattern: every row n:m (alpha 0)
-        alpha = 0.0 if pattern.kind == "nm" else spec.default_alpha(pattern.kind)
-    blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
-    try:
-        check_compact("recipe", str(pattern), alpha, compact)
+        return Recipe(None, method, sparsity, **given, key="prune-model")
     except ConfigError as err:
-        raise ValueError(f"--sparsity {sparsity} --alpha {alpha:g}: {err}") from None
-    tag = pattern_tag(str(pattern))
-    name = f"{method}_{tag}_a{alpha:g}"
-    recipe: dict[str, Any] = {"method": method, "sparsity": str(pattern), "alpha": alpha}
-    if blocksize is not None:
-        recipe["blocksize"] = blocksize
-        name += f"_B{blocksize}"
-    if damp != DEFAULT_DAMP:
-        recipe["damp"] = damp
-        name += f"_damp{damp:g}"
-    try:
-        check_profile("prune-model", str(pattern), profile, owl_m, owl_lambda)
-    except ConfigError as err:
-        raise ValueError(str(err).replace("prune-model.", "--").replace("_", "-", 1)) from None
-    if profile == "owl":
-        from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
-
-        owl_m = DEFAULT_M if owl_m is None else owl_m
-        owl_lambda = DEFAULT_LAMBDA if owl_lambda is None else owl_lambda
-        recipe |= {"profile": "owl", "owl_m": owl_m, "owl_lambda": owl_lambda}
-        name += f"_owl-m{owl_m:g}-l{owl_lambda:g}"
-    if exclude:
-        recipe["exclude"] = list(exclude)
-        name += "_x" + hashlib.sha256(json.dumps(list(exclude)).encode()).hexdigest()[:8]
-    if compact is not None:
-        recipe["compact"] = compact
-        name += "" if compact else "_zeros"
-    return name, recipe
+        match = re.match(r"prune-model\.(\w+): (.*)", str(err), re.S)
+        if match is None:
+            raise ValueError(str(err)) from None
+        name, text = match.groups()
+        value = {"method": method, "sparsity": sparsity, **options}.get(name)
+        raise ValueError(f"--{name.replace('_', '-')} {value!r}: {text}") from None
 
 
 def check_config(config: dict[str, Any]) -> None:
@@ -210,8 +160,7 @@ def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
 
 def workflow_config(
     model: str,
-    recipe_name: str,
-    recipe: dict[str, Any],
+    recipe: Recipe,
     calibration: dict[str, Any],
     *,
     device: str,
@@ -229,7 +178,7 @@ def workflow_config(
         "granularity": GRANULARITY,
         "threads": cores,
         "device": device,
-        "recipes": {recipe_name: recipe},
+        "recipes": {recipe.name: {k: v for k, v in recipe.to_dict().items() if k not in ("name", "chain")}},
         "perplexity": {"enabled": "ppl" in evaluate, "source": ppl_source},
         "zeroshot": {"enabled": "zeroshot" in evaluate},
         "evaluate_dense": False,
@@ -264,7 +213,7 @@ def prune_model(
     calibration: str | Path = "c4",
     alpha: float | None = None,
     blocksize: int | None = None,
-    damp: float = DEFAULT_DAMP,
+    damp: float | None = None,
     nsamples: int = DEFAULT_NSAMPLES,
     seqlen: int | None = None,
     seed: int = 0,
@@ -320,14 +269,24 @@ def prune_model(
     out = Path(out).expanduser().resolve()
     check_out(out)
     exclude = list(exclude or ())
-    name, recipe = recipe_spec(
-        method, sparsity, alpha, blocksize, damp, exclude, compact, profile, owl_m, owl_lambda
+    recipe = build_recipe(
+        method,
+        sparsity,
+        alpha=alpha,
+        blocksize=blocksize,
+        damp=damp,
+        exclude=exclude,
+        compact=compact,
+        profile=profile,
+        owl_m=owl_m,
+        owl_lambda=owl_lambda,
     )
+    name = recipe.name
     reference = model_reference(model)
     cores = cores or os.cpu_count() or 1
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
     model_type, max_positions, all_layers, layers = model_facts(reference, exclude)
-    if recipe["sparsity"].startswith("neurons:") and Path(reference).is_dir():
+    if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
         from thanos.models import open_model
         from thanos.models.neurons import mlp_layout
 
@@ -352,7 +311,6 @@ def prune_model(
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
     config = workflow_config(
         reference,
-        name,
         recipe,
         calib,
         device=device,
@@ -366,19 +324,19 @@ def prune_model(
     with atomic_path(configfile) as tmp:
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = workdir / "logs" / f"{name}.log"
-    label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
-    if recipe.get("profile") == "owl":
-        label += f" (OWL per block: M {recipe['owl_m']:g}, lambda {recipe['owl_lambda']:g})"
+    label = f"{methods.get(method).label} {pattern_text(recipe.sparsity, recipe.alpha)}"
+    if recipe.owl:
+        label += f" (OWL per block: M {recipe.owl_m:g}, lambda {recipe.owl_lambda:g})"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
     _print(stream, f"  recipe {name}: {label}")
-    if note := nm_note(recipe["sparsity"], recipe["alpha"]):
+    if note := nm_note(recipe.sparsity, recipe.alpha):
         _print(stream, f"  {note}")
     if exclude:
         shown = ", ".join(repr(p) for p in exclude)
         dense = [layer for layer in all_layers if layer not in layers]
         more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
         _print(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
-    calibrated = methods.get(method).needs_hessian
+    calibrated = recipe.needs_hessian
     data = f"{nsamples} x {seqlen} tokens of {calib['source']}" if calibrated else "no calibration"
     _print(stream, f"  {data} | device {device} | {cores} cores | evaluate: {', '.join(evaluate) or 'no'}")
     _print(stream, f"  workdir {workdir} (kept: a rerun resumes, other recipes reuse the calibration)")

@@ -35,11 +35,11 @@ from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, unfinished
-from thanos.files.recipes import Recipe
 from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
-from thanos.stages.compact import Compaction, compaction, wants_compaction
+from thanos.recipe import Recipe
+from thanos.stages.compact import Compaction, compaction
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def assemble(
 
     replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     compact = None
-    if isinstance(recipe, Recipe) and wants_compaction(recipe.to_dict()):
+    if recipe.compact:
         compact = compaction(model_dir, pruned_root, names)
     sizes = tensor_sizes(names, sources, replace, compact)
     shards = shard_names(names, sizes, max_bytes)
@@ -336,7 +336,7 @@ def pruned_tensors(
     layers = []
     order = {name: i for i, name in enumerate(info.get("layers", []))}
     wanted = None
-    if info.get("layers") and isinstance(recipe, Recipe):
+    if info.get("layers") and recipe is not None:
         wanted = {
             (block, layer)
             for block in range(int(info["num_blocks"]))

@@ -17,10 +17,10 @@ import torch
 
 from thanos.data.safetensors_io import load_safetensors
 from thanos.data.storage import Activations, read_tokens, write_activations, write_hessians
-from thanos.files.recipes import select_layers
 from thanos.models import Checkpoint, ModelAdapter, open_model
 from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
+from thanos.recipe import select_layers
 from thanos.stages.common import batches, check_finite, resolve_device
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from thanos.files.atomic import write_json
 from thanos.files.fingerprint import model_fingerprint
 from thanos.files.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
 from thanos.files.pruned_layers import mismatch
-from thanos.files.recipes import select_layers
 from thanos.pruning import methods
+from thanos.recipe import Recipe
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.stages.prune import prune
@@ -81,12 +81,11 @@ class _Chain:
     root: Path
     dense: Path | None
     own: Path | None
+    recipe: Recipe
     layers: list[list[str]]  # the layers pruned in each block
     shape: Callable[[int, str], list[int]]  # (block, layer) -> the original weight's shape
-    prune_options: dict[str, Any]
     batch_size: int
     device: str
-    exclude: list[str] = field(default_factory=list)  # the recipe's: these layers keep their weights
     owl: Path | None = None  # the recipe's owl.json (per-block sparsities), None for uniform sparsity
     computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
     reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
@@ -115,12 +114,7 @@ class _Chain:
         per-block job's arguments; when the job resumes, the log names the layers it recomputes."""
         block_dir = self.root / pruned_block_name(block)
         reasons = {
-            layer: mismatch(
-                block_dir,
-                layer,
-                {**self.prune_options, "profile": "owl" if self.owl else None},
-                self.shape(block, layer),
-            )
+            layer: mismatch(block_dir, layer, self.recipe.to_dict(), self.shape(block, layer))
             for layer in self.layers[block]
         }
         todo = [layer for layer, reason in reasons.items() if reason is not None]
@@ -135,16 +129,7 @@ class _Chain:
         self.reused["prune"] += len(self.layers[block]) - len(todo)
         if todo:
             self.discard_after(block)
-            prune(
-                self.model,
-                block,
-                todo,
-                out_dir=block_dir,
-                hessians=H,
-                device=self.device,
-                owl=self.owl,
-                **self.prune_options,
-            )
+            prune(self.model, block, self.recipe, block_dir, todo, H, self.device, self.owl)
             self.computed["prune"] += len(todo)
         return block_dir
 
@@ -177,7 +162,7 @@ class _Chain:
         _remove(nxt)
         propagate(
             self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device,
-            self.exclude,
+            self.recipe.exclude,
         )  # fmt: skip
         self.computed["propagate"] += 1
 
@@ -214,30 +199,35 @@ class _Chain:
                 _remove(self.store("hessians", block))
 
 
+@dataclass(frozen=True)
+class ChainPaths:
+    """Where one recipe's chain reads and writes.
+
+    ``pruned_root``: its pruned layers (``block{l}/{layer}.*``). ``dense_dir``: the dense chain's stores
+    (``inputs_0``, ``hessians_0``; every ``hessians_l`` when ``chain_dir`` is None, the dense chain);
+    methods without a Hessian (magnitude) need none. ``chain_dir``: the recipe's sequential chain stores
+    (l >= 1), written here. ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl``).
+    """
+
+    pruned_root: Path
+    dense_dir: Path | None = None
+    chain_dir: Path | None = None
+    owl: Path | None = None
+
+
 def chain(
     model: str | Path,
-    method: str,
-    sparsity: str,
-    pruned_root: str | Path,
+    recipe: Recipe,
+    paths: ChainPaths,
     out: str | Path,
-    dense_dir: str | Path | None = None,
-    chain_dir: str | Path | None = None,
-    blocksize: int | None = None,
-    alpha: float | None = None,
-    damp: float = 0.01,
     batch_size: int = 8,
     device: str = "auto",
-    keep_activations: bool = True,
-    keep_hessians: bool = True,
-    exclude: list[str] | None = None,
-    owl: str | Path | None = None,
+    drop: Sequence[StoreKind] = (),
 ) -> dict[str, Any]:
-    """Prune every block of ``model`` with one recipe; write the summary ``out``; return it.
+    """Prune every block of ``model`` with ``recipe``; write the summary ``out``; return it.
 
-    ``dense_dir``: the dense chain's stores (``inputs_0``, ``hessians_0``; every ``hessians_l`` when
-    ``chain_dir`` is None, the dense chain). ``chain_dir``: the recipe's sequential chain stores (l >= 1),
-    written here. Methods without a Hessian (magnitude) need neither. ``owl``: the recipe's ``owl.json``,
-    every block pruned at its sparsity there (``thanos.stages.owl``).
+    ``drop``: the kinds of the recipe's own stores (``inputs``, ``hessians``) deleted once every block is
+    done (retention false).
 
     Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
@@ -247,44 +237,34 @@ def chain(
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
-    calibrated = methods.get(method).needs_hessian
-    if calibrated and dense_dir is None:
+    calibrated = recipe.needs_hessian
+    if calibrated and paths.dense_dir is None:
         raise ValueError(
-            f"--dense-dir is required for method {method!r} (only {methods.without_hessian()} run without)"
+            f"--dense-dir is required for method {recipe.method!r} "
+            f"(only {methods.without_hessian()} run without)"
         )
-    options = {"method": method, "sparsity": sparsity, "blocksize": blocksize, "alpha": alpha, "damp": damp}
     run = _Chain(
         model=model,
-        root=Path(pruned_root),
-        dense=Path(dense_dir) if calibrated else None,
-        own=Path(chain_dir) if (calibrated and chain_dir is not None) else None,
-        layers=[
-            select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
-            for block in range(num_blocks)
-        ],
-        exclude=list(exclude or ()),
+        root=Path(paths.pruned_root),
+        dense=Path(paths.dense_dir) if calibrated else None,
+        own=Path(paths.chain_dir) if (calibrated and paths.chain_dir is not None) else None,
+        recipe=recipe,
+        layers=[recipe.layers(adapter.block_layers(block), adapter.layers) for block in range(num_blocks)],
         shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
-        prune_options=options,
         batch_size=batch_size,
         device=device,
-        owl=Path(owl) if owl is not None else None,
+        owl=Path(paths.owl) if paths.owl is not None else None,
     )
     fingerprint = {
         "model": str(model),
         "model_files": model_fingerprint(model_dir),
-        "method": method,
-        "sparsity": str(sparsity),
-        "blocksize": blocksize,
-        "alpha": alpha,
-        "damp": damp,
+        "recipe": {key: value for key, value in recipe.to_dict().items() if key not in ("name", "chain")},
         "chain": "dense" if run.own is None else "sequential",
         "chain_dir": None if run.own is None else str(run.own),
         "batch_size": batch_size,
-        **({"owl": str(owl)} if owl is not None else {}),
+        **({"owl": str(run.owl)} if run.owl is not None else {}),
         "upstream": {path: _identity(path) for path in run.upstream(num_blocks)},
     }
-    if exclude:  # absent otherwise: fingerprints of earlier runs stay valid
-        fingerprint["exclude"] = list(exclude)
     run.discard_if_changed(fingerprint)
 
     for block in range(num_blocks):
@@ -301,14 +281,14 @@ def chain(
             peak_rss_mib(),
         )
 
-    run.drop(num_blocks, activations=not keep_activations, hessians=not keep_hessians)
+    run.drop(num_blocks, activations="inputs" in drop, hessians="hessians" in drop)
     summary = {
-        "method": method,
-        "sparsity": str(sparsity),
+        "method": recipe.method,
+        "sparsity": str(recipe.sparsity),
         "num_blocks": num_blocks,
         "layers": [layer for layer in adapter.layers if any(layer in block for block in run.layers)],
         "chain": fingerprint["chain"],
-        **({"profile": "owl", "owl": str(owl)} if owl is not None else {}),
+        **({"profile": "owl", "owl": str(run.owl)} if run.owl is not None else {}),
         "computed": run.computed,
         "reused": run.reused,
     }

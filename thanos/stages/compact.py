@@ -24,7 +24,7 @@ import torch
 from thanos.data.safetensors_io import open_safetensors
 from thanos.files.layout import pruned_block_name, pruned_layer_name
 from thanos.models.neurons import MLPLayout, mlp_layout
-from thanos.pruning.sparsity import NEURON_MULTIPLE, parse_sparsity
+from thanos.pruning.sparsity import NEURON_MULTIPLE
 
 
 @dataclass
@@ -53,18 +53,6 @@ class Compaction:
         config = json.loads(text)
         config[self.layout.width_key] = self.kept_width
         return json.dumps(config, indent=2) + "\n"
-
-
-def wants_compaction(recipe: dict[str, Any]) -> bool:
-    """``compact`` as the recipe sets it; unset: on for ``neurons:p``, off otherwise."""
-    kind = parse_sparsity(recipe["sparsity"]).kind
-    compact = recipe.get("compact")
-    if compact and kind != "neurons":
-        raise ValueError(
-            f"compact: only neurons:p recipes remove whole structures that can be cut out of the matrices; "
-            f"{recipe['sparsity']} writes zeros in the original shape (set compact false or leave it out)"
-        )
-    return kind == "neurons" if compact is None else bool(compact)
 
 
 def compaction(model_dir: str | Path, pruned_root: str | Path, names: list[str]) -> Compaction:

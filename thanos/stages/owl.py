@@ -16,7 +16,8 @@ from typing import Any
 
 from thanos.files.atomic import write_json
 from thanos.pruning import owl as owl_rule
-from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.sparsity import Sparsity
+from thanos.recipe import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -27,27 +28,14 @@ CITATION = (
 )
 
 
-def target_of(sparsity: str) -> Fraction:
-    """The target fraction of an unstructured sparsity; OWL sets no n:m or structured pattern."""
-    pattern = parse_sparsity(sparsity)
-    if pattern.kind != "unstructured":
-        raise ValueError(
-            f"owl: sparsity {pattern} is {pattern.kind}; OWL sets a sparsity per block, which only "
-            "unstructured sparsity allows (n:m fixes n of every m weights everywhere, structured "
-            "removes whole columns)"
-        )
-    return pattern.p
-
-
 def compute(
     model: str | Path,
     hessians: list[str | Path] | None,
-    sparsity: str,
-    m: float = owl_rule.DEFAULT_M,
-    lam: float = owl_rule.DEFAULT_LAMBDA,
+    recipe: Recipe,
     xnorms: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The content of ``owl.json``: per block its outlier count, ratio, sparsity and integer count.
+    """The content of ``owl.json`` for an OWL ``recipe`` (its target sparsity, M and lambda): per block
+    its outlier count, ratio, sparsity and integer count.
 
     ``hessians``: the dense chain's ``hessians_l.zarr`` of every block, in block order. ``xnorms``
     (instead, for tests and the library): {block: {group: ||X_j|| (b,)}} computed some other way.
@@ -56,7 +44,9 @@ def compute(
     from thanos.models import open_model
     from thanos.pruning.algorithms.masks import input_norms
 
-    target = target_of(sparsity)
+    if not recipe.owl:
+        raise ValueError(f"owl: recipe {recipe.name} has profile {recipe.profile}, not owl")
+    target, m, lam = recipe.sparsity.p, recipe.owl_m, recipe.owl_lambda
     _, adapter, checkpoint = open_model(model, full_config=False)
     num_blocks = int(adapter.num_blocks)
     if xnorms is None:
@@ -96,7 +86,7 @@ def compute(
         "format": FORMAT,
         "profile": "owl",
         "citation": CITATION,
-        "target": str(parse_sparsity(sparsity)),
+        "target": str(recipe.sparsity),
         "owl_m": m,
         "owl_lambda": lam,
         "parameters": sum(sizes),
@@ -117,22 +107,15 @@ def compute(
     }
 
 
-def owl(
-    model: str | Path,
-    hessians: list[str | Path],
-    sparsity: str,
-    out: str | Path,
-    m: float = owl_rule.DEFAULT_M,
-    lam: float = owl_rule.DEFAULT_LAMBDA,
-) -> dict[str, Any]:
-    """Compute the per-block sparsities and write them to ``out`` atomically."""
-    result = compute(model, hessians, sparsity, m, lam)
+def owl(model: str | Path, hessians: list[str | Path], recipe: Recipe, out: str | Path) -> dict[str, Any]:
+    """Compute the per-block sparsities of an OWL ``recipe`` and write them to ``out`` atomically."""
+    result = compute(model, hessians, recipe)
     write_json(out, result)
     log.info(
         "owl: %s, M %g, lambda %g: block sparsities %s",
         result["target"],
-        m,
-        lam,
+        recipe.owl_m,
+        recipe.owl_lambda,
         ", ".join(f"{b['removed'] / b['parameters']:.4f}" for b in result["blocks"]),
     )
     return result
@@ -152,12 +135,12 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def block_sparsity(path: str | Path, block: int, target: str | None = None) -> Fraction:
+def block_sparsity(path: str | Path, block: int, target: Sparsity | None = None) -> Fraction:
     """Block ``block``'s exact sparsity (removed / parameters) from ``owl.json``; with ``target``, the
     file must be of that target sparsity (a file of another recipe is refused)."""
     data = load(path)
-    if target is not None and data["target"] != str(parse_sparsity(target)):
-        raise ValueError(f"{path}: OWL sparsities for {data['target']}, not {parse_sparsity(target)}")
+    if target is not None and data["target"] != str(target):
+        raise ValueError(f"{path}: OWL sparsities for {data['target']}, not {target}")
     blocks = data["blocks"]
     if not 0 <= block < len(blocks):
         raise ValueError(f"{path}: no block {block} (the file has {len(blocks)} blocks)")

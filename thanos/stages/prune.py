@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -22,11 +23,11 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
-from thanos.files.recipes import select_layers
 from thanos.models import open_model
 from thanos.pruning import methods
-from thanos.pruning.layer import prune_layer
-from thanos.pruning.sparsity import Sparsity, parse_sparsity
+from thanos.pruning.layer import PruneStats, prune_layer
+from thanos.pruning.sparsity import Sparsity
+from thanos.recipe import Recipe
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
@@ -35,30 +36,26 @@ log = logging.getLogger(__name__)
 def prune(
     model: str | Path,
     block: int,
-    layers: list[str] | None,
-    method: str,
-    sparsity: str,
+    recipe: Recipe,
     out_dir: str | Path,
+    layers: list[str] | None = None,
     hessians: str | Path | None = None,
-    blocksize: int | None = None,
-    alpha: float | None = None,
-    damp: float = 0.01,
     device: str = "auto",
-    exclude: Sequence[str] | None = None,
     owl: str | Path | None = None,
 ) -> list[dict]:
-    """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats.
+    """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
+    when None) and return their stats.
 
-    ``owl``: an ``owl.json`` (``thanos.stages.owl``) of target ``sparsity``: the block is pruned at its
-    sparsity there (exact, removed / parameters); the stats record the profile and the target."""
+    ``owl``: the recipe's ``owl.json`` (``thanos.stages.owl``): the block is pruned at its sparsity there
+    (exact, removed / parameters); the stats record the profile and the target."""
     _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
     prefix = adapter.block_prefix(block)
-    kept = select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
+    kept = recipe.layers(adapter.block_layers(block), adapter.layers)
     layers = list(layers) if layers else kept
     for layer in layers:
         adapter.group_of(layer, block)  # unknown names fail before any work
         if layer not in kept:
-            raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(exclude or ())}: not pruned")
+            raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(recipe.exclude)}: not pruned")
     store = None
     if hessians is not None:
         store = Hessians(hessians)
@@ -66,33 +63,43 @@ def prune(
             raise ValueError(
                 f"{hessians} holds the Hessians of block {store.attrs['block']}, not block {block}"
             )
-    elif methods.get(method).needs_hessian:
+    elif recipe.needs_hessian:
         raise ValueError(
-            f"--hessians is required for method {method!r} (only {methods.without_hessian()} run without)"
+            f"--hessians is required for method {recipe.method!r} "
+            f"(only {methods.without_hessian()} run without)"
         )
-    profile = {}
+    sparsity, profile = recipe.sparsity, {}
     if owl is not None:
         from thanos.stages.owl import block_sparsity
 
-        target = str(parse_sparsity(sparsity))
-        sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, target))
-        profile = {"profile": "owl", "target_sparsity": target, "block_sparsity": str(sparsity.p)}
-        log.info("prune: block %d: OWL sparsity %.6f (target %s, %s)", block, float(sparsity.p), target, owl)
+        sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, recipe.sparsity))
+        profile = {
+            "profile": "owl",
+            "target_sparsity": str(recipe.sparsity),
+            "block_sparsity": str(sparsity.p),
+        }
+        log.info(
+            "prune: block %d: OWL sparsity %.6f (target %s, %s)",
+            block,
+            float(sparsity.p),
+            recipe.sparsity,
+            owl,
+        )
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     results = []
     only = None  # neurons: the one layer pruned
-    if parse_sparsity(sparsity).kind == "neurons":
+    if sparsity.kind == "neurons":
         from thanos.models.neurons import mlp_layout
 
         only = mlp_layout(adapter, checkpoint).output
-    options = {"blocksize": blocksize, "alpha": float(alpha or 0), "damp": damp}
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
     for layer in layers:
         group = adapter.group_of(layer, block)
         if only is not None and layer != only:
+            shape = checkpoint.shape(f"{prefix}{layer}.weight")
             results.append(
-                _keep_dense(checkpoint, prefix, block, layer, group, method, sparsity, options, out_dir)
+                _keep_dense(recipe, shape, {"block": block, "layer": layer, "group": group}, out_dir)
             )
             continue
         H = None
@@ -110,11 +117,11 @@ def prune(
         result = prune_layer(
             weight.to(dev),
             H,
-            method,
+            recipe.method,
             sparsity,
-            blocksize=blocksize,
-            alpha=alpha,
-            damp=damp,
+            blocksize=recipe.blocksize,
+            alpha=recipe.alpha,
+            damp=recipe.damp,
             name=f"block {block} {layer}",
         )
         stats = result.stats.to_dict() | {
@@ -146,40 +153,27 @@ def prune(
     return results
 
 
-def _keep_dense(
-    checkpoint,
-    prefix: str,
-    block: int,
-    layer: str,
-    group: str,
-    method: str,
-    sparsity: str,
-    options: dict,
-    out_dir: Path,
-) -> dict:
-    """A layer a ``neurons`` recipe leaves as it is: an empty weight file, stats marked ``kept_dense``."""
-    shape = checkpoint.shape(f"{prefix}{layer}.weight")
-    stats = {
-        "method": method,
-        "sparsity": str(parse_sparsity(sparsity)),
-        "achieved_sparsity": 0.0,
-        "objective": 0.0,
-        "seconds": 0.0,
-        "device": "cpu",
-        "outlier_rows": 0,
-        "blocksize": None,
-        "alpha": 0.0,
-        "damp": None,
-        "damp_retries": 0,
-        "dead_columns": 0,
-        "shape": list(shape),
-        "block": block,
-        "layer": layer,
-        "group": group,
-        "options": options,
-        "kept_dense": True,
-    }
-    with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
+def _keep_dense(recipe: Recipe, shape: Sequence[int], where: dict[str, Any], out_dir: Path) -> dict:
+    """A layer a ``neurons`` recipe leaves as it is: an empty weight file, and the stats a pruned layer
+    has (``PruneStats``: nothing removed, no time spent) marked ``kept_dense``."""
+    stats = PruneStats(
+        method=recipe.method,
+        sparsity=str(recipe.sparsity),
+        achieved_sparsity=0.0,
+        objective=0.0,
+        seconds=0.0,
+        device="cpu",
+        outlier_rows=0,
+        blocksize=None,
+        alpha=0.0,
+        damp=None,
+        damp_retries=0,
+        dead_columns=0,
+        shape=tuple(shape),
+    ).to_dict()
+    options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
+    stats |= {**where, "options": options, "kept_dense": True}
+    with atomic_path(out_dir / pruned_layer_name(layer := where["layer"], "safetensors")) as tmp:
         save_file({}, str(tmp), metadata={"kept_dense": "not pruned: the original weight is used"})
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     return stats

@@ -20,7 +20,7 @@ rule assemble:
         f"{PATHS.logs}/{{model}}/{{recipe}}/assemble.log",
     shell:
         "python -m thanos assemble --model {params.model:q} --model-name {wildcards.model}"
-        " --pruned-root {params.pruned_root:q} --recipe-json {params.recipe:q} {params.calibration}"
+        " --pruned-root {params.pruned_root:q} --recipe {params.recipe:q} {params.calibration}"
         " --model-info {params.info:q} --intermediates {params.intermediates}"
         " --max-shard-size {params.max_shard_size:q} --granularity \"$THANOS_WF_GRANULARITY\""
         " --granularity-reason \"$THANOS_WF_GRANULARITY_REASON\" --out {output:q} > {log:q} 2>&1"

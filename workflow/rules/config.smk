@@ -1,5 +1,5 @@
 # The config and the constants every rule reads: loaded, validated against the schema, then checked by
-# thanos.files.recipes for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
+# thanos.recipe for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
 # built by thanos.files.layout (PATHS); every stage is a `python -m thanos <command>` call (docs/cli.md).
 
 import os
@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
-from thanos.files.recipes import ConfigError, expand
+from thanos.recipe import ConfigError, expand
 from thanos.runner.devices import resolve_devices
 from thanos.runner.granularity import ALIASES, choose_granularity
 

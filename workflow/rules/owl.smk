@@ -13,13 +13,11 @@ if OWL_RECIPES:
             recipe=_alternation(OWL_RECIPES),
         params:
             model=model_path,
-            sparsity=owl_sparsity,
-            owl_m=owl_m,
-            owl_lambda=owl_lambda,
+            recipe=recipe_json,
         priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/owl.log",
         shell:
             "python -m thanos owl --model {params.model:q} --hessians {input.hessians:q}"
-            " --sparsity {params.sparsity:q} --owl-m {params.owl_m} --owl-lambda {params.owl_lambda}"
+            " --recipe {params.recipe:q}"
             " --out {output:q} > {log:q} 2>&1"

@@ -14,7 +14,7 @@ if GRANULARITY == "layer":
             stats=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "json"), "pruned_layers"),
         params:
             model=model_path,
-            options=recipe_options,
+            recipe=recipe_json,
             hessians=hessians_option,
             out_dir=prune_out_dir,
         priority: PRUNING_FIRST
@@ -25,7 +25,7 @@ if GRANULARITY == "layer":
             gpu=JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
-            " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} {params.options}"
+            " --block {wildcards.l} --layers {wildcards.layer} {params.hessians} --recipe {params.recipe:q}"
             " --device $THANOS_WF_DEVICE --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 elif GRANULARITY == "block":
@@ -37,7 +37,7 @@ elif GRANULARITY == "block":
             retain(directory(PATHS.pruned_block("{model}", "{recipe}", "{l}")), "pruned_layers"),
         params:
             model=model_path,
-            options=recipe_options,
+            recipe=recipe_json,
             hessians=hessians_option,
             layers=block_layers,
         priority: PRUNING_FIRST
@@ -48,7 +48,7 @@ elif GRANULARITY == "block":
             gpu=JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos prune --model {params.model:q}"
-            " --block {wildcards.l} --layers {params.layers} {params.hessians} {params.options}"
+            " --block {wildcards.l} --layers {params.layers} {params.hessians} --recipe {params.recipe:q}"
             " --device $THANOS_WF_DEVICE --out-dir {output:q} > {log:q} 2>&1"
 
 elif GRANULARITY == "recipe":
@@ -60,7 +60,7 @@ elif GRANULARITY == "recipe":
             PATHS.chain_summary("{model}", "{recipe}"),
         params:
             model=model_path,
-            options=recipe_options,
+            recipe=recipe_json,
             stores=recipe_store_options,
             root=recipe_pruned_root,
         priority: PRUNING_FIRST
@@ -71,5 +71,5 @@ elif GRANULARITY == "recipe":
             gpu=JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
-            " {params.options} {params.stores} --pruned-root {params.root:q} --device $THANOS_WF_DEVICE"
+            " --recipe {params.recipe:q} {params.stores} --pruned-root {params.root:q} --device $THANOS_WF_DEVICE"
             " --out {output:q} > {log:q} 2>&1"

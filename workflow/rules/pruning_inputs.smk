@@ -14,12 +14,8 @@ def needs_hessian(recipe):
     return RECIPES[recipe].needs_hessian
 
 
-def recipe_options(wildcards):
-    """The recipe's prune options (a param: changing them reruns this recipe's jobs only)."""
-    return RECIPES[wildcards.recipe].options()
-
-
 def recipe_json(wildcards):
+    """The recipe as its jobs take it (--recipe JSON); a param, so editing a recipe reruns its jobs only."""
     return RECIPES[wildcards.recipe].to_json()
 
 
@@ -68,18 +64,6 @@ def owl_inputs(wildcards):
         "model": model_dir_input(wildcards),
         "hessians": [PATHS.store(wildcards.model, DENSE, "hessians", block) for block in blocks],
     }
-
-
-def owl_sparsity(wildcards):
-    return RECIPES[wildcards.recipe].sparsity
-
-
-def owl_m(wildcards):
-    return RECIPES[wildcards.recipe].owl_parameters()[0]
-
-
-def owl_lambda(wildcards):
-    return RECIPES[wildcards.recipe].owl_parameters()[1]
 
 
 def recipe_layers(model, recipe, block):
@@ -134,7 +118,7 @@ def pruned_dir_option(wildcards):
     if wildcards.chain == DENSE:
         return ""
     block_dir = PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))
-    exclude = "".join(f" --exclude {quoted(p)}" for p in RECIPES[wildcards.chain].exclude or ())
+    exclude = "".join(f" --exclude {quoted(p)}" for p in RECIPES[wildcards.chain].exclude)
     return f"--pruned-dir {quoted(block_dir)}{exclude}"
 
 

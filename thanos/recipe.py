@@ -1,0 +1,367 @@
+"""The recipe: a method, a sparsity pattern and its options, parsed and checked once, defaults filled.
+
+A ``Recipe`` is what crosses every boundary: the workflow's config expands into recipes (``expand``),
+``prune_model`` builds one from its keywords, a job takes one as JSON text (``--recipe``, ``to_json``) and a
+stage takes ``recipe: Recipe``. Constructing one checks it (errors name the config key), so a recipe that
+exists is valid, and fills every unset option by one policy, the method's defaults
+(``thanos.pruning.methods``): n:m is exact n:m (alpha 0) for every method, Thanos structured keeps 10 % of
+the rows dense (alpha 0.1), Thanos's block size is 128 unstructured and 512 n:m, damping 0.01.
+
+One naming function, ``Recipe.default_name``: ``{method}_{pattern}`` and then only the options that differ
+from those defaults (``thanos_2-4``, ``thanos_2-4_a0.1``, ``sparsegpt_u50_B64``, ``wanda_u70_owl``,
+``thanos_n30_zeros``); ``from_name`` reads method, sparsity and alpha back. A new recipe option is one field
+here (with its check and its name tag). Torch-free: the workflow imports this module while it parses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, fields, replace
+from fractions import Fraction
+from typing import Any
+
+from thanos.files.layout import RECIPE_NAME, RESERVED
+from thanos.pruning import methods
+from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
+from thanos.pruning.sparsity import Sparsity, check_alpha, parse_sparsity
+
+PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
+CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
+DEFAULT_DAMP = 0.01
+OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
+
+
+class ConfigError(ValueError):
+    """A recipe or config value that is not valid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One way to prune a model. Every field is set after construction: ``Recipe("r", "thanos", "2:4")``
+    has alpha 0.0, blocksize 512, damp 0.01, profile uniform; ``name=None`` takes ``default_name()``.
+
+    ``chain`` (sequential or dense) is the workflow's: it decides which inputs calibrate each block.
+    ``compact`` (neurons:p only): write the model without the removed neurons (default for neurons:p).
+    """
+
+    name: str | None
+    method: str
+    sparsity: Sparsity
+    blocksize: int | None = None
+    alpha: float | None = None
+    damp: float | None = None
+    exclude: tuple[str, ...] = ()  # regular expressions: the layers they match stay dense
+    compact: bool | None = None
+    profile: str | None = None  # "uniform": every block at ``sparsity``; "owl": per block (OWL)
+    owl_m: float | None = None
+    owl_lambda: float | None = None
+    chain: str = "sequential"
+    key: InitVar[str] = "recipe"  # the config key errors name
+
+    def __post_init__(self, key: str) -> None:
+        set_ = object.__setattr__  # frozen: the parsed values and defaults are set once, here
+        try:
+            spec = methods.get(self.method, key=f"{key}.method")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        pattern = _sparsity(f"{key}.sparsity", self.sparsity)
+        set_(self, "sparsity", pattern)
+        for name in ("alpha", "damp", "owl_m", "owl_lambda"):
+            _check_number(f"{key}.{name}", getattr(self, name))
+        alpha = spec.default_alpha(pattern.kind) if self.alpha is None else float(self.alpha)
+        try:
+            check_alpha(pattern, alpha)
+        except ValueError as err:
+            raise ConfigError(f"{key}.alpha: {err}") from None
+        set_(self, "alpha", alpha)
+        blocksize = spec.default_blocksize(pattern.kind) if self.blocksize is None else self.blocksize
+        if blocksize is not None and (
+            isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1
+        ):
+            raise ConfigError(f"{key}.blocksize: expected a positive integer, got {blocksize!r}")
+        set_(self, "blocksize", blocksize)
+        damp = DEFAULT_DAMP if self.damp is None else float(self.damp)
+        if not damp > 0:
+            raise ConfigError(f"{key}.damp: expected a number > 0 (a fraction of mean(diag H)), got {damp}")
+        set_(self, "damp", damp)
+        set_(self, "exclude", check_exclude(f"{key}.exclude", self.exclude))
+        set_(self, "compact", _compact(key, pattern, self.compact))
+        set_(self, "profile", self.profile or "uniform")
+        for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
+            set_(self, name, value)
+        if self.chain not in CHAINS:
+            raise ConfigError(f"{key}.chain: {self.chain!r} is not one of {', '.join(CHAINS)}")
+        set_(self, "name", self.default_name() if self.name is None else self.name)
+        if not isinstance(self.name, str) or not RECIPE_NAME.fullmatch(self.name) or self.name in RESERVED:
+            raise ConfigError(
+                f"{key}: recipe name {self.name!r} is reserved or invalid: use letters, digits and _.+- "
+                f"(starting with a letter or digit), and none of {', '.join(RESERVED)}"
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], key: str = "recipe") -> Recipe:
+        """A recipe from a config entry or ``to_dict``; unknown or missing fields are named."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{key}: expected an object {{name, method, sparsity, ...}}, got {data!r}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"{key}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+        for required in ("method", "sparsity"):
+            if data.get(required) is None:
+                raise ConfigError(f"{key}: {required} is missing")
+        values = {name: value for name, value in data.items() if value is not None}
+        return cls(**{"name": None, **values}, key=key)
+
+    @classmethod
+    def from_report(cls, data: dict[str, Any]) -> Recipe:
+        """The recipe a pruning report records (``to_dict``); fields this version does not know (a report
+        of another version) are left out."""
+        known = {f.name for f in fields(cls)}
+        return cls.from_dict({key: value for key, value in data.items() if key in known} | {"name": None})
+
+    @classmethod
+    def from_json(cls, text: str, key: str = "recipe") -> Recipe:
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise ConfigError(f'{key}: not JSON ({err}); pass {{"name": ..., "method": ...}}') from None
+        return cls.from_dict(data, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, keys sorted, the sparsity as its canonical text (the report's ``recipe``); OWL's
+        M and lambda only for an OWL recipe, ``exclude`` only when it excludes something."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data |= {"sparsity": str(self.sparsity), "exclude": list(self.exclude) or None}
+        return {name: value for name, value in sorted(data.items()) if value is not None}
+
+    def to_json(self) -> str:
+        """The recipe as one argument of a job (``python -m thanos prune --recipe``)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def default_name(self, always: Sequence[str] = ()) -> str:
+        """``{method}_{pattern}`` (``u50``, ``2-4``, ``s30``, ``n30``), then each option that differs from
+        the method's default, or is named in ``always``: ``_a{alpha}``, ``_B{blocksize}``,
+        ``_damp{damp}``, ``_owl`` (``-m{M}``, ``-l{lambda}``), ``_x`` and a digest of the ``exclude``
+        patterns, ``_zeros`` (neurons:p written in the original shape). Different recipes of one model
+        get different names."""
+        spec, kind = methods.get(self.method), self.sparsity.kind
+        name = f"{self.method}_{pattern_tag(self.sparsity)}"
+        if "alpha" in always or self.alpha != spec.default_alpha(kind):
+            name += f"_a{self.alpha:g}"
+        if "blocksize" in always or self.blocksize != spec.default_blocksize(kind):
+            name += f"_B{self.blocksize}"
+        if "damp" in always or self.damp != DEFAULT_DAMP:
+            name += f"_damp{self.damp:g}"
+        if self.owl:
+            name += "_owl" + "".join(
+                f"-{option[4]}{getattr(self, option):g}"
+                for option, default in OWL_DEFAULTS.items()
+                if option in always or getattr(self, option) != default
+            )
+        if self.exclude:
+            name += "_x" + hashlib.sha256(json.dumps(list(self.exclude)).encode()).hexdigest()[:8]
+        if kind == "neurons" and not self.compact:
+            name += "_zeros"
+        return name
+
+    def layers(self, layers: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
+        """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches (each
+        pattern must match a layer of ``within``, the model's layers; default ``layers``)."""
+        return select_layers(layers, self.exclude, within)
+
+    @property
+    def owl(self) -> bool:
+        """Whether the blocks get OWL's sparsities (an ``owl.json`` of the recipe, read by its prune jobs)."""
+        return self.profile == "owl"
+
+    @property
+    def needs_hessian(self) -> bool:
+        """Whether the method prunes with Hessians (its prune jobs read a hessians store)."""
+        return methods.get(self.method).needs_hessian
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether the recipe needs calibration (Hessians for the method, or the dense model's for OWL's
+        outlier ratios, for magnitude too)."""
+        return self.needs_hessian or self.owl
+
+    @property
+    def sequential(self) -> bool:
+        """Whether block l+1 is calibrated on the pruned block l (the paper's chain), not on dense inputs."""
+        return self.chain == "sequential"
+
+
+def _check_number(key: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+
+
+def _sparsity(key: str, value: Any) -> Sparsity:
+    """A sparsity value parsed; the error names ``key`` and the forms allowed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        raise ConfigError(
+            f"{key}: got {value}; quote n:m patterns in YAML ('2:4'), "
+            "an unquoted 2:4 is read as the number 124"
+        )
+    try:
+        return parse_sparsity(value)
+    except ValueError as err:
+        raise ConfigError(
+            f"{key}: {err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
+            "'structured:0.3', 'neurons:0.3')"
+        ) from None
+
+
+def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
+    """``compact`` is a boolean, true only for ``neurons:p`` (its default)."""
+    if compact is None:
+        return pattern.kind == "neurons"
+    if not isinstance(compact, bool):
+        raise ConfigError(f"{key}.compact: expected true or false, got {compact!r}")
+    if compact and pattern.kind != "neurons":
+        raise ConfigError(f"{key}.compact: only neurons:p recipes can be written compact, not {pattern}")
+    return compact
+
+
+def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any) -> dict[str, float | None]:
+    """OWL's M and lambda (defaults filled) for ``profile: owl``, None for uniform; OWL sets per-block
+    unstructured sparsity only, and its M and lambda are positive numbers."""
+    if profile is not None and profile not in PROFILES:
+        raise ConfigError(f"{key}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    given = {"owl_m": owl_m, "owl_lambda": owl_lambda}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if profile != "owl":
+            raise ConfigError(
+                f"{key}.{name}: set only with profile: owl (got profile {profile or 'uniform'})"
+            )
+        if not value > 0:
+            raise ConfigError(f"{key}.{name}: expected a number > 0, got {value!r}")
+    if profile != "owl":
+        return {name: None for name in given}
+    if pattern.kind != "unstructured":
+        raise ConfigError(
+            f"{key}.profile: owl sets a sparsity per block, which only unstructured sparsity allows; "
+            f"{pattern} is fixed by definition (n:m keeps m - n of every m weights in every block, "
+            "structured removes whole columns): use an unstructured sparsity or profile uniform"
+        )
+    if owl_lambda is not None and not owl_lambda < 0.5:
+        raise ConfigError(
+            f"{key}.owl_lambda: {owl_lambda} spans the sparsities over 2 lambda >= 1; use < 0.5"
+        )
+    return {name: float(OWL_DEFAULTS[name] if value is None else value) for name, value in given.items()}
+
+
+def check_exclude(key: str, value: Any) -> tuple[str, ...]:
+    """A list of regular expressions (None or empty: nothing excluded); the error names ``key``."""
+    if value is None or len(value) == 0:
+        return ()
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of regular expressions, got {value!r}")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"{key}: {pattern!r} is not a regular expression ({err})") from None
+    return tuple(value)
+
+
+def select_layers(
+    layers: Sequence[str], exclude: Sequence[str], within: Sequence[str] | None = None
+) -> list[str]:
+    """``layers`` (names relative to a block) less those an ``exclude`` pattern matches (``re.search``).
+    A pattern that matches none of ``within`` (the model's layers, of every kind of block; default
+    ``layers``), or patterns that leave none of ``layers``, are refused, naming them: a typo would
+    otherwise prune what the user meant to keep."""
+    within = layers if within is None else within
+    kept = list(layers)
+    for pattern in exclude:
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"exclude pattern {pattern!r} is not a regular expression ({err})") from None
+        if not any(regex.search(layer) for layer in within):
+            shown = ", ".join(within[:12]) + (", ..." if len(within) > 12 else "")
+            raise ConfigError(f"exclude pattern {pattern!r} matches no prunable layer (a block has {shown})")
+        kept = [layer for layer in kept if not regex.search(layer)]
+    if not kept:
+        raise ConfigError(f"exclude patterns {list(exclude)} leave no layer to prune")
+    return kept
+
+
+def pattern_tag(sparsity: Sparsity) -> str:
+    """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30."""
+    if sparsity.kind == "nm":
+        return f"{sparsity.n}-{sparsity.m}"
+    return f"{sparsity.kind[0]}{float(sparsity.p) * 100:g}"
+
+
+def from_name(name: str) -> dict[str, Any] | None:
+    """``method``, ``sparsity`` and ``alpha`` (and ``profile`` for an OWL recipe) read back from a
+    ``default_name``; None for other names. ``alpha`` is None when the name leaves it at its default."""
+    alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
+    match = re.match(
+        rf"^(?P<method>{alternatives})_(?P<tag>[usn][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
+        name,
+    )
+    if not match:
+        return None
+    tag = match["tag"]
+    try:
+        if tag[0] in "usn":
+            kind = {"u": "unstructured", "s": "structured", "n": "neurons"}[tag[0]]
+            sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))
+        else:
+            sparsity = str(parse_sparsity(tag.replace("-", ":")))
+        alpha = float(match["alpha"]) if match["alpha"] else None
+    except ValueError:
+        return None
+    found = {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
+    return found | {"profile": "owl"} if "_owl" in name[match.end() :] else found
+
+
+def expand(config: dict[str, Any]) -> dict[str, Recipe]:
+    """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
+    A grid entry names its recipes by ``Recipe.default_name``, with the alpha always shown when the entry
+    lists several alphas."""
+    chain = config.get("chain") or "sequential"
+    recipes: dict[str, Recipe] = {}
+    for i, entry in enumerate(config.get("recipe_grid") or []):
+        key = f"recipe_grid[{i}]"
+        alphas = entry.get("alpha") or [None]
+        options = {
+            name: entry[name]
+            for name in ("blocksize", "damp", "exclude", "profile", *OWL_DEFAULTS)
+            if name in entry
+        }
+        for j, method in enumerate(entry["methods"]):
+            try:
+                methods.get(method, key=f"{key}.methods[{j}]")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            for k, sparsity in enumerate(entry["sparsities"]):
+                _sparsity(f"{key}.sparsities[{k}]", sparsity)
+                for alpha in alphas:
+                    recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
+                    if len(alphas) > 1:
+                        recipe = replace(recipe, name=recipe.default_name(always=("alpha",)))
+                    if recipe.name in recipes:
+                        raise ConfigError(
+                            f"{key} makes recipe {recipe.name!r} a second time: "
+                            "list each method x sparsity x alpha once"
+                        )
+                    recipes[recipe.name] = recipe
+    for name, entry in (config.get("recipes") or {}).items():
+        if name in recipes:
+            raise ConfigError(
+                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
+            )
+        recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
+    if not recipes:
+        raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
+    return recipes
