@@ -1,6 +1,6 @@
 """A module of the package as it was at a git revision, imported on its own beside today's package.
 
-Modules moved when the package was grouped into layers (README "Changelog"): at an older revision a file
+Modules moved when the package was grouped into layers (docs/changelog.md): at an older revision a file
 lies at its old path and imports its neighbours by their old names. ``module_at`` finds it there and
 points those imports at today's modules; files that a module reads beside itself (the Thanos row
 solver's C source) come along from the same revision.

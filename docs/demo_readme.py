@@ -1,16 +1,16 @@
-"""Regenerate the measured part of the README's demo section (or, with ``--real``, of its real-LLM
-section) from a finished run.
+"""Regenerate the measured part of the demo's page, docs/demo.md (or, with ``--real``, of the real-LLM
+page, docs/real-llm.md) from a finished run.
 
     snakemake --cores 2                      # the first run, from a fresh clone
-    python docs/demo_readme.py               # rewrites README.md between the demo-results markers
+    python docs/demo_readme.py               # rewrites docs/demo.md between the demo-results markers
     snakemake --cores 2 --configfile workflow/configs/real-llm.yaml
-    python docs/demo_readme.py --real        # ... between the real-llm-results markers
+    python docs/demo_readme.py --real        # ... docs/real-llm.md between the real-llm-results markers
 
 Everything between ``<!-- demo-results:begin -->`` and ``<!-- demo-results:end -->`` comes from the run's
 files: the demo model's ``train_report.json`` and dense perplexity, the tables the workflow wrote
 (``perplexity.md``, ``orderings.md``), the zero-shot results (acc and acc_norm with their stderr) and
-the wall time of the run from Snakemake's log (first job start to last job end). Figure 1 is copied to
-docs/. No number in that part of the README is typed by hand.
+the wall time of the run from Snakemake's log (first job start to last job end). Figure 1 is copied
+beside the page, which links it by its name. No number in that part of the page is typed by hand.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO / "bench"))
 from rule_times import rule_times  # noqa: E402  (bench/rule_times.py: the one reader of Snakemake logs)
 
 BEGIN, END = "<!-- demo-results:begin -->", "<!-- demo-results:end -->"
-FIGURE = "docs/demo_ppl_vs_sparsity.png"
+PAGE, FIGURE = REPO / "docs" / "demo.md", "demo_ppl_vs_sparsity.png"  # the figure lies beside the page
 REAL_BEGIN, REAL_END = "<!-- real-llm-results:begin -->", "<!-- real-llm-results:end -->"
-REAL_FIGURE = "docs/real_llm_ppl_vs_sparsity.png"
+REAL_PAGE, REAL_FIGURE = REPO / "docs" / "real-llm.md", "real_llm_ppl_vs_sparsity.png"
 REAL_MODEL = "smollm2-135m"
-WIDTH = 110  # the README's line length
+WIDTH = 110  # the docs' line length
 
 
 def first_run_log(workdir: Path) -> Path:
@@ -188,26 +188,29 @@ def main() -> None:
     )
     parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="the demo run's directory")
     parser.add_argument("--log", type=Path, help="Snakemake log of the first run (default: the oldest one)")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    pages = "default: docs/demo.md; with --real, docs/real-llm.md"
+    parser.add_argument("--readme", type=Path, help=f"the page to rewrite ({pages})")
     parser.add_argument("--real", action="store_true", help="the run of workflow/configs/real-llm.yaml")
     args = parser.parse_args()
     log = args.log or first_run_log(args.workdir)
     if args.real:
         results = args.workdir / "results" / "real-llm"
         begin, end, text_of, target = REAL_BEGIN, REAL_END, real_section(results, log), REAL_FIGURE
+        page = args.readme or REAL_PAGE
         figure = results / "figures" / f"ppl_vs_sparsity_{REAL_MODEL}_unstructured.png"
     else:
         results = args.workdir / "results"
         begin, end, text_of, target = BEGIN, END, section(results, log), FIGURE
+        page = args.readme or PAGE
         figure = results / "figures" / "ppl_vs_sparsity_demo_unstructured.png"
-    text = args.readme.read_text()
+    text = page.read_text()
     if begin not in text or end not in text:
-        raise SystemExit(f"{args.readme}: no {begin} ... {end} block to replace")
+        raise SystemExit(f"{page}: no {begin} ... {end} block to replace")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    args.readme.write_text(head + text_of + tail)
-    shutil.copyfile(figure, args.readme.parent / target)
-    print(f"rewrote the results of {args.readme} from {results} and {log}; copied {figure}")
+    page.write_text(head + text_of + tail)
+    shutil.copyfile(figure, page.parent / target)
+    print(f"rewrote the results of {page} from {results} and {log}; copied {figure}")
 
 
 if __name__ == "__main__":

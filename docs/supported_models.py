@@ -1,7 +1,8 @@
-"""Rewrite the README's table of supported models from the tested matrix (thanos/models/matrix.py).
+"""Rewrite the table of supported models in docs/supported-models.md from the tested matrix
+(thanos/models/matrix.py).
 
-python docs/supported_models.py           # rewrites README.md between the supported-models markers
-python docs/supported_models.py --check   # exit status 1 if README.md is out of date
+python docs/supported_models.py           # rewrites the page between the supported-models markers
+python docs/supported_models.py --check   # exit status 1 if docs/supported-models.md is out of date
 """
 
 from __future__ import annotations
@@ -12,25 +13,25 @@ from pathlib import Path
 
 from thanos.models.matrix import BEGIN, END, readme_table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parent / "supported-models.md"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--check", action="store_true", help="only check that README.md is up to date")
+    parser.add_argument("--check", action="store_true", help=f"only check that {PAGE.name} is up to date")
     args = parser.parse_args()
-    text = README.read_text()
+    text = PAGE.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"{README}: no {BEGIN} ... {END} block to replace")
+        raise SystemExit(f"{PAGE}: no {BEGIN} ... {END} block to replace")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     new = head + readme_table() + tail
     if args.check:
         sys.exit(0 if new == text else 1)
-    README.write_text(new)
-    print(f"rewrote the supported-models table of {README}")
+    PAGE.write_text(new)
+    print(f"rewrote the supported-models table of {PAGE}")
 
 
 if __name__ == "__main__":

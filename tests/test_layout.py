@@ -55,7 +55,7 @@ def test_reserved_names_cover_the_results_directories():
     assert {DENSE, "chains", "calib", "pruned", "model", "eval", "tiny", "demo"} <= set(RESERVED)
 
 
-def test_readme_lists_the_reserved_names():
-    text = (REPO / "README.md").read_text()
+def test_configuration_page_lists_the_reserved_names():
+    text = (REPO / "docs" / "configuration.md").read_text()
     listed = re.search(r"\(`thanos\.files\.layout\.RESERVED`\):\n`([^`]*)`", text).group(1).split()
     assert listed == list(RESERVED)

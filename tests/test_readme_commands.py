@@ -1,6 +1,6 @@
-"""The README's Snakemake commands, taken from README.md itself and run on a tiny workflow: the report,
-the default profile and the resume after SIGKILL. Each README command is run as written, plus the
-options that point it at the test's config and working directory.
+"""The documented Snakemake commands, taken from README.md and the pages of docs/ themselves and run on a
+tiny workflow: the report, the default profile and the resume after SIGKILL. Each documented command is
+run as written, plus the options that point it at the test's config and working directory.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # every page a command may be shown on
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token".split()
 
 
 def readme_commands() -> list[str]:
-    """Every command line of the README's bash blocks (continuations joined, comments dropped)."""
+    """Every command line of the bash blocks of README.md and docs/*.md (continuations joined, comments
+    dropped)."""
     commands, block, pending = [], False, ""
-    for raw in (REPO / "README.md").read_text().splitlines():
+    for raw in "\n".join(page.read_text() for page in DOCS).splitlines():
         line = raw.strip()
         if line.startswith("```"):
             block = line in ("```bash", "```sh") if not block else False
@@ -42,14 +44,14 @@ def readme_commands() -> list[str]:
 
 
 def readme_command(*needles: str) -> list[str]:
-    """The one README command that contains every needle, split like a shell would."""
+    """The one documented command that contains every needle, split like a shell would."""
     found = [c for c in readme_commands() if all(n in c for n in needles)]
     assert len(found) == 1, (needles, found)
     return shlex.split(found[0])
 
 
 def run(argv: list[str], workdir: Path, config: Path, cwd: Path | None = None, popen: bool = False):
-    """A README snakemake command pointed at ``config`` and ``workdir``."""
+    """A documented snakemake command pointed at ``config`` and ``workdir``."""
     assert argv[0] == "snakemake"
     cmd = [sys.executable, "-m", "snakemake", *argv[1:], "--directory", str(workdir)]
     cmd += ["--configfile", str(config), "--nocolor"]
@@ -100,7 +102,7 @@ def test_readme_report_command(finished, tmp_path):
     assert made.returncode == 0, made.stderr[-3000:]
     assert "perplexity.csv" in (workdir / "report.html").read_text(errors="replace")
     # with the demo config the rule train_demo takes all the cores: without --cores the report cannot
-    # even be planned, with the README's --cores it gets as far as the missing results
+    # even be planned, with the documented --cores it gets as far as the missing results
     demo, empty = REPO / "config.yaml", tmp_path / "empty"
     bare = run([c for c in command if c not in ("--cores", "1")], empty, demo)
     assert bare.returncode != 0 and "requires a total number of cores" in bare.stderr
@@ -133,7 +135,7 @@ def test_readme_resume_after_sigkill(tmp_path):
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    again = run(["snakemake", "--cores", "2"], workdir, config)  # what the README says happens then
+    again = run(["snakemake", "--cores", "2"], workdir, config)  # what docs/resuming.md says happens then
     refused = again.stdout + again.stderr
     assert again.returncode != 0
     assert "Directory cannot be locked" in refused or "--rerun-incomplete" in refused, refused[-2000:]

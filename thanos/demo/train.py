@@ -38,7 +38,7 @@ REPORTED_CONFIG = (
 class TrainOptions:
     """Defaults (measured on 2 CPU cores): 2.90M parameters (tied embeddings), 360 steps of 16 x 256 tokens
     = 1.47M tokens (~1.5 epochs of the demo train split), ~0.65 s/step (~4 min), held-out perplexity ~49
-    at vocab 512 (windows of 256; the README's demo section has the measured values). A small vocabulary
+    at vocab 512 (windows of 256; docs/demo.md has the measured values). A small vocabulary
     leaves more of the parameters to the blocks, so pruning them shows (at 2048 tokens the model stayed
     near bigram level, perplexity ~175, and every method with weight updates matched dense). Training
     windows match the evaluation windows (max_position_embeddings = seq_len = 256), so no position is

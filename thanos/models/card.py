@@ -3,9 +3,9 @@
 The weights are stored dense, zeros included, and ``config.json`` stays the input model's, byte for byte
 (a quantized input keeps its ``quantization_config``): the model loads wherever the dense one loads. No
 sparsity block is added to ``config.json``: runtimes read a compressed-tensors ``sparsity_config`` as a
-request for sparse kernels and refuse it or need extra packages (README "What a pruned model is good
-for"). ``describe_model(model_dir, report)`` is called once at the end of assembly (and ``model_card``
-again by ``thanos prune-model`` on its output, with the evaluation and the command). It writes
+request for sparse kernels and refuse it or need extra packages (docs/using-pruned-models.md).
+``describe_model(model_dir, report)`` is called once at the end of assembly (and ``model_card`` again by
+``thanos prune-model`` on its output, with the evaluation and the command). It writes
 
 - ``sparsity.json`` (``SIDECAR``): the method, pattern, recipe and tool version; the sparsity of every
   pruned layer, of the pruned layers together and of all parameters, counted on the weights as written

@@ -2,8 +2,8 @@
 tiny configs they are built from (transformers' own config classes, a few hundred kilobytes of weights).
 
 It is a sample, not the list of what works: any decoder-only causal LM of the installed transformers goes
-through the generic adapter (``thanos.models.generic``) without a line written for it. The README's table
-of supported models and ``thanos model-info`` read this table.
+through the generic adapter (``thanos.models.generic``) without a line written for it. The table of
+supported models in docs/supported-models.md and ``thanos model-info`` read this table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DENSE_FIRST_MOE = {
     "n_group": 1,
     "topk_group": 1,
 }
-# model_type -> the models of that type (the README's table), and options its tiny config needs beyond
+# model_type -> the models of that type (docs/supported-models.md), and options its tiny config needs beyond
 # the sizes every tiny model gets (thanos.models.tiny)
 MATRIX: dict[str, dict[str, Any]] = {
     "llama": {"family": "Llama 2/3.x, TinyLlama, Vicuna"},
@@ -108,7 +108,7 @@ BEGIN, END = "<!-- supported-models:begin -->", "<!-- supported-models:end -->"
 
 
 def readme_table() -> str:
-    """The README's table of supported models (between ``BEGIN`` and ``END``), from ``MATRIX``."""
+    """The table of docs/supported-models.md (between ``BEGIN`` and ``END``), from ``MATRIX``."""
     from thanos.models.tiny import FAMILIES
 
     rows = [
