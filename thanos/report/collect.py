@@ -186,12 +186,11 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
         report = _read_json(path / "model" / "pruning_report.json")
         if report is None:
             continue
-        recipe = report.get("recipe") or {}
-        base = {"model": model, "recipe": variant, "method": str(recipe.get("method", "unknown")).lower()}
-        base |= {
-            k: v for k, v in _sparsity_fields(recipe.get("sparsity")).items() if k in ("sparsity", "kind")
-        }
-        base["alpha"] = _float(recipe.get("alpha"))
+        recipe = _recipe(report, variant)
+        base = {"model": model, "recipe": variant, "method": recipe.method if recipe else "unknown"}
+        fields = _sparsity_fields(recipe.sparsity if recipe else None)
+        base |= {key: fields[key] for key in ("sparsity", "kind")}
+        base["alpha"] = _float(recipe.alpha if recipe else None)
         for order, layer in enumerate(report.get("layers") or []):
             if not isinstance(layer, dict):
                 continue
