@@ -34,7 +34,7 @@ from typing import Any
 from thanos.data.safetensors_io import open_safetensors
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity
-from thanos.recipe import Recipe
+from thanos.recipe import DEFAULT_DAMP, Recipe
 
 CARD = "README.md"
 SIDECAR = "sparsity.json"
@@ -322,18 +322,23 @@ def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
 
 def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> str | None:
     """The ``thanos prune-model`` command giving this model (None for a dense-chain recipe)."""
-    recipe = report["recipe"]
-    if recipe.get("chain", "sequential") != "sequential":
+    recipe = Recipe.from_report(report["recipe"])
+    if not recipe.sequential:
         return None
     args = ["thanos", "prune-model", "--model", str(report["model"]["path"])]
-    args += ["--method", recipe["method"], "--sparsity", str(recipe["sparsity"])]
-    for key in ("alpha", "blocksize", "damp", "profile", "owl_m", "owl_lambda"):
-        if recipe.get(key) is not None:
-            value = f"{recipe[key]:g}" if isinstance(recipe[key], float) else str(recipe[key])
-            args += [f"--{key.replace('_', '-')}", value]
-    if recipe.get("compact") is not None:
-        args.append("--compact" if recipe["compact"] else "--no-compact")
-    for pattern in recipe.get("exclude") or ():
+    args += ["--method", recipe.method, "--sparsity", str(recipe.sparsity)]
+    # alpha and B always (a later version's defaults may differ), the rest where they are not the default
+    options = {"alpha": recipe.alpha, "blocksize": recipe.blocksize}
+    options |= {"damp": recipe.damp} if recipe.damp != DEFAULT_DAMP else {}
+    options |= (
+        {"profile": "owl", "owl_m": recipe.owl_m, "owl_lambda": recipe.owl_lambda} if recipe.owl else {}
+    )
+    for key, value in options.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    if recipe.sparsity.kind == "neurons":
+        args.append("--compact" if recipe.compact else "--no-compact")
+    for pattern in recipe.exclude:
         args += ["--exclude", pattern]
     calibration = report.get("calibration")
     if calibration:
