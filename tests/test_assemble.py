@@ -86,7 +86,7 @@ def test_shape_mismatch_is_refused_and_nothing_written(tiny, tmp_path):
     bad.mkdir(parents=True)
     save_file({"weight": torch.zeros(3, 3, dtype=torch.bfloat16)}, str(bad / "self_attn.q_proj.safetensors"))
     with pytest.raises(ValueError, match="differ from the original"):
-        assemble(model, tmp_path / "pruned", '{"name": "x"}', tmp_path / "out")
+        assemble(model, tmp_path / "pruned", Recipe("x", "magnitude", 0.5), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
@@ -94,7 +94,7 @@ def test_shape_mismatch_is_refused_and_nothing_written(tiny, tmp_path):
 def test_missing_pruned_root(tiny, tmp_path):
     _, model, _ = tiny
     with pytest.raises(FileNotFoundError, match="prune stage"):
-        assemble(model, tmp_path / "nope", '{"name": "x"}', tmp_path / "out")
+        assemble(model, tmp_path / "nope", Recipe("x", "magnitude", 0.5), tmp_path / "out")
 
 
 def test_config_is_copied_as_it_is_and_the_sidecar_counts_zeros(tiny, tmp_path):

@@ -260,8 +260,8 @@ def test_report_rows_keep_owl_beside_uniform(run):
     frame, _ = collect(run / "results")
     rows = labelled_recipes(frame)
     labels = dict(zip(rows["recipe"], rows["label"], strict=True))
-    assert labels["thanos_u70"] == "Thanos"
-    assert labels["thanos_u70_owl"] == "Thanos + OWL"
+    assert labels["thanos_u70"] == "Thanos (α=0)"  # every recipe's alpha is known: the default's
+    assert labels["thanos_u70_owl"] == "Thanos (α=0) + OWL"
     assert labels["wanda_u70_owl"] == "Wanda + OWL"
     order = [recipe for _, recipe in sorted(zip(rows["order"], rows["recipe"], strict=True))]
     assert order.index("thanos_u70") + 1 == order.index("thanos_u70_owl")
@@ -298,7 +298,7 @@ def test_prune_model_with_owl(tmp_path, text):
         capture_output=True,
         text=True,
     )
-    assert refused.returncode != 0 and "--profile: owl sets a sparsity per block" in refused.stderr
+    assert refused.returncode != 0 and "--profile 'owl': owl sets a sparsity per block" in refused.stderr
 
 
 def test_orderings_compare_uniform_recipes_only():
