@@ -42,7 +42,7 @@ def run_at(clone: Path, recipe: list[str], data: Path, model: Path, work: Path) 
     command += ["--calibration", str(data / "calib.jsonl"), "--nsamples", "32", "--seqlen", "256"]
     command += ["--device", "cpu", "--out", str(run / "out"), "--workdir", str(run / "work")]
     env = {**os.environ, "PYTHONPATH": str(clone)}
-    # a parent of its own, so that its children's peak RSS is this run's alone (the largest process waited for)
+    # a parent of its own: its children's peak RSS is this run's alone (the largest process waited for)
     wrapper = "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
     wrapper += (
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)"
