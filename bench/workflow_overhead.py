@@ -60,8 +60,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from thanos.cli import main as thanos_main
+    from thanos.demo.tiny import build_tiny_model
     from thanos.files.recipes import Recipe
-    from thanos.models.tiny import build_tiny_model
     from thanos.pruning import methods
 
     out = Path(args.out)

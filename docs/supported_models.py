@@ -1,4 +1,4 @@
-"""Rewrite the README's table of supported models from the tested matrix (thanos/models/matrix.py).
+"""Rewrite the README's table of supported models from the tested models (thanos/demo/tested_models.py).
 
 python docs/supported_models.py           # rewrites README.md between the supported-models markers
 python docs/supported_models.py --check   # exit status 1 if README.md is out of date
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from thanos.models.matrix import BEGIN, END, readme_table
+from thanos.demo.tested_models import BEGIN, END, readme_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -10,9 +10,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from thanos.demo.tiny import build_tiny_model
 from thanos.files.recipes import Recipe
 from thanos.models import Checkpoint
-from thanos.models.tiny import build_tiny_model
 from thanos.stages.assemble import assemble
 
 LAYERS = ["self_attn.q_proj", "mlp.down_proj"]

@@ -23,8 +23,8 @@ import torch
 from conftest import TINY_DEFAULTS, WORDS, snakemake, workflow_config, write_corpus
 from safetensors.torch import load_file, save_file
 
+from thanos.demo.tiny import build_tiny_model
 from thanos.files.recipes import ConfigError, expand
-from thanos.models.tiny import build_tiny_model
 from thanos.pruning.layer import prune_layer
 
 TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}

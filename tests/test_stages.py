@@ -115,7 +115,7 @@ def test_bfloat16_activations_are_lossless(tmp_path: Path) -> None:
     assert Activations(inputs1).read(0, 2).dtype == torch.bfloat16
     hess = tmp_path / "h.zarr"
     assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs0, "--out", hess) == 0
-    assert Hessians(hess).get("mlp_in").dtype == torch.float32
+    assert Hessians(hess).get("mlp.gate_proj").dtype == torch.float32
 
 
 def test_magnitude_needs_no_hessians_and_layers_subset(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     inputs0, hess0 = tmp_path / "inputs_0.zarr", tmp_path / "hessians_0.zarr"
     assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs0) == 0
     assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs0, "--out", hess0) == 0
-    before = Hessians(hess0).get("attn_in")
+    before = Hessians(hess0).get("self_attn.q_proj")
 
     def failing(*args: str | Path, match: str) -> None:
         caplog.clear()
@@ -203,7 +203,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     failing("capture", "--model", model, "--block", 0, "--inputs", bad, "--out", tmp_path / "h.zarr",
             match=f"delete {bad}")  # fmt: skip
     # nothing already written was lost or replaced
-    torch.testing.assert_close(Hessians(hess0).get("attn_in"), before, rtol=0, atol=0)
+    torch.testing.assert_close(Hessians(hess0).get("self_attn.q_proj"), before, rtol=0, atol=0)
     assert Activations(inputs0).nsamples == NSAMPLES
     assert not (tmp_path / "h.zarr").exists() and not (tmp_path / "o.zarr").exists()
     assert not list(tmp_path.glob(".*.tmp"))

@@ -22,9 +22,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--owl-lambda", type=float, default=DEFAULT_LAMBDA, help="maximum deviation lambda (default: 0.08)"
     )
     parser.add_argument("--out", required=True, help="output owl.json (written atomically)")
+    parser.add_argument(
+        "--model-info",
+        default=None,
+        help="the model's model_info.json (`thanos model-info`): its layers by name, without building the "
+        "model (default: found from the model's transformers code)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.owl import owl
 
-    owl(args.model, args.hessians, args.sparsity, args.out, m=args.owl_m, lam=args.owl_lambda)
+    owl(
+        args.model,
+        args.hessians,
+        args.sparsity,
+        args.out,
+        m=args.owl_m,
+        lam=args.owl_lambda,
+        model_info=args.model_info,
+    )

@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _args.add_owl(parser)
     parser.add_argument("--out-dir", required=True, help="output directory for this block's pruned layers")
     _args.add_device(parser)
+    parser.add_argument(
+        "--model-info",
+        default=None,
+        help="the model's model_info.json (`thanos model-info`): its layers by name, without building the "
+        "model (default: found from the model's transformers code)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -38,5 +44,6 @@ def run(args: argparse.Namespace) -> None:
         hessians=args.hessians,
         device=args.device,
         owl=args.owl,
+        model_info=args.model_info,
         **_args.recipe(args),
     )

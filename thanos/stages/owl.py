@@ -46,41 +46,43 @@ def compute(
     m: float = owl_rule.DEFAULT_M,
     lam: float = owl_rule.DEFAULT_LAMBDA,
     xnorms: dict[int, dict[str, Any]] | None = None,
+    model_info: str | Path | None = None,
 ) -> dict[str, Any]:
     """The content of ``owl.json``: per block its outlier count, ratio, sparsity and integer count.
 
     ``hessians``: the dense chain's ``hessians_l.zarr`` of every block, in block order. ``xnorms``
     (instead, for tests and the library): {block: {group: ||X_j|| (b,)}} computed some other way.
+    ``model_info``: the model's ``model_info.json`` (its layout: no transformers import).
     """
     from thanos.data.storage import Hessians
-    from thanos.models import open_model
+    from thanos.models import open_layout
     from thanos.pruning.algorithms.masks import input_norms
 
     target = target_of(sparsity)
-    _, adapter, checkpoint = open_model(model, full_config=False)
-    num_blocks = int(adapter.num_blocks)
+    _, layout, checkpoint = open_layout(model, model_info)
+    num_blocks = int(layout.num_blocks)
     if xnorms is None:
         if hessians is None or len(hessians) != num_blocks:
             have = 0 if hessians is None else len(hessians)
             raise ValueError(f"owl: the model has {num_blocks} blocks but {have} Hessian stores were given")
     blocks = []
     for block in range(num_blocks):
-        prefix = adapter.block_prefix(block)
+        prefix = layout.block_prefix(block)
         if xnorms is None:
             store = Hessians(hessians[block])
             if int(store.attrs.get("block", block)) != block:
                 raise ValueError(
                     f"{hessians[block]} holds the Hessians of block {store.attrs['block']}, not {block}"
                 )
-            groups = dict.fromkeys(adapter.group_of(name, block) for name in adapter.block_layers(block))
+            groups = dict.fromkeys(layout.group_of(name, block) for name in layout.block_layers(block))
             norms = {group: input_norms(store.get(group)) for group in groups}
         else:
             norms = xnorms[block]
 
         def layer(name: str, block: int = block, prefix: str = prefix, norms: dict = norms):
-            return lambda: (checkpoint.tensor(f"{prefix}{name}.weight"), norms[adapter.group_of(name, block)])
+            return lambda: (checkpoint.tensor(f"{prefix}{name}.weight"), norms[layout.group_of(name, block)])
 
-        found = owl_rule.block_outliers([layer(name) for name in adapter.block_layers(block)], m)
+        found = owl_rule.block_outliers([layer(name) for name in layout.block_layers(block)], m)
         blocks.append(found)
         log.info(
             "owl: block %d: %d of %d scores are outliers (%.4f%%)",
@@ -124,9 +126,10 @@ def owl(
     out: str | Path,
     m: float = owl_rule.DEFAULT_M,
     lam: float = owl_rule.DEFAULT_LAMBDA,
+    model_info: str | Path | None = None,
 ) -> dict[str, Any]:
     """Compute the per-block sparsities and write them to ``out`` atomically."""
-    result = compute(model, hessians, sparsity, m, lam)
+    result = compute(model, hessians, sparsity, m, lam, model_info=model_info)
     write_json(out, result)
     log.info(
         "owl: %s, M %g, lambda %g: block sparsities %s",

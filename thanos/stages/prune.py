@@ -23,7 +23,7 @@ from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
 from thanos.files.recipes import select_layers
-from thanos.models import open_model
+from thanos.models import open_layout
 from thanos.pruning import methods
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
@@ -46,12 +46,15 @@ def prune(
     device: str = "auto",
     exclude: Sequence[str] | None = None,
     owl: str | Path | None = None,
+    model_info: str | Path | None = None,
 ) -> list[dict]:
     """Prune ``layers`` (all of the block's that ``exclude`` leaves when None) and return their stats.
 
     ``owl``: an ``owl.json`` (``thanos.stages.owl``) of target ``sparsity``: the block is pruned at its
-    sparsity there (exact, removed / parameters); the stats record the profile and the target."""
-    _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
+    sparsity there (exact, removed / parameters); the stats record the profile and the target.
+    ``model_info``: the model's ``model_info.json``, whose layout names the layers (no transformers
+    import); without it the adapter finds them (``thanos.models.open_layout``)."""
+    _, adapter, checkpoint = open_layout(model, model_info)
     prefix = adapter.block_prefix(block)
     kept = select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
     layers = list(layers) if layers else kept
