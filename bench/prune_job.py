@@ -34,11 +34,13 @@ from pathlib import Path
 
 
 def thanos(*args: str | Path, python: str = sys.executable, env: dict[str, str] | None = None) -> dict:
-    """``python -m thanos args`` in a new process: its wall time (s) and peak RSS (MiB); exits if it fails."""
+    """``python -m thanos args`` in a new process: its wall time (s) and peak RSS (MiB); exits if it fails.
+    It runs in the temporary directory: ``-m`` puts the working directory first on ``sys.path``, and a
+    checkout there would shadow the environment's package."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [python, "-m", "thanos", *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    command = [python, "-m", "thanos", *map(str, args)]
+    cwd = tempfile.gettempdir()
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - started
     output = proc.stdout.read().decode() if proc.stdout else ""
