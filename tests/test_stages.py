@@ -136,6 +136,31 @@ def test_magnitude_needs_no_hessians_and_layers_subset(tmp_path: Path) -> None:
                "--layers", "mlp.gate_proj", "--out-dir", out) == 2  # fmt: skip
 
 
+def test_prune_reads_the_layers_from_model_info(tmp_path: Path) -> None:
+    """With --model-info the layers' names come from model_info.json (the workflow's jobs): the same files
+    as the adapter's names give, and a layer model_info.json does not list is not pruned."""
+    model = make_tiny_model(tmp_path, "opt")
+    info = tmp_path / "info.json"
+    assert cli("model-info", "--model", model, "--out", info) == 0
+    recipe = ("--method", "magnitude", "--sparsity", "2:4")
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--out-dir", tmp_path / "adapter") == 0
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--model-info", info,
+               "--out-dir", tmp_path / "info") == 0  # fmt: skip
+    written = sorted(p.name for p in (tmp_path / "adapter").glob("*.safetensors"))
+    assert written == sorted(p.name for p in (tmp_path / "info").glob("*.safetensors")) and len(written) == 6
+    assert all(
+        (tmp_path / "adapter" / n).read_bytes() == (tmp_path / "info" / n).read_bytes() for n in written
+    )
+    content = json.loads(info.read_text())
+    content["layers"].remove("fc1")
+    del content["groups"]["fc1"]
+    info.write_text(json.dumps(content))
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--model-info", info,
+               "--out-dir", tmp_path / "edited") == 0  # fmt: skip
+    assert not (tmp_path / "edited" / "fc1.safetensors").exists()
+    assert (tmp_path / "edited" / "fc2.safetensors").is_file()
+
+
 def drop_block(model_dir: Path, block: int) -> None:
     """Remove every tensor of ``block`` from the checkpoint (shards and index)."""
     index_path = model_dir / "model.safetensors.index.json"
