@@ -41,7 +41,7 @@ def reset_peak() -> None:
 
 def build_model(out: Path, blocks: int, hidden: int) -> Path:
     """A random fp32 Llama model with ``blocks`` blocks, saved as 100 MB safetensors shards."""
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     return build_tiny_model(
         out / f"llama-{blocks}b-{hidden}h",

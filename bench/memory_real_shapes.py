@@ -55,7 +55,11 @@ SHAPES = {
         "num_blocks": 1,
     },
 }
-IMPORTS = "import torch, transformers; import thanos.stages.capture, thanos.stages.prune, thanos.models.llama"
+# what a job imports: torch, transformers, the stages and the Llama modeling code (the generic adapter's)
+IMPORTS = (
+    "import torch, transformers, transformers.models.llama.modeling_llama; "
+    "import thanos.stages.capture, thanos.stages.prune"
+)
 
 
 def job(*args: str, env: dict[str, str] | None = None) -> dict[str, float]:
@@ -156,7 +160,7 @@ def parts(shape: dict[str, int]) -> dict[str, float]:
 
 def build(work: Path, shape: dict[str, int]) -> Path:
     code = (
-        "import sys; from thanos.models.tiny import build_tiny_model; "
+        "import sys; from thanos.demo.tiny import build_tiny_model; "
         f"build_tiny_model(sys.argv[1], 'llama', dtype='bfloat16', vocab_size=1024, "
         f"max_position_embeddings=4096, max_shard_size='2GB', **{shape!r})"
     )
@@ -185,6 +189,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     jobs: dict[str, dict[str, float]] = {}
     device = ["--device", "cpu"]
     batch = ["--batch-size", str(args.batch_size)]
+    info = ["--model-info", str(work / "info.json")]  # the prune jobs read the layers' names there
     tokens(work / "tokens.zarr", args.nsamples, args.seqlen)
     jobs["model_info"] = thanos("model-info", "--model", str(model), "--out", str(work / "info.json"))
     jobs["embed"] = thanos(
@@ -197,7 +202,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     )  # fmt: skip
     jobs["prune"] = thanos(
         "prune", "--model", str(model), "--block", "0", "--method", args.method, "--sparsity", args.sparsity,
-        "--hessians", str(work / "hessians_0.zarr"), "--out-dir", str(work / "pruned"), *device,
+        "--hessians", str(work / "hessians_0.zarr"), "--out-dir", str(work / "pruned"), *device, *info,
     )  # fmt: skip
     jobs["propagate"] = thanos(
         "propagate", "--model", str(model), "--block", "0", "--inputs", str(work / "inputs_0.zarr"),
@@ -209,7 +214,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         out_dir = work / f"pruned_also{number}"
         jobs[f"prune {method} {sparsity}"] = thanos(
             "prune", "--model", str(model), "--block", "0", "--method", method, "--sparsity", sparsity,
-            "--hessians", str(work / "hessians_0.zarr"), "--out-dir", str(out_dir), *device,
+            "--hessians", str(work / "hessians_0.zarr"), "--out-dir", str(out_dir), *device, *info,
         )  # fmt: skip
         objectives[f"{method} {sparsity}"] = _objectives(out_dir)
     scaling = []

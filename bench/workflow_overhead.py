@@ -60,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from thanos.cli import main as thanos_main
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
     from thanos.pruning import methods
     from thanos.recipe import Recipe
 

@@ -1,5 +1,5 @@
 """Rewrite the table of supported models in docs/supported-models.md from the tested matrix
-(thanos/models/matrix.py).
+(thanos/demo/tested_models.py).
 
 python docs/supported_models.py           # rewrites the page between the supported-models markers
 python docs/supported_models.py --check   # exit status 1 if docs/supported-models.md is out of date
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from thanos.models.matrix import BEGIN, END, readme_table
+from thanos.demo.tested_models import BEGIN, END, readme_table
 
 PAGE = Path(__file__).resolve().parent / "supported-models.md"
 

@@ -1,6 +1,6 @@
 """Shared fixtures: tiny random models of every supported family, saved like real checkpoints.
 
-``make_tiny_model(tmp_path, family)`` builds a random model with ``thanos.models.tiny.build_tiny_model`` (no
+``make_tiny_model(tmp_path, family)`` builds a random model with ``thanos.demo.tiny.build_tiny_model`` (no
 download) in the tests' shape: sharded safetensors, a word-level tokenizer over ``WORDS``, random biases
 and norms. Other test files use it directly or through the ``tiny_model`` fixture (parametrised over
 ``FAMILIES``).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from thanos.models.tiny import FAMILIES, build_tiny_model
+from thanos.demo.tiny import FAMILIES, build_tiny_model
 
 if TYPE_CHECKING:
     import torch

@@ -10,8 +10,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from thanos.demo.tiny import build_tiny_model
 from thanos.models import Checkpoint
-from thanos.models.tiny import build_tiny_model
 from thanos.recipe import Recipe
 from thanos.stages.assemble import assemble
 

@@ -194,7 +194,7 @@ def test_one_command_imports_one_command_module_and_no_torch() -> None:
 
 def test_prune_imports_no_transformers(tmp_path) -> None:
     """A prune job reads tensors by name: its process start is torch's, not transformers' (seconds)."""
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "model", "llama", hidden_size=32, num_blocks=1)
     argv = ["prune", "--model", str(model), "--block", "0", "--method", "magnitude", "--sparsity", "0.5"]

@@ -16,10 +16,10 @@ import torch
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
-from thanos.models import open_model
-from thanos.models.matrix import MATRIX
+from thanos.demo.tested_models import TESTED_MODELS
+from thanos.demo.tiny import build_tiny_model
+from thanos.models import open_layout, open_model
 from thanos.models.neurons import NeuronsError, mlp_layout
-from thanos.models.tiny import build_tiny_model
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import neuron_count, parse_sparsity
 from thanos.recipe import ConfigError, Recipe, expand, from_name
@@ -95,7 +95,7 @@ def prune_with_magnitude(model: Path, root: Path, sparsity: str = "neurons:0.3")
         prune(model, block, Recipe("r", "magnitude", sparsity), root / f"block{block}", device="cpu")
 
 
-@pytest.mark.parametrize("model_type", [t for t in MATRIX if t not in NO_NEURONS])
+@pytest.mark.parametrize("model_type", [t for t in TESTED_MODELS if t not in NO_NEURONS])
 def test_compact_model_gives_the_logits_of_the_zero_filled_one(tmp_path: Path, model_type: str) -> None:
     """Every family of the tested matrix: the compact model (intermediate width cut, config changed) and
     the same pruned layers written with zeros in the original shape give the same logits (fp32, <= 1e-5),
@@ -144,10 +144,10 @@ def test_models_whose_neurons_cannot_be_removed_are_refused(tmp_path: Path) -> N
     with pytest.raises(
         NeuronsError, match=r"model_type 'phi3': cannot remove MLP neurons \(self_attn\.qkv_proj"
     ):
-        mlp_layout(*open_model(phi3, full_config=False)[1:])
+        mlp_layout(*open_layout(phi3)[1:])
     square = make_tiny_model(tmp_path, "llama", intermediate_size=32)
     with pytest.raises(NeuronsError, match=r"model_type 'llama': cannot remove MLP neurons \(.*take"):
-        mlp_layout(*open_model(square, full_config=False)[1:])
+        mlp_layout(*open_layout(square)[1:])
     with pytest.raises(ValueError, match="cannot remove MLP neurons"):
         prune(square, 0, Recipe("r", "magnitude", "neurons:0.3"), tmp_path / "p", device="cpu")
 
@@ -157,20 +157,18 @@ def test_mixture_of_experts_rows_are_refused(tmp_path: Path, model_type: str) ->
     """The matrix's mixture-of-experts rows: neurons:p is refused naming the model type, not half done."""
     model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
     with pytest.raises(NeuronsError, match=rf"model_type '{model_type}': cannot remove MLP neurons \("):
-        mlp_layout(*open_model(model, full_config=False)[1:])
+        mlp_layout(*open_layout(model)[1:])
 
 
 def test_per_block_widths_are_refused() -> None:
     """Configs with one MLP width per block (a list), or none, cannot hold one kept width."""
-    from types import SimpleNamespace
-
     from thanos.models.neurons import mlp_width
 
-    assert mlp_width(SimpleNamespace(model_type="opt", ffn_dim=96)) == ("ffn_dim", 96)
+    assert mlp_width("opt", {"ffn_dim": 96}) == ("ffn_dim", 96)
     with pytest.raises(NeuronsError, match=r"'x'.*intermediate_size is \[64, 96\], not one width for every"):
-        mlp_width(SimpleNamespace(model_type="x", intermediate_size=[64, 96]))
+        mlp_width("x", {"intermediate_size": [64, 96]})
     with pytest.raises(NeuronsError, match="states no MLP width"):
-        mlp_width(SimpleNamespace(model_type="x"))
+        mlp_width("x", {})
 
 
 def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import torch
 from conftest import TINY_DEFAULTS, WORDS, snakemake, workflow_config, write_corpus
 from safetensors.torch import load_file, save_file
 
-from thanos.models.tiny import build_tiny_model
+from thanos.demo.tiny import build_tiny_model
 from thanos.pruning.layer import prune_layer
 from thanos.recipe import ConfigError, expand
 

@@ -17,11 +17,11 @@ LAYERS = (
     "files",  # names, atomic writes, digests, fingerprints, publishing
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
-    "models",  # adapters, checkpoints, the model card, tiny models
+    "models",  # adapters (the generic one), the layout read by name, checkpoints, the model card
     "stages",  # one function per pipeline stage
     "evaluation",  # perplexity, zero-shot
     "report",  # tables, figures, orderings
-    "demo",  # the offline demo's corpus, task and model
+    "demo",  # the offline demo's corpus, task and model; tiny models of the tested types
     "runner",  # the Snakemake run, its worker and devices, one recipe in one call
     "commands",  # one module per `python -m thanos` command
     "cli",

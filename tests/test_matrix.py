@@ -1,24 +1,25 @@
-"""The tested matrix (``thanos/models/matrix.py``): every model type in it, block by block and through the
-workflow, on tiny random models built from transformers' own config classes. Model types without a
-hand-written adapter go through the generic one (``thanos/models/generic.py``); it reproduces the
-hand-written ones exactly."""
+"""The tested models (``thanos/demo/tested_models.py``): every model type in it, block by block and through
+the workflow, on tiny random models built from transformers' own config classes, through the generic
+adapter (``thanos/models/generic.py``); on Llama, Mistral, Qwen2 and OPT it reproduces a forward written out
+by hand (``tests/llama_oracle.py``) bit for bit."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import llama_oracle
 import pytest
 import torch
 import yaml
 from conftest import REPO, pruned_in_memory, snakemake, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
+from thanos.demo.tested_models import TESTED_MODELS, readme_table
+from thanos.demo.tiny import FAMILIES, build_tiny_model
 from thanos.files.layout import Layout
-from thanos.models import ADAPTERS, Checkpoint, get_adapter, load_config, open_model
-from thanos.models.generic import GenericAdapter, StructureError
-from thanos.models.matrix import MATRIX, readme_table
-from thanos.models.tiny import FAMILIES, build_tiny_model
+from thanos.models import Checkpoint, get_adapter, open_model
+from thanos.models.generic import StructureError
 
 RECIPES = {"sparsegpt_u50": ("sparsegpt", 0.5), "thanos_2-4": ("thanos", "2:4")}  # alpha 0: every row 2:4
 
@@ -28,25 +29,32 @@ def tiny(root: Path, model_type: str) -> Path:
     return build_tiny_model(root / model_type, model_type, max_position_embeddings=64, jitter=0.1)
 
 
-def walk(adapter, checkpoint: Checkpoint, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """embed -> every block alone, built from its own tensors -> head: (logits, every block's input)."""
+def walk(adapter, checkpoint: Checkpoint, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list]:
+    """embed -> every block alone, built from its own tensors -> head: (logits, every block's input, every
+    block's {group: the input capture's hooks hand it})."""
     with torch.inference_mode():
         hidden = adapter.load_embedding(checkpoint)(ids)
-        inputs = [hidden]
+        inputs, captured = [hidden], []
         for block in range(adapter.num_blocks):
-            hidden = adapter.run_block(adapter.load_block(checkpoint, block), block, hidden)
+            module, seen = adapter.load_block(checkpoint, block), {}
+            handles = adapter.watch_inputs(
+                module, block, lambda group, X, seen=seen: seen.setdefault(group, X)
+            )
+            hidden = adapter.run_block(module, block, hidden)
+            for handle in handles:
+                handle.remove()
             inputs.append(hidden)
-        return adapter.load_head(checkpoint)(hidden)[1], inputs
+            captured.append(seen)
+        return adapter.load_head(checkpoint)(hidden)[1], inputs, captured
 
 
-@pytest.mark.parametrize("model_type", list(MATRIX))
+@pytest.mark.parametrize("model_type", list(TESTED_MODELS))
 def test_block_by_block_gives_the_models_logits(tmp_path: Path, model_type: str) -> None:
     """24 tokens (longer than the sliding windows of 16), batch 2, fp32: max abs difference <= 1e-5."""
     model_dir = tiny(tmp_path, model_type)
     _, adapter, checkpoint = open_model(model_dir)
-    assert (type(adapter) is GenericAdapter) == (model_type not in FAMILIES)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(1))
-    logits, _ = walk(adapter, checkpoint, ids)
+    logits, _, _ = walk(adapter, checkpoint, ids)
     with torch.inference_mode():
         expected = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()(ids).logits
     assert (logits - expected).abs().max() <= 1e-5
@@ -54,29 +62,54 @@ def test_block_by_block_gives_the_models_logits(tmp_path: Path, model_type: str)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_generic_adapter_reproduces_the_hand_written_ones(tmp_path: Path, family: str) -> None:
-    """On Llama, Mistral, Qwen2 and OPT the generic adapter gives bit-identical block inputs and logits,
-    the same checkpoint prefix, and the same layers grouped the same way (groups named after their first
-    layer instead of attn_in, mlp_in, ...)."""
+def test_generic_adapter_reproduces_a_forward_written_by_hand(tmp_path: Path, family: str) -> None:
+    """On Llama, Mistral, Qwen2 and OPT the generic adapter gives bit-identical block inputs, captured
+    group inputs and logits to the forward written out in ``tests/llama_oracle.py`` (what the hand-written
+    adapters of earlier versions computed), the checkpoint prefix they used and their layers grouped the
+    same way (groups named after their first layer instead of attn_in, attn_out, mlp_in, mlp_out)."""
     model_dir = tiny(tmp_path, family)
-    config = load_config(model_dir)
-    hand, generic = get_adapter(config), GenericAdapter(load_config(model_dir))
-    assert type(hand) in ADAPTERS
+    _, adapter, checkpoint = open_model(model_dir)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(2))
-    checkpoint = Checkpoint(model_dir)
-    logits, inputs = walk(hand, checkpoint, ids)
-    logits_g, inputs_g = walk(generic, checkpoint, ids)
-    assert all(torch.equal(a, b) for a, b in zip(inputs, inputs_g, strict=True))
-    assert torch.equal(logits, logits_g)
-    assert generic.block_template == hand.block_template
-    assert list(generic.groups.values()) == list(hand.groups.values())
+    logits, inputs, captured = walk(adapter, checkpoint, ids)
+    logits_o, inputs_o, captured_o = llama_oracle.forward(model_dir, ids)
+    assert all(torch.equal(a, b) for a, b in zip(inputs[:-1], inputs_o, strict=True))  # [-1]: the head's
+    for seen, expected in zip(captured, captured_o, strict=True):
+        assert list(seen) == list(expected)
+        assert all(torch.equal(seen[group], expected[group]) for group in expected)
+    assert torch.equal(logits, logits_o)
+    hand = HAND_WRITTEN["opt" if family == "opt" else "llama"]
+    assert adapter.block_template == hand["block_template"]
+    assert list(adapter.groups.values()) == hand["groups"]
+
+
+# the names of the hand-written adapters: the checkpoint prefix of block i, the groups in pruning order
+HAND_WRITTEN = {
+    "llama": {
+        "block_template": "model.layers.{i}.",
+        "groups": [
+            ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+            ("self_attn.o_proj",),
+            ("mlp.gate_proj", "mlp.up_proj"),
+            ("mlp.down_proj",),
+        ],
+    },
+    "opt": {
+        "block_template": "model.decoder.layers.{i}.",
+        "groups": [
+            ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+            ("self_attn.out_proj",),
+            ("fc1",),
+            ("fc2",),
+        ],
+    },
+}
 
 
 def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
     """GPT-2 (Conv1D projections), Llama 4 (experts outside transformers' experts interface) and an
     encoder-decoder model: one message with the model type, the reason and what is supported."""
     gpt2 = build_tiny_model(tmp_path / "gpt2", "gpt2", max_position_embeddings=64)
-    with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested: llama"):
+    with pytest.raises(StructureError, match=r"model_type 'gpt2': .*Conv1D.*; supported: .*tested types"):
         open_model(gpt2)
     from transformers import Llama4TextConfig, T5Config
 
@@ -96,7 +129,7 @@ def test_models_that_cannot_work_are_refused_naming_why(tmp_path: Path) -> None:
 def test_the_schema_offers_every_tested_type() -> None:
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     tiny_spec = schema["properties"]["models"]["additionalProperties"]["properties"]["tiny"]
-    assert tiny_spec["properties"]["family"]["enum"] == list(MATRIX)
+    assert tiny_spec["properties"]["family"]["enum"] == list(TESTED_MODELS)
 
 
 def written_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -121,13 +154,13 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
     assembled model loads with from_pretrained, has the logits of the input model carrying the pruned
     weights in memory, the requested pattern in every pruned matrix, and a sparsity.json listing exactly
     the layers pruned and the linear layers left dense."""
-    models = {t: {"path": f"models/{t}", "tiny": {"family": t}} for t in MATRIX}
+    models = {t: {"path": f"models/{t}", "tiny": {"family": t}} for t in TESTED_MODELS}
     recipes = {name: {"method": m, "sparsity": s, "alpha": 0} for name, (m, s) in RECIPES.items()}
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=16)
     snakemake(tmp_path, workflow_config(corpus, models, recipes))
     paths = Layout(str(tmp_path / "results"), sequential=True)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(3))
-    for model_type in MATRIX:
+    for model_type in TESTED_MODELS:
         model_dir = tmp_path / "models" / model_type
         _, adapter, _ = open_model(model_dir)
         expected_layers = {
@@ -156,5 +189,5 @@ def test_matrix_through_the_workflow(tmp_path: Path) -> None:
 
 
 def test_the_readme_table_is_the_matrix() -> None:
-    """docs/supported-models.md's table is generated from MATRIX (python docs/supported_models.py)."""
+    """docs/supported-models.md's table is generated from TESTED_MODELS (python docs/supported_models.py)."""
     assert readme_table() in (REPO / "docs" / "supported-models.md").read_text()

@@ -108,7 +108,7 @@ RSS_LINE = re.compile(r"block (\d+)/\d+ done: RSS (\d+) MiB")
 def chain_inputs(root: Path) -> tuple[Path, Path]:
     """A random Llama of ``DEPTH_BLOCKS`` narrow blocks with wide MLPs, and its dense chain's block 0
     stores (random inputs, their Hessians)."""
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
     from thanos.stages.capture import capture
 
     model = build_tiny_model(

@@ -1,8 +1,11 @@
-"""Adapters: walking the blocks one at a time reproduces the full transformers model; lazy loading."""
+"""The adapter: walking the blocks one at a time reproduces the full transformers model; lazy loading; the
+layout that model_info.json holds."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,8 +13,8 @@ import torch
 from conftest import make_tiny_model
 from transformers import AutoModelForCausalLM, GPT2Config
 
-from thanos.models import Checkpoint, get_adapter, load_config, open_model
-from thanos.models.matrix import MATRIX
+from thanos.demo.tiny import build_tiny_model
+from thanos.models import Checkpoint, ModelLayout, get_adapter, load_config, open_model
 
 
 def walk_blocks(model_dir: Path, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,12 +39,14 @@ def test_block_walk_matches_full_model(tmp_path: Path, family: str) -> None:
     torch.testing.assert_close(logits, out.logits, rtol=1e-5, atol=1e-5)
 
 
-def test_info_and_groups(tmp_path: Path) -> None:
+def test_layout_and_groups(tmp_path: Path) -> None:
+    """The layout's names; groups are named after their first layer."""
     llama = get_adapter(load_config(make_tiny_model(tmp_path, "llama")))
-    info = llama.info()
+    info = llama.layout.to_info()
     assert info["layers"][:3] == ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
-    assert info["groups"]["mlp_in"] == ["mlp.gate_proj", "mlp.up_proj"]
+    assert info["groups"]["mlp.gate_proj"] == ["mlp.gate_proj", "mlp.up_proj"]
     assert info["block_prefix"] == "model.layers.{i}." and info["num_blocks"] == 2
+    assert info["mlp_config"] == {"intermediate_size": 64}
     opt = get_adapter(load_config(make_tiny_model(tmp_path, "opt")))
     assert opt.layers == [
         "self_attn.q_proj",
@@ -51,13 +56,41 @@ def test_info_and_groups(tmp_path: Path) -> None:
         "fc1",
         "fc2",
     ]
-    assert opt.group_of("fc2") == "mlp_out"
+    assert opt.group_of("fc2") == "fc2" and opt.group_of("self_attn.v_proj") == "self_attn.q_proj"
+    assert opt.layout.mlp_config == {"ffn_dim": 64}
     with pytest.raises(ValueError, match="out of range"):
         opt.block_prefix(2)
 
 
-def test_unsupported_model_type_lists_supported() -> None:
-    with pytest.raises(ValueError, match="model_type 'gpt2': .*; supported: .*tested: " + ", ".join(MATRIX)):
+@pytest.mark.parametrize("model_type", ["qwen3", "glm4_moe"])
+def test_model_info_holds_the_layout(tmp_path: Path, model_type: str) -> None:
+    """``thanos model-info`` writes the layout (blocks of two kinds too: GLM-4-MoE's dense first block) and
+    whether the type is tested; ``open_layout`` reads it back equal to the adapter's, without transformers
+    (a fresh process: the prune, owl and compact jobs)."""
+    from thanos.cli import main
+
+    model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
+    assert main(["model-info", "--model", str(model), "--out", str(tmp_path / "info.json")]) == 0
+    info = json.loads((tmp_path / "info.json").read_text())
+    assert info["tested"] is True and info["path"] == str(model)
+    _, adapter, _ = open_model(model)
+    assert ModelLayout.from_info(info) == adapter.layout
+    assert ("block_kind" in info) == (model_type == "glm4_moe")
+    assert ModelLayout.from_info({k: v for k, v in info.items() if k != "mlp_config"}) is None  # older file
+    script = (
+        "import sys; from thanos.models import open_layout; "
+        f"_, layout, _ = open_layout({str(model)!r}, {str(tmp_path / 'info.json')!r}); "
+        "print(layout.block_prefix(1), [m for m in sys.modules if m.startswith('transformers')])"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [adapter.block_prefix(1), "[]"]
+
+
+def test_unsupported_model_type_says_what_is_supported() -> None:
+    """The message names the model type, why, what is supported and where the tested types are listed (the
+    models layer does not import the table of tested models: ``thanos model-info`` says ``tested``)."""
+    supported = "supported: decoder-only causal LMs .*tested types: the README's table of supported models"
+    with pytest.raises(ValueError, match=f"model_type 'gpt2': .*; {supported}"):
         get_adapter(GPT2Config(n_layer=2, n_embd=32, n_head=4))
 
 
@@ -109,7 +142,7 @@ def test_make_tiny_model_builds_every_family(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from thanos.cli import main
-    from thanos.models.tiny import FAMILIES, build_tiny_model
+    from thanos.demo.tiny import FAMILIES
 
     for family in FAMILIES:
         out = tmp_path / family

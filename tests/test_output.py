@@ -24,7 +24,7 @@ import torch
 from conftest import pruned_in_memory
 from safetensors import safe_open
 
-from thanos.models.tiny import build_tiny_model
+from thanos.demo.tiny import build_tiny_model
 
 RECIPES = {"2of4": ("wanda", "2:4"), "u50": ("sparsegpt", "0.5")}
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()

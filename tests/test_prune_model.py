@@ -315,7 +315,7 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
     ],
 )
 def test_bad_arguments_name_the_option(tmp_path, args, message):
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4"}
@@ -336,7 +336,7 @@ def test_bad_arguments_name_the_option(tmp_path, args, message):
     ],
 )
 def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage, message):
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     if damage == "tokenizer":
@@ -360,7 +360,7 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
 
 
 def test_bad_text_data_is_named_before_any_job(tmp_path):
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "calib.txt").write_bytes(b"\x93 smart quotes from another encoding \x94")
@@ -384,7 +384,7 @@ def test_bad_text_data_is_named_before_any_job(tmp_path):
 
 
 def test_a_foreign_out_directory_is_refused(tmp_path):
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "out").mkdir()

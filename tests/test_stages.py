@@ -115,7 +115,7 @@ def test_bfloat16_activations_are_lossless(tmp_path: Path) -> None:
     assert Activations(inputs1).read(0, 2).dtype == torch.bfloat16
     hess = tmp_path / "h.zarr"
     assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs0, "--out", hess) == 0
-    assert Hessians(hess).get("mlp_in").dtype == torch.float32
+    assert Hessians(hess).get("mlp.gate_proj").dtype == torch.float32
 
 
 def test_magnitude_needs_no_hessians_and_layers_subset(tmp_path: Path) -> None:
@@ -134,6 +134,31 @@ def test_magnitude_needs_no_hessians_and_layers_subset(tmp_path: Path) -> None:
                "--out-dir", out) == 2  # fmt: skip
     assert cli("prune", "--model", model, "--block", 1, "--method", "magnitude", "--sparsity", "0.5",
                "--layers", "mlp.gate_proj", "--out-dir", out) == 2  # fmt: skip
+
+
+def test_prune_reads_the_layers_from_model_info(tmp_path: Path) -> None:
+    """With --model-info the layers' names come from model_info.json (the workflow's jobs): the same files
+    as the adapter's names give, and a layer model_info.json does not list is not pruned."""
+    model = make_tiny_model(tmp_path, "opt")
+    info = tmp_path / "info.json"
+    assert cli("model-info", "--model", model, "--out", info) == 0
+    recipe = ("--method", "magnitude", "--sparsity", "2:4")
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--out-dir", tmp_path / "adapter") == 0
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--model-info", info,
+               "--out-dir", tmp_path / "info") == 0  # fmt: skip
+    written = sorted(p.name for p in (tmp_path / "adapter").glob("*.safetensors"))
+    assert written == sorted(p.name for p in (tmp_path / "info").glob("*.safetensors")) and len(written) == 6
+    assert all(
+        (tmp_path / "adapter" / n).read_bytes() == (tmp_path / "info" / n).read_bytes() for n in written
+    )
+    content = json.loads(info.read_text())
+    content["layers"].remove("fc1")
+    del content["groups"]["fc1"]
+    info.write_text(json.dumps(content))
+    assert cli("prune", "--model", model, "--block", 1, *recipe, "--model-info", info,
+               "--out-dir", tmp_path / "edited") == 0  # fmt: skip
+    assert not (tmp_path / "edited" / "fc1.safetensors").exists()
+    assert (tmp_path / "edited" / "fc2.safetensors").is_file()
 
 
 def drop_block(model_dir: Path, block: int) -> None:
@@ -169,7 +194,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     inputs0, hess0 = tmp_path / "inputs_0.zarr", tmp_path / "hessians_0.zarr"
     assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs0) == 0
     assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs0, "--out", hess0) == 0
-    before = Hessians(hess0).get("attn_in")
+    before = Hessians(hess0).get("self_attn.q_proj")
 
     def failing(*args: str | Path, match: str) -> None:
         caplog.clear()
@@ -203,7 +228,7 @@ def test_bad_input_fails_clearly_and_keeps_outputs(tmp_path: Path, caplog: pytes
     failing("capture", "--model", model, "--block", 0, "--inputs", bad, "--out", tmp_path / "h.zarr",
             match=f"delete {bad}")  # fmt: skip
     # nothing already written was lost or replaced
-    torch.testing.assert_close(Hessians(hess0).get("attn_in"), before, rtol=0, atol=0)
+    torch.testing.assert_close(Hessians(hess0).get("self_attn.q_proj"), before, rtol=0, atol=0)
     assert Activations(inputs0).nsamples == NSAMPLES
     assert not (tmp_path / "h.zarr").exists() and not (tmp_path / "o.zarr").exists()
     assert not list(tmp_path.glob(".*.tmp"))

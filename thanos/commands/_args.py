@@ -80,6 +80,16 @@ def recipe(args: argparse.Namespace) -> Recipe:
     return Recipe.from_dict(given, key="recipe")
 
 
+def add_model_info(parser: argparse.ArgumentParser) -> None:
+    """--model-info: the layers by name from ``model_info.json``, without building the model."""
+    parser.add_argument(
+        "--model-info",
+        default=None,
+        help="the model's model_info.json (`thanos model-info`): its layers by name, without building the "
+        "model (default: found from the model's transformers code)",
+    )
+
+
 def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
 

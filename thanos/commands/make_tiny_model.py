@@ -1,5 +1,5 @@
 """Build a tiny random model (config, tokenizer, safetensors) offline: Llama, Mistral, Qwen2, OPT or any
-model type of the tested matrix (``thanos.models.matrix``: Qwen3, Gemma 2/3, Phi-3, OLMo 2, ...).
+model type of the tested models (``thanos.demo.tested_models``: Qwen3, Gemma 2/3, Phi-3, OLMo 2, ...).
 
 Used by the smoke workflow (workflow/configs/smoke.yaml), the workflow tests and the overhead benchmark.
 """
@@ -12,10 +12,12 @@ HELP = "build a tiny random HF model directory (Llama, Qwen3, Gemma 3, ...: --fa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from thanos.models.matrix import MATRIX
-    from thanos.models.tiny import TOKENIZERS
+    from thanos.demo.tested_models import TESTED_MODELS
+    from thanos.demo.tiny import TOKENIZERS
 
-    parser.add_argument("--family", choices=list(MATRIX), default="llama", help="model_type (default: llama)")
+    parser.add_argument(
+        "--family", choices=list(TESTED_MODELS), default="llama", help="model_type (default: llama)"
+    )
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--intermediate-size", type=int, default=None, help="default 2 x hidden")
     parser.add_argument("--num-blocks", type=int, default=2)
@@ -34,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.models.tiny import build_tiny_model
+    from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(
         args.out,

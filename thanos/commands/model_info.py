@@ -1,6 +1,8 @@
-"""Describe a model for the workflow: family, number of blocks, prunable layers and their Hessian groups,
-and its input fingerprint (name, size and mtime_ns of each model file). Refuses a checkpoint without a
-prunable layer's weight, and reads every tensor once and refuses one holding NaN or Inf, naming it."""
+"""Describe a model for the workflow: its layout (model type, blocks, prunable layers and their Hessian
+groups, ``thanos.models.layout``: what the prune, owl and compact jobs read instead of building the model),
+whether its type is a tested one, and its input fingerprint (name, size and mtime_ns of each model file).
+Refuses a checkpoint without a prunable layer's weight, and reads every tensor once and refuses one holding
+NaN or Inf, naming it."""
 
 from __future__ import annotations
 
@@ -16,15 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.demo.tested_models import TESTED_MODELS
     from thanos.files.atomic import write_json
     from thanos.files.fingerprint import model_fingerprint
-    from thanos.models import Checkpoint, get_adapter, load_config, resolve_model_path
+    from thanos.models import open_model
 
-    model_dir = resolve_model_path(args.model)
-    adapter = get_adapter(load_config(model_dir))
-    info = adapter.info() | {"path": str(model_dir)}
+    model_dir, adapter, checkpoint = open_model(args.model)
+    tested = adapter.model_type in TESTED_MODELS  # a row of the tested models (tests/test_matrix.py)
+    info = adapter.layout.to_info() | {"tested": tested, "path": str(model_dir)}
     fingerprint = model_fingerprint(model_dir)
-    checkpoint = Checkpoint(model_dir)
     adapter.check_checkpoint(checkpoint)
     checkpoint.check_finite()
     write_json(args.out, info | {"fingerprint": fingerprint})

@@ -18,9 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _args.add_recipe(parser)  # profile owl: --recipe JSON (its target sparsity, owl_m, owl_lambda)
     parser.add_argument("--out", required=True, help="output owl.json (written atomically)")
+    _args.add_model_info(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.owl import owl
 
-    owl(args.model, args.hessians, _args.recipe(args), args.out)
+    owl(args.model, args.hessians, _args.recipe(args), args.out, args.model_info)

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _args.add_owl(parser)
     parser.add_argument("--out-dir", required=True, help="output directory for this block's pruned layers")
     _args.add_device(parser)
+    _args.add_model_info(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -31,5 +32,13 @@ def run(args: argparse.Namespace) -> None:
 
     layers = [name.strip() for name in args.layers.split(",") if name.strip()] if args.layers else None
     prune(
-        args.model, args.block, _args.recipe(args), args.out_dir, layers, args.hessians, args.device, args.owl
+        args.model,
+        args.block,
+        _args.recipe(args),
+        args.out_dir,
+        layers,
+        args.hessians,
+        args.device,
+        args.owl,
+        args.model_info,
     )

@@ -1,25 +1,26 @@
 """Models: what the pipeline knows about an architecture, and the model directories it reads and writes.
 
-- ``base``, ``llama``, ``opt``, ``generic``: the adapters: blocks, linear layers and their input groups,
-  embedding and head; hand-written for Llama-like models and OPT, the generic one (the model's own
-  transformers code) for every other decoder-only causal LM;
+- ``base``, ``generic``: the adapter: blocks, linear layers and their input groups, embedding and head,
+  from the model's own transformers code, for any decoder-only causal LM;
+- ``layout``: the names alone (block prefix, layers, groups, kinds of blocks), which the adapter finds and
+  ``model_info.json`` holds: what the stages that read tensors by name need (``open_layout``);
 - ``experts``: mixture-of-experts experts (transformers' experts interface): their per-expert matrices as
   the checkpoint stores them, the routed tokens' inputs, the weight conversions of a block;
 - ``neurons``: where a block's MLP neurons live (its output projection and feeders), for ``neurons:p``;
-- ``matrix``: the tested matrix of model types and their tiny configs;
 - ``checkpoint``: lazy reading of a checkpoint's tensors, one block at a time; model directories;
 - ``card``: what a pruned model directory says about itself (config metadata, model card);
-- ``tiny``: tiny random models built from a config, for the smoke workflow, tests and benchmarks.
+- ``real``: real models from the hub, cut to a few blocks, for the real-LLM workflow.
 
 Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data`` and ``thanos.errors``.
 
->>> config = load_config(model_dir)
->>> adapter = get_adapter(config)
+>>> model_dir, adapter, checkpoint = open_model(model_dir)
+>>> model_dir, layout, checkpoint = open_layout(model_dir, "results/m/model_info.json")
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,35 +28,14 @@ from thanos.errors import PathError
 from thanos.models.base import ModelAdapter
 from thanos.models.checkpoint import Checkpoint, resolve_model_path
 from thanos.models.generic import GenericAdapter
-from thanos.models.llama import LlamaAdapter
-from thanos.models.opt import OPTAdapter
+from thanos.models.layout import ModelLayout
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-ADAPTERS: tuple[type[ModelAdapter], ...] = (LlamaAdapter, OPTAdapter)
 
-
-class ConfigFile:
-    """``config.json`` with attribute access, without transformers: enough for an adapter's names
-    (``model_type``, ``num_hidden_layers``, ...) in stages that build no modules. Importing transformers'
-    configuration code costs seconds per process; ``load_config`` gives the full ``PretrainedConfig``."""
-
-    def __init__(self, values: dict, path: Path) -> None:
-        self.__dict__.update(values)
-        self._path = path
-
-    def full(self) -> PretrainedConfig:
-        """The ``PretrainedConfig`` (imports transformers)."""
-        return load_config(self._path)
-
-    def __getattr__(self, name: str):
-        raise AttributeError(f"config.json has no {name!r}")
-
-
-def load_config(model_dir: str | Path, full: bool = True) -> PretrainedConfig | ConfigFile:
-    """The model's config (``full=False``: a ``ConfigFile``); a directory without a readable config.json
-    is refused, naming it."""
+def load_config(model_dir: str | Path) -> PretrainedConfig:
+    """The model's config; a directory without a readable config.json is refused, naming it."""
     path = Path(model_dir)
     if not (path / "config.json").is_file():
         empty = " (the directory is empty)" if path.is_dir() and not any(path.iterdir()) else ""
@@ -64,15 +44,13 @@ def load_config(model_dir: str | Path, full: bool = True) -> PretrainedConfig | 
             "(config.json, *.safetensors, tokenizer files), as save_pretrained writes it"
         )
     try:
-        values = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise PathError(
             f"config.json is not valid JSON ({err})",
             path / "config.json",
             "restore it from the original model",
         ) from None
-    if not full:
-        return ConfigFile(values, path)
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(path)
@@ -114,49 +92,63 @@ def load_tokenizer(model_dir: str | Path) -> Any:
 
 
 def get_adapter(config: PretrainedConfig) -> ModelAdapter:
-    """The hand-written adapter of ``config.model_type`` if there is one, else the generic adapter (the
-    model's own transformers code; it refuses, naming why, a model it cannot run block by block)."""
-    model_type = getattr(config, "model_type", None)
-    for cls in ADAPTERS:
-        if model_type in cls.model_types:
-            return cls(config)
-    if isinstance(config, ConfigFile):  # the generic adapter builds the model: it needs transformers' config
-        config = config.full()
+    """The generic adapter of ``config``'s model (the model's own transformers code); it refuses, naming
+    why, a model it cannot run block by block."""
     return GenericAdapter(config)
 
 
 _OPENED: dict[tuple, ModelAdapter] = {}
 
 
-def open_model(path_or_hub_id: str | Path, full_config: bool = True) -> tuple[Path, ModelAdapter, Checkpoint]:
+def open_model(path_or_hub_id: str | Path) -> tuple[Path, ModelAdapter, Checkpoint]:
     """Resolve a model argument to (local dir, adapter, lazy checkpoint).
 
-    ``full_config=False`` reads config.json without transformers: for stages that only read tensors by
-    name (the adapter then cannot build modules). The adapter is built once per process and model
-    directory (and kept while its config.json is unchanged): stages called one after another share it."""
+    The adapter is built once per process and model directory (and kept while its config.json is
+    unchanged): stages called one after another share it."""
     model_dir = resolve_model_path(path_or_hub_id)
-    config_file = model_dir / "config.json"
-    key = None
-    if config_file.is_file():
-        stat = config_file.stat()
-        key = (str(model_dir.resolve()), full_config, stat.st_mtime_ns, stat.st_size)
+    key = _config_key(model_dir)
     adapter = _OPENED.get(key) if key else None
     if adapter is None:
-        adapter = get_adapter(load_config(model_dir, full=full_config))
+        adapter = get_adapter(load_config(model_dir))
         if key:
             _OPENED[key] = adapter
     return model_dir, adapter, Checkpoint(model_dir)
 
 
+def open_layout(
+    path_or_hub_id: str | Path, model_info: str | Path | Mapping[str, Any] | None = None
+) -> tuple[Path, ModelLayout, Checkpoint]:
+    """Resolve a model argument to (local dir, layout, lazy checkpoint), for stages that only read tensors
+    by name. ``model_info``: the workflow's ``model_info.json`` (or its content), which holds the layout:
+    nothing of transformers is imported. Without one (or with one of an earlier version) the layout is the
+    adapter's (``open_model``: built once per process)."""
+    model_dir = resolve_model_path(path_or_hub_id)
+    if isinstance(model_info, str | Path):
+        model_info = json.loads(Path(model_info).read_text(encoding="utf-8"))
+    layout = ModelLayout.from_info(model_info) if model_info else None
+    if layout is None:
+        layout = open_model(model_dir)[1].layout
+    return model_dir, layout, Checkpoint(model_dir)
+
+
+def _config_key(model_dir: Path) -> tuple | None:
+    """What identifies an opened model: its directory and its config.json's stat (None: no config)."""
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        return None
+    stat = config_file.stat()
+    return str(model_dir.resolve()), stat.st_mtime_ns, stat.st_size
+
+
 __all__ = [
-    "ADAPTERS",
     "Checkpoint",
-    "ConfigFile",
     "ModelAdapter",
+    "ModelLayout",
     "check_tokenizer_files",
     "get_adapter",
     "load_config",
     "load_tokenizer",
+    "open_layout",
     "open_model",
     "resolve_model_path",
 ]

@@ -1,7 +1,8 @@
 """The model adapter interface: everything the pipeline needs to know about one architecture family.
 
-The algorithm and stage code only talk to a ``ModelAdapter``; only adapters know module names, where the
-blocks live in the checkpoint and how to run one decoder block on its own.
+The stages that run the model talk to a ``ModelAdapter``: it knows the model's layout (module names, where
+the blocks live in the checkpoint, ``thanos.models.layout``) and how to run one decoder block on its own.
+Stages that only read tensors by name take the layout alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from thanos.models.checkpoint import Checkpoint
+from thanos.models.layout import ModelLayout
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -53,14 +55,8 @@ def block_output(out: Any) -> torch.Tensor:
 
 
 class ModelAdapter(ABC):
-    """One architecture family (chosen from ``config.model_type``).
-
-    Subclasses set ``model_types``, ``groups`` ({group: layers sharing one input, hence one Hessian},
-    in pruning order) and implement the block/embedding/head builders and ``block_kwargs``.
-    """
-
-    model_types: tuple[str, ...] = ()
-    groups: dict[str, tuple[str, ...]] = {}
+    """One model (its ``config``): its layout (names, ``thanos.models.layout``) and the modules it is run
+    with, one block at a time. The layout's names are the adapter's too (``adapter.block_prefix(i)``)."""
 
     def __init__(self, config: PretrainedConfig) -> None:
         self.config = config
@@ -69,12 +65,13 @@ class ModelAdapter(ABC):
 
     # ---- description -------------------------------------------------------------------------------
     @property
-    def model_type(self) -> str:
-        return self.config.model_type
+    @abstractmethod
+    def layout(self) -> ModelLayout:
+        """The model's names: blocks, their prunable layers and groups (what ``model_info.json`` holds)."""
 
     @property
-    def num_blocks(self) -> int:
-        return int(self.config.num_hidden_layers)
+    def model_type(self) -> str:
+        return self.config.model_type
 
     @property
     def hidden_size(self) -> int:
@@ -90,68 +87,38 @@ class ModelAdapter(ABC):
         return max_positions(self.config) or 1 << 20
 
     @property
-    def layers(self) -> list[str]:
-        """Prunable linear layers of a block, relative to the block, in pruning order (of every kind of
-        block, when the blocks differ: ``block_layers``)."""
-        return [layer for members in self.groups.values() for layer in members]
-
-    def block_groups(self, block: int) -> dict[str, tuple[str, ...]]:
-        """The groups of block ``block``: ``groups``, unless the model's blocks differ."""
-        self.check_block(block)
-        return self.groups
-
-    def block_layers(self, block: int) -> list[str]:
-        """The prunable layers of block ``block``, in pruning order."""
-        return [layer for members in self.block_groups(block).values() for layer in members]
-
-    def block_kinds(self) -> list[int] | None:
-        """The kind of every block (blocks of one kind have the same layers), or None when all are alike."""
-        return None
-
-    def group_of(self, layer: str, block: int | None = None) -> str:
-        groups = self.groups if block is None else self.block_groups(block)
-        for group, members in groups.items():
-            if layer in members:
-                return group
-        where = "" if block is None else f" block {block} of"
-        known = ", ".join(layer for members in groups.values() for layer in members)
-        raise ValueError(f"unknown layer {layer!r} for{where} {self.model_type}; layers are {known}")
+    def num_blocks(self) -> int:
+        return self.layout.num_blocks
 
     @property
-    @abstractmethod
     def block_template(self) -> str:
-        """Checkpoint name prefix of block i, with ``{i}``: e.g. ``model.layers.{i}.``."""
+        return self.layout.block_template
 
-    def block_prefix(self, block: int) -> str:
-        self.check_block(block)
-        return self.block_template.format(i=block)
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return self.layout.groups
+
+    @property
+    def layers(self) -> list[str]:
+        return self.layout.layers
 
     def check_block(self, block: int) -> None:
-        if not 0 <= block < self.num_blocks:
-            raise ValueError(f"block {block} out of range: the model has blocks 0..{self.num_blocks - 1}")
+        self.layout.check_block(block)
 
-    def info(self) -> dict[str, Any]:
-        """The ``model-info`` JSON (docs/cli.md)."""
-        from thanos.models.matrix import MATRIX
+    def block_prefix(self, block: int) -> str:
+        return self.layout.block_prefix(block)
 
-        info = {
-            "model_type": self.model_type,
-            "adapter": type(self).__name__,
-            "tested": self.model_type in MATRIX,  # a row of the tested matrix (tests/test_matrix.py)
-            "num_blocks": self.num_blocks,
-            "layers": self.layers,
-            "groups": {g: list(m) for g, m in self.groups.items()},
-            "hidden_size": self.hidden_size,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "max_position_embeddings": self.max_positions,
-            "block_prefix": self.block_template,
-        }
-        kinds = self.block_kinds()
-        if kinds is not None:  # blocks that differ: each one's layers (thanos.files.pruned_layers)
-            first = {kind: kinds.index(kind) for kind in sorted(set(kinds))}
-            info["block_kinds"] = [self.block_layers(block) for block in first.values()]
-            info["block_kind"] = kinds
-        return info
+    def block_groups(self, block: int) -> dict[str, tuple[str, ...]]:
+        return self.layout.block_groups(block)
+
+    def block_layers(self, block: int) -> list[str]:
+        return self.layout.block_layers(block)
+
+    def block_kinds(self) -> list[int] | None:
+        return self.layout.block_kinds()
+
+    def group_of(self, layer: str, block: int | None = None) -> str:
+        return self.layout.group_of(layer, block)
 
     def check_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Refuse a checkpoint that lacks a prunable layer's weight (``{block prefix}{layer}.weight``),
@@ -252,14 +219,3 @@ class ModelAdapter(ABC):
         if not isinstance(found, nn.Linear):
             raise ValueError(f"{layer} is not a linear layer of the block")
         return found
-
-
-def causal_mask(config: PretrainedConfig, hidden: torch.Tensor, sliding: bool) -> torch.Tensor | None:
-    """The attention mask the installed transformers builds for an unpadded causal sequence."""
-    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
-
-    positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
-    make = create_sliding_window_causal_mask if sliding else create_causal_mask
-    return make(
-        config=config, inputs_embeds=hidden, attention_mask=None, past_key_values=None, position_ids=positions
-    )

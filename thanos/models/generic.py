@@ -44,7 +44,8 @@ from thanos.models.experts import (
     find_experts,
     watch_experts,
 )
-from thanos.models.matrix import MATRIX
+from thanos.models.layout import ModelLayout
+from thanos.models.neurons import mlp_config
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -80,7 +81,7 @@ class StructureError(ValueError):
     def __init__(self, message: str) -> None:
         super().__init__(
             f"{message}; supported: decoder-only causal LMs of the installed transformers made of repeated "
-            f"layers with nn.Linear projections (tested: {', '.join(MATRIX)})"
+            "layers with nn.Linear projections (the tested types: the README's table of supported models)"
         )
 
 
@@ -226,20 +227,35 @@ class GenericAdapter(ModelAdapter):
         # (DeepSeek-V3 and GLM-4-MoE: dense blocks first, mixture-of-experts blocks after)
         signatures = [_signature(module) for module in self._blocks]
         order = list(dict.fromkeys(signatures))
-        self._kind = [order.index(signature) for signature in signatures]
-        self._kinds = [self._describe(signatures.index(signature)) for signature in order]
-        self._groups: dict[str, tuple[str, ...]] = {}
+        block_kind = tuple(order.index(signature) for signature in signatures)
+        kinds = [self._describe(signatures.index(signature)) for signature in order]
         self._experts: dict[str, ExpertLayer] = {}
         self._module_name: dict[str, str] = {}  # checkpoint name -> module name (one meaning in every kind)
-        for kind in self._kinds:
-            for group, members in kind.groups.items():
-                if self._groups.setdefault(group, members) != members:
-                    raise StructureError(
-                        f"model_type {self.model_type!r}: group {group} has other members in other blocks "
-                        f"({', '.join(members)} / {', '.join(self._groups[group])})"
-                    )
+        for kind in kinds:
             self._experts |= kind.experts
             self._module_name |= kind.module_name
+        self._layout = self._layout_of(kinds, block_kind)
+
+    def _layout_of(self, kinds: list[_Kind], block_kind: tuple[int, ...]) -> ModelLayout:
+        """The layout of blocks of ``kinds``; refused when a group has other members in another kind."""
+        groups: dict[str, tuple[str, ...]] = {}
+        for kind in kinds:
+            for group, members in kind.groups.items():
+                if groups.setdefault(group, members) != members:
+                    raise StructureError(
+                        f"model_type {self.model_type!r}: group {group} has other members in other blocks "
+                        f"({', '.join(members)} / {', '.join(groups[group])})"
+                    )
+        return ModelLayout(
+            model_type=self.model_type,
+            block_template=f"{self.layers_path}.{{i}}.",
+            kinds=tuple(kind.groups for kind in kinds),
+            block_kind=block_kind,
+            hidden_size=self.hidden_size,
+            dtype=str(self.dtype).removeprefix("torch."),
+            max_positions=self.max_positions,
+            mlp_config=mlp_config(self.config),
+        )
 
     def _describe(self, block: int) -> _Kind:
         """Block ``block``'s prunable layers, named as the checkpoint stores them, and their groups: its
@@ -259,7 +275,7 @@ class GenericAdapter(ModelAdapter):
                 f"transformers' mixture-of-experts experts nor nn.Conv1d ({', '.join(other[:3])}): they "
                 "cannot be pruned"
             )
-        prefix = self.block_prefix(block)
+        prefix = f"{self.layers_path}.{block}."
         try:
             experts = expert_layers(self._conversion, module, prefix)
         except ValueError as err:
@@ -279,24 +295,8 @@ class GenericAdapter(ModelAdapter):
 
     # ---- description -------------------------------------------------------------------------------
     @property
-    def block_template(self) -> str:
-        return f"{self.layers_path}.{{i}}."
-
-    @property
-    def num_blocks(self) -> int:
-        return len(self._blocks)
-
-    @property
-    def groups(self) -> dict[str, tuple[str, ...]]:  # type: ignore[override]
-        """Every kind of block's groups (one kind unless the blocks differ)."""
-        return self._groups
-
-    def block_groups(self, block: int) -> dict[str, tuple[str, ...]]:
-        self.check_block(block)
-        return self._kinds[self._kind[block]].groups
-
-    def block_kinds(self) -> list[int] | None:
-        return self._kind if len(self._kinds) > 1 else None
+    def layout(self) -> ModelLayout:
+        return self._layout
 
     @property
     def experts(self) -> dict[str, ExpertLayer]:  # type: ignore[override]
@@ -328,7 +328,7 @@ class GenericAdapter(ModelAdapter):
         forward stops there); a one-layer model is run to its logits instead."""
         if self._as_tuple is None:
             probe = torch.zeros((2, DISCOVERY_TOKENS, hidden.shape[-1]), dtype=hidden.dtype)
-            plan = _Plan(stop_at=1 if self.num_blocks > 1 else None, replace_last=probe)
+            plan = _Plan(stop_at=1 if len(self._recorders) > 1 else None, replace_last=probe)
             out = self._forward(plan, inputs_embeds=torch.zeros_like(probe))
             shapes = [call[0].shape for call in plan.calls.values()]
             if out is not None:

@@ -1,5 +1,6 @@
 """Where a block's MLP neurons live: the layer that reads them (the MLP's output projection) and the layers
-that write them (its feeders), found from the checkpoint's shapes, the same way for every adapter.
+that write them (its feeders), found from the model's layout (``thanos.models.layout``) and the checkpoint's
+shapes, the same way for every model type.
 
 A neuron j of the MLP is column j of the output projection (Llama-like ``mlp.down_proj``, OPT ``fc2``,
 GPT-NeoX ``mlp.dense_4h_to_h``) and row j (and bias entry j) of every feeder (``mlp.gate_proj`` and
@@ -18,8 +19,12 @@ to the width, which makes the layers ambiguous). Torch-free: shapes come from th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from thanos.models.layout import ModelLayout
 
 WIDTH_KEYS = ("intermediate_size", "ffn_dim")  # the config key of the MLP width, first found
 
@@ -58,11 +63,16 @@ def _refuse(model_type: str, why: str) -> NeuronsError:
     )
 
 
-def mlp_width(config: Any) -> tuple[str, int]:
-    """(config key, width) of the MLP; refused when absent or per block."""
-    model_type = getattr(config, "model_type", "?")
+def mlp_config(config: Any) -> dict[str, Any]:
+    """The config's MLP width under each name of ``WIDTH_KEYS`` it gives (what the layout keeps)."""
+    return {key: getattr(config, key) for key in WIDTH_KEYS if getattr(config, key, None) is not None}
+
+
+def mlp_width(model_type: str, config: Mapping[str, Any]) -> tuple[str, int]:
+    """(config key, width) of the MLP from the config's width entries (``mlp_config``); refused when
+    absent or per block."""
     for key in WIDTH_KEYS:
-        value = getattr(config, key, None)
+        value = config.get(key)
         if value is None:
             continue
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -71,20 +81,21 @@ def mlp_width(config: Any) -> tuple[str, int]:
     raise _refuse(model_type, f"its config states no MLP width ({' or '.join(WIDTH_KEYS)})")
 
 
-def mlp_layout(adapter: Any, checkpoint: Any) -> MLPLayout:
-    """The MLP layout of ``adapter``'s model, checked on every block of ``checkpoint``."""
-    model_type = adapter.model_type
-    key, width = mlp_width(adapter.config)
-    layout = None
-    for block in range(adapter.num_blocks):
-        prefix = adapter.block_prefix(block)
-        found = _block_layout(model_type, key, width, adapter.block_layers(block), checkpoint, prefix)
-        if layout is not None and found != layout:
+def mlp_layout(layout: ModelLayout, checkpoint: Any) -> MLPLayout:
+    """The MLP layout of the model of ``layout`` (``thanos.models.open_layout``), checked on every block of
+    ``checkpoint``."""
+    model_type = layout.model_type
+    key, width = mlp_width(model_type, layout.mlp_config)
+    mlp = None
+    for block in range(layout.num_blocks):
+        prefix = layout.block_prefix(block)
+        found = _block_layout(model_type, key, width, layout.block_layers(block), checkpoint, prefix)
+        if mlp is not None and found != mlp:
             raise _refuse(model_type, f"block {block}'s MLP differs from block 0's")
-        layout = found
-    if layout is None:
+        mlp = found
+    if mlp is None:
         raise _refuse(model_type, "it has no blocks")
-    return layout
+    return mlp
 
 
 def _block_layout(

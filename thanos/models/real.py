@@ -118,7 +118,7 @@ def _keep_blocks(directory: Path, num_blocks: int) -> None:
     total = int(config["num_hidden_layers"])
     if not 0 < num_blocks <= total:
         raise ValueError(f"--num-blocks {num_blocks}: the model has {total} blocks; give 1 to {total}")
-    prefix = get_adapter(load_config(directory, full=False)).block_template
+    prefix = get_adapter(load_config(directory)).block_template
     dropped = {prefix.format(i=i) for i in range(num_blocks, total)}
     (file,) = directory.glob("*.safetensors")
     with safe_open(str(file), framework="pt") as handle:

@@ -94,9 +94,7 @@ def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, 
 
     local = Path(reference).is_dir()
     if local:  # config, weights and tokenizer files named here, before any job runs
-        config = load_config(reference, full=False)  # config.json as written: no transformers import
-        if "max_position_embeddings" not in vars(config):  # left to transformers' defaults
-            config = load_config(reference)
+        config = load_config(reference)
     else:
         from transformers import AutoConfig
 
@@ -287,11 +285,11 @@ def prune_model(
     worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
     model_type, max_positions, all_layers, layers = model_facts(reference, exclude)
     if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
-        from thanos.models import open_model
+        from thanos.models import open_layout
         from thanos.models.neurons import mlp_layout
 
         try:  # a model whose neurons cannot be removed is refused before any job runs
-            mlp_layout(*open_model(reference, full_config=False)[1:])
+            mlp_layout(*open_layout(reference)[1:])
         except ValueError as err:
             raise ValueError(f"--model {reference}: {err}") from None
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen

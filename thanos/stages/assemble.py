@@ -212,7 +212,7 @@ def assemble(
     replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     compact = None
     if recipe.compact:
-        compact = compaction(model_dir, pruned_root, names)
+        compact = compaction(model_dir, pruned_root, names, info)
     sizes = tensor_sizes(names, sources, replace, compact)
     shards = shard_names(names, sizes, max_bytes)
     total, removed = count_pruned(layers, replace)

@@ -55,20 +55,23 @@ class Compaction:
         return json.dumps(config, indent=2) + "\n"
 
 
-def compaction(model_dir: str | Path, pruned_root: str | Path, names: list[str]) -> Compaction:
+def compaction(
+    model_dir: str | Path, pruned_root: str | Path, names: list[str], model_info: dict[str, Any] | None = None
+) -> Compaction:
     """Plan the compaction of the model at ``model_dir`` pruned under ``pruned_root`` (``names``: the
-    checkpoint's tensor names); refused, naming the block, when a block's removed columns are not recorded,
-    not zero, or not as many as block 0's."""
-    from thanos.models import open_model
+    checkpoint's tensor names; ``model_info``: the content of its ``model_info.json``, whose layout names the
+    layers); refused, naming the block, when a block's removed columns are not recorded, not zero, or not as
+    many as block 0's."""
+    from thanos.models import open_layout
 
-    _, adapter, checkpoint = open_model(model_dir, full_config=False)
-    layout = mlp_layout(adapter, checkpoint)
+    _, model_layout, checkpoint = open_layout(model_dir, model_info)
+    layout = mlp_layout(model_layout, checkpoint)
     root = Path(pruned_root)
     width, removed_count = layout.width, None
     plan = Compaction(layout, kept_width=width)
     removed_parameters = 0
-    for block in range(adapter.num_blocks):
-        prefix = adapter.block_prefix(block)
+    for block in range(model_layout.num_blocks):
+        prefix = model_layout.block_prefix(block)
         stats_file = root / pruned_block_name(block) / pruned_layer_name(layout.output, "json")
         weight_file = stats_file.with_suffix(".safetensors")
         stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}

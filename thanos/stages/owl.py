@@ -33,44 +33,46 @@ def compute(
     hessians: list[str | Path] | None,
     recipe: Recipe,
     xnorms: dict[int, dict[str, Any]] | None = None,
+    model_info: str | Path | None = None,
 ) -> dict[str, Any]:
     """The content of ``owl.json`` for an OWL ``recipe`` (its target sparsity, M and lambda): per block
     its outlier count, ratio, sparsity and integer count.
 
     ``hessians``: the dense chain's ``hessians_l.zarr`` of every block, in block order. ``xnorms``
     (instead, for tests and the library): {block: {group: ||X_j|| (b,)}} computed some other way.
+    ``model_info``: the model's ``model_info.json`` (its layout: no transformers import).
     """
     from thanos.data.storage import Hessians
-    from thanos.models import open_model
+    from thanos.models import open_layout
     from thanos.pruning.algorithms.masks import input_norms
 
     if not recipe.owl:
         raise ValueError(f"owl: recipe {recipe.name} has profile {recipe.profile}, not owl")
     target, m, lam = recipe.sparsity.p, recipe.owl_m, recipe.owl_lambda
-    _, adapter, checkpoint = open_model(model, full_config=False)
-    num_blocks = int(adapter.num_blocks)
+    _, layout, checkpoint = open_layout(model, model_info)
+    num_blocks = int(layout.num_blocks)
     if xnorms is None:
         if hessians is None or len(hessians) != num_blocks:
             have = 0 if hessians is None else len(hessians)
             raise ValueError(f"owl: the model has {num_blocks} blocks but {have} Hessian stores were given")
     blocks = []
     for block in range(num_blocks):
-        prefix = adapter.block_prefix(block)
+        prefix = layout.block_prefix(block)
         if xnorms is None:
             store = Hessians(hessians[block])
             if int(store.attrs.get("block", block)) != block:
                 raise ValueError(
                     f"{hessians[block]} holds the Hessians of block {store.attrs['block']}, not {block}"
                 )
-            groups = dict.fromkeys(adapter.group_of(name, block) for name in adapter.block_layers(block))
+            groups = dict.fromkeys(layout.group_of(name, block) for name in layout.block_layers(block))
             norms = {group: input_norms(store.get(group)) for group in groups}
         else:
             norms = xnorms[block]
 
         def layer(name: str, block: int = block, prefix: str = prefix, norms: dict = norms):
-            return lambda: (checkpoint.tensor(f"{prefix}{name}.weight"), norms[adapter.group_of(name, block)])
+            return lambda: (checkpoint.tensor(f"{prefix}{name}.weight"), norms[layout.group_of(name, block)])
 
-        found = owl_rule.block_outliers([layer(name) for name in adapter.block_layers(block)], m)
+        found = owl_rule.block_outliers([layer(name) for name in layout.block_layers(block)], m)
         blocks.append(found)
         log.info(
             "owl: block %d: %d of %d scores are outliers (%.4f%%)",
@@ -107,9 +109,15 @@ def compute(
     }
 
 
-def owl(model: str | Path, hessians: list[str | Path], recipe: Recipe, out: str | Path) -> dict[str, Any]:
+def owl(
+    model: str | Path,
+    hessians: list[str | Path],
+    recipe: Recipe,
+    out: str | Path,
+    model_info: str | Path | None = None,
+) -> dict[str, Any]:
     """Compute the per-block sparsities of an OWL ``recipe`` and write them to ``out`` atomically."""
-    result = compute(model, hessians, recipe)
+    result = compute(model, hessians, recipe, model_info=model_info)
     write_json(out, result)
     log.info(
         "owl: %s, M %g, lambda %g: block sparsities %s",

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
-from thanos.models import open_model
+from thanos.models import open_layout
 from thanos.pruning import methods
 from thanos.pruning.layer import PruneStats, prune_layer
 from thanos.pruning.sparsity import Sparsity
@@ -42,13 +42,16 @@ def prune(
     hessians: str | Path | None = None,
     device: str = "auto",
     owl: str | Path | None = None,
+    model_info: str | Path | None = None,
 ) -> list[dict]:
     """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
     when None) and return their stats.
 
     ``owl``: the recipe's ``owl.json`` (``thanos.stages.owl``): the block is pruned at its sparsity there
-    (exact, removed / parameters); the stats record the profile and the target."""
-    _, adapter, checkpoint = open_model(model, full_config=False)  # names only: no transformers import
+    (exact, removed / parameters); the stats record the profile and the target. ``model_info``: the
+    model's ``model_info.json``, whose layout names the layers (no transformers import); without it the
+    adapter finds them (``thanos.models.open_layout``)."""
+    _, adapter, checkpoint = open_layout(model, model_info)
     prefix = adapter.block_prefix(block)
     kept = recipe.layers(adapter.block_layers(block), adapter.layers)
     layers = list(layers) if layers else kept

@@ -42,9 +42,11 @@ def prune_inputs(wildcards):
 
 
 def hessians_option(wildcards, input):
-    """--hessians of a prune job, and --owl (``owl_option``)."""
+    """--hessians of a prune job, --owl (``owl_option``) and --model-info: the job reads the layers' names
+    from model_info.json instead of building the model (a param that takes ``input``: not recorded)."""
     hessians = f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
-    return f"{hessians} {owl_option(input)}".strip()
+    options = (hessians, owl_option(input), f"--model-info {quoted(input.info)}")
+    return " ".join(option for option in options if option)
 
 
 def owl_option(input):

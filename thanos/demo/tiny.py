@@ -1,9 +1,10 @@
 """Tiny random causal LMs built from a config (no download): for the smoke workflow, tests and benchmarks.
 
 ``build_tiny_model(out, family, ...)`` writes a Hugging Face directory (config, generation config, a
-tokenizer, safetensors weights) with seeded random weights, for every supported family: Llama, Mistral
-(grouped-query attention and a sliding window), Qwen2 (grouped-query attention, q/k/v biases, tied
-embeddings) and OPT (biases everywhere). The tokenizer is byte-level (it encodes any text) unless
+tokenizer, safetensors weights) with seeded random weights: Llama, Mistral (grouped-query attention and a
+sliding window), Qwen2 (grouped-query attention, q/k/v biases, tied embeddings) and OPT (biases
+everywhere) as the smoke workflow has always built them (``FAMILIES``), any other model type from its tiny
+config (``thanos.demo.tested_models``). The tokenizer is byte-level (it encodes any text) unless
 ``words`` is given: then it is a word-level tokenizer over those words, which keeps test texts short;
 ``tokenizer="llama"`` gives Llama 2's kind instead (sentencepiece-style BPE with byte fallback, saved as
 ``tokenizer.json``), which llama.cpp's ``convert_hf_to_gguf.py`` reads (it refuses byte-level BPE
@@ -17,12 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from thanos.demo.tested_models import SLIDING_WINDOW
+from thanos.demo.tested_models import tiny_config as any_type
 from thanos.files.atomic import atomic_path
 
-FAMILIES = ("llama", "mistral", "qwen2", "opt")
+FAMILIES = ("llama", "mistral", "qwen2", "opt")  # configs built by hand, as the smoke workflow always had
 TOKENIZERS = ("byte-level", "llama")
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
-SLIDING_WINDOW = 16  # Mistral's attention window: shorter than test sequences, so that the window matters
 
 
 def build_tokenizer(words: Sequence[str] | None = None, kind: str = "byte-level") -> Any:
@@ -77,7 +79,7 @@ def tiny_config(
 ) -> Any:
     """The ``PretrainedConfig`` of ``family`` with these sizes (token ids of ``SPECIAL``): Llama, Mistral,
     Qwen2 and OPT as the smoke workflow has always built them, any other model type from
-    ``thanos.models.matrix``."""
+    ``thanos.demo.tested_models``."""
     from transformers import LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
 
     common = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_blocks}
@@ -92,8 +94,6 @@ def tiny_config(
         return MistralConfig(sliding_window=SLIDING_WINDOW, **common)
     if family == "qwen2":
         return Qwen2Config(tie_word_embeddings=True, **common)
-    from thanos.models.matrix import tiny_config as any_type
-
     return any_type(family, head_dim=hidden_size // num_heads, **common)
 
 
