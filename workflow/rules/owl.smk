@@ -19,5 +19,4 @@ if OWL_RECIPES:
             f"{PATHS.logs}/{{model}}/{{recipe}}/owl.log",
         shell:
             "python -m thanos owl --model {params.model:q} --hessians {input.hessians:q}"
-            " --recipe {params.recipe:q}"
-            " --out {output:q} > {log:q} 2>&1"
+            " --recipe {params.recipe:q} --model-info {input.info:q} --out {output:q} > {log:q} 2>&1"
