@@ -192,12 +192,17 @@ def test_one_command_imports_one_command_module_and_no_torch() -> None:
     assert loaded.strip() == "['thanos.commands.prune']"  # (and the shared argument helpers, _args)
 
 
-def test_prune_imports_no_transformers(tmp_path) -> None:
-    """A prune job reads tensors by name: its process start is torch's, not transformers' (seconds)."""
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_prune_imports_no_transformers(tmp_path, model_type: str) -> None:
+    """A prune job reads tensors by name, the layers' names from model_info.json (as the workflow runs it),
+    for every model type: its process start is torch's, not transformers' (seconds)."""
+    from thanos.cli import main
     from thanos.demo.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "model", "llama", hidden_size=32, num_blocks=1)
+    model = build_tiny_model(tmp_path / "model", model_type, hidden_size=32, num_blocks=1)
+    assert main(["model-info", "--model", str(model), "--out", str(tmp_path / "info.json")]) == 0
     argv = ["prune", "--model", str(model), "--block", "0", "--method", "magnitude", "--sparsity", "0.5"]
+    argv += ["--model-info", str(tmp_path / "info.json")]
     timed = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "thanos", *argv, "--out-dir", str(tmp_path / "out")],
         capture_output=True,
