@@ -21,6 +21,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -249,41 +250,126 @@ def prune_model(
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``thanos.runner.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
-    from thanos.files.publish import check_out, publish
-    from thanos.models.card import CARD, model_card, nm_note, pattern_text, summarize
-    from thanos.runner.progress import Progress, clock_text, log_tail
-    from thanos.runner.run_workflow import WorkflowFailed, run_workflow
-    from thanos.runner.worker import LocalWorker
-
     stream = stream if stream is not None else sys.stderr
-    if isinstance(evaluate, str):
-        evaluate = tuple(e.strip() for e in evaluate.split(",") if e.strip())
-    evaluate = tuple(evaluate)
-    unknown = [e for e in evaluate if e not in EVALUATIONS]
-    if unknown:
-        raise ValueError(f"--evaluate {','.join(unknown)}: choose from {', '.join(EVALUATIONS)}")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise ValueError(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
-    out = Path(out).expanduser().resolve()
-    check_out(out)
-    exclude = list(exclude or ())
     recipe = build_recipe(
         method,
         sparsity,
         alpha=alpha,
         blocksize=blocksize,
         damp=damp,
-        exclude=exclude,
+        exclude=list(exclude or ()),
         compact=compact,
         profile=profile,
         owl_m=owl_m,
         owl_lambda=owl_lambda,
     )
-    name = recipe.name
+    calibration_options = {"source": calibration, "nsamples": nsamples, "seqlen": seqlen, "seed": seed}
+    run_plan = plan(
+        model,
+        recipe,
+        out,
+        calibration_options | {"text_field": text_field},
+        Evaluation(_evaluations(evaluate), ppl_source, tasks),
+        Resources(device, cores or os.cpu_count() or 1, workdir),
+    )
+    announce(run_plan, stream)
+    started = time.monotonic()
+    run(run_plan, stream, started)
+    report, evaluation, summary, before = publish_result(run_plan)
+    print_summary(run_plan, report, evaluation, summary, before, stream, started)
+    return {**report, "out": str(run_plan.out), "workdir": str(run_plan.workdir), "evaluation": evaluation}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluations a ``prune_model`` call asks for: ``kinds`` of ``EVALUATIONS``, where from."""
+
+    kinds: tuple[str, ...] = ()
+    ppl_source: str | Path = "wikitext2"
+    tasks: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Where a ``prune_model`` call runs: the device, the cores, the working directory (None: default)."""
+
+    device: str = "auto"
+    cores: int = 1
+    workdir: str | Path | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a ``prune_model`` call does, every input checked before anything is written."""
+
+    recipe: Recipe
+    reference: str  # the model: an absolute local directory or a hub id
+    model_type: str
+    out: Path
+    workdir: Path
+    config: dict[str, Any]  # the one-model, one-recipe workflow config
+    calibration: dict[str, Any]
+    evaluate: tuple[str, ...]  # of ``EVALUATIONS``
+    resources: Resources
+    left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
+    worker: Any  # the jobs' process (``LocalWorker``), importing torch while this one plans
+
+    @property
+    def configfile(self) -> Path:
+        return self.workdir / "configs" / f"{self.recipe.name}.yaml"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "logs" / f"{self.recipe.name}.log"
+
+    @property
+    def model_root(self) -> Path:
+        return self.workdir / "results" / model_slug(self.reference) / self.recipe.name
+
+    @property
+    def label(self) -> str:
+        """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``."""
+        from thanos.models.card import pattern_text
+
+        label = (
+            f"{methods.get(self.recipe.method).label} {pattern_text(self.recipe.sparsity, self.recipe.alpha)}"
+        )
+        if self.recipe.owl:
+            label += f" (OWL per block: M {self.recipe.owl_m:g}, lambda {self.recipe.owl_lambda:g})"
+        return label
+
+
+def _evaluations(evaluate: str | Sequence[str]) -> tuple[str, ...]:
+    """``"ppl,zeroshot"`` or a sequence, checked against ``EVALUATIONS``."""
+    if isinstance(evaluate, str):
+        evaluate = [e.strip() for e in evaluate.split(",") if e.strip()]
+    unknown = [e for e in evaluate if e not in EVALUATIONS]
+    if unknown:
+        raise ValueError(f"--evaluate {','.join(unknown)}: choose from {', '.join(EVALUATIONS)}")
+    return tuple(evaluate)
+
+
+def plan(
+    model: str | Path,
+    recipe: Recipe,
+    out: str | Path,
+    calibration: dict[str, Any],
+    evaluation: Evaluation,
+    resources: Resources,
+) -> Plan:
+    """Check the model, the output, the calibration and evaluation sources and the config of one run, and
+    start the jobs' worker: what is wrong is refused here, naming the option, before anything is written.
+    ``calibration``: {source, nsamples, seqlen (None: the model's, at most 2048), seed, text_field}."""
+    from thanos.files.publish import check_out
+    from thanos.runner.worker import LocalWorker
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", resources.device):
+        raise ValueError(f"--device {resources.device!r}: choose auto, cpu, cuda or cuda:N")
+    out = Path(out).expanduser().resolve()
+    check_out(out)
     reference = model_reference(model)
-    cores = cores or os.cpu_count() or 1
-    worker = LocalWorker(cores)  # the jobs' process: imports torch and transformers while this one does
-    model_type, max_positions, all_layers, layers = model_facts(reference, exclude)
+    worker = LocalWorker(resources.cores)  # the jobs' process: imports torch and transformers meanwhile
+    model_type, max_positions, all_layers, layers = model_facts(reference, recipe.exclude)
     if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
         from thanos.models import open_layout
         from thanos.models.neurons import mlp_layout
@@ -292,58 +378,93 @@ def prune_model(
             mlp_layout(*open_layout(reference)[1:])
         except ValueError as err:
             raise ValueError(f"--model {reference}: {err}") from None
+    calib = _calibration(calibration, max_positions)
+    ppl = source_reference(
+        evaluation.ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluation.kinds
+    )
+    workdir = resources.workdir
+    workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
+    config = workflow_config(
+        reference,
+        recipe,
+        calib,
+        device=resources.device,
+        cores=resources.cores,
+        evaluate=evaluation.kinds,
+        ppl_source=ppl,
+        tasks=evaluation.tasks,
+    )
+    check_config(config)
+    left_dense = [layer for layer in all_layers if layer not in layers]
+    return Plan(
+        recipe,
+        reference,
+        model_type,
+        out,
+        workdir,
+        config,
+        calib,
+        evaluation.kinds,
+        resources,
+        left_dense,
+        worker,
+    )
+
+
+def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, Any]:
+    """The calibration of the workflow config: a checked source, the window length within the model's."""
+    seqlen = calibration["seqlen"]
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
         raise ValueError(
             f"--seqlen {seqlen} exceeds the model's {max_positions} positions; give --seqlen {max_positions} "
             "or less"
         )
-    calib = {
-        "source": source_reference(calibration, HUB_SOURCES["calibration"], "--calibration", text_field),
-        "nsamples": nsamples,
-        "seqlen": seqlen,
-        "seed": seed,
-        "text_field": text_field,
-    }
-    ppl = source_reference(ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluate)
-    workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
-    config = workflow_config(
-        reference,
-        recipe,
-        calib,
-        device=device,
-        cores=cores,
-        evaluate=evaluate,
-        ppl_source=ppl,
-        tasks=tasks,
+    source = source_reference(
+        calibration["source"], HUB_SOURCES["calibration"], "--calibration", calibration["text_field"]
     )
-    check_config(config)
-    configfile = workdir / "configs" / f"{name}.yaml"
-    with atomic_path(configfile) as tmp:
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    log_file = workdir / "logs" / f"{name}.log"
-    label = f"{methods.get(method).label} {pattern_text(recipe.sparsity, recipe.alpha)}"
-    if recipe.owl:
-        label += f" (OWL per block: M {recipe.owl_m:g}, lambda {recipe.owl_lambda:g})"
-    _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
-    _print(stream, f"  recipe {name}: {label}")
+    return {**calibration, "source": source, "seqlen": seqlen}
+
+
+def announce(run_plan: Plan, stream: TextIO) -> None:
+    """What the run will do, before it starts: the model, the recipe, the data, where things go."""
+    from thanos.models.card import nm_note
+
+    recipe, calib = run_plan.recipe, run_plan.calibration
+    _print(stream, f"thanos prune-model: {run_plan.reference} ({run_plan.model_type}) -> {run_plan.out}")
+    _print(stream, f"  recipe {recipe.name}: {run_plan.label}")
     if note := nm_note(recipe.sparsity, recipe.alpha):
         _print(stream, f"  {note}")
-    if exclude:
-        shown = ", ".join(repr(p) for p in exclude)
-        dense = [layer for layer in all_layers if layer not in layers]
+    if recipe.exclude:
+        shown = ", ".join(repr(p) for p in recipe.exclude)
+        dense = run_plan.left_dense
         more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
         _print(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
-    calibrated = recipe.needs_hessian
-    data = f"{nsamples} x {seqlen} tokens of {calib['source']}" if calibrated else "no calibration"
-    _print(stream, f"  {data} | device {device} | {cores} cores | evaluate: {', '.join(evaluate) or 'no'}")
-    _print(stream, f"  workdir {workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
-    _print(stream, f"  full log {log_file}")
+    data = f"{calib['nsamples']} x {calib['seqlen']} tokens of {calib['source']}"
+    data = data if recipe.needs_hessian else "no calibration"
+    evaluate = ", ".join(run_plan.evaluate) or "no"
+    resources = run_plan.resources
+    _print(stream, f"  {data} | device {resources.device} | {resources.cores} cores | evaluate: {evaluate}")
+    _print(
+        stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)"
+    )
+    _print(stream, f"  full log {run_plan.log_file}")
+
+
+def run(run_plan: Plan, stream: TextIO, started: float) -> None:
+    """Write the run's config and run the workflow with progress lines; a failed or interrupted run says
+    what failed (the job's log tail) and how to resume, then raises ``WorkflowFailed``."""
+    from thanos.runner.progress import Progress, clock_text, log_tail
+    from thanos.runner.run_workflow import WorkflowFailed, run_workflow
+
+    with atomic_path(run_plan.configfile) as tmp:
+        tmp.write_text(yaml.safe_dump(run_plan.config, sort_keys=False))
+    workdir, log_file = run_plan.workdir, run_plan.log_file
     progress = Progress(workdir, stream=stream)
-    started = time.monotonic()
     with progress:
         try:
-            run_workflow(workdir, configfile, progress, log_file, worker, cores=cores)
+            cores = run_plan.resources.cores
+            run_workflow(workdir, run_plan.configfile, progress, log_file, run_plan.worker, cores=cores)
         except WorkflowFailed as err:
             progress.clear()
             took = clock_text(time.monotonic() - started)
@@ -352,26 +473,47 @@ def prune_model(
                     stream,
                     f"interrupted after {took}: finished jobs are kept; run the same command to resume",
                 )
-            else:
-                what = "; ".join(job.label for job in progress.failed) or str(err)
-                _print(stream, f"FAILED after {took}: {what}")
-                for job in progress.failed:
-                    for log in job.logs:
-                        _print(stream, f"--- {job.label}: {workdir / log} (its full log) says ---")
-                        _print(stream, log_tail(workdir / log))
-                _print(stream, f"--- full log: {log_file}")
-                _print(stream, "fix the cause and run the same command again: finished jobs are kept")
+                raise
+            what = "; ".join(job.label for job in progress.failed) or str(err)
+            _print(stream, f"FAILED after {took}: {what}")
+            for job in progress.failed:
+                for log in job.logs:
+                    _print(stream, f"--- {job.label}: {workdir / log} (its full log) says ---")
+                    _print(stream, log_tail(workdir / log))
+            _print(stream, f"--- full log: {log_file}")
+            _print(stream, "fix the cause and run the same command again: finished jobs are kept")
             raise
     if progress.nothing_to_do:
         progress.note("nothing to do: every job finished in an earlier run")
-    model_root = workdir / "results" / model_slug(reference) / name
-    model_dir = model_root / "model"
+
+
+def publish_result(run_plan: Plan) -> tuple[dict[str, Any], dict[str, Any] | None, Any, list[str]]:
+    """Publish the assembled model to ``out`` with its model card: (report, evaluation, sparsity summary,
+    what ``publish`` found changed in ``out``)."""
+    from thanos.files.publish import publish
+    from thanos.models.card import CARD, model_card, summarize
+
+    model_dir = run_plan.model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())
-    evaluation = _evaluation(model_root, evaluate)
+    evaluation = _evaluation(run_plan.model_root, run_plan.evaluate)
     summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
-    card = model_card(report, summary, evaluation, out)
-    before = publish(model_dir, out, {CARD: card})
-    took = clock_text(time.monotonic() - started)
+    card = model_card(report, summary, evaluation, run_plan.out)
+    return report, evaluation, summary, publish(model_dir, run_plan.out, {CARD: card})
+
+
+def print_summary(
+    run_plan: Plan,
+    report: dict[str, Any],
+    evaluation: dict[str, Any] | None,
+    summary: Any,
+    before: list[str],
+    stream: TextIO,
+    started: float,
+) -> None:
+    """The closing lines: what was written, the achieved sparsity, the evaluations, how to load it."""
+    from thanos.runner.progress import clock_text
+
+    out, took = run_plan.out, clock_text(time.monotonic() - started)
     if not before:
         _print(stream, f"unchanged (it already holds this model): {out} ({took})")
     elif before == ["new"]:
@@ -380,16 +522,16 @@ def prune_model(
         _print(stream, f"written again: {out} ({took}); what was there had changed: {'; '.join(before)}")
     _print(
         stream,
-        f"  {label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
+        f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
         f"({100 * summary.global_sparsity:.2f} % of all parameters)",
     )
     if compact := report.get("compact"):
-        before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+        original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
         _print(
             stream,
             f"  compact: MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
-            f"({compact['width_key']}); {after:,} of {before:,} parameters "
-            f"({100 * (1 - after / before):.1f} % fewer)",
+            f"({compact['width_key']}); {kept:,} of {original:,} parameters "
+            f"({100 * (1 - kept / original):.1f} % fewer)",
         )
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]
@@ -397,4 +539,3 @@ def prune_model(
     if evaluation and "zeroshot" in evaluation:
         _print(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %")
     _print(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
-    return {**report, "out": str(out), "workdir": str(workdir), "evaluation": evaluation}
