@@ -16,10 +16,10 @@ LAYERS = (
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints, publishing
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
+    "report",  # how a method is shown (the model card names it), tables, figures, orderings
     "models",  # adapters, checkpoints, the model card, tiny models
     "stages",  # one function per pipeline stage
     "evaluation",  # perplexity, zero-shot
-    "report",  # tables, figures, orderings
     "demo",  # the offline demo's corpus, task and model
     "runner",  # the Snakemake run, its worker and devices, one recipe in one call
     "commands",  # one module per `python -m thanos` command

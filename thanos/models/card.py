@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from thanos.data.safetensors_io import open_safetensors
-from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
+from thanos.report.labels import LABELS
 
 CARD = "README.md"
 SIDECAR = "sparsity.json"
@@ -409,7 +409,7 @@ def model_card(
 ) -> str:
     """The README.md text of a pruned model directory."""
     recipe, model = report["recipe"], report["model"]
-    spec = methods.get(recipe["method"])
+    spec = LABELS[recipe["method"]]
     method = spec.label
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)

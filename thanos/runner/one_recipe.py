@@ -29,6 +29,7 @@ import yaml
 from thanos.files.atomic import atomic_path
 from thanos.files.recipes import select_layers
 from thanos.pruning import methods
+from thanos.report.labels import LABELS
 
 # how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
 # block in one process (layers of small models prune in milliseconds, a process start costs seconds)
@@ -366,7 +367,7 @@ def prune_model(
     with atomic_path(configfile) as tmp:
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = workdir / "logs" / f"{name}.log"
-    label = f"{methods.get(method).label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
+    label = f"{LABELS[method].label} {pattern_text(recipe['sparsity'], recipe['alpha'])}"
     if recipe.get("profile") == "owl":
         label += f" (OWL per block: M {recipe['owl_m']:g}, lambda {recipe['owl_lambda']:g})"
     _print(stream, f"thanos prune-model: {reference} ({model_type}) -> {out}")
