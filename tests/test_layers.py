@@ -14,11 +14,11 @@ PACKAGE = Path(thanos.__file__).parent
 LAYERS = (
     "errors",  # PathError: every layer names the file it failed on
     "pruning",  # the math of one layer
-    "files",  # names, atomic writes, digests, fingerprints, publishing
+    "files",  # names, atomic writes, digests, fingerprints
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
     "report",  # how a method is shown (the model card names it), tables, figures, orderings
-    "models",  # adapters, checkpoints, the model card, tiny models
-    "stages",  # one function per pipeline stage
+    "models",  # adapters, checkpoints, tiny models
+    "stages",  # one function per pipeline stage: assembly with its model card, publishing
     "evaluation",  # perplexity, zero-shot
     "demo",  # the offline demo's corpus, task and model
     "runner",  # the Snakemake run, its worker and devices, one recipe in one call

@@ -9,8 +9,12 @@
 
 - ``chain``: a whole recipe (or the dense chain) block by block in one process (``memory``: its
   malloc set-up and resident set size, flat in depth)
-- ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report
+- ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report;
+  ``achieved_sparsity``: its ``sparsity.json``, counted on the written weights; ``card``: its model card
+  (README.md)
+- ``publish``: an assembled model -> a verified copy in the user's output directory (``thanos prune-model``)
 
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
-Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.models`` and ``thanos.errors``.
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.report`` (how the model card
+names a method), ``thanos.models`` and ``thanos.errors``.
 """

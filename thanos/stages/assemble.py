@@ -3,7 +3,7 @@
 The output directory holds the original config, generation config and tokenizer files (copied byte for byte),
 the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``; pruned
 layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original
-dtypes); ``thanos.models.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
+dtypes); ``thanos.stages.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
 card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the size and
 sha256 of every other file (``thanos.files.digests``: what later readers check the model against). A
 ``neurons:p`` recipe's model is written compact by default (``thanos.stages.compact``: the removed MLP
@@ -36,9 +36,9 @@ from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, unfinished
 from thanos.files.recipes import Recipe
-from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
+from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction, wants_compaction
 
 log = logging.getLogger(__name__)
