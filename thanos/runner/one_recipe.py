@@ -303,9 +303,9 @@ def prune_model(
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``thanos.runner.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
+    from thanos.jobs.worker import LocalWorker
     from thanos.runner.progress import Progress, clock_text, log_tail
     from thanos.runner.run_workflow import WorkflowFailed, run_workflow
-    from thanos.runner.worker import LocalWorker
     from thanos.stages.achieved_sparsity import summarize
     from thanos.stages.card import CARD, model_card, nm_note, pattern_text
     from thanos.stages.publish import check_out, publish
