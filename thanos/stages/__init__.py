@@ -11,7 +11,7 @@
   malloc set-up and resident set size, flat in depth)
 - ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report;
   ``achieved_sparsity``: its ``sparsity.json``, counted on the written weights; ``card``: its model card
-  (README.md)
+  (README.md); ``provenance``: what its report records of where it came from (calibration, versions)
 - ``publish``: an assembled model -> a verified copy in the user's output directory (``thanos prune-model``)
 
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
