@@ -25,6 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.stages.owl import owl
+    from thanos.stages.owl_plan import owl
 
     owl(args.model, args.hessians, args.sparsity, args.out, m=args.owl_m, lam=args.owl_lambda)

@@ -5,7 +5,8 @@
 - ``capture``: dense block l over its inputs -> one fp32 Hessian per input group
 - ``prune``: original weights (lazy) + Hessians -> pruned layers (safetensors + stats json)
 - ``propagate``: block l (pruned or dense) over its inputs -> block l + 1 inputs
-- ``owl``: the dense Hessians of every block + the weights -> a recipe's OWL sparsity per block (owl.json)
+- ``owl_plan``: the dense Hessians of every block + the weights -> a recipe's OWL sparsity per block
+  (owl.json; the ``owl`` stage)
 
 - ``chain``: a whole recipe (or the dense chain) block by block in one process (``memory``: its
   malloc set-up and resident set size, flat in depth)

@@ -39,7 +39,7 @@ from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction, wants_compaction
-from thanos.stages.owl import owl_blocks
+from thanos.stages.owl_plan import owl_blocks
 from thanos.stages.provenance import calibration_provenance, disk_usage, package_versions
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,8 @@ def assemble(
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
 
-    ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl``): the report's ``owl`` holds it, with the
-    sparsity of every block counted on the written weights beside the planned one.
+    ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``): the report's ``owl`` holds it, with
+    the sparsity of every block counted on the written weights beside the planned one.
 
     ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
 

@@ -1,4 +1,4 @@
-"""``owl`` stage: a recipe's per-block sparsities (OWL, ``thanos.pruning.owl``) -> ``owl.json``.
+"""``owl`` stage: a recipe's per-block sparsities, its plan (OWL, ``thanos.pruning.owl``) -> ``owl.json``.
 
 It reads the dense chain's Hessian stores of every block (``||X_j||^2 = N H_jj / 2``: no pass over the
 model) and the original weights, one layer at a time, and writes one JSON file that the recipe's prune

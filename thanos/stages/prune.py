@@ -72,7 +72,7 @@ def prune(
         )
     profile = {}
     if owl is not None:
-        from thanos.stages.owl import block_sparsity
+        from thanos.stages.owl_plan import block_sparsity
 
         target = str(parse_sparsity(sparsity))
         sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, target))
