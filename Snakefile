@@ -8,8 +8,8 @@
 import sys
 import time
 
-from thanos.runner.joblogs import summary as failed_jobs_summary
-from thanos.runner.worker import for_this_run as start_job_worker
+from thanos.jobs.joblogs import summary as failed_jobs_summary
+from thanos.jobs.worker import for_this_run as start_job_worker
 
 STARTED = time.time()
 
@@ -36,7 +36,7 @@ rule all:
 
 onstart:
     # a local run's `python -m thanos` jobs run in forks of one warm process: Python and its imports
-    # start once per run, not once per job (thanos/runner/worker.py)
+    # start once per run, not once per job (thanos/jobs/worker.py)
     logger.info(start_job_worker(workflow.local_exec, config["threads"]))
 
 

@@ -137,7 +137,7 @@ def main() -> None:
     import zarr
 
     from thanos.recipe import Recipe
-    from thanos.stages.owl import compute
+    from thanos.stages.owl_plan import compute
 
     plan = json.loads((args.results / args.model_name / args.recipe / "owl.json").read_text())
     tokens = args.results / args.model_name / "calib" / "tokens.zarr"

@@ -41,7 +41,7 @@ import torch
 from revisions import module_at  # bench/revisions.py
 
 from thanos import METHODS, prune_layer
-from thanos.pruning.algorithms import masks, sparsegpt, thanos
+from thanos.pruning.algorithms import masks, sparsegpt, thanos_blockwise
 from thanos.pruning.hessian import inverse_cholesky
 from thanos.pruning.layer import layer_objective
 
@@ -218,9 +218,9 @@ def layer_table(args: argparse.Namespace) -> list[dict]:
 
 
 def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
-    before = module_at(args.before, "thanos/pruning/algorithms/thanos.py") if args.before else None
+    before = module_at(args.before, "thanos/pruning/algorithms/thanos_blockwise.py") if args.before else None
     solve_seconds = [0.0]
-    solve = thanos.solve_systems
+    solve = thanos_blockwise.solve_systems
 
     def timed_solve(*a: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
@@ -228,7 +228,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
         solve_seconds[0] += time.perf_counter() - start
         return out
 
-    thanos.solve_systems = timed_solve  # measures the share of the per-row solves in the kernel
+    thanos_blockwise.solve_systems = timed_solve  # measures the share of the per-row solves in the kernel
     rows = []
     print(
         f"\nKernels alone (best of {args.repeat}, interleaved; fp32 GEMM rate of this machine {gemm:.1f} "
@@ -247,7 +247,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
             for pattern, B in KERNEL_PATTERNS:
                 if pattern not in args.patterns:
                     continue
-                kernels = {"thanos": thanos, "sparsegpt": None}
+                kernels = {"thanos": thanos_blockwise, "sparsegpt": None}
                 if before is not None:
                     kernels["thanos (before)"] = before
                 best: dict[str, tuple[float, float, float]] = {}
@@ -320,7 +320,7 @@ def kernel_table(args: argparse.Namespace, gemm: float) -> list[dict]:
                 f"{data:>10} {size:>9} {'inverse factor U':>16} {factor_wall:>22.3f}"
                 "   (shared by both kernels)"
             )
-    thanos.solve_systems = solve
+    thanos_blockwise.solve_systems = solve
     return rows
 
 

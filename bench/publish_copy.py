@@ -1,5 +1,5 @@
-"""What publishing a model as a verified copy costs: ``thanos.files.publish.publish`` against ``cp -r`` of the
-same directory, and the sha256 record ``assemble`` writes, on a model directory of ``--gib`` GiB.
+"""What publishing a model as a verified copy costs: ``thanos.stages.publish.publish`` against ``cp -r`` of
+the same directory, and the sha256 record ``assemble`` writes, on a model directory of ``--gib`` GiB.
 
     OMP_WAIT_POLICY=PASSIVE python bench/publish_copy.py --gib 4
 
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from thanos.files import digests
-from thanos.files.publish import publish
+from thanos.stages.publish import publish
 
 SHARD = 2 << 30
 

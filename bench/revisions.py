@@ -1,9 +1,9 @@
 """A module of the package as it was at a git revision, imported on its own beside today's package.
 
-Modules moved when the package was grouped into layers (docs/changelog.md): at an older revision a file
-lies at its old path and imports its neighbours by their old names. ``module_at`` finds it there and
-points those imports at today's modules; files that a module reads beside itself (the Thanos row
-solver's C source) come along from the same revision.
+Modules moved when the package was grouped into layers, and some were renamed since (docs/changelog.md):
+at an older revision a file lies at an old path and imports its neighbours by their old names.
+``module_at`` finds it there and points those imports at today's modules; files that a module reads
+beside itself (the Thanos row solver's C source) come along from the same revision and folder.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ MOVED = {
     "thanos.algorithms": "thanos.pruning.algorithms",
     "thanos.atomic": "thanos.files.atomic",
 }
-# today's path -> the path before the move, for the files the benches load
+# today's path -> its earlier paths, newest first, for the files the benches load
 OLD_PATHS = {
-    "thanos/pruning/algorithms/thanos.py": "thanos/algorithms/thanos.py",
-    "thanos/data/storage.py": "thanos/storage.py",
+    "thanos/pruning/algorithms/thanos_blockwise.py": (
+        "thanos/pruning/algorithms/thanos.py",
+        "thanos/algorithms/thanos.py",
+    ),
+    "thanos/data/storage.py": ("thanos/storage.py",),
 }
-BESIDE = {"thanos/pruning/algorithms/thanos.py": ("solve_rows.c",)}
+BESIDE = {"thanos/pruning/algorithms/thanos_blockwise.py": ("solve_rows.c",)}
 
 
 def _show(rev: str, path: str) -> str | None:
@@ -36,15 +39,17 @@ def _show(rev: str, path: str) -> str | None:
 
 def module_at(rev: str, path: str) -> ModuleType:
     """``path`` (today's path of a module, e.g. ``thanos/data/storage.py``) as it was at ``rev``."""
-    before = OLD_PATHS.get(path, path)
-    source = _show(rev, path) or _show(rev, before)
-    if source is None:
-        raise SystemExit(f"{path} (or {before}) does not exist at git revision {rev}")
+    paths = (path, *OLD_PATHS.get(path, ()))
+    found = next(((p, text) for p in paths if (text := _show(rev, p)) is not None), None)
+    if found is None:
+        earlier = f" (nor {', '.join(paths[1:])})" if len(paths) > 1 else ""
+        raise SystemExit(f"{path}{earlier} does not exist at git revision {rev}")
+    there, source = found
     for name in sorted(MOVED, key=len, reverse=True):
         source = re.sub(rf"\b{re.escape(name)}\b", MOVED[name], source)
     work = Path(tempfile.mkdtemp())
     for name in BESIDE.get(path, ()):
-        text = _show(rev, str(Path(path).with_name(name)))
+        text = _show(rev, str(Path(there).with_name(name)))
         if text is not None:
             (work / name).write_text(text)
     file = work / Path(path).name

@@ -78,7 +78,7 @@ def main() -> None:
         out / "model", "llama", hidden_size=args.hidden, num_blocks=args.blocks, num_heads=args.hidden // 64
     )
     recipes = dict(list(RECIPES.items())[: args.recipes])
-    from thanos.runner.granularity import choose_granularity
+    from thanos.jobs.granularity import choose_granularity
 
     granularity = choose_granularity(args.granularity, cluster=False, gpus=0)[0]  # device cpu, local
     threads = args.cores if granularity in ("block", "recipe") else 1

@@ -14,7 +14,7 @@ import torch
 import thanos
 from thanos import HessianAccumulator, prune_layer
 from thanos.pruning.algorithms import masks
-from thanos.pruning.algorithms import thanos as thanos_kernel
+from thanos.pruning.algorithms import thanos_blockwise as thanos_kernel
 from thanos.pruning.hessian import inverse_cholesky
 from thanos.pruning.layer import layer_objective
 from thanos.pruning.sparsity import exact, structured_count

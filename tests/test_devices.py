@@ -1,4 +1,4 @@
-"""GPU slot pool (thanos.runner.devices): real concurrent processes with a fake device count."""
+"""GPU slot pool (thanos.jobs.devices): real concurrent processes with a fake device count."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from thanos.runner.devices import acquire, resolve_devices
+from thanos.jobs.devices import acquire, resolve_devices
 
 RECORD = (
     "import json, os, sys, time; t0 = time.time(); time.sleep(float(sys.argv[2])); "
@@ -22,7 +22,7 @@ RECORD = (
 def _run_pool(tmp_path, slots, jobs, hold=0.4, count=1):
     procs = []
     for i in range(jobs):
-        cmd = [sys.executable, "-m", "thanos.runner.devices", "--slots", str(slots), "--count", str(count)]
+        cmd = [sys.executable, "-m", "thanos.jobs.devices", "--slots", str(slots), "--count", str(count)]
         cmd += ["--lock-dir", str(tmp_path / "locks")]
         cmd += ["--", sys.executable, "-c", RECORD, str(tmp_path / f"job{i}.json"), str(hold)]
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -55,7 +55,7 @@ def test_multi_gpu_jobs_get_distinct_devices_never_shared(tmp_path):
         for (_, end), (start, _) in zip(held, held[1:], strict=False):
             assert start >= end, f"two jobs held device {dev} at once"
     too_many = subprocess.run(
-        [sys.executable, "-m", "thanos.runner.devices", "--slots", "2", "--count", "3", "--", "true"],
+        [sys.executable, "-m", "thanos.jobs.devices", "--slots", "2", "--count", "3", "--", "true"],
         capture_output=True,
         text=True,
     )
@@ -64,7 +64,7 @@ def test_multi_gpu_jobs_get_distinct_devices_never_shared(tmp_path):
 
 def test_lock_released_when_process_is_killed(tmp_path):
     lock_dir = tmp_path / "locks"
-    cmd = [sys.executable, "-m", "thanos.runner.devices", "--slots", "1", "--lock-dir", str(lock_dir), "--"]
+    cmd = [sys.executable, "-m", "thanos.jobs.devices", "--slots", "1", "--lock-dir", str(lock_dir), "--"]
     holder = subprocess.Popen([*cmd, sys.executable, "-c", "import time; time.sleep(60)"])
     deadline = time.time() + 30
     while not (lock_dir / "gpu-0.lock").exists() and time.time() < deadline:
@@ -95,7 +95,7 @@ def test_resolve_devices(monkeypatch):
 def test_no_slots_runs_command_unchanged(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     out = subprocess.run(
-        [sys.executable, "-m", "thanos.runner.devices", "--", "sh", "-c", "echo [$CUDA_VISIBLE_DEVICES]"],
+        [sys.executable, "-m", "thanos.jobs.devices", "--", "sh", "-c", "echo [$CUDA_VISIBLE_DEVICES]"],
         capture_output=True,
         text=True,
         check=True,

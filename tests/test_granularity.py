@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from thanos.runner.granularity import choose_granularity
+from thanos.jobs.granularity import choose_granularity
 
 REPO = Path(__file__).resolve().parents[1]
 

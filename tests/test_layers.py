@@ -14,22 +14,23 @@ PACKAGE = Path(thanos.__file__).parent
 LAYERS = (
     "errors",  # PathError: every layer names the file it failed on
     "pruning",  # the math of one layer
-    "files",  # names, atomic writes, digests, fingerprints, publishing
+    "files",  # names, atomic writes, digests, fingerprints
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
-    "models",  # adapters (the generic one), the layout read by name, checkpoints, the model card
-    "stages",  # one function per pipeline stage
+    "report",  # how a method is shown (the model card names it), tables, figures, orderings
+    "models",  # the adapter (the generic one), the layout read by name, checkpoints
+    "stages",  # one function per pipeline stage: assembly with its model card, publishing
     "evaluation",  # perplexity, zero-shot
-    "report",  # tables, figures, orderings
     "demo",  # the offline demo's corpus, task and model; tiny models of the tested types
-    "runner",  # the Snakemake run, its worker and devices, one recipe in one call
+    "jobs",  # what a job and the workflow's parse import: the job worker, GPU slots, granularity, job logs
+    "runner",  # the Snakemake run in this process, its progress, one recipe in one call
     "commands",  # one module per `python -m thanos` command
     "cli",
     "__main__",
 )
 # the only edges up, each with its reason
 UPWARD = {
-    ("thanos.runner.worker", "thanos.cli"): "the worker runs the CLI in its forked children",
+    ("thanos.jobs.worker", "thanos.cli"): "the worker runs the CLI in its forked children",
 }
 FACE = ("__init__.py", "__main__.py", "cli.py", "errors.py")
 
@@ -75,7 +76,7 @@ def test_top_level_shows_the_layers() -> None:
     assert entries == set(FACE) | rooms | {
         f"{name}.py" for name in LAYERS if (PACKAGE / f"{name}.py").is_file()
     }
-    assert len(rooms) <= 10, sorted(rooms)
+    assert len(rooms) <= 11, sorted(rooms)
 
 
 def test_every_subpackage_opens_with_a_docstring() -> None:
@@ -106,11 +107,11 @@ def test_imports_point_down() -> None:
 
 
 def test_the_checker_sees_an_upward_import(tmp_path) -> None:
-    """The test above can fail: a stage importing the runner is caught, a lazy import too."""
+    """The test above can fail: a stage importing the job worker is caught, a lazy import too."""
     source = tmp_path / "chain.py"
-    source.write_text("def f():\n    from thanos.runner import worker\n")
-    assert imports("thanos.stages.chain", source) == {"thanos.runner.worker"}
-    assert LAYERS.index(layer("thanos.runner.worker")) > LAYERS.index(layer("thanos.stages.chain"))
+    source.write_text("def f():\n    from thanos.jobs import worker\n")
+    assert imports("thanos.stages.chain", source) == {"thanos.jobs.worker"}
+    assert LAYERS.index(layer("thanos.jobs.worker")) > LAYERS.index(layer("thanos.stages.chain"))
 
 
 def test_upward_edges_exist() -> None:

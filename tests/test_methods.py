@@ -14,6 +14,7 @@ from thanos import METHODS, prune_layer
 from thanos.pruning import methods
 from thanos.pruning.kernels import Problem
 from thanos.pruning.sparsity import exact, neuron_count, parse_sparsity, structured_count
+from thanos.report.labels import LABELS
 
 C, B = 24, 32
 PATTERNS = {"unstructured": "0.5", "nm": "2:4", "structured": "structured:0.25", "neurons": "neurons:0.25"}
@@ -57,6 +58,7 @@ def test_every_method_prunes_every_pattern_exactly(name: str, kind: str) -> None
 
 def test_registry_facts() -> None:
     assert METHODS == methods.names() == ("magnitude", "sparsegpt", "wanda", "thanos")
+    assert tuple(LABELS) == METHODS, "every method has its label, in table order"
     assert [m for m in METHODS if not methods.get(m).needs_hessian] == ["magnitude"]
     thanos = methods.get("thanos")
     assert (thanos.default_blocksize("unstructured"), thanos.default_blocksize("nm")) == (128, 512)
@@ -76,8 +78,6 @@ def test_unknown_method_and_missing_kernel(monkeypatch) -> None:
         prune_layer(W, H, "obc", 0.5)
     partial = methods.Method(
         name="unstructured_only",
-        label="U",
-        color="#000000",
         needs_hessian=False,
         updates_weights=False,
         kernels={"unstructured": "thanos.pruning.kernels:magnitude_unstructured"},
@@ -103,7 +103,7 @@ def test_torch_free_modules() -> None:
     """What the workflow's config parsing and the CLI parsers import loads without torch."""
     code = (
         "import sys; import thanos.pruning.methods, thanos.recipe, thanos.files.layout; "
-        "import thanos.commands._args; "
+        "import thanos.commands._args, thanos.report.labels; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -163,7 +163,7 @@ def _direct_norms(model_dir: Path, tokens: Path) -> dict[int, dict[str, torch.Te
 def test_owl_json_agrees_with_the_dense_activations(run):
     """The artifact (from the dense chain's Hessian stores) and a direct computation (the dense HF model's
     activations in memory) give the same outliers and sparsities."""
-    from thanos.stages.owl import compute
+    from thanos.stages.owl_plan import compute
 
     results = run / "results" / "llama"
     norms = _direct_norms(run / "models" / "llama", results / "calib" / "tokens.zarr")

@@ -79,7 +79,7 @@ def first(inputs, tmp_path_factory) -> tuple[Path, Path, str]:
 def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from transformers import AutoModelForCausalLM
 
-    from thanos.models.card import summarize
+    from thanos.stages.achieved_sparsity import summarize
 
     out, workdir, terminal = first
     for line in ("recipe thanos_2-4", "every row of every pruned layer is 2:4", "block 6/6 done"):

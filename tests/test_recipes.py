@@ -221,6 +221,6 @@ def test_schema_leaves_methods_and_recipe_names_to_the_package():
     text = json.dumps(schema)
     for name in methods.names():
         assert f'"{name}"' not in text
-    from thanos.runner.granularity import ALIASES, GRANULARITIES
+    from thanos.jobs.granularity import ALIASES, GRANULARITIES
 
     assert schema["properties"]["granularity"]["enum"] == ["auto", *GRANULARITIES, *ALIASES]

@@ -1,5 +1,5 @@
 """The user's side: every error about the user's data names the file and the fix, and a published model
-owns its bytes (``thanos.files.publish``, ``thanos.files.digests``). Unit level: real files, real tokenizers,
+owns its bytes (``thanos.stages.publish``, ``thanos.files.digests``). Unit level: real files, real tokenizers,
 real lm-eval task loading; the end-to-end cases are in test_prune_model.py and test_faults.py."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from thanos.errors import PathError
 from thanos.evaluation.perplexity import load_eval_text, tokenize_windows
 from thanos.evaluation.zeroshot import load_tasks, task_manager
 from thanos.files import digests
-from thanos.files.publish import publish
 from thanos.models import check_tokenizer_files, load_config, load_tokenizer
+from thanos.stages.publish import publish
 
 
 @pytest.fixture(scope="module")

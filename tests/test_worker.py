@@ -1,4 +1,4 @@
-"""The local job worker (``thanos.runner.worker``): ``python -m thanos`` jobs forwarded to a warm process give
+"""The local job worker (``thanos.jobs.worker``): ``python -m thanos`` jobs forwarded to a warm process give
 the same files, logs and exit status as run by themselves (real processes, a real Unix socket)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thanos.runner.worker import ENV, LocalWorker
+from thanos.jobs.worker import ENV, LocalWorker
 
 
 def thanos(*args: str | Path, cwd: Path, env: dict[str, str], log: Path) -> int:
@@ -52,7 +52,7 @@ def test_forwarded_jobs_write_the_same_files_logs_and_status(tmp_path):
 
 
 def test_a_snakemake_run_starts_a_worker_only_where_its_jobs_run_locally(monkeypatch):
-    from thanos.runner import worker
+    from thanos.jobs import worker
 
     monkeypatch.delenv(ENV, raising=False)
     assert "cluster run" in worker.for_this_run(local=False, threads=1)

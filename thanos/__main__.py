@@ -1,6 +1,6 @@
 import sys
 
-from thanos.runner.worker import forward
+from thanos.jobs.worker import forward
 
 code = forward(sys.argv[1:])  # a job of `thanos prune-model`: run by its warm worker
 if code is None:

@@ -22,6 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.stages.owl import owl
+    from thanos.stages.owl_plan import owl
 
     owl(args.model, args.hessians, _args.recipe(args), args.out, args.model_info)

@@ -2,7 +2,7 @@
 
 ``assemble`` records ``{"files": {name: {"bytes": n, "sha256": hex}}}`` in ``pruning_report.json`` (every
 file of the directory but the report itself). Whoever reads the model later checks it against that record
-first: ``thanos prune-model`` before it publishes (``thanos.files.publish``), the evaluation stages before
+first: ``thanos prune-model`` before it publishes (``thanos.stages.publish``), the evaluation stages before
 they load it. An edit, truncation or deletion made since (by a user, a script, a disk) is named, file by file,
 instead of being published or evaluated as the pruned model. Torch-free.
 

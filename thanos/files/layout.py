@@ -122,7 +122,7 @@ class Layout:
         return f"{self.pruned(model, recipe)}/{CHAIN_SUMMARY}"
 
     def owl(self, model: str, recipe: str) -> str:
-        """An OWL recipe's per-block sparsities (``thanos.stages.owl``), read by its prune jobs."""
+        """An OWL recipe's per-block sparsities (``thanos.stages.owl_plan``), read by its prune jobs."""
         return f"{self.root}/{model}/{recipe}/owl.json"
 
     def model_dir(self, model: str, recipe: str) -> str:

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import torch
 
-from thanos.pruning.algorithms import magnitude, masks, sparsegpt, thanos, wanda
+from thanos.pruning.algorithms import magnitude, masks, sparsegpt, thanos_blockwise, wanda
 from thanos.pruning.sparsity import Sparsity, neuron_count, structured_count, unstructured_count
 
 
@@ -98,7 +98,7 @@ def sparsegpt_structured(problem: Problem) -> Result:
 
 def thanos_unstructured(problem: Problem) -> Result:
     xnorm = masks.input_norms(problem.H)
-    return thanos.thanos_unstructured(
+    return thanos_blockwise.thanos_unstructured(
         problem.W, problem.U, xnorm, problem.k, problem.blocksize, problem.row_batch_bytes
     )
 
@@ -106,9 +106,11 @@ def thanos_unstructured(problem: Problem) -> Result:
 def thanos_nm(problem: Problem) -> Result:
     xnorm = masks.input_norms(problem.H)
     n, m = problem.pattern.n, problem.pattern.m
-    return thanos.thanos_nm(problem.W, problem.U, xnorm, n, m, problem.blocksize, problem.row_batch_bytes)
+    return thanos_blockwise.thanos_nm(
+        problem.W, problem.U, xnorm, n, m, problem.blocksize, problem.row_batch_bytes
+    )
 
 
 def thanos_structured(problem: Problem) -> Result:
     xnorm = masks.input_norms(problem.H)
-    return thanos.thanos_structured(problem.W, problem.U, xnorm, problem.s)
+    return thanos_blockwise.thanos_structured(problem.W, problem.U, xnorm, problem.s)

@@ -2,9 +2,10 @@
 
 ``prune_layer`` takes the defaults, the Hessian and factor requirements and the kernels from here; the
 commands take their ``--method`` choices, the workflow its config check and which recipes need
-calibration, the report its order, labels and colours. Adding a method is one entry in ``METHODS`` and a
-kernel module. This module imports no torch: kernels are named as ``"module:function"`` and imported on
-first use, so building the CLI parser or parsing the workflow config stays fast.
+calibration, the report its order; how a reader sees a method (label, colour, paper) is
+``thanos.report.labels``. Adding a method is one entry in ``METHODS``, a kernel module and its label.
+This module imports no torch: kernels are named as ``"module:function"`` and imported on first use, so
+building the CLI parser or parsing the workflow config stays fast.
 
 Every kernel of one pattern kind has the same call signature: ``kernel(problem) -> (W, mask)``, where
 ``problem`` is a ``thanos.pruning.kernels.Problem`` (the rows to prune, H, the inverse factor U, the pattern,
@@ -34,7 +35,7 @@ def _kernels(method: str) -> dict[Kind, str]:
 
 @dataclass(frozen=True)
 class Method:
-    """A pruning method: what it needs, its defaults per pattern kind, its kernels and how reports show it.
+    """A pruning method: what it needs, its defaults per pattern kind and its kernels.
 
     ``needs_hessian``: the layer Hessian H = (2/N) sum X X^T (so calibration data and the workflow's
     capture jobs); ``updates_weights``: the kept weights are updated, with U the upper Cholesky factor of
@@ -45,15 +46,11 @@ class Method:
     """
 
     name: str
-    label: str
-    color: str
     needs_hessian: bool
     updates_weights: bool
     kernels: dict[Kind, str]
     blocksize: dict[Kind, int] = field(default_factory=dict)
     alpha: dict[Kind, float] = field(default_factory=dict)
-    alpha_in_label: bool = False
-    reference: str = ""  # the method's paper, cited by the model card (Thanos: the card's BibTeX)
 
     def default_blocksize(self, kind: Kind) -> int | None:
         return self.blocksize.get(kind)
@@ -68,37 +65,25 @@ METHODS: dict[str, Method] = {
     for method in (
         Method(
             name="magnitude",  # Section 3.1: smallest |W_ij|, no update
-            label="Magnitude",
-            color="#7f7f7f",
             needs_hessian=False,
             updates_weights=False,
             kernels=_kernels("magnitude"),
         ),
         Method(
             name="sparsegpt",  # Section 3.3: OBS column by column, blocks of B
-            label="SparseGPT",
-            color="#1f77b4",
             needs_hessian=True,
             updates_weights=True,
             kernels=_kernels("sparsegpt"),
             blocksize={kind: 128 for kind in KINDS},
-            reference="Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately Pruned in "
-            "One-Shot (ICML 2023)",
         ),
         Method(
             name="wanda",  # Section 3.4: |W_ij| ||X_j|| per output row, no update
-            label="Wanda",
-            color="#2ca02c",
             needs_hessian=True,
             updates_weights=False,
             kernels=_kernels("wanda"),
-            reference="Sun et al., A Simple and Effective Pruning Approach for Large Language Models "
-            "(ICLR 2024)",
         ),
         Method(
             name="thanos",  # Section 4: Alg. 1 (unstructured), 8 (n:m), 2 (structured)
-            label="Thanos",
-            color="#d62728",
             needs_hessian=True,
             updates_weights=True,
             kernels=_kernels("thanos"),
@@ -106,7 +91,6 @@ METHODS: dict[str, Method] = {
             # structured: the paper's setting. n:m: 0, so that every row is n:m (the pattern 2:4 kernels
             # run); the paper's n:m variant keeps 10 % of the rows dense: alpha 0.1, asked for by name
             alpha={"structured": 0.1},
-            alpha_in_label=True,
         ),
     )
 }

@@ -20,12 +20,13 @@ from thanos.files.layout import DENSE, NOT_MODELS
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity
 from thanos.recipe import Recipe, from_name
+from thanos.report.labels import LABELS
 
 log = logging.getLogger(__name__)
 
 # the dense model first, then the methods in their registry order (thanos/pruning/methods.py)
 METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
-METHOD_NAMES = {DENSE: "Dense"} | {name: method.label for name, method in methods.METHODS.items()}
+METHOD_NAMES = {DENSE: "Dense"} | {name: shown.label for name, shown in LABELS.items()}
 KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3, "neurons": 4}
 # the paper's appendix column order and labels
 TASK_LABELS = {
@@ -213,7 +214,7 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
 
 
 def _alpha_in_label(method: str) -> bool:
-    return method in methods.METHODS and methods.METHODS[method].alpha_in_label
+    return method in LABELS and LABELS[method].alpha_in_label
 
 
 def method_label(method: str, alpha: float | None = None) -> str:

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.pruning import methods
 from thanos.report.collect import (
     METHOD_ORDER,
     as_float,
@@ -57,6 +56,7 @@ from thanos.report.collect import (
     shown_alpha,
     sortable,
 )
+from thanos.report.labels import LABELS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 Drawn = Iterator[tuple[str, "Figure"]]
 FORMATS = ("pdf", "png")
 KIND_TITLES = {"unstructured": "Unstructured", "nm": "Semi-structured n:m", "structured": "Structured"}
-METHOD_COLORS = {name: method.color for name, method in methods.METHODS.items()}
+METHOD_COLORS = {name: shown.color for name, shown in LABELS.items()}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 # the baselines drawn as reference levels in the alpha ablation, with their line style

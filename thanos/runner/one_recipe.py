@@ -28,8 +28,8 @@ from typing import Any, TextIO
 import yaml
 
 from thanos.files.atomic import atomic_path
-from thanos.pruning import methods
 from thanos.recipe import ConfigError, Recipe, select_layers
+from thanos.report.labels import LABELS
 
 # how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
 # block in one process (layers of small models prune in milliseconds, a process start costs seconds)
@@ -329,11 +329,9 @@ class Plan:
     @property
     def label(self) -> str:
         """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``."""
-        from thanos.models.card import pattern_text
+        from thanos.stages.card import pattern_text
 
-        label = (
-            f"{methods.get(self.recipe.method).label} {pattern_text(self.recipe.sparsity, self.recipe.alpha)}"
-        )
+        label = f"{LABELS[self.recipe.method].label} {pattern_text(self.recipe.sparsity, self.recipe.alpha)}"
         if self.recipe.owl:
             label += f" (OWL per block: M {self.recipe.owl_m:g}, lambda {self.recipe.owl_lambda:g})"
         return label
@@ -360,8 +358,8 @@ def plan(
     """Check the model, the output, the calibration and evaluation sources and the config of one run, and
     start the jobs' worker: what is wrong is refused here, naming the option, before anything is written.
     ``calibration``: {source, nsamples, seqlen (None: the model's, at most 2048), seed, text_field}."""
-    from thanos.files.publish import check_out
-    from thanos.runner.worker import LocalWorker
+    from thanos.jobs.worker import LocalWorker
+    from thanos.stages.publish import check_out
 
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", resources.device):
         raise ValueError(f"--device {resources.device!r}: choose auto, cpu, cuda or cuda:N")
@@ -428,7 +426,7 @@ def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, A
 
 def announce(run_plan: Plan, stream: TextIO) -> None:
     """What the run will do, before it starts: the model, the recipe, the data, where things go."""
-    from thanos.models.card import nm_note
+    from thanos.stages.card import nm_note
 
     recipe, calib = run_plan.recipe, run_plan.calibration
     _print(stream, f"thanos prune-model: {run_plan.reference} ({run_plan.model_type}) -> {run_plan.out}")
@@ -490,8 +488,9 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> None:
 def publish_result(run_plan: Plan) -> tuple[dict[str, Any], dict[str, Any] | None, Any, list[str]]:
     """Publish the assembled model to ``out`` with its model card: (report, evaluation, sparsity summary,
     what ``publish`` found changed in ``out``)."""
-    from thanos.files.publish import publish
-    from thanos.models.card import CARD, model_card, summarize
+    from thanos.stages.achieved_sparsity import summarize
+    from thanos.stages.card import CARD, model_card
+    from thanos.stages.publish import publish
 
     model_dir = run_plan.model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())

@@ -72,9 +72,9 @@ def last_block(log: Path) -> str:
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
-    """What a failed job's log says went wrong (``thanos.runner.joblogs.error_lines``: its ERROR line, or its
+    """What a failed job's log says went wrong (``thanos.jobs.joblogs.error_lines``: its ERROR line, or its
     last ``lines`` lines), as the workflow's own failure summary shows it."""
-    from thanos.runner.joblogs import error_lines
+    from thanos.jobs.joblogs import error_lines
 
     try:
         return "\n".join(error_lines(str(path), lines)[1])

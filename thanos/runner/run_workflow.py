@@ -11,7 +11,7 @@ finished jobs are never recomputed and a rerun resumes. What this adds for a one
   terminal.
 - Jobs run ``python -m thanos ...``: the directory of this interpreter is put first on ``PATH``, so they
   use this installation even when its environment is not activated.
-- Those jobs run in forks of one warm worker (``thanos.runner.worker``) that has imported torch and
+- Those jobs run in forks of one warm worker (``thanos.jobs.worker``) that has imported torch and
   transformers once, instead of starting Python and importing them again per job (seconds each): same
   commands, same files, one child process per job.
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
+from thanos.jobs.worker import LocalWorker
 from thanos.runner.progress import Progress
-from thanos.runner.worker import LocalWorker
 from thanos.runner.workflow_files import snakefile
 
 LOCK_NAME = ".thanos-run.lock"

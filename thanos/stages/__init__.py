@@ -5,12 +5,17 @@
 - ``capture``: dense block l over its inputs -> one fp32 Hessian per input group
 - ``prune``: original weights (lazy) + Hessians -> pruned layers (safetensors + stats json)
 - ``propagate``: block l (pruned or dense) over its inputs -> block l + 1 inputs
-- ``owl``: the dense Hessians of every block + the weights -> a recipe's OWL sparsity per block (owl.json)
+- ``owl_plan``: the dense Hessians of every block + the weights -> a recipe's OWL sparsity per block
+  (owl.json; the ``owl`` stage)
 
 - ``chain``: a whole recipe (or the dense chain) block by block in one process (``memory``: its
   malloc set-up and resident set size, flat in depth)
-- ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report
+- ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report;
+  ``achieved_sparsity``: its ``sparsity.json``, counted on the written weights; ``card``: its model card
+  (README.md); ``provenance``: what its report records of where it came from (calibration, versions)
+- ``publish``: an assembled model -> a verified copy in the user's output directory (``thanos prune-model``)
 
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
-Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.models`` and ``thanos.errors``.
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.report`` (how the model card
+names a method), ``thanos.models`` and ``thanos.errors``.
 """

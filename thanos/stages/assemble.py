@@ -3,8 +3,9 @@
 The output directory holds the original config, generation config and tokenizer files (copied byte for byte),
 the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``; pruned
 layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original
-dtypes); ``thanos.models.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
-card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the size and
+dtypes); ``thanos.stages.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
+card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the calibration
+provenance, package versions and intermediates' disk use (``thanos.stages.provenance``) and the size and
 sha256 of every other file (``thanos.files.digests``: what later readers check the model against). A
 ``neurons:p`` recipe's model is written compact by default (``thanos.stages.compact``: the removed MLP
 neurons cut out, ``config.json`` with the kept width); the layers such a recipe leaves unchanged are not
@@ -16,12 +17,10 @@ a fixed order).
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import math
 import os
-import platform
 import re
 import shutil
 from pathlib import Path
@@ -35,11 +34,13 @@ from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, unfinished
-from thanos.models.card import describe_model
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipe import Recipe
+from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
+from thanos.stages.owl_plan import owl_blocks
+from thanos.stages.provenance import calibration_provenance, disk_usage, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ SKIP_FILES = {
 }
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
 DTYPE_BYTES = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1, "I8": 1}  # others: 2
-VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")
 
 
 def parse_size(text: str | int) -> int:
@@ -116,53 +116,6 @@ def tensor_name(block: int, layer: str, names: list[str], block_prefix: str | No
     return matches[0]
 
 
-def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] | None:
-    """The attributes of a complete calibration token store (its provenance), or None without one."""
-    if tokens is None:
-        return None
-    import zarr
-
-    path = Path(tokens)
-    if not path.exists():
-        raise FileNotFoundError(f"calibration store {path} not found")
-    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
-    if not attrs.get("complete"):
-        raise ValueError(
-            f"calibration store {path} is incomplete (no complete attribute); delete it and rerun"
-        )
-    return attrs
-
-
-def disk_usage(paths: list[str | os.PathLike]) -> dict[str, int]:
-    """Bytes on disk of each file or directory (symlinks not followed); 0 for a missing path."""
-    usage = {}
-    for p in paths:
-        path = Path(p)
-        total = 0
-        if path.is_file():
-            total = path.stat().st_size
-        elif path.is_dir():
-            for dirpath, _, files in os.walk(path):
-                for f in files:
-                    with_path = Path(dirpath) / f
-                    if not with_path.is_symlink():
-                        total += with_path.stat().st_size
-        usage[str(p)] = total
-    return usage
-
-
-def package_versions() -> dict[str, str | None]:
-    """Python and the versions of the packages that shape the result (None: not installed)."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for package in VERSION_PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
-    versions["thanos"] = versions.pop("thanos-prune")
-    return versions
-
-
 def shard_names(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
     """``names`` cut in order into shards of at most ``max_bytes`` (a larger tensor gets its own shard)."""
     shards: list[list[str]] = [[]]
@@ -191,8 +144,8 @@ def assemble(
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
 
-    ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl``): the report's ``owl`` holds it, with the
-    sparsity of every block counted on the written weights beside the planned one.
+    ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``): the report's ``owl`` holds it, with
+    the sparsity of every block counted on the written weights beside the planned one.
 
     ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
 
@@ -261,41 +214,6 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
-
-
-def owl_blocks(owl: str | os.PathLike, layers: list[dict], recipe: Recipe) -> dict[str, Any]:
-    """``owl.json``'s content (without its input paths) and, per block, the weights, zeros and sparsity of
-    the written pruned layers beside OWL's planned sparsity; refused when the file is of another target."""
-    from thanos.stages.owl import load
-
-    data = load(owl)
-    if data["target"] != str(recipe.sparsity) or not recipe.owl:
-        raise ValueError(f"{owl}: OWL sparsities for {data['target']}, not for recipe {recipe.name}")
-    measured: dict[int, list[int]] = {}
-    for entry in layers:
-        weights = math.prod(int(n) for n in entry["shape"])
-        counts = measured.setdefault(int(entry["block"]), [0, 0])
-        counts[0] += weights
-        counts[1] += int(entry["zeros"])
-    blocks = []
-    for planned in data["blocks"]:
-        weights, zeros = measured.get(int(planned["block"]), [0, 0])
-        blocks.append(
-            {
-                **planned,
-                "written_weights": weights,
-                "written_zeros": zeros,
-                "written_sparsity": zeros / weights if weights else 0.0,
-            }
-        )
-    weights = sum(b["written_weights"] for b in blocks)
-    zeros = sum(b["written_zeros"] for b in blocks)
-    report = {key: value for key, value in data.items() if key not in ("hessians", "blocks")}
-    return report | {
-        "file": str(owl),
-        "written_sparsity": zeros / weights if weights else 0.0,
-        "blocks": blocks,
-    }
 
 
 def check_against_model_info(

@@ -206,7 +206,7 @@ class ChainPaths:
     ``pruned_root``: its pruned layers (``block{l}/{layer}.*``). ``dense_dir``: the dense chain's stores
     (``inputs_0``, ``hessians_0``; every ``hessians_l`` when ``chain_dir`` is None, the dense chain);
     methods without a Hessian (magnitude) need none. ``chain_dir``: the recipe's sequential chain stores
-    (l >= 1), written here. ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl``).
+    (l >= 1), written here. ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``).
     """
 
     pruned_root: Path

@@ -47,7 +47,7 @@ def prune(
     """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
     when None) and return their stats.
 
-    ``owl``: the recipe's ``owl.json`` (``thanos.stages.owl``): the block is pruned at its sparsity there
+    ``owl``: the recipe's ``owl.json`` (``thanos.stages.owl_plan``): the block is pruned at its sparsity there
     (exact, removed / parameters); the stats record the profile and the target. ``model_info``: the
     model's ``model_info.json``, whose layout names the layers (no transformers import); without it the
     adapter finds them (``thanos.models.open_layout``)."""
@@ -73,7 +73,7 @@ def prune(
         )
     sparsity, profile = recipe.sparsity, {}
     if owl is not None:
-        from thanos.stages.owl import block_sparsity
+        from thanos.stages.owl_plan import block_sparsity
 
         sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, recipe.sparsity))
         profile = {

@@ -12,8 +12,8 @@ from snakemake.utils import validate
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
 from thanos.recipe import ConfigError, expand
-from thanos.runner.devices import resolve_devices
-from thanos.runner.granularity import ALIASES, choose_granularity
+from thanos.jobs.devices import resolve_devices
+from thanos.jobs.granularity import ALIASES, choose_granularity
 
 if not workflow.overwrite_configfiles:
 
@@ -132,7 +132,7 @@ def _slot_pool(count):
     """The GPU slot-pool wrapper of a job needing `count` GPUs (none on device: cpu)."""
     if config["device"] == "cpu":
         return ""
-    return f"python -m thanos.runner.devices --slots {config['gpu_slots']} --count {count} --"
+    return f"python -m thanos.jobs.devices --slots {config['gpu_slots']} --count {count} --"
 
 
 JOB_ENV = {

@@ -1,5 +1,5 @@
 # Per OWL recipe (profile: owl): its per-block sparsities from the dense chain's Hessians of every block
-# (thanos/stages/owl.py). With chain: sequential, this asks for the dense chain's stores of blocks >= 1
+# (thanos/stages/owl_plan.py). With chain: sequential, this asks for the dense chain's stores of blocks >= 1
 # too (one dense propagate and capture per block, shared by every OWL recipe of the model).
 
 if OWL_RECIPES:

@@ -1,4 +1,5 @@
 """Pruning kernels: pure functions of tensors, one module per method (the paper's algorithms).
 
-``solve_rows.c`` is the C source of Thanos' CPU row solver (``thanos.native_solver``), built on first use.
+``thanos_blockwise``: Thanos' block-wise algorithms (a module name apart from the package's); ``solve_rows.c``
+is the C source of its CPU row solver (``thanos_blockwise.native_solver``), built on first use.
 """

@@ -3,7 +3,7 @@
 Snakemake's ``--resources gpu=K`` caps how many GPU jobs run at once but does not say *which* GPU a job
 may use. Every GPU rule therefore runs its command through this module::
 
-    python -m thanos.runner.devices [--slots K|auto] [--lock-dir DIR] [--count N] -- python -m thanos ...
+    python -m thanos.jobs.devices [--slots K|auto] [--lock-dir DIR] [--count N] -- python -m thanos ...
 
 It takes a free slot among K with a non-blocking ``fcntl.flock`` on ``DIR/gpu-{device}.lock`` (polling
 until one is free; ``--count N`` locks N at once, for an evaluation spread over N GPUs), sets
@@ -143,7 +143,7 @@ def acquire_many(
             )
         if not warned and waited > 10:
             print(
-                f"thanos.runner.devices: waiting for {count} free GPU slot(s) among {devices} ({lock_dir})",
+                f"thanos.jobs.devices: waiting for {count} free GPU slot(s) among {devices} ({lock_dir})",
                 file=sys.stderr,
             )
             warned = True
@@ -152,7 +152,7 @@ def acquire_many(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m thanos.runner.devices",
+        prog="python -m thanos.jobs.devices",
         description="Run a command on a free GPU slot (sets CUDA_VISIBLE_DEVICES); see the module docstring.",
     )
     parser.add_argument("--slots", default=None, help=f"'auto' (default, or ${ENV_SLOTS}) or K slots")
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("no command given (use: python -m thanos.runner.devices [options] -- COMMAND ...)")
+        parser.error("no command given (use: python -m thanos.jobs.devices [options] -- COMMAND ...)")
     try:
         devices = resolve_devices(args.slots)
     except ValueError as err:
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.execvpe(command[0], command, env)
     except OSError as err:
-        print(f"thanos.runner.devices: cannot run {command[0]!r}: {err}", file=sys.stderr)
+        print(f"thanos.jobs.devices: cannot run {command[0]!r}: {err}", file=sys.stderr)
         return 127
     return 0  # not reached
 

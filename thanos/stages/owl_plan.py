@@ -1,15 +1,18 @@
-"""``owl`` stage: a recipe's per-block sparsities (OWL, ``thanos.pruning.owl``) -> ``owl.json``.
+"""``owl`` stage: a recipe's per-block sparsities, its plan (OWL, ``thanos.pruning.owl``) -> ``owl.json``.
 
 It reads the dense chain's Hessian stores of every block (``||X_j||^2 = N H_jj / 2``: no pass over the
 model) and the original weights, one layer at a time, and writes one JSON file that the recipe's prune
 jobs read their block's sparsity from (``block_sparsity``). The sparsity of block l is the exact fraction
-``removed / parameters`` of the file, so every job of the recipe prunes the same counts.
+``removed / parameters`` of the file, so every job of the recipe prunes the same counts. Assembly reports
+the plan beside the sparsity written per block (``owl_blocks``: the report's ``owl``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -154,3 +157,36 @@ def block_sparsity(path: str | Path, block: int, target: Sparsity | None = None)
         raise ValueError(f"{path}: no block {block} (the file has {len(blocks)} blocks)")
     entry = blocks[block]
     return Fraction(int(entry["removed"]), int(entry["parameters"]))
+
+
+def owl_blocks(owl: str | os.PathLike, layers: list[dict], recipe: Recipe) -> dict[str, Any]:
+    """``owl.json``'s content (without its input paths) and, per block, the weights, zeros and sparsity of
+    the written pruned layers beside OWL's planned sparsity; refused when the file is of another target."""
+    data = load(owl)
+    if data["target"] != str(recipe.sparsity) or not recipe.owl:
+        raise ValueError(f"{owl}: OWL sparsities for {data['target']}, not for recipe {recipe.name}")
+    measured: dict[int, list[int]] = {}
+    for entry in layers:
+        weights = math.prod(int(n) for n in entry["shape"])
+        counts = measured.setdefault(int(entry["block"]), [0, 0])
+        counts[0] += weights
+        counts[1] += int(entry["zeros"])
+    blocks = []
+    for planned in data["blocks"]:
+        weights, zeros = measured.get(int(planned["block"]), [0, 0])
+        blocks.append(
+            {
+                **planned,
+                "written_weights": weights,
+                "written_zeros": zeros,
+                "written_sparsity": zeros / weights if weights else 0.0,
+            }
+        )
+    weights = sum(b["written_weights"] for b in blocks)
+    zeros = sum(b["written_zeros"] for b in blocks)
+    report = {key: value for key, value in data.items() if key not in ("hessians", "blocks")}
+    return report | {
+        "file": str(owl),
+        "written_sparsity": zeros / weights if weights else 0.0,
+        "blocks": blocks,
+    }

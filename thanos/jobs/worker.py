@@ -258,7 +258,7 @@ class LocalWorker:
                 "PYTORCH_NVML_BASED_CUDA_CHECK": "1",  # torch.cuda.is_available() without a CUDA context
             }
             process = subprocess.Popen(
-                [sys.executable, "-m", "thanos.runner.worker", str(listener.fileno()), str(os.getpid())]
+                [sys.executable, "-m", "thanos.jobs.worker", str(listener.fileno()), str(os.getpid())]
                 + [str(directory)],
                 pass_fds=[listener.fileno()],
                 stdin=subprocess.DEVNULL,

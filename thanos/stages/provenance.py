@@ -1,0 +1,64 @@
+"""What a pruned model's report records beside the model: where it came from and what it cost.
+
+``assemble`` writes these into ``pruning_report.json``: the calibration store's provenance (its
+attributes: source, windows, seed, checksum), the versions of Python and of the packages that shape the
+result, and the bytes on disk of the run's intermediates (token, activation and Hessian stores, pruned
+layers). The model card states the calibration provenance.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")
+
+
+def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] | None:
+    """The attributes of a complete calibration token store (its provenance), or None without one."""
+    if tokens is None:
+        return None
+    import zarr
+
+    path = Path(tokens)
+    if not path.exists():
+        raise FileNotFoundError(f"calibration store {path} not found")
+    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+    if not attrs.get("complete"):
+        raise ValueError(
+            f"calibration store {path} is incomplete (no complete attribute); delete it and rerun"
+        )
+    return attrs
+
+
+def disk_usage(paths: list[str | os.PathLike]) -> dict[str, int]:
+    """Bytes on disk of each file or directory (symlinks not followed); 0 for a missing path."""
+    usage = {}
+    for p in paths:
+        path = Path(p)
+        total = 0
+        if path.is_file():
+            total = path.stat().st_size
+        elif path.is_dir():
+            for dirpath, _, files in os.walk(path):
+                for f in files:
+                    with_path = Path(dirpath) / f
+                    if not with_path.is_symlink():
+                        total += with_path.stat().st_size
+        usage[str(p)] = total
+    return usage
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python and the versions of the packages that shape the result (None: not installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for package in VERSION_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    versions["thanos"] = versions.pop("thanos-prune")
+    return versions
