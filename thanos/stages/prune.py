@@ -51,109 +51,110 @@ def prune(
     (exact, removed / parameters); the stats record the profile and the target. ``model_info``: the
     model's ``model_info.json``, whose layout names the layers (no transformers import); without it the
     adapter finds them (``thanos.models.open_layout``)."""
-    _, adapter, checkpoint = open_layout(model, model_info)
-    prefix = adapter.block_prefix(block)
-    kept = recipe.layers(adapter.block_layers(block), adapter.layers)
-    layers = list(layers) if layers else kept
-    for layer in layers:
-        adapter.group_of(layer, block)  # unknown names fail before any work
-        if layer not in kept:
-            raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(recipe.exclude)}: not pruned")
-    store = None
-    if hessians is not None:
-        store = Hessians(hessians)
-        if int(store.attrs.get("block", block)) != block:
-            raise ValueError(
-                f"{hessians} holds the Hessians of block {store.attrs['block']}, not block {block}"
-            )
-    elif recipe.needs_hessian:
-        raise ValueError(
-            f"--hessians is required for method {recipe.method!r} "
-            f"(only {methods.without_hessian()} run without)"
-        )
-    sparsity, profile = recipe.sparsity, {}
-    if owl is not None:
-        from thanos.stages.owl_plan import block_sparsity
-
-        sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, recipe.sparsity))
-        profile = {
-            "profile": "owl",
-            "target_sparsity": str(recipe.sparsity),
-            "block_sparsity": str(sparsity.p),
-        }
-        log.info(
-            "prune: block %d: OWL sparsity %.6f (target %s, %s)",
-            block,
-            float(sparsity.p),
-            recipe.sparsity,
-            owl,
-        )
+    _, layout, checkpoint = open_layout(model, model_info)
+    prefix = layout.block_prefix(block)
+    layers = _checked_layers(layout, block, recipe, layers)
+    store = _hessians(hessians, block, recipe)
+    sparsity, profile = _block_sparsity(recipe, owl, block)
     dev = resolve_device(device)
     out_dir = Path(out_dir)
-    results = []
     only = None  # neurons: the one layer pruned
     if sparsity.kind == "neurons":
         from thanos.models.neurons import mlp_layout
 
-        only = mlp_layout(adapter, checkpoint).output
+        only = mlp_layout(layout, checkpoint).output
+    results = []
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
     for layer in layers:
-        group = adapter.group_of(layer, block)
+        where = {"block": block, "layer": layer, "group": layout.group_of(layer, block)}
         if only is not None and layer != only:
-            shape = checkpoint.shape(f"{prefix}{layer}.weight")
-            results.append(
-                _keep_dense(recipe, shape, {"block": block, "layer": layer, "group": group}, out_dir)
-            )
+            results.append(_keep_dense(recipe, checkpoint.shape(f"{prefix}{layer}.weight"), where, out_dir))
             continue
         H = None
         if store is not None:
-            if current is None or current[0] != group:
+            if current is None or current[0] != where["group"]:
                 current = None  # the previous group's H is freed before the next one is read
-                current = (group, store.get(group).to(dev))
+                current = (where["group"], store.get(where["group"]).to(dev))
             H = current[1]
         weight = checkpoint.tensor(f"{prefix}{layer}.weight")
         if H is not None and tuple(H.shape) != (weight.shape[1],) * 2:
             raise ValueError(
-                f"{hessians}: Hessian of group {group} is {tuple(H.shape)} but {layer} of block {block} has "
-                f"{weight.shape[1]} inputs; the store belongs to another model"
+                f"{hessians}: Hessian of group {where['group']} is {tuple(H.shape)} but {layer} of block "
+                f"{block} has {weight.shape[1]} inputs; the store belongs to another model"
             )
+        options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
         result = prune_layer(
-            weight.to(dev),
-            H,
-            recipe.method,
-            sparsity,
-            blocksize=recipe.blocksize,
-            alpha=recipe.alpha,
-            damp=recipe.damp,
-            name=f"block {block} {layer}",
+            weight.to(dev), H, recipe.method, sparsity, **options, name=f"block {block} {layer}"
         )
-        stats = result.stats.to_dict() | {
-            "block": block,
-            "layer": layer,
-            "group": group,
-            "options": result.options,
-            **profile,
-        }
-        if store is not None and group in store.attrs.get("experts", {}):
+        stats = result.stats.to_dict() | where | {"options": result.options, **profile}
+        if store is not None and where["group"] in store.attrs.get("experts", {}):
             # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
-            stats["routing"] = store.attrs["experts"][group]
+            stats["routing"] = store.attrs["experts"][where["group"]]
         if result.columns is not None:
             stats["removed_columns"] = result.columns.tolist()
-        with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
-            save_file({"weight": result.weight.cpu().contiguous()}, str(tmp))
-        write_json(out_dir / pruned_layer_name(layer, "json"), stats)
-        log.info(
-            "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
-            block,
-            layer,
-            stats["achieved_sparsity"],
-            "n/a" if stats["objective"] is None else f"{stats['objective']:.4g}",
-            stats["seconds"],
-            stats["device"],
-        )
-        results.append(stats)
+        results.append(_write(out_dir, result.weight, stats))
         del weight, result  # not alive while the next layer is read and pruned
     return results
+
+
+def _checked_layers(layout: Any, block: int, recipe: Recipe, layers: Sequence[str] | None) -> list[str]:
+    """The layers to prune: ``layers``, or every layer of the block that the recipe's ``exclude`` leaves;
+    an unknown or excluded name is refused before any work."""
+    kept = recipe.layers(layout.block_layers(block), layout.layers)
+    layers = list(layers) if layers else kept
+    for layer in layers:
+        layout.group_of(layer, block)  # unknown names fail here
+        if layer not in kept:
+            raise ValueError(f"layer {layer} is excluded by --exclude {' '.join(recipe.exclude)}: not pruned")
+    return layers
+
+
+def _hessians(hessians: str | Path | None, block: int, recipe: Recipe) -> Hessians | None:
+    """The block's hessians store (checked to be of ``block``); None for a method that needs none."""
+    if hessians is None:
+        if recipe.needs_hessian:
+            raise ValueError(
+                f"--hessians is required for method {recipe.method!r} "
+                f"(only {methods.without_hessian()} run without)"
+            )
+        return None
+    store = Hessians(hessians)
+    if int(store.attrs.get("block", block)) != block:
+        raise ValueError(f"{hessians} holds the Hessians of block {store.attrs['block']}, not block {block}")
+    return store
+
+
+def _block_sparsity(recipe: Recipe, owl: str | Path | None, block: int) -> tuple[Sparsity, dict[str, Any]]:
+    """The block's sparsity and what its stats record of it: the recipe's, or with ``owl`` the block's
+    exact OWL sparsity (removed / parameters of ``owl.json``) and the target."""
+    if owl is None:
+        return recipe.sparsity, {}
+    from thanos.stages.owl_plan import block_sparsity
+
+    sparsity = Sparsity("unstructured", p=block_sparsity(owl, block, recipe.sparsity))
+    profile = {"profile": "owl", "target_sparsity": str(recipe.sparsity), "block_sparsity": str(sparsity.p)}
+    log.info(
+        "prune: block %d: OWL sparsity %.6f (target %s, %s)", block, float(sparsity.p), recipe.sparsity, owl
+    )
+    return sparsity, profile
+
+
+def _write(out_dir: Path, weight: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
+    """``{layer}.safetensors`` (tensor ``weight``) and ``{layer}.json`` (its stats), each atomically."""
+    layer = stats["layer"]
+    with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
+        save_file({"weight": weight.cpu().contiguous()}, str(tmp))
+    write_json(out_dir / pruned_layer_name(layer, "json"), stats)
+    log.info(
+        "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
+        stats["block"],
+        layer,
+        stats["achieved_sparsity"],
+        "n/a" if stats["objective"] is None else f"{stats['objective']:.4g}",
+        stats["seconds"],
+        stats["device"],
+    )
+    return stats
 
 
 def _keep_dense(recipe: Recipe, shape: Sequence[int], where: dict[str, Any], out_dir: Path) -> dict:
