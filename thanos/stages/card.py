@@ -190,21 +190,65 @@ def model_card(
     evaluation: dict[str, Any] | None = None,
     out: str | Path | None = None,
 ) -> str:
-    """The README.md text of a pruned model directory."""
+    """The README.md text of a pruned model directory: front matter, what it is, its facts, the achieved
+    sparsity per layer type, OWL's blocks, the evaluation, how to use and reproduce it, the citation."""
     recipe, model = report["recipe"], report["model"]
     spec = LABELS[recipe["method"]]
-    method = spec.label
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
     sparsity = Recipe.from_report(recipe).sparsity
-    pattern = pattern_text(sparsity, alpha, summary)
-    if report.get("owl"):
-        pattern += " (OWL: per block)"
-    hub_id = not base.startswith(("/", ".", "~")) and base.count("/") == 1
+    pattern = pattern_text(sparsity, alpha, summary) + (" (OWL: per block)" if report.get("owl") else "")
+    lines = [
+        *_front_matter(base, recipe["method"]),
+        f"# {model.get('name') or Path(base).name}: {spec.label} {pattern}",
+        "",
+        f"`{base}` pruned with **{spec.label}** ({pattern}) by thanos-prune, a pipeline and library for "
+        "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
+        f"Richtárik, 2025, {PAPER_ARXIV}). "
+        + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
+        + " "
+        f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
+        *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(sparsity, alpha)) else []),
+        "",
+        *_facts(report, summary, spec.label, pattern, alpha),
+        "",
+        *_per_type_lines(summary),
+        "",
+        *owl_lines(report),
+        "## Evaluation",
+        "",
+        *_evaluation_lines(evaluation),
+        "",
+        *_use_and_reproduce(report, out),
+        "",
+        "## Citation",
+        "",
+        f"The Thanos paper (code of the authors: {PAPER_URL}):",
+        "",
+        "```bibtex",
+        CITATION,
+        "```",
+    ]
+    if spec.reference:
+        lines += ["", f"The method of this model: {spec.label}: {spec.reference}."]
+    return "\n".join(lines) + "\n"
+
+
+def _front_matter(base: str, method: str) -> list[str]:
+    """The card's YAML front matter: the library, the base model when it is a hub id, the tags."""
     front = ["---", "library_name: transformers"]
-    if hub_id:
+    if not base.startswith(("/", ".", "~")) and base.count("/") == 1:
         front.append(f"base_model: {base}")
-    front += ["tags:", "- pruned", "- sparse", f"- {recipe['method']}", "---", ""]
+    return [*front, "tags:", "- pruned", "- sparse", f"- {method}", "---", ""]
+
+
+def _facts(
+    report: dict[str, Any], summary: SparsitySummary, method: str, pattern: str, alpha: float
+) -> list[str]:
+    """The card's table of facts: base model, method, pattern, alpha, achieved sparsity, what is left
+    dense, the calibration."""
+    recipe, model = report["recipe"], report["model"]
+    base = str(model.get("path"))
     rows = (
         f"{summary.outlier_rows} of {summary.rows} rows of the pruned layers kept dense"
         if summary.outlier_rows
@@ -225,17 +269,7 @@ def model_card(
         )
     else:
         calib = f"none ({method} needs no data)"
-    lines = front + [
-        f"# {model.get('name') or Path(base).name}: {method} {pattern}",
-        "",
-        f"`{base}` pruned with **{method}** ({pattern}) by thanos-prune, a pipeline and library for "
-        "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
-        f"Richtárik, 2025, {PAPER_ARXIV}). "
-        + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
-        + " "
-        f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
-        *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(sparsity, alpha)) else []),
-        "",
+    return [
         "| | |",
         "| --- | --- |",
         f"| base model | `{base}` ({model.get('model_type')}{blocks}) |",
@@ -250,7 +284,12 @@ def model_card(
         f"{_percent(summary.global_sparsity)} of all {summary.parameters:,} parameters |",
         f"| left dense | embeddings, norms, {dense_text} |",
         f"| calibration | {calib} |",
-        "",
+    ]
+
+
+def _per_type_lines(summary: SparsitySummary) -> list[str]:
+    """The achieved sparsity per layer type (every ``mlp.down_proj`` together, ...)."""
+    lines = [
         "## Achieved sparsity per layer type",
         "",
         "| layer | layers | weights | sparsity | rows kept dense |",
@@ -261,9 +300,15 @@ def model_card(
             f"| {name} | {kind.layers} | {kind.weights:,} | {_percent(kind.sparsity)} | "
             f"{kind.outlier_rows} of {kind.rows} |"
         )
-    lines += ["", *owl_lines(report)]
-    lines += ["## Evaluation", "", *_evaluation_lines(evaluation), "", "## Use", "", "```python"]
-    lines += [
+    return lines
+
+
+def _use_and_reproduce(report: dict[str, Any], out: str | Path | None) -> list[str]:
+    """How to load the model (plain transformers) and the command that makes it again."""
+    lines = [
+        "## Use",
+        "",
+        "```python",
         "from transformers import AutoModelForCausalLM",
         "",
         f'model = AutoModelForCausalLM.from_pretrained("{out if out is not None else "THIS_DIRECTORY"}")',
@@ -277,17 +322,12 @@ def model_card(
     ]
     command = reproduce_command(report, out)
     if command:
-        lines += ["```bash", command, "```"]
-    else:
-        lines.append(
-            "A workflow config with `chain: dense` and this recipe (`thanos prune-model` runs the "
-            "paper's sequential chain)."
-        )
-    lines += ["", "## Citation", "", f"The Thanos paper (code of the authors: {PAPER_URL}):", "", "```bibtex"]
-    lines += [CITATION, "```"]
-    if spec.reference:
-        lines += ["", f"The method of this model: {spec.label}: {spec.reference}."]
-    return "\n".join(lines) + "\n"
+        return [*lines, "```bash", command, "```"]
+    return [
+        *lines,
+        "A workflow config with `chain: dense` and this recipe (`thanos prune-model` runs the "
+        "paper's sequential chain).",
+    ]
 
 
 def describe_model(
