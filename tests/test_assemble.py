@@ -14,6 +14,7 @@ from thanos.demo.tiny import build_tiny_model
 from thanos.models import Checkpoint
 from thanos.recipe import Recipe
 from thanos.stages.assemble import assemble
+from thanos.stages.provenance import RunRecord
 
 LAYERS = ["self_attn.q_proj", "mlp.down_proj"]
 
@@ -38,7 +39,7 @@ def tiny(tmp_path_factory):
 
 def _run(root, model, pruned, out, **kw):
     recipe = Recipe(name="r", method="thanos", sparsity="unstructured:0.5")
-    return assemble(model, pruned, recipe, root / out, intermediates=[pruned], **kw)
+    return assemble(model, pruned, recipe, root / out, record=RunRecord(intermediates=(pruned,)), **kw)
 
 
 def test_assembled_model_loads_with_zeros_and_dtype(tiny):

@@ -40,19 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.recipe import Recipe
     from thanos.stages.assemble import assemble
+    from thanos.stages.provenance import RunRecord
 
+    workflow = {"granularity": args.granularity, "granularity_reason": args.granularity_reason}
+    record = RunRecord(
+        args.model_name, args.calibration, tuple(args.intermediates), workflow if args.granularity else None
+    )
+    recipe = Recipe.from_json(args.recipe, key="--recipe")
     assemble(
-        model=args.model,
-        pruned_root=args.pruned_root,
-        recipe=Recipe.from_json(args.recipe, key="--recipe"),
-        out=args.out,
-        calibration=args.calibration,
-        intermediates=args.intermediates,
-        model_info=args.model_info,
-        model_name=args.model_name,
-        max_shard_size=args.max_shard_size,
-        owl=args.owl,
-        workflow={"granularity": args.granularity, "granularity_reason": args.granularity_reason}
-        if args.granularity
-        else None,
+        args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl, args.max_shard_size, record
     )

@@ -40,7 +40,7 @@ from thanos.recipe import Recipe
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
 from thanos.stages.owl_plan import owl_blocks
-from thanos.stages.provenance import calibration_provenance, disk_usage, package_versions
+from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -134,31 +134,30 @@ def assemble(
     pruned_root: str | os.PathLike,
     recipe: Recipe,
     out: str | os.PathLike,
-    calibration: str | os.PathLike | None = None,
-    intermediates: list[str | os.PathLike] | None = None,
     model_info: str | os.PathLike | None = None,
-    model_name: str | None = None,
-    max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
-    workflow: dict[str, Any] | None = None,
     owl: str | os.PathLike | None = None,
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
+    record: RunRecord | None = None,
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
 
     ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``): the report's ``owl`` holds it, with
     the sparsity of every block counted on the written weights beside the planned one.
 
-    ``workflow`` (e.g. the granularity the workflow ran with, and why) is recorded in the report as is.
+    ``record``: what the report records of the run (``RunRecord``: the model's name, the calibration
+    store's provenance, the intermediates' disk use, how the workflow ran).
 
     Everything is read and checked before anything is written, so a bad input leaves no output behind.
     With ``model_info`` (the workflow always passes it), the model must be the one it describes and every
     layer it lists must have a pruned file of ``recipe`` (``check_against_model_info``).
     """
+    record = record or RunRecord()
     model_dir = resolve_model_path(model)
     info = json.loads(Path(model_info).read_text()) if model_info else {}
     max_bytes = parse_size(max_shard_size)
     sources = Checkpoint(model_dir).weight_map
     names = sorted(sources)
-    provenance = calibration_provenance(calibration)
+    provenance = calibration_provenance(record.calibration)
     config = json.loads((model_dir / "config.json").read_text())
     check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
 
@@ -178,11 +177,11 @@ def assemble(
         if compact is not None:
             config_file = tmp / "config.json"
             config_file.write_text(compact.config(config_file.read_text()))
-        usage = disk_usage(list(intermediates or []))
+        usage = disk_usage(list(record.intermediates))
         report = {
             "recipe": recipe.to_dict(),
             "model": {
-                "name": model_name,
+                "name": record.model_name,
                 "path": str(model),
                 "model_type": config.get("model_type"),
                 "num_blocks": info.get("num_blocks"),
@@ -196,7 +195,7 @@ def assemble(
             "versions": package_versions(),
             "intermediates_bytes": sum(usage.values()),
             "intermediates": usage,
-            "workflow": workflow,
+            "workflow": record.workflow,
         }
         if compact is not None:
             report["compact"] = compact.facts

@@ -11,10 +11,23 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 VERSION_PACKAGES = ("torch", "transformers", "safetensors", "zarr", "numpy", "snakemake", "thanos-prune")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a pruning report records of the run besides the model and the recipe: the model's name in the
+    config, the calibration tokens store (its provenance), the intermediates whose disk use is reported, and
+    how the workflow ran (e.g. its granularity and why), recorded as is."""
+
+    model_name: str | None = None
+    calibration: str | os.PathLike | None = None
+    intermediates: tuple[str | os.PathLike, ...] = ()
+    workflow: dict[str, Any] | None = None
 
 
 def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] | None:
