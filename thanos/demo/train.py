@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -186,31 +187,12 @@ def train_demo(
     ``save_pretrained`` (safetensors) and return the report (the caller writes it as train_report.json).
     ``held_out``: score the test documents at the end (the report's ``held_out``; None when False, for a
     caller that evaluates the written model itself with the same protocol, as the workflow does)."""
-    from tqdm import tqdm
-
     opts.validate()
     started = time.perf_counter()
     torch.manual_seed(opts.seed)
     torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
 
-    tokenizer = train_tokenizer(train_docs, opts.vocab_size)
-    train_stream = token_stream(tokenizer, train_docs)
-    test_stream = token_stream(tokenizer, test_docs)
-    tokenizer_seconds = time.perf_counter() - started
-    min_tokens = opts.seq_len * opts.batch_size
-    if train_stream.numel() < min_tokens:
-        raise ValueError(
-            f"train split has {train_stream.numel()} tokens, fewer than one batch "
-            f"({opts.batch_size} x {opts.seq_len}); lower --batch-size or --seq-len"
-        )
-    log.info(
-        "tokenizer: vocab %d, train %d tokens, test %d tokens (%.1fs)",
-        len(tokenizer),
-        train_stream.numel(),
-        test_stream.numel(),
-        tokenizer_seconds,
-    )
-
+    tokenizer, train_stream, test_stream = _tokenize(train_docs, test_docs, opts, started)
     model = build_model(opts, tokenizer).to(device)
     params = sum(p.numel() for p in model.parameters())
     log.info(
@@ -222,6 +204,70 @@ def train_demo(
         params / 1e6,
         device,
     )
+    curve, train_seconds = _train(model, train_stream, opts, device)
+    scores = _held_out(model, test_stream, opts, device) if held_out else None
+
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to("cpu").save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    tokens_seen = opts.steps * opts.batch_size * opts.seq_len
+    return {
+        "model": {
+            "architecture": "LlamaForCausalLM",
+            "parameters": params,
+            "non_embedding_parameters": params - model.get_input_embeddings().weight.numel(),
+            **{key: getattr(model.config, key) for key in REPORTED_CONFIG},
+        },
+        "options": asdict(opts),
+        "data": {
+            "train_tokens": train_stream.numel(),
+            "test_tokens": test_stream.numel(),
+            "tokens_seen": tokens_seen,
+            "epochs": round(tokens_seen / train_stream.numel(), 2),
+        },
+        "steps": opts.steps,
+        "seconds": round(time.perf_counter() - started, 2),
+        "train_seconds": round(train_seconds, 2),
+        "tokens_per_second": round(tokens_seen / train_seconds, 1),
+        "final_train_loss": curve[-1]["loss"],
+        "held_out": scores,
+        "loss_curve": curve,
+        "device": str(device),
+        "versions": _versions(),
+    }
+
+
+def _tokenize(
+    train_docs: Sequence[str], test_docs: Sequence[str], opts: TrainOptions, started: float
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """(tokenizer trained on the train split, train tokens, test tokens); a train split shorter than one
+    batch is refused."""
+    tokenizer = train_tokenizer(train_docs, opts.vocab_size)
+    train_stream = token_stream(tokenizer, train_docs)
+    test_stream = token_stream(tokenizer, test_docs)
+    min_tokens = opts.seq_len * opts.batch_size
+    if train_stream.numel() < min_tokens:
+        raise ValueError(
+            f"train split has {train_stream.numel()} tokens, fewer than one batch "
+            f"({opts.batch_size} x {opts.seq_len}); lower --batch-size or --seq-len"
+        )
+    log.info(
+        "tokenizer: vocab %d, train %d tokens, test %d tokens (%.1fs)",
+        len(tokenizer),
+        train_stream.numel(),
+        test_stream.numel(),
+        time.perf_counter() - started,
+    )
+    return tokenizer, train_stream, test_stream
+
+
+def _train(
+    model: torch.nn.Module, train_stream: torch.Tensor, opts: TrainOptions, device: torch.device
+) -> tuple[list[dict], float]:
+    """AdamW (no weight decay on norms and biases), warmup and cosine schedule, gradient clipping: the
+    loss curve (every ``log_every`` steps) and the training seconds."""
+    from tqdm import tqdm
+
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -256,49 +302,25 @@ def train_demo(
             progress.set_postfix(loss=f"{mean:.3f}", epoch=epoch)
             log.info("step %d/%d  loss %.4f  epoch %d", step + 1, opts.steps, mean, epoch)
             running, running_n = 0.0, 0
-    train_seconds = time.perf_counter() - train_started
+    return curve, time.perf_counter() - train_started
 
+
+def _held_out(
+    model: torch.nn.Module, test_stream: torch.Tensor, opts: TrainOptions, device: torch.device
+) -> dict:
+    """The held-out perplexity of the trained model (the evaluation protocol: windows of min(2048, max
+    positions))."""
     eval_len = min(2048, opts.max_position_embeddings)
-    scores = None
-    if held_out:
-        ppl = perplexity(model, test_stream, eval_len, opts.eval_batch_size, device)
-        log.info(
-            "held-out perplexity %.2f (%d tokens, %d windows of %d)",
-            ppl["ppl"],
-            ppl["tokens"],
-            ppl["windows"],
-            eval_len,
-        )
-        rounded = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ppl.items()}
-        scores = {"dataset": "test.jsonl", "seqlen": eval_len, **rounded}
-
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.to("cpu").save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    return {
-        "model": {
-            "architecture": "LlamaForCausalLM",
-            "parameters": params,
-            "non_embedding_parameters": params - model.get_input_embeddings().weight.numel(),
-            **{key: getattr(model.config, key) for key in REPORTED_CONFIG},
-        },
-        "options": asdict(opts),
-        "data": {
-            "train_tokens": train_stream.numel(),
-            "test_tokens": test_stream.numel(),
-            "tokens_seen": opts.steps * opts.batch_size * opts.seq_len,
-            "epochs": round(opts.steps * opts.batch_size * opts.seq_len / train_stream.numel(), 2),
-        },
-        "steps": opts.steps,
-        "seconds": round(time.perf_counter() - started, 2),
-        "train_seconds": round(train_seconds, 2),
-        "tokens_per_second": round(opts.steps * opts.batch_size * opts.seq_len / train_seconds, 1),
-        "final_train_loss": curve[-1]["loss"],
-        "held_out": scores,
-        "loss_curve": curve,
-        "device": str(device),
-        "versions": _versions(),
-    }
+    ppl = perplexity(model, test_stream, eval_len, opts.eval_batch_size, device)
+    log.info(
+        "held-out perplexity %.2f (%d tokens, %d windows of %d)",
+        ppl["ppl"],
+        ppl["tokens"],
+        ppl["windows"],
+        eval_len,
+    )
+    rounded = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ppl.items()}
+    return {"dataset": "test.jsonl", "seqlen": eval_len, **rounded}
 
 
 def _versions() -> dict:
