@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from revisions import add_revision_arguments, check_demo_inputs  # noqa: E402
 
 
 def clone_at(revision: str, work: Path) -> Path:
@@ -61,18 +63,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--before", required=True, help="git revision run first in each repeat")
-    parser.add_argument("--after", required=True, help="git revision run second in each repeat")
-    parser.add_argument("--after-first", action="store_true", help="run --after first in each repeat")
-    parser.add_argument("--repeats", type=int, default=3)
+    add_revision_arguments(parser, repeats=3)
     parser.add_argument("--method", default="thanos")
     parser.add_argument("--sparsity", default="2:4")
-    parser.add_argument("--data", type=Path, default=REPO / "results/demo/data", help="demo corpus")
-    parser.add_argument("--model", type=Path, default=REPO / "results/demo/model", help="the trained model")
     args = parser.parse_args()
-    for path in (args.data, args.model):
-        if not path.is_dir():
-            sys.exit(f"{path} is not a directory: run `snakemake --cores 2` once, or pass --data/--model")
+    check_demo_inputs(args)
     order = ["after", "before"] if args.after_first else ["before", "after"]
     revisions = {"before": args.before, "after": args.after}
     recipe = ["--method", args.method, "--sparsity", args.sparsity, "--alpha", "0"]

@@ -8,6 +8,7 @@ beside itself (the Thanos row solver's C source) come along from the same revisi
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import subprocess
@@ -59,3 +60,23 @@ def module_at(rev: str, path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def add_revision_arguments(parser: argparse.ArgumentParser, repeats: int) -> None:
+    """--before/--after (git revisions, alternating), --after-first, --repeats and the demo's corpus and
+    trained model (--data, --model): the options of the benches that time two revisions."""
+    parser.add_argument("--before", required=True, help="git revision run first in each repeat")
+    parser.add_argument("--after", required=True, help="git revision run second in each repeat")
+    parser.add_argument("--after-first", action="store_true", help="run --after first in each repeat")
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--data", type=Path, default=REPO / "results/demo/data", help="demo corpus")
+    parser.add_argument("--model", type=Path, default=REPO / "results/demo/model", help="the trained model")
+
+
+def check_demo_inputs(args: argparse.Namespace) -> None:
+    """Exit naming the fix when the demo's corpus or trained model is missing."""
+    for path in (args.data, args.model):
+        if not path.is_dir():
+            raise SystemExit(
+                f"{path} is not a directory: run `snakemake --cores 2` once, or pass --data/--model"
+            )

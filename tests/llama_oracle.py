@@ -46,6 +46,11 @@ def _attention(
     return out.transpose(1, 2).reshape(q.shape[0], seq, -1)
 
 
+def _block(w: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors of one block, named within it."""
+    return {k.removeprefix(prefix): t for k, t in w.items() if k.startswith(prefix)}
+
+
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
@@ -68,11 +73,7 @@ def llama(config: dict, w: dict[str, torch.Tensor], ids: torch.Tensor) -> Oracle
     hidden = F.embedding(ids, w["model.embed_tokens.weight"])
     inputs, captured = [], []
     for block in range(config["num_hidden_layers"]):
-        b = {
-            k.removeprefix(f"model.layers.{block}."): t
-            for k, t in w.items()
-            if k.startswith(f"model.layers.{block}.")
-        }
+        b = _block(w, f"model.layers.{block}.")
         inputs.append(hidden)
         x = _rms_norm(hidden, b["input_layernorm.weight"], eps)
         q, k, v = (_linear(b, f"self_attn.{n}_proj", x) for n in "qkv")
@@ -99,11 +100,7 @@ def opt(config: dict, w: dict[str, torch.Tensor], ids: torch.Tensor) -> Oracle:
     norm = lambda x, b, name: F.layer_norm(x, (hidden_size,), b[f"{name}.weight"], b[f"{name}.bias"])  # noqa: E731
     inputs, captured = [], []
     for block in range(config["num_hidden_layers"]):
-        b = {
-            k.removeprefix(f"{p}layers.{block}."): t
-            for k, t in w.items()
-            if k.startswith(f"{p}layers.{block}.")
-        }
+        b = _block(w, f"{p}layers.{block}.")
         inputs.append(hidden)
         x = norm(hidden, b, "self_attn_layer_norm")
         q = _linear(b, "self_attn.q_proj", x) * dim**-0.5
