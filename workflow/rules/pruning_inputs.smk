@@ -43,10 +43,12 @@ def prune_inputs(wildcards):
 
 def hessians_option(wildcards, input):
     """--hessians of a prune job, --owl (``owl_option``) and --model-info: the job reads the layers' names
-    from model_info.json instead of building the model (a param that takes ``input``: not recorded)."""
+    from model_info.json instead of building the model (a param that takes ``input``: not recorded). Each
+    only when its input is named: a SLURM job's own Snakemake first sees the inputs unnamed, while the
+    model_info checkpoint is not yet known there."""
     hessians = f"--hessians {quoted(input.hessians)}" if "hessians" in input.keys() else ""
-    options = (hessians, owl_option(input), f"--model-info {quoted(input.info)}")
-    return " ".join(option for option in options if option)
+    info = f"--model-info {quoted(input.info)}" if "info" in input.keys() else ""
+    return " ".join(option for option in (hessians, owl_option(input), info) if option)
 
 
 def owl_option(input):
