@@ -259,9 +259,9 @@ def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any)
 
 def check_exclude(key: str, value: Any) -> tuple[str, ...]:
     """A list of regular expressions (None or empty: nothing excluded); the error names ``key``."""
-    if value is None or len(value) == 0:
+    if value is None or (isinstance(value, list | tuple) and not value):
         return ()
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{key}: expected a list of regular expressions, got {value!r}")
     for pattern in value:
         try:
