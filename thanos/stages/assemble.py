@@ -177,26 +177,14 @@ def assemble(
         if compact is not None:
             config_file = tmp / "config.json"
             config_file.write_text(compact.config(config_file.read_text()))
-        usage = disk_usage(list(record.intermediates))
-        report = {
-            "recipe": recipe.to_dict(),
-            "model": {
-                "name": record.model_name,
-                "path": str(model),
-                "model_type": config.get("model_type"),
-                "num_blocks": info.get("num_blocks"),
-                "dtype": info.get("dtype", config.get("torch_dtype") or config.get("dtype")),
-            },
-            "layers": layers,
-            "num_pruned_layers": len(layers),
-            "pruned_parameters": total,
-            "overall_sparsity": removed / total if total else 0.0,
-            "calibration": provenance,
-            "versions": package_versions(),
-            "intermediates_bytes": sum(usage.values()),
-            "intermediates": usage,
-            "workflow": record.workflow,
+        model_facts = {
+            "name": record.model_name,
+            "path": str(model),
+            "model_type": config.get("model_type"),
+            "num_blocks": info.get("num_blocks"),
+            "dtype": info.get("dtype", config.get("torch_dtype") or config.get("dtype")),
         }
+        report = _report(recipe, record, model_facts, layers, (total, removed), provenance)
         if compact is not None:
             report["compact"] = compact.facts
         if owl_report is not None:
@@ -213,6 +201,34 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
+
+
+def _report(
+    recipe: Recipe,
+    record: RunRecord,
+    model: dict[str, Any],
+    layers: list[dict],
+    counts: tuple[int, int],
+    provenance: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The pruning report (before the model card's and the files' parts): the recipe, the model, every
+    pruned layer, the pruned and removed weights (``counts``), the calibration's provenance, package versions,
+    the intermediates' disk use and how the workflow ran."""
+    total, removed = counts
+    usage = disk_usage(list(record.intermediates))
+    return {
+        "recipe": recipe.to_dict(),
+        "model": model,
+        "layers": layers,
+        "num_pruned_layers": len(layers),
+        "pruned_parameters": total,
+        "overall_sparsity": removed / total if total else 0.0,
+        "calibration": provenance,
+        "versions": package_versions(),
+        "intermediates_bytes": sum(usage.values()),
+        "intermediates": usage,
+        "workflow": record.workflow,
+    }
 
 
 def check_against_model_info(
