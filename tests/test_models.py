@@ -63,16 +63,17 @@ def test_layout_and_groups(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("model_type", ["qwen3", "glm4_moe"])
-def test_model_info_holds_the_layout(tmp_path: Path, model_type: str) -> None:
+def test_model_info_holds_the_layout(tmp_path: Path, model_type: str, capsys) -> None:
     """``thanos model-info`` writes the layout (blocks of two kinds too: GLM-4-MoE's dense first block) and
-    whether the type is tested; ``open_layout`` reads it back equal to the adapter's, without transformers
-    (a fresh process: the prune, owl and compact jobs)."""
+    prints whether the type is tested; ``open_layout`` reads it back equal to the adapter's, without
+    transformers (a fresh process: the prune, owl and compact jobs)."""
     from thanos.cli import main
 
     model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
     assert main(["model-info", "--model", str(model), "--out", str(tmp_path / "info.json")]) == 0
     info = json.loads((tmp_path / "info.json").read_text())
-    assert info["tested"] is True and info["path"] == str(model)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tested"] is True
+    assert info["path"] == str(model)
     _, adapter, _ = open_model(model)
     assert ModelLayout.from_info(info) == adapter.layout
     assert ("block_kind" in info) == (model_type == "glm4_moe")

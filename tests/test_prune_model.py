@@ -1,7 +1,7 @@
-"""``thanos prune-model`` end to end on a tiny model (real Snakemake, real transformers, real
-lm-eval): a run, a second run that does nothing, a run killed with SIGKILL after a block
+"""``thanos prune-model`` end to end on a tiny model (every stage in one process: real zarr stores,
+real transformers): a run, a second run that does nothing, a run killed with SIGKILL after a block
 finished and resumed (same bytes), a second recipe that reuses the calibration; and the checks made
-before any job runs (bad arguments, unsupported architecture, a foreign --out).
+before any step runs (bad arguments, unsupported architecture, a foreign --out).
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     for line in ("recipe thanos_2-4", "every row of every pruned layer is 2:4", "block 6/6 done"):
         assert line in terminal, terminal
     assert f"written: {out}" in terminal
-    assert "Building DAG" not in terminal  # Snakemake's own log went to the log file
-    assert "Building DAG" in (workdir / "logs" / f"{RECIPE}.log").read_text()
+    log = (workdir / "logs" / f"{RECIPE}.log").read_text()
+    assert "INFO thanos" not in terminal and "capture block" not in terminal  # the stages' log lines and
+    assert "thanos.stages.chain: chain: block 6/6 done" in log and "capture block" in log  # bars: the file
     report = json.loads((out / "pruning_report.json").read_text())
     assert report["recipe"]["name"] == RECIPE and report["calibration"]["nsamples"] == 16
 
@@ -130,7 +131,7 @@ def test_second_run_does_nothing(first, inputs):
     again = prune(inputs, out, workdir)
     terminal = again.stdout + again.stderr
     assert again.returncode == 0, terminal[-3000:]
-    assert "nothing to do" in terminal and "jobs done" not in terminal
+    assert "nothing to do" in terminal and "done:" not in terminal
     assert f"unchanged (it already holds this model): {out}" in terminal
     assert _files(out) == before
 
@@ -147,7 +148,7 @@ def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
             break  # block 0 pruned, blocks left to do
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)  # the command and its jobs, as a lost session would
+    os.killpg(proc.pid, signal.SIGKILL)  # the command, as a lost session would
     proc.wait()
     killed = proc.stdout.read().decode()
     assert not out.exists() and "written" not in killed
@@ -156,11 +157,11 @@ def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
     resumed = prune(inputs, out, workdir)
     terminal = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, terminal[-4000:]
-    assert "unlocking (snakemake --unlock)" in terminal and "--rerun-incomplete" in terminal
+    assert "resumed: " in terminal and "finished in an earlier run were kept" in terminal
     assert "sample calibration tokens" not in terminal  # finished before the kill: kept
     assert {p: p.stat().st_mtime_ns for p in (pruned / "block0").iterdir()} == block0
     summary = json.loads((pruned / "chain.json").read_text())
-    assert summary["reused"]["prune"] >= 7  # the chain job resumed after block 0
+    assert summary["reused"]["prune"] >= 7  # the chain resumed after block 0
     for name in ("model.safetensors", "config.json"):
         assert (out / name).read_bytes() == (reference / name).read_bytes(), name
     files = [json.loads((d / "pruning_report.json").read_text())["files"] for d in (out, reference)]
@@ -220,7 +221,7 @@ def test_the_published_model_owns_its_bytes(first, inputs):
     expected = {p.name: p.read_bytes() for p in out.iterdir()}
     assert os.stat(out / "model.safetensors").st_ino != os.stat(cached / "model.safetensors").st_ino
     report = json.loads((cached / "pruning_report.json").read_text())
-    written = {p.name for p in cached.iterdir() if not p.name.startswith(".")}  # Snakemake's timestamp
+    written = {p.name for p in cached.iterdir() if not p.name.startswith(".")}  # no record of inputs
     assert set(report["files"]) == written - {"pruning_report.json"}
     assert (
         not (cached / "train_report.json").exists() and not (cached / "model.safetensors.index.json").exists()
@@ -254,7 +255,7 @@ def test_the_published_model_owns_its_bytes(first, inputs):
 
 
 @pytest.mark.slow
-def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_path):
+def test_a_failing_step_names_its_error_and_the_fixed_rerun_resumes(inputs, tmp_path):
     model, calib = inputs
     text = tmp_path / "text.jsonl"
     text.write_text(json.dumps({"text": "too short"}) + "\n")
@@ -273,8 +274,9 @@ def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_pat
     failed = thanos(*args, cwd=tmp_path)
     assert failed.returncode == 1
     assert "FAILED after" in failed.stderr and "sample calibration tokens" in failed.stderr
-    assert "calibrate.log (its full log) says ---" in failed.stderr
-    # the job's ERROR line names the file, the tokens found and a seqlen that works; no traceback
+    assert f"the traceback and the full log: {tmp_path / 'w' / 'logs' / 'wanda_u50.log'}" in failed.stderr
+    assert "Traceback" in (tmp_path / "w" / "logs" / "wanda_u50.log").read_text()
+    # the ERROR line names the file, the tokens found and a seqlen that works; no traceback
     error = "ERROR: no calibration document is longer than seqlen=64 tokens: 1 document(s), 9 tokens in all"
     assert error in failed.stderr and f"({text}); set seqlen to 8 or less" in failed.stderr
     assert "Traceback" not in failed.stderr
@@ -286,7 +288,7 @@ def test_a_failing_job_shows_its_log_and_the_fixed_rerun_resumes(inputs, tmp_pat
     assert "sample calibration tokens" in fixed.stderr and (tmp_path / "o" / "model.safetensors").is_file()
 
 
-# --- checks made before any job runs (fast) ----------------------------------------------------------
+# --- checks made before any step runs (fast) ----------------------------------------------------------
 
 
 def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
@@ -359,7 +361,7 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 
-def test_bad_text_data_is_named_before_any_job(tmp_path):
+def test_bad_text_data_is_named_before_any_step(tmp_path):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)

@@ -60,6 +60,6 @@ def test_a_snakemake_run_starts_a_worker_only_where_its_jobs_run_locally(monkeyp
     monkeypatch.setenv(ENV, "off")
     assert "every job starts its own Python" in worker.for_this_run(local=True, threads=1)
     assert worker.forward(["--help"]) is None  # off: the command runs itself
-    monkeypatch.setenv(ENV, "/some/socket")  # thanos prune-model's worker: kept, no second one
+    monkeypatch.setenv(ENV, "/some/socket")  # an enclosing run's worker: kept, no second one
     assert worker.for_this_run(local=True, threads=1).endswith("in use")
     assert os.environ[ENV] == "/some/socket" and not worker._RUN_WORKER

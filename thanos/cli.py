@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import errno
 import importlib
 import logging
 import pkgutil
@@ -23,28 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import thanos.commands
-from thanos.errors import PathError
+from thanos.errors import describe
 
 log = logging.getLogger("thanos")
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
-MAX_LINE = 2000
-_OS_HINTS = {
-    errno.ENOSPC: "disk full: free space on that filesystem (or point the results elsewhere) and rerun",
-    errno.EDQUOT: "disk quota exceeded: free space or raise the quota, then rerun",
-    errno.EACCES: "permission denied: check the permissions of the path",
-    errno.EPERM: "operation not permitted: check the permissions of the path",
-    errno.ENOENT: "check the path",
-    errno.EROFS: "read-only filesystem: write the results elsewhere",
-}
-
-# errors of libraries that do not name the file they failed on (the codebase's own readers do)
-_LIBRARY_HINTS = {
-    "safetensors": "a .safetensors file is truncated or damaged, the traceback shows which reader",
-    "zarr": "a zarr store is damaged, the traceback shows which one",
-    "numcodecs": "a zarr store is damaged, the traceback shows which one",
-}
 
 
 def _command_modules() -> dict[str, str]:
@@ -90,24 +73,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
-
-
-def describe(err: BaseException) -> str:
-    """One line: what went wrong, the path involved, and how to fix it."""
-    if isinstance(err, PathError):
-        text = str(err)
-    elif isinstance(err, OSError) and err.errno is not None:
-        paths = " -> ".join(str(p) for p in (err.filename, err.filename2) if p is not None)
-        hint = _OS_HINTS.get(err.errno, "check the path and its filesystem, then rerun")
-        text = f"{err.strerror or err}" + (f" ({paths})" if paths else "") + f"; {hint}"
-    elif isinstance(err, (ValueError, FileNotFoundError)):
-        text = str(err)  # the codebase's own errors: they name the path and the fix
-    else:
-        library = type(err).__module__.split(".")[0]
-        hint = _LIBRARY_HINTS.get(library, "unexpected error")
-        text = f"{type(err).__name__}: {err}; {hint}: the traceback is in the job's log (or rerun with -v)"
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
 def _report(err: BaseException, verbose: bool) -> None:

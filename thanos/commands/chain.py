@@ -1,5 +1,6 @@
-"""Run one recipe's whole chain in one process: for each block, capture its Hessians (sequential chain,
-block >= 1), prune all its layers, propagate through the pruned block. Writes the same stores and pruned
+"""Run one recipe's whole chain in one process (the engine, ``thanos.stages.engine``, given the dense chain's
+stores): for each block, capture its Hessians (sequential chain, block >= 1), prune all its layers,
+propagate through the pruned block. Writes the same stores and pruned
 files, at the same paths and byte for byte, as the per-block capture/prune/propagate commands, keeps those
 already complete (a killed run resumes) and writes a summary JSON last (the workflow's marker)."""
 
@@ -44,13 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.stages.chain import ChainPaths, chain
+    from thanos.stages.engine import RecipeFiles, RunOptions, run_recipe
 
     optional = {name: getattr(args, name) for name in ("dense_dir", "chain_dir", "owl")}
-    paths = ChainPaths(Path(args.pruned_root), **{k: Path(v) for k, v in optional.items() if v is not None})
-    drop = [
+    files = RecipeFiles(
+        Path(args.pruned_root), Path(args.out), **{k: Path(v) for k, v in optional.items() if v is not None}
+    )
+    drop = tuple(
         kind
         for kind, dropped in (("inputs", args.drop_activations), ("hessians", args.drop_hessians))
         if dropped
-    ]
-    chain(args.model, _args.recipe(args), paths, args.out, args.batch_size, args.device, drop)
+    )
+    # the upstream stores are the workflow's shared jobs' outputs (no calibration given): the engine
+    # checks them and runs the chain
+    run_recipe(args.model, _args.recipe(args), files, options=RunOptions(args.device, args.batch_size, drop))

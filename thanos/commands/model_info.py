@@ -1,8 +1,8 @@
 """Describe a model for the workflow: its layout (model type, blocks, prunable layers and their Hessian
-groups, ``thanos.models.layout``: what the prune, owl and compact jobs read instead of building the model),
-whether its type is a tested one, and its input fingerprint (name, size and mtime_ns of each model file).
-Refuses a checkpoint without a prunable layer's weight, and reads every tensor once and refuses one holding
-NaN or Inf, naming it."""
+groups, ``thanos.models.layout``: what the prune, owl and compact jobs read instead of building the model)
+and its input fingerprint (name, size and mtime_ns of each model file); prints the layout and whether the
+type is a tested one. Refuses a checkpoint without a prunable layer's weight, and reads every tensor once
+and refuses one holding NaN or Inf, naming it."""
 
 from __future__ import annotations
 
@@ -19,15 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.demo.tested_models import TESTED_MODELS
-    from thanos.files.atomic import write_json
-    from thanos.files.fingerprint import model_fingerprint
-    from thanos.models import open_model
+    from thanos.stages.model_info import model_info
 
-    model_dir, adapter, checkpoint = open_model(args.model)
-    tested = adapter.model_type in TESTED_MODELS  # a row of the tested models (tests/test_matrix.py)
-    info = adapter.layout.to_info() | {"tested": tested, "path": str(model_dir)}
-    fingerprint = model_fingerprint(model_dir)
-    adapter.check_checkpoint(checkpoint)
-    checkpoint.check_finite()
-    write_json(args.out, info | {"fingerprint": fingerprint})
-    print(json.dumps(info))
+    info = model_info(args.model, args.out)
+    tested = info["model_type"] in TESTED_MODELS  # a row of the tested models (tests/test_matrix.py)
+    print(json.dumps(info | {"tested": tested}))

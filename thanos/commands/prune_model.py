@@ -1,6 +1,6 @@
-"""Prune one model with one recipe in one command: runs the package's Snakemake workflow (resumable:
-run the same command again after a crash or Ctrl-C) and writes a loadable, self-describing model
-(config.json sparsity metadata, README.md model card) to --out."""
+"""Prune one model with one recipe in one command: runs every stage in this process (resumable: run the
+same command again after a crash or Ctrl-C) and writes a loadable, self-describing model (sparsity.json,
+README.md model card) to --out."""
 
 from __future__ import annotations
 
@@ -106,8 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.runner.one_recipe import prune_model
-    from thanos.runner.run_workflow import WorkflowFailed
+    from thanos.runner.one_recipe import RunFailed, prune_model
 
     try:
         prune_model(
@@ -135,5 +134,5 @@ def run(args: argparse.Namespace) -> None:
             owl_m=args.owl_m,
             owl_lambda=args.owl_lambda,
         )
-    except WorkflowFailed as err:  # prune_model has printed what failed and how to resume
+    except RunFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

@@ -3,8 +3,8 @@
 A Snakemake job's command is ``python -m thanos <stage> ... > log 2>&1``; most of its seconds on a small
 model are the Python start and the imports (torch, transformers: ~4 s per job on a busy CPU), not the
 stage. A local run starts one worker that imports them once and listens on a Unix socket named by
-``THANOS_WORKER`` in the jobs' environment: ``thanos prune-model`` (``thanos.runner.run_workflow``) and a
-``snakemake`` command line run by the local executor (the Snakefile's ``onstart``, ``for_this_run``). A job's
+``THANOS_WORKER`` in the jobs' environment: a ``snakemake`` command line run by the local executor (the
+Snakefile's ``onstart``, ``for_this_run``; ``thanos prune-model`` runs its stages in its own process). A job's
 ``python -m thanos`` then only forwards its arguments, working directory, environment and its
 stdin/stdout/stderr (the job's log) to the worker, which forks a child that runs the same
 ``thanos.cli.main`` on them and reports the child's exit status back; signals the job receives are passed
@@ -279,8 +279,8 @@ _RUN_WORKER: list[LocalWorker] = []
 def for_this_run(local: bool, threads: int) -> str:
     """Start a worker for the jobs of this ``snakemake`` run (the Snakefile's ``onstart``) and put it in the
     environment its jobs inherit; it ends with the run. Not for a cluster run (``local`` False: each job is
-    its own process on its node), nor when ``THANOS_WORKER`` is already set (``thanos prune-model``'s own
-    worker, or ``off``). Returns a line for the log."""
+    its own process on its node), nor when ``THANOS_WORKER`` is already set (an enclosing run's worker, or
+    ``off``). Returns a line for the log."""
     if not local:
         return "cluster run: every job starts its own Python"
     if ENV in os.environ:

@@ -1,9 +1,10 @@
-"""Running the workflow: the Snakemake run in this process, its progress, and one recipe in one call.
+"""One recipe in one call, and where the workflow's files are.
 
-- ``one_recipe``: ``thanos.prune_model`` and ``thanos prune-model``: one model, one recipe, one call;
-- ``run_workflow``: the package's Snakemake workflow run in this process (Snakemake's Python API);
-- ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a clone, or the installed copy);
-- ``progress``: what the terminal shows of a run and of its failed jobs.
+- ``one_recipe``: ``thanos.prune_model`` and ``thanos prune-model``: one model, one recipe, one call, every
+  stage in this process (``thanos.stages.engine``), then the evaluations, the publish and the summary;
+- ``progress``: what the terminal shows of that run, and the log file that gets the rest;
+- ``workdir_lock``: one run at a time in a working directory;
+- ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a clone, or the installed copy).
 
 What a job and the workflow's parse import (the job worker, the GPU slot pool, granularity, failed jobs'
 logs) is ``thanos.jobs``.

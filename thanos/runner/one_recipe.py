@@ -1,7 +1,8 @@
 """Prune one model with one recipe in one call: ``thanos.prune_model`` and ``thanos prune-model``.
 
-It writes a one-model, one-recipe config for the package's Snakemake workflow and runs it
-(``thanos.runner.run_workflow``) in a working directory keyed by the model and the calibration, so that
+It runs every stage of the recipe in this process (``thanos.stages.engine``: model info, calibration,
+block 0's inputs and Hessians, the sequential chain, assembly), then the evaluations asked for, in a
+working directory keyed by the model and the calibration, laid out as the workflow's results, so that
 
 - a rerun of the same call after a crash, Ctrl-C or a lost session resumes where it stopped;
 - another recipe on the same model and calibration reuses the calibration tokens and block 0's inputs
@@ -14,30 +15,34 @@ command. The working directory is ``$THANOS_WORKDIR/<model>-<hash>`` (``THANOS_W
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from thanos.files.atomic import atomic_path
+from thanos.files.layout import Layout
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
+from thanos.runner.progress import clock_text
+from thanos.stages.engine import Calibration, RecipeFiles
 
-# how the recipe's stages become Snakemake jobs: one job runs capture, prune and propagate of every
-# block in one process (layers of small models prune in milliseconds, a process start costs seconds)
-GRANULARITY = "recipe"
+log = logging.getLogger(__name__)
+
 EVALUATIONS = ("ppl", "zeroshot")
 HUB_SOURCES = {"calibration": "c4", "perplexity": "wikitext2"}
 DEFAULT_NSAMPLES = 128
 MAX_SEQLEN = 2048
+PPL_BATCH_SIZE = 8  # the workflow's defaults (workflow/schemas/config.schema.yaml)
+ZEROSHOT_BATCH_SIZE = 16
 
 
 def is_local(path: str | Path) -> bool:
@@ -132,21 +137,6 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
         raise ValueError(f"--{name.replace('_', '-')} {value!r}: {text}") from None
 
 
-def check_config(config: dict[str, Any]) -> None:
-    """Refuse, naming the option, a value the workflow's config schema would refuse once the run has
-    started (``--alpha 1.5``, ``--damp 0``, ...): the same schema, checked before anything is written."""
-    import jsonschema
-
-    from thanos.runner.workflow_files import workflow_root
-
-    schema = yaml.safe_load((workflow_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
-    if error is not None:
-        key = str(error.path[-1]) if error.path else "config"
-        raise ValueError(f"--{key.replace('_', '-')} {error.instance!r}: {error.message}")
-
-
 def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
     """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
     root = (
@@ -155,37 +145,6 @@ def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
     )
     key = hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
     return Path(root).expanduser().resolve() / f"{model_slug(model)}-{key}"
-
-
-def workflow_config(
-    model: str,
-    recipe: Recipe,
-    calibration: dict[str, Any],
-    *,
-    device: str,
-    cores: int,
-    evaluate: tuple[str, ...],
-    ppl_source: str,
-    tasks: list[str] | None,
-) -> dict[str, Any]:
-    """The workflow config of one model and one recipe (keys: workflow/schemas/config.schema.yaml)."""
-    config: dict[str, Any] = {
-        "results": "results",
-        "models": {model_slug(model): {"path": model}},
-        "calibration": calibration,
-        "chain": "sequential",
-        "granularity": GRANULARITY,
-        "threads": cores,
-        "device": device,
-        "recipes": {recipe.name: {k: v for k, v in recipe.to_dict().items() if k not in ("name", "chain")}},
-        "perplexity": {"enabled": "ppl" in evaluate, "source": ppl_source},
-        "zeroshot": {"enabled": "zeroshot" in evaluate},
-        "evaluate_dense": False,
-        "report": False,
-    }
-    if tasks:
-        config["zeroshot"]["tasks"] = list(tasks)
-    return config
 
 
 def _evaluation(model_root: Path, evaluate: tuple[str, ...]) -> dict[str, Any] | None:
@@ -249,7 +208,7 @@ def prune_model(
     ``self_attn``) stay dense. Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
-    added. Raises ``thanos.runner.run_workflow.WorkflowFailed`` when a job fails or the run is interrupted."""
+    added. Raises ``RunFailed`` when a step fails or the run is interrupted (finished steps are kept)."""
     stream = stream if stream is not None else sys.stderr
     recipe = build_recipe(
         method,
@@ -280,6 +239,15 @@ def prune_model(
     return {**report, "out": str(run_plan.out), "workdir": str(run_plan.workdir), "evaluation": evaluation}
 
 
+class RunFailed(RuntimeError):
+    """A ``prune_model`` run stopped before it published its model (a step failed, or it was
+    interrupted); what it finished is kept, and the same call resumes."""
+
+    def __init__(self, message: str, interrupted: bool = False) -> None:
+        super().__init__(message)
+        self.interrupted = interrupted
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """The evaluations a ``prune_model`` call asks for: ``kinds`` of ``EVALUATIONS``, where from."""
@@ -307,16 +275,15 @@ class Plan:
     model_type: str
     out: Path
     workdir: Path
-    config: dict[str, Any]  # the one-model, one-recipe workflow config
-    calibration: dict[str, Any]
-    evaluate: tuple[str, ...]  # of ``EVALUATIONS``
+    calibration: Calibration
+    evaluation: Evaluation  # its sources checked and resolved
     resources: Resources
     left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
-    worker: Any  # the jobs' process (``LocalWorker``), importing torch while this one plans
 
     @property
-    def configfile(self) -> Path:
-        return self.workdir / "configs" / f"{self.recipe.name}.yaml"
+    def files(self) -> RecipeFiles:
+        """Where the run's stages write: the workflow's layout under ``WORKDIR/results``."""
+        return RecipeFiles.of(Layout(str(self.workdir / "results")), model_slug(self.reference), self.recipe)
 
     @property
     def log_file(self) -> Path:
@@ -355,18 +322,22 @@ def plan(
     evaluation: Evaluation,
     resources: Resources,
 ) -> Plan:
-    """Check the model, the output, the calibration and evaluation sources and the config of one run, and
-    start the jobs' worker: what is wrong is refused here, naming the option, before anything is written.
-    ``calibration``: {source, nsamples, seqlen (None: the model's, at most 2048), seed, text_field}."""
-    from thanos.jobs.worker import LocalWorker
+    """Check the model, the output, the calibration and evaluation sources of one run: what is wrong is
+    refused here, naming the option, before anything is written. ``calibration``: {source, nsamples,
+    seqlen (None: the model's, at most 2048), seed, text_field}."""
     from thanos.stages.publish import check_out
 
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", resources.device):
         raise ValueError(f"--device {resources.device!r}: choose auto, cpu, cuda or cuda:N")
+    for name in ("nsamples", "seqlen"):
+        value = calibration[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"--{name} {value!r}: expected a whole number >= 1")
+    if isinstance(calibration["seed"], bool) or not isinstance(calibration["seed"], int):
+        raise ValueError(f"--seed {calibration['seed']!r}: expected a whole number")
     out = Path(out).expanduser().resolve()
     check_out(out)
     reference = model_reference(model)
-    worker = LocalWorker(resources.cores)  # the jobs' process: imports torch and transformers meanwhile
     model_type, max_positions, all_layers, layers = model_facts(reference, recipe.exclude)
     if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
         from thanos.models import open_layout
@@ -382,17 +353,6 @@ def plan(
     )
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
-    config = workflow_config(
-        reference,
-        recipe,
-        calib,
-        device=resources.device,
-        cores=resources.cores,
-        evaluate=evaluation.kinds,
-        ppl_source=ppl,
-        tasks=evaluation.tasks,
-    )
-    check_config(config)
     left_dense = [layer for layer in all_layers if layer not in layers]
     return Plan(
         recipe,
@@ -400,17 +360,15 @@ def plan(
         model_type,
         out,
         workdir,
-        config,
-        calib,
-        evaluation.kinds,
+        Calibration(**calib),
+        dataclasses.replace(evaluation, ppl_source=ppl),
         resources,
         left_dense,
-        worker,
     )
 
 
 def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, Any]:
-    """The calibration of the workflow config: a checked source, the window length within the model's."""
+    """The checked calibration: a checked source, the window length within the model's."""
     seqlen = calibration["seqlen"]
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
@@ -438,9 +396,9 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
         dense = run_plan.left_dense
         more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
         _print(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
-    data = f"{calib['nsamples']} x {calib['seqlen']} tokens of {calib['source']}"
+    data = f"{calib.nsamples} x {calib.seqlen} tokens of {calib.source}"
     data = data if recipe.needs_hessian else "no calibration"
-    evaluate = ", ".join(run_plan.evaluate) or "no"
+    evaluate = ", ".join(run_plan.evaluation.kinds) or "no"
     resources = run_plan.resources
     _print(stream, f"  {data} | device {resources.device} | {resources.cores} cores | evaluate: {evaluate}")
     _print(
@@ -450,39 +408,120 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
 
 
 def run(run_plan: Plan, stream: TextIO, started: float) -> None:
-    """Write the run's config and run the workflow with progress lines; a failed or interrupted run says
-    what failed (the job's log tail) and how to resume, then raises ``WorkflowFailed``."""
-    from thanos.runner.progress import Progress, clock_text, log_tail
-    from thanos.runner.run_workflow import WorkflowFailed, run_workflow
+    """Run the recipe's stages (``thanos.stages.engine``) and the evaluations in this process, with
+    progress lines on ``stream`` and everything else in the run's log file; a failed or interrupted run
+    says what failed and how to resume, then raises ``RunFailed``."""
+    from thanos.runner.progress import StepProgress, full_log
+    from thanos.runner.workdir_lock import exclusive_workdir
 
-    with atomic_path(run_plan.configfile) as tmp:
-        tmp.write_text(yaml.safe_dump(run_plan.config, sort_keys=False))
-    workdir, log_file = run_plan.workdir, run_plan.log_file
-    progress = Progress(workdir, stream=stream)
-    with progress:
+    progress = StepProgress(stream, started=started)
+    with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
+        log.info("thanos prune-model: %s, recipe %s", run_plan.reference, run_plan.recipe.to_json())
         try:
-            cores = run_plan.resources.cores
-            run_workflow(workdir, run_plan.configfile, progress, log_file, run_plan.worker, cores=cores)
-        except WorkflowFailed as err:
+            steps = _run_steps(run_plan, progress.on_step)
+        except KeyboardInterrupt:
+            log.warning("interrupted during: %s", progress.current)
             progress.clear()
             took = clock_text(time.monotonic() - started)
-            if err.interrupted:
-                _print(
-                    stream,
-                    f"interrupted after {took}: finished jobs are kept; run the same command to resume",
-                )
-                raise
-            what = "; ".join(job.label for job in progress.failed) or str(err)
-            _print(stream, f"FAILED after {took}: {what}")
-            for job in progress.failed:
-                for log in job.logs:
-                    _print(stream, f"--- {job.label}: {workdir / log} (its full log) says ---")
-                    _print(stream, log_tail(workdir / log))
-            _print(stream, f"--- full log: {log_file}")
-            _print(stream, "fix the cause and run the same command again: finished jobs are kept")
-            raise
-    if progress.nothing_to_do:
-        progress.note("nothing to do: every job finished in an earlier run")
+            _print(
+                stream, f"interrupted after {took}: finished steps are kept; run the same command to resume"
+            )
+            raise RunFailed("interrupted", interrupted=True) from None
+        except Exception as err:
+            log.exception("%s failed", progress.current)
+            _failed(run_plan, progress.current, err, stream, started)
+            raise RunFailed(str(err)) from err
+    if not steps.computed:
+        progress.note("nothing to do: every step finished in an earlier run")
+    elif steps.reused:
+        progress.note(f"resumed: {len(steps.reused)} step(s) finished in an earlier run were kept")
+
+
+def _failed(run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float) -> None:
+    """What failed, the error's one line, where the full log is, how to resume."""
+    from thanos.errors import describe
+
+    took = clock_text(time.monotonic() - started)
+    _print(stream, f"FAILED after {took}: {step or 'the run'}")
+    _print(stream, f"ERROR: {describe(err)}")
+    _print(stream, f"--- the traceback and the full log: {run_plan.log_file}")
+    _print(stream, "fix the cause and run the same command again: finished steps are kept")
+
+
+@contextlib.contextmanager
+def _threads(run_plan: Plan) -> Iterator[None]:
+    """torch uses ``--cores`` threads for the duration."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(run_plan.resources.cores)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_steps(run_plan: Plan, on_step: Any) -> Any:
+    """The engine's steps, then the evaluations; returns the steps run and kept."""
+    from thanos.stages.engine import RunOptions, run_recipe
+    from thanos.stages.provenance import RunRecord
+
+    files = run_plan.files
+    intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
+    how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
+    record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
+    options = RunOptions(run_plan.resources.device, record=record)
+    steps = run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
+    _evaluate(run_plan, steps)
+    return steps
+
+
+def _evaluate(run_plan: Plan, steps: Any) -> None:
+    """The evaluations asked for, of the assembled model, kept while it and their options stay the same
+    (the model loaded once for both)."""
+    from thanos.files.atomic import write_json
+    from thanos.stages.engine import source_identity
+    from thanos.stages.outputs import mtime
+
+    model_dir = run_plan.files.model_dir
+    evaluation, device = run_plan.evaluation, run_plan.resources.device
+    loaded: list[Any] = []
+
+    def model() -> Any:
+        from thanos.evaluation.loading import load_model
+
+        if not loaded:
+            loaded.append(load_model(str(model_dir), device=device))
+        return loaded[0]
+
+    def perplexity(out: Path) -> None:
+        from thanos.evaluation.perplexity import evaluate_perplexity
+
+        result = evaluate_perplexity(
+            str(model_dir), source=str(evaluation.ppl_source), batch_size=PPL_BATCH_SIZE, device=device,
+            progress=False, loaded=model(),
+        )  # fmt: skip
+        write_json(out, result.to_dict())
+
+    def zeroshot(out: Path) -> None:
+        from thanos.evaluation.zeroshot import evaluate_zeroshot
+
+        summary = evaluate_zeroshot(
+            str(model_dir), tasks=evaluation.tasks, batch_size=ZEROSHOT_BATCH_SIZE, device=device,
+            loaded=model(),
+        )  # fmt: skip
+        write_json(out, summary)
+
+    made = mtime(model_dir / "pruning_report.json")
+    name = run_plan.recipe.name
+    if "ppl" in evaluation.kinds:
+        out = run_plan.model_root / "eval" / "perplexity.json"
+        inputs = {"model": made, "source": source_identity(str(evaluation.ppl_source))}
+        steps.run(f"perplexity ({name})", out, inputs, lambda: perplexity(out))
+    if "zeroshot" in evaluation.kinds:
+        out = run_plan.model_root / "eval" / "zeroshot.json"
+        inputs = {"model": made, "tasks": evaluation.tasks}
+        steps.run(f"zero-shot tasks ({name})", out, inputs, lambda: zeroshot(out))
 
 
 def publish_result(run_plan: Plan) -> tuple[dict[str, Any], dict[str, Any] | None, Any, list[str]]:
@@ -494,7 +533,7 @@ def publish_result(run_plan: Plan) -> tuple[dict[str, Any], dict[str, Any] | Non
 
     model_dir = run_plan.model_root / "model"
     report = json.loads((model_dir / "pruning_report.json").read_text())
-    evaluation = _evaluation(run_plan.model_root, run_plan.evaluate)
+    evaluation = _evaluation(run_plan.model_root, run_plan.evaluation.kinds)
     summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
     card = model_card(report, summary, evaluation, run_plan.out)
     return report, evaluation, summary, publish(model_dir, run_plan.out, {CARD: card})
@@ -510,8 +549,6 @@ def print_summary(
     started: float,
 ) -> None:
     """The closing lines: what was written, the achieved sparsity, the evaluations, how to load it."""
-    from thanos.runner.progress import clock_text
-
     out, took = run_plan.out, clock_text(time.monotonic() - started)
     if not before:
         _print(stream, f"unchanged (it already holds this model): {out} ({took})")

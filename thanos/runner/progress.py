@@ -1,52 +1,27 @@
-"""Compact terminal progress of a Snakemake run, for ``thanos prune-model``.
+"""What ``thanos prune-model`` shows while it runs, and where the rest goes.
 
-``Progress`` is a logging handler on Snakemake's logger: it reads the structured events (a job started,
-finished or failed; jobs done of total) and prints one short line per finished job, prefixed by the
-elapsed time. On a terminal it also keeps a status line up to date (jobs done, what runs, the block a
-chain job has reached, read from the job's log). Snakemake's full log goes to a file, not here.
+``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, and one per block
+the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``). On a terminal it
+also keeps a status line up to date: the step that runs and for how long.
+
+``full_log`` sends everything else to the run's log file for the duration: the package's log records,
+and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-# what each rule does, for the progress lines; {wildcards} are filled in, unknown rules show their name
-JOB_LABELS = {
-    "make_tiny_model": "build the tiny model",
-    "model_info": "read the model's structure",
-    "calibrate": "sample calibration tokens",
-    "embed": "embed the calibration tokens (block 0 inputs)",
-    "capture": "Hessians of block {l} ({chain})",
-    "propagate": "inputs of block {l} ({chain})",
-    "prune_layer": "prune block {l} {layer} ({recipe})",
-    "prune_block": "prune block {l} ({recipe})",
-    "prune_recipe": "prune every block ({recipe})",
-    "assemble": "assemble the pruned model ({recipe})",
-    "perplexity": "perplexity ({variant})",
-    "zeroshot": "zero-shot tasks ({variant})",
-    "evaluate": "perplexity and zero-shot tasks ({variant})",
-    "owl": "OWL sparsity per block ({recipe})",
-}
-BLOCK_DONE = re.compile(r"block (\d+)/(\d+) done")
-TAIL_BYTES = 4096
-
-
-def job_label(rule: str, wildcards: dict[str, Any]) -> str:
-    template = JOB_LABELS.get(rule)
-    if template is None:
-        return rule
-    try:
-        return template.format(**wildcards)
-    except (KeyError, IndexError):
-        return rule
+BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done")
 
 
 def clock_text(seconds: float) -> str:
@@ -57,192 +32,119 @@ def clock_text(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def last_block(log: Path) -> str:
-    """``block 3/32`` from the last ``block i/n done`` line of a chain job's log, else ''."""
-    try:
-        with log.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - TAIL_BYTES))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-    found = BLOCK_DONE.findall(text)
-    return f"block {found[-1][0]}/{found[-1][1]} done" if found else ""
-
-
-def log_tail(path: Path, lines: int = 25) -> str:
-    """What a failed job's log says went wrong (``thanos.jobs.joblogs.error_lines``: its ERROR line, or its
-    last ``lines`` lines), as the workflow's own failure summary shows it."""
-    from thanos.jobs.joblogs import error_lines
-
-    try:
-        return "\n".join(error_lines(str(path), lines)[1])
-    except OSError as err:
-        return f"(cannot read {path}: {err})"
-
-
-@dataclass
-class RunningJob:
-    rule: str
-    label: str
-    logs: list[str]
-    started: float
-    block: str = ""
-
-
-@dataclass
-class FailedJob:
-    rule: str
-    label: str
-    logs: list[str] = field(default_factory=list)
-
-
-class Progress(logging.Handler):
-    """Snakemake log events -> compact progress lines on ``stream`` (stderr by default)."""
+class StepProgress(logging.Handler):
+    """Step events (``on_step``) and the chain's block records -> progress lines on ``stream``."""
 
     def __init__(
-        self,
-        workdir: str | Path,
-        stream: TextIO | None = None,
-        interactive: bool | None = None,
-        poll_seconds: float = 1.0,
+        self, stream: TextIO | None = None, interactive: bool | None = None, started: float | None = None
     ) -> None:
         super().__init__(level=logging.INFO)
-        self.workdir = Path(workdir)
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = self.stream.isatty() if interactive is None else interactive
-        self.poll_seconds = poll_seconds
-        self.started = time.monotonic()
-        self.running: dict[int, RunningJob] = {}
-        self.done = 0
-        self.total: int | None = None
-        self.finished: list[str] = []
-        self.failed: list[FailedJob] = []
-        self.nothing_to_do = False
-        self.interrupted: str | None = None
-        self._finished_job: RunningJob | None = None
+        self.started = time.monotonic() if started is None else started
+        self.current: str | None = None  # the step that runs
+        self.current_since = 0.0
+        self.block = ""
         self._mutex = threading.RLock()
         self._status = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # --- output ----------------------------------------------------------------------------------
-
     def elapsed(self) -> str:
         return clock_text(time.monotonic() - self.started)
 
-    def _write(self, text: str) -> None:
-        with self._mutex:
-            if self.interactive and self._status:
-                self.stream.write("\r\x1b[K")
-                self._status = ""
-            self.stream.write(text + "\n")
-            self.stream.flush()
-
     def note(self, text: str) -> None:
         """A permanent line: ``[0:42] text``."""
-        self._write(f"[{self.elapsed()}] {text}")
+        with self._mutex:
+            self.clear()
+            self.stream.write(f"[{self.elapsed()}] {text}\n")
+            self.stream.flush()
+            self._refresh()
 
-    def _jobs(self) -> str:
-        return f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
+    def on_step(self, label: str, seconds: float | None) -> None:
+        """A step started (``seconds`` None) or finished."""
+        with self._mutex:
+            if seconds is None:
+                self.current, self.current_since, self.block = label, time.monotonic(), ""
+                self._refresh()
+            else:
+                self.current = None
+                took = f"{seconds:.1f} s" if seconds < 60 else clock_text(seconds)
+                self.note(f"done: {label} ({took})")
 
-    def _refresh(self) -> None:
-        if not self.interactive:
+    def emit(self, record: logging.LogRecord) -> None:
+        match = BLOCK_DONE.match(record.getMessage())
+        if match is None:
             return
         with self._mutex:
-            now = time.monotonic()
-            doing = "; ".join(
-                f"{job.label}{': ' + job.block if job.block else ''} ({clock_text(now - job.started)})"
-                for job in self.running.values()
-            )
-            status = f"[{self.elapsed()}] {self._jobs()} jobs done" + (f" | {doing}" if doing else "")
-            width = shutil.get_terminal_size().columns - 1  # a wrapped line could not be redrawn
-            self._status = status[:width]
-            self.stream.write("\r\x1b[K" + self._status)
-            self.stream.flush()
+            self.block = f"block {match.group(1)}/{match.group(2)} done"
+            if not self.interactive:
+                self.note(f"{self.current or 'chain'}: {self.block}")
+            self._refresh()
 
     def clear(self) -> None:
-        """Remove the status line (before the caller prints its own lines)."""
+        """Remove the status line (before a permanent line)."""
         with self._mutex:
             if self.interactive and self._status:
                 self.stream.write("\r\x1b[K")
                 self.stream.flush()
             self._status = ""
 
-    # --- Snakemake's events ----------------------------------------------------------------------
-
-    def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, "event", None)
-        name = getattr(event, "value", event)
+    def _refresh(self) -> None:
+        if not self.interactive or self.current is None:
+            return
         with self._mutex:
-            if name == "job_info":
-                label = job_label(record.rule_name, dict(record.wildcards or {}))
-                self.running[record.jobid] = RunningJob(
-                    record.rule_name, label, list(record.log or []), time.monotonic()
-                )
-                if record.rule_name != "all":
-                    self._refresh()
-            elif name == "job_finished":  # Snakemake logs the new job count (progress) right after
-                job = self.running.pop(record.job_id, None)
-                if job is not None and job.rule != "all":
-                    self._check_block(job)  # its last blocks may have finished between two polls
-                    self.finished.append(job.rule)
-                    self._finished_job = job
-            elif name == "progress":
-                self.done, self.total = int(record.done), int(record.total)
-                job, self._finished_job = self._finished_job, None
-                if job is not None:
-                    seconds = clock_text(time.monotonic() - job.started)
-                    self.note(f"{self._jobs()} jobs done: {job.label} ({seconds})")
-                self._refresh()
-            elif name == "run_info":
-                stats = getattr(record, "stats", None) or {}
-                if "total" in stats:
-                    self.total = int(stats["total"])
-            elif name == "job_error":
-                rule = record.rule_name
-                job = next((j for j in self.running.values() if j.rule == rule), None)
-                label = job.label if job else rule
-                self.failed.append(FailedJob(rule, label, list(record.log or [])))  # reported at the end
-            elif name is None:
-                message = str(record.msg)
-                if "Nothing to be done" in message:
-                    self.nothing_to_do = True
-                elif message.startswith("Terminating processes on user request"):
-                    self.interrupted = "interrupt"  # Ctrl-C: Snakemake stops the running jobs
-                elif message.startswith("Will exit after finishing currently running jobs"):
-                    self.interrupted = "terminate"  # SIGTERM: Snakemake lets the running jobs finish
-                    self.note("SIGTERM: waiting for the running job(s) to finish, then stopping")
+            doing = f"{self.current} ({clock_text(time.monotonic() - self.current_since)})"
+            status = f"[{self.elapsed()}] {doing}" + (f": {self.block}" if self.block else "")
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line could not be redrawn
+            self._status = status[:width]
+            self.stream.write("\r\x1b[K" + self._status)
+            self.stream.flush()
 
-    # --- chain jobs: poll their logs for the block they reached ----------------------------------
-
-    def _poll(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
-            with self._mutex:
-                jobs = list(self.running.values())
-            for job in jobs:
-                self._check_block(job)
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
             self._refresh()
 
-    def _check_block(self, job: RunningJob) -> None:
-        """Note the block a chain job's log says it reached, if it moved on since last looked at."""
-        if not job.logs:
-            return
-        block = last_block(self.workdir / job.logs[0])
-        if block and block != job.block:
-            job.block = block
-            if not self.interactive:
-                self.note(f"{job.label}: {block}")
-
-    def __enter__(self) -> Progress:
-        self.started = time.monotonic()
-        self._thread = threading.Thread(target=self._poll, name="thanos-progress", daemon=True)
-        self._thread.start()
+    def __enter__(self) -> StepProgress:
+        logging.getLogger("thanos").addHandler(self)
+        if self.interactive:
+            self._thread = threading.Thread(target=self._tick, name="thanos-progress", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        logging.getLogger("thanos").removeHandler(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self.clear()
+
+
+@contextlib.contextmanager
+def full_log(log_file: Path) -> Iterator[logging.Handler]:
+    """For the duration: the log records of every logger, and this process's stdout and stderr, go to
+    ``log_file`` (appended) instead of the terminal; the terminal's own log handlers are set aside."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    aside = [
+        h
+        for h in root.handlers
+        if isinstance(h, logging.StreamHandler) and h.stream in (sys.stderr, sys.stdout)
+    ]
+    with log_file.open("a", encoding="utf-8", buffering=1) as handle:
+        handler = logging.StreamHandler(handle)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setLevel(logging.INFO)
+        level = root.level
+        for old in aside:
+            root.removeHandler(old)
+        root.addHandler(handler)
+        root.setLevel(min(level, logging.INFO) if level else logging.INFO)
+        try:
+            with contextlib.redirect_stdout(handle), contextlib.redirect_stderr(handle):
+                yield handler
+        finally:
+            root.removeHandler(handler)
+            for old in aside:
+                root.addHandler(old)
+            root.setLevel(level)

@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thanos.data.storage import open_complete
 from thanos.files.atomic import write_json
 from thanos.files.fingerprint import model_fingerprint
 from thanos.files.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
@@ -38,35 +35,12 @@ from thanos.pruning import methods
 from thanos.recipe import Recipe
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
+from thanos.stages.outputs import mtime, remove, store_complete
 from thanos.stages.prune import prune
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT = ".chain.json"
-
-
-def store_complete(path: Path) -> bool:
-    """A finished zarr store (stores are renamed into place; ``complete`` is their last attribute)."""
-    try:
-        open_complete(path, "chain")
-    except (FileNotFoundError, ValueError):
-        return False
-    return True
-
-
-def _identity(path: str | Path) -> int | None:
-    """An upstream input's modification time (what Snakemake compares too): rewritten inputs change it."""
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 @dataclass
@@ -104,7 +78,7 @@ class _Chain:
         if store_complete(H):
             self.reused["capture"] += 1
         else:
-            _remove(H)
+            remove(H)
             capture(self.model, block, self.store("inputs", block), H, self.batch_size, self.device)
             self.computed["capture"] += 1
         return H
@@ -151,7 +125,7 @@ class _Chain:
                 len(later),
             )
         for path in sorted(later):
-            _remove(path)
+            remove(path)
 
     def propagate(self, block: int, block_dir: Path) -> None:
         """Block l+1's inputs of the sequential chain, through the pruned block l."""
@@ -159,7 +133,7 @@ class _Chain:
         if store_complete(nxt):
             self.reused["propagate"] += 1
             return
-        _remove(nxt)
+        remove(nxt)
         propagate(
             self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device,
             self.recipe.exclude,
@@ -185,7 +159,7 @@ class _Chain:
         if stale:
             log.info("chain: recipe or upstream inputs changed: removing %d previous outputs", len(stale))
         for path in stale:
-            _remove(path)
+            remove(path)
         write_json(state, fingerprint)
 
     def drop(self, num_blocks: int, activations: bool, hessians: bool) -> None:
@@ -194,9 +168,9 @@ class _Chain:
             return
         for block in range(1, num_blocks):
             if activations:
-                _remove(self.store("inputs", block))
+                remove(self.store("inputs", block))
             if hessians:
-                _remove(self.store("hessians", block))
+                remove(self.store("hessians", block))
 
 
 @dataclass(frozen=True)
@@ -263,7 +237,7 @@ def chain(
         "chain_dir": None if run.own is None else str(run.own),
         "batch_size": batch_size,
         **({"owl": str(run.owl)} if run.owl is not None else {}),
-        "upstream": {path: _identity(path) for path in run.upstream(num_blocks)},
+        "upstream": {path: mtime(path) for path in run.upstream(num_blocks)},
     }
     run.discard_if_changed(fingerprint)
 

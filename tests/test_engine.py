@@ -1,0 +1,125 @@
+"""The engine (``thanos.stages.engine.run_recipe``): every stage of a recipe in one process on real tiny
+models and real zarr stores; the same bytes as the workflow's jobs (a real Snakemake run, one job per
+layer); a second call computes nothing; an edited input recomputes what depends on it and nothing else; a
+killed step leaves nothing that is taken for finished; the workflow's recipe job never recomputes the
+shared stores it is given."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
+
+from thanos.files.layout import Layout
+from thanos.recipe import Recipe
+from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
+
+
+def _digests(root: Path) -> dict[str, str]:
+    """sha256 of every pruned layer file and of the assembled weights under ``root``."""
+    files = sorted([*root.glob("pruned/block*/*.safetensors"), *root.glob("model/*.safetensors")])
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, Recipe]:
+    model = make_tiny_model(tmp_path, "llama", num_blocks=3)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    return model, corpus, Recipe("thanos_u50", "thanos", 0.5)
+
+
+def _run(model: Path, corpus: Path, recipe: Recipe, root: Path):
+    files = RecipeFiles.of(Layout(str(root)), "tiny", recipe)
+    steps = run_recipe(model, recipe, files, Calibration(str(corpus), 8, 32), RunOptions("cpu"))
+    return files, steps
+
+
+def test_the_engine_writes_the_workflows_bytes_and_a_rerun_computes_nothing(setup, tmp_path):
+    import torch
+
+    model, corpus, recipe = setup
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the workflow's jobs below: the same threads, the same sums
+    try:
+        files, steps = _run(model, corpus, recipe, tmp_path / "engine")
+    finally:
+        torch.set_num_threads(threads)
+    assert steps.computed == [
+        "read the model's structure",
+        "sample calibration tokens",
+        "embed the calibration tokens (block 0 inputs)",
+        "Hessians of block 0 (dense)",
+        "prune every block (thanos_u50)",
+        "assemble the pruned model (thanos_u50)",
+    ]
+    assert (files.model_dir / "pruning_report.json").is_file()
+
+    # the workflow, one job per layer: the same pruned layers and the same assembled weights
+    config = workflow_config(
+        corpus, {"tiny": {"path": str(model)}}, {"thanos_u50": {"method": "thanos", "sparsity": 0.5}}
+    )
+    snakemake(tmp_path / "wf", config | {"granularity": "layer", "threads": 2})
+    engine = _digests(tmp_path / "engine" / "tiny" / "thanos_u50")
+    assert len(engine) == 3 * 7 + 1
+    assert engine == _digests(tmp_path / "wf" / "results" / "tiny" / "thanos_u50")
+
+    again = _run(model, corpus, recipe, tmp_path / "engine")[1]
+    assert again.computed == [] and len(again.reused) == 6
+
+
+def test_an_edited_input_recomputes_what_depends_on_it(setup, tmp_path):
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    files, _ = _run(model, corpus, recipe, root)
+    info = (root / "tiny" / "model_info.json").stat().st_mtime_ns
+
+    write_corpus(corpus, seed=7)  # new calibration text: every step from the tokens on
+    steps = _run(model, corpus, recipe, root)[1]
+    assert steps.reused == ["read the model's structure"]
+    assert "sample calibration tokens" in steps.computed and len(steps.computed) == 5
+    assert (root / "tiny" / "model_info.json").stat().st_mtime_ns == info
+
+    other = Recipe("wanda_u50", "wanda", 0.5)  # another recipe reuses the shared stores
+    steps = _run(model, corpus, other, root)[1]
+    assert steps.computed == ["prune every block (wanda_u50)", "assemble the pruned model (wanda_u50)"]
+
+    config = model / "config.json"  # the model changed (same bytes, new mtime): everything again
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))
+    steps = _run(model, corpus, recipe, root)[1]
+    assert steps.reused == [] and len(steps.computed) == 6
+
+
+def test_an_unfinished_output_is_computed_again(setup, tmp_path):
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    files, _ = _run(model, corpus, recipe, root)
+    report = json.loads((files.model_dir / "pruning_report.json").read_text())
+    # a step killed after writing its output but before its record: not taken for finished
+    (files.model_dir.parent / ".model.inputs.json").unlink()
+    steps = _run(model, corpus, recipe, root)[1]
+    assert steps.computed == ["assemble the pruned model (thanos_u50)"]
+    assert json.loads((files.model_dir / "pruning_report.json").read_text())["layers"] == report["layers"]
+
+
+def test_the_recipe_job_is_given_the_shared_stores_and_never_computes_them(setup, tmp_path):
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    files = RecipeFiles.of(Layout(str(root)), "tiny", recipe)
+    given = RecipeFiles(
+        files.pruned_root, files.summary, dense_dir=files.dense_dir, chain_dir=files.chain_dir
+    )
+    with pytest.raises(FileNotFoundError, match=r"inputs_0\.zarr is missing or incomplete; run the job"):
+        run_recipe(model, recipe, given, options=RunOptions("cpu"))
+    assert not files.tokens.exists() and not files.pruned_root.exists()
+
+    _run(model, corpus, recipe, root)
+    summary = files.summary.read_bytes()
+    files.summary.unlink()  # what Snakemake does to a job's output before it runs the job again
+    steps = run_recipe(model, recipe, given, options=RunOptions("cpu"))
+    assert steps.computed == ["prune every block (thanos_u50)"]
+    assert json.loads(files.summary.read_bytes())["reused"]["prune"] == 3 * 7
+    assert json.loads(summary)["computed"]["prune"] == 3 * 7

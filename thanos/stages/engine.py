@@ -1,0 +1,382 @@
+"""The engine: one recipe on one model, every stage in one process, resuming from the files it wrote.
+
+``run_recipe`` runs, in order and each only when its output is missing or out of date:
+
+    model-info -> calibrate -> embed (block 0's inputs) -> the dense chain's Hessians (block 0; every block
+    for ``chain: dense`` and OWL, with the dense propagate between) -> OWL's per-block sparsities ->
+    the chain (per block: capture -> prune -> propagate, ``thanos.stages.chain``) -> assemble
+
+at the workflow's paths (``thanos.files.layout``), so its files are the workflow's, byte for byte.
+
+Out of date is decided as Snakemake decides it, by what each output was computed from: next to every
+output it writes, a record ``.{name}.inputs.json`` holds that output's inputs (the model files' names,
+sizes and mtimes, the calibration source's files, the options, and the modification times of the upstream
+outputs it read). An output whose record differs from what the step would read now is deleted and
+computed again, and the outputs downstream of it follow, since their records name its modification time.
+A step killed half way left no output (stores and models are renamed into place when complete) or no
+record (written last), so the next run computes it again; the chain step resumes at its first unfinished
+block (``thanos.stages.chain``).
+
+Two callers: ``thanos prune-model`` (``thanos.runner.one_recipe``) runs every step; the workflow's recipe
+job (``thanos chain``, granularity ``recipe``) runs the chain alone, its upstream outputs made by the
+workflow's own shared jobs (``Upstream.GIVEN``: checked complete, never recomputed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from thanos.files.atomic import write_json
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, Layout, StoreKind, store_name
+from thanos.recipe import Recipe
+from thanos.stages.outputs import mtime, remove, store_complete
+
+log = logging.getLogger(__name__)
+
+OnStep = Callable[[str, float | None], None]  # (label, None when it starts | seconds when it is done)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibration windows: ``nsamples`` x ``seqlen`` tokens of ``source`` (``c4`` or a local path)."""
+
+    source: str
+    nsamples: int
+    seqlen: int
+    seed: int = 0
+    text_field: str = "text"
+
+
+@dataclass(frozen=True)
+class RecipeFiles:
+    """Where one recipe's run reads and writes. ``dense_dir``: the dense chain's stores (``inputs_l``,
+    ``hessians_l``); ``chain_dir``: the recipe's sequential chain stores (blocks >= 1), None for the dense
+    chain; ``summary``: the chain's summary, written when every block is done; ``model_dir``: the assembled
+    model (None: no assemble). Paths of what the recipe does not need are None."""
+
+    pruned_root: Path
+    summary: Path
+    model_info: Path | None = None
+    tokens: Path | None = None
+    dense_dir: Path | None = None
+    chain_dir: Path | None = None
+    owl: Path | None = None
+    model_dir: Path | None = None
+
+    @classmethod
+    def of(cls, layout: Layout, model: str, recipe: Recipe) -> RecipeFiles:
+        """The workflow's paths of ``recipe`` on the model named ``model`` under ``layout``."""
+        calibrated = recipe.needs_calibration
+        sequential = layout.sequential and recipe.needs_hessian
+
+        def path(text: str, wanted: bool = True) -> Path | None:
+            return Path(text) if wanted else None
+
+        return cls(
+            pruned_root=Path(layout.pruned(model, recipe.name)),
+            summary=Path(layout.chain_summary(model, recipe.name)),
+            model_info=Path(layout.model_info(model)),
+            tokens=path(layout.tokens(model), calibrated),
+            dense_dir=path(layout.chain_dir(model, DENSE), calibrated),
+            chain_dir=path(layout.chain_dir(model, recipe.name), sequential),
+            owl=path(layout.owl(model, recipe.name), recipe.owl),
+            model_dir=Path(layout.model_dir(model, recipe.name)),
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the stages run: the device, samples per forward pass, the recipe's own stores deleted at the
+    end (retention false), the largest assembled shard, and what the pruning report records of the run
+    (``thanos.stages.provenance.RunRecord``; None: the engine's own)."""
+
+    device: str = "auto"
+    batch_size: int = 8
+    drop: tuple[StoreKind, ...] = ()
+    max_shard_size: str = "2GB"
+    record: Any = None
+
+
+def source_identity(source: str) -> Any:
+    """A calibration or evaluation source as a record holds it: a hub name as is, a local file or
+    directory as its files' relative names, sizes and modification times."""
+    path = Path(source)
+    if not path.exists():
+        return source
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {
+        str(f.relative_to(path) if f != path else f.name): [f.stat().st_size, f.stat().st_mtime_ns]
+        for f in files
+    }
+
+
+def _record_path(output: Path) -> Path:
+    return output.parent / f".{output.name}.inputs.json"
+
+
+def _read_record(output: Path) -> Any:
+    try:
+        return json.loads(_record_path(output).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Steps:
+    """Runs steps whose outputs are kept while their inputs stay the same (the module docstring).
+
+    ``owned``: False where the upstream outputs were written by other jobs (the workflow's shared jobs):
+    those are checked complete (``given``) and never recomputed. ``computed``/``reused``: the labels of
+    the steps run and kept."""
+
+    on_step: OnStep | None = None
+    owned: bool = True
+    computed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    seen: set[Path] = field(default_factory=set)  # the outputs this call already ran or kept
+
+    def run(
+        self,
+        label: str,
+        output: Path,
+        inputs: dict[str, Any],
+        compute: Callable[[], object],
+        complete: Callable[[Path], bool] = Path.exists,
+    ) -> None:
+        """Compute ``output`` unless it is complete and was computed from ``inputs``."""
+        if output in self.seen:
+            return
+        self.seen.add(output)
+        previous = _read_record(output)
+        if complete(output) and previous == inputs:
+            self.reused.append(label)
+            return
+        if output.exists() or output.is_symlink():
+            why = "its inputs changed" if previous is not None else "it was not finished"
+            log.info("%s: computing %s again (%s)", label, output, why)
+        remove(output)
+        remove(_record_path(output))
+        self._notify(label, None)
+        started = time.monotonic()
+        compute()
+        write_json(_record_path(output), inputs)
+        self.computed.append(label)
+        self._notify(label, time.monotonic() - started)
+
+    @staticmethod
+    def given(output: Path, complete: Callable[[Path], bool] = Path.exists) -> Path:
+        """An output another job wrote: refused when missing or incomplete, never computed here."""
+        if not complete(output):
+            raise FileNotFoundError(f"{output} is missing or incomplete; run the job that writes it first")
+        return output
+
+    def _notify(self, label: str, seconds: float | None) -> None:
+        if seconds is None:
+            log.info("%s: started", label)
+        else:
+            log.info("%s: done in %.1f s", label, seconds)
+        if self.on_step is not None:
+            self.on_step(label, seconds)
+
+
+@dataclass
+class _Run:
+    """One ``run_recipe`` call: the model, its files and the steps, with one method per stage."""
+
+    model: str
+    recipe: Recipe
+    files: RecipeFiles
+    calibration: Calibration | None
+    options: RunOptions
+    steps: Steps
+    model_files: Any = None  # the model directory's fingerprint (the records' ``model``)
+    num_blocks: int = 0
+
+    def model_info(self) -> None:
+        from thanos.stages.model_info import model_info
+
+        output = self.files.model_info
+        assert output is not None
+        inputs = {"model": self.model, "files": self.model_files}
+        self.steps.run("read the model's structure", output, inputs, lambda: model_info(self.model, output))
+
+    def tokens(self) -> Path:
+        from thanos.stages.calibrate import calibrate
+
+        output, calib = self.files.tokens, self.calibration
+        assert output is not None and calib is not None
+        inputs = {
+            "model": self.model_files,
+            "source": source_identity(calib.source),
+            "calibration": [calib.nsamples, calib.seqlen, calib.seed, calib.text_field],
+        }
+
+        def compute() -> None:
+            calibrate(
+                self.model, calib.source, output, calib.nsamples, calib.seqlen, calib.seed, calib.text_field
+            )
+
+        self.steps.run("sample calibration tokens", output, inputs, compute, store_complete)
+        return output
+
+    def dense_store(self, kind: StoreKind, block: int) -> Path:
+        """The dense chain's store of block ``block``, computed (with what it reads) when out of date."""
+        from thanos.stages.capture import capture, embed, propagate
+
+        assert self.files.dense_dir is not None
+        output = self.files.dense_dir / store_name(kind, block)
+        if not self.steps.owned:
+            return self.steps.given(output, store_complete)
+        device, batch_size = self.options.device, self.options.batch_size
+        if kind == "hessians":
+            inputs_l = self.dense_store("inputs", block)
+            label = f"Hessians of block {block} (dense)"
+            read = inputs_l
+            compute = lambda: capture(self.model, block, inputs_l, output, batch_size, device)  # noqa: E731
+        elif block == 0:
+            tokens = self.tokens()
+            label = "embed the calibration tokens (block 0 inputs)"
+            read = tokens
+            compute = lambda: embed(self.model, tokens, output, batch_size, device)  # noqa: E731
+        else:
+            previous = self.dense_store("inputs", block - 1)
+            label = f"inputs of block {block} (dense)"
+            read = previous
+            compute = lambda: propagate(  # noqa: E731
+                self.model, block - 1, previous, output, None, batch_size, device
+            )
+        inputs = {"model": self.model_files, "reads": mtime(read)}
+        self.steps.run(label, output, inputs, compute, store_complete)
+        return output
+
+    def chain_reads(self) -> list[Path]:
+        """The dense chain's stores the recipe's chain reads: none without a Hessian; block 0's inputs and
+        Hessians (the sequential chain computes the rest); every block's Hessians (the dense chain)."""
+        if not self.recipe.needs_hessian:
+            return []
+        if self.files.chain_dir is None:
+            return [self.dense_store("hessians", block) for block in range(self.num_blocks)]
+        return [self.dense_store("inputs", 0), self.dense_store("hessians", 0)]
+
+    def owl(self) -> None:
+        """An OWL recipe's per-block sparsities, from the dense chain's Hessians of every block."""
+        from thanos.stages.owl_plan import owl
+
+        output = self.files.owl
+        if output is None:
+            return
+        if not self.steps.owned:
+            self.steps.given(output)
+            return
+        hessians = [self.dense_store("hessians", block) for block in range(self.num_blocks)]
+        inputs = {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "hessians": [mtime(path) for path in hessians],
+        }
+        info = self.files.model_info
+        self.steps.run(
+            f"OWL sparsity per block ({self.recipe.name})",
+            output,
+            inputs,
+            lambda: owl(self.model, hessians, self.recipe, output, info),
+        )
+
+    def chain(self, reads: list[Path]) -> None:
+        """Capture, prune and propagate every block (``thanos.stages.chain``: it resumes by itself)."""
+        from thanos.stages.chain import ChainPaths, chain
+
+        files, options = self.files, self.options
+        paths = ChainPaths(files.pruned_root, files.dense_dir, files.chain_dir, files.owl)
+        inputs = {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "reads": [mtime(path) for path in (*reads, files.owl)],
+            "drop": list(options.drop),
+        }
+        self.steps.run(
+            f"prune every block ({self.recipe.name})",
+            files.summary,
+            inputs,
+            lambda: chain(
+                self.model,
+                self.recipe,
+                paths,
+                files.summary,
+                options.batch_size,
+                options.device,
+                options.drop,
+            ),  # fmt: skip
+        )
+
+    def assemble(self) -> None:
+        from thanos.stages.assemble import assemble
+
+        files, options = self.files, self.options
+        if files.model_dir is None:
+            return
+        inputs = {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl)],
+            "format": MODEL_DIR_FORMAT,
+            "max_shard_size": options.max_shard_size,
+        }
+        self.steps.run(
+            f"assemble the pruned model ({self.recipe.name})",
+            files.model_dir,
+            inputs,
+            lambda: assemble(
+                self.model,
+                files.pruned_root,
+                self.recipe,
+                files.model_dir,
+                files.model_info,
+                files.owl,
+                options.max_shard_size,
+                options.record,
+            ),  # fmt: skip
+            lambda path: (path / "pruning_report.json").is_file(),
+        )
+
+
+def run_recipe(
+    model: str | Path,
+    recipe: Recipe,
+    files: RecipeFiles,
+    calibration: Calibration | None = None,
+    options: RunOptions | None = None,
+    on_step: OnStep | None = None,
+) -> Steps:
+    """Run every stage of ``recipe`` on ``model`` that is missing or out of date; return the steps run and
+    kept.
+
+    ``calibration`` None: the upstream outputs (model info, calibration tokens, the dense chain's stores,
+    OWL's plan) were written by the workflow's own jobs; they are checked complete, never computed here.
+    ``on_step(label, seconds)``: called when a step starts (seconds None) and when it is done.
+    """
+    from thanos.files.fingerprint import model_fingerprint
+    from thanos.models import open_layout
+    from thanos.models.checkpoint import resolve_model_path
+
+    options = options or RunOptions()
+    steps = Steps(on_step, owned=calibration is not None)
+    model = str(model)
+    fingerprint = model_fingerprint(resolve_model_path(model))
+    run = _Run(model, recipe, files, calibration, options, steps, fingerprint)
+    if steps.owned:
+        run.model_info()
+    info = files.model_info if files.model_info is not None and files.model_info.is_file() else None
+    run.num_blocks = int(open_layout(model, info)[1].num_blocks)
+    run.owl()
+    reads = run.chain_reads()
+    steps.owned = True  # the chain and what follows are this call's own work
+    run.chain(reads)
+    run.assemble()
+    return steps
