@@ -24,6 +24,7 @@ workflow's own shared jobs (``Upstream.GIVEN``: checked complete, never recomput
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from typing import Any
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, Layout, StoreKind, store_name
 from thanos.recipe import Recipe
+from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,8 @@ class Steps:
         self._notify(label, None)
         started = time.monotonic()
         compute()
+        gc.collect()  # one process runs every step: what a step held is returned before the next
+        release_free_memory()
         write_json(_record_path(output), inputs)
         self.computed.append(label)
         self._notify(label, time.monotonic() - started)
@@ -365,6 +369,7 @@ def run_recipe(
     from thanos.models import open_layout
     from thanos.models.checkpoint import resolve_model_path
 
+    single_arena()  # before any zarr worker thread allocates (``thanos.stages.memory``): flat RSS in depth
     options = options or RunOptions()
     steps = Steps(on_step, owned=calibration is not None)
     model = str(model)
