@@ -64,7 +64,7 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
     from thanos.models import get_adapter, load_config
     from thanos.recipe import Recipe
     from thanos.stages.capture import capture, propagate
-    from thanos.stages.prune import prune
+    from thanos.stages.prune import BlockInputs, prune
 
     hidden = get_adapter(load_config(model)).hidden_size
     inputs = work / "inputs.zarr"
@@ -78,7 +78,7 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
     peaks["capture"] = peak_rss_mib()
     reset_peak()
     recipe = Recipe(None, method, "0.5")
-    prune(model, BLOCK, recipe, work / "pruned", hessians=work / "hessians.zarr", device="cpu")
+    prune(model, BLOCK, recipe, work / "pruned", inputs=BlockInputs(work / "hessians.zarr"), device="cpu")
     peaks["prune"] = peak_rss_mib()
     reset_peak()
     propagate(model, BLOCK, inputs, work / "next.zarr", work / "pruned", batch_size=1, device="cpu")

@@ -28,17 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.stages.prune import prune
+    from thanos.stages.prune import BlockInputs, prune
 
     layers = [name.strip() for name in args.layers.split(",") if name.strip()] if args.layers else None
-    prune(
-        args.model,
-        args.block,
-        _args.recipe(args),
-        args.out_dir,
-        layers,
-        args.hessians,
-        args.device,
-        args.owl,
-        args.model_info,
-    )
+    inputs = BlockInputs(args.hessians, args.owl, args.model_info)
+    prune(args.model, args.block, _args.recipe(args), args.out_dir, layers, inputs, args.device)

@@ -68,7 +68,7 @@ def source_reference(
 ) -> str:
     """``c4``/``wikitext2`` unchanged; a local file or directory as an absolute path. A local source must
     exist and, with ``check``, pass ``thanos.data.textdata.check_files`` (types, encoding, first record): its
-    problems are named now, not by a job after the pruning."""
+    problems are named now, not by a step after the pruning."""
     from thanos.data.textdata import check_files
 
     if str(source) == hub_name:
@@ -94,12 +94,12 @@ def model_slug(reference: str) -> str:
 def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, list[str], list[str]]:
     """(model_type, max positions, the layers of a block, those ``exclude`` leaves) of a supported model; an
     unsupported one, a local directory without config, safetensors weights or tokenizer files, or an
-    ``exclude`` pattern that matches no layer, is refused here, before any job runs. Reads config.json and
+    ``exclude`` pattern that matches no layer, is refused here, before any step runs. Reads config.json and
     the weights' headers (for a hub id: downloads only config.json)."""
     from thanos.models import Checkpoint, check_tokenizer_files, get_adapter, load_config
 
     local = Path(reference).is_dir()
-    if local:  # config, weights and tokenizer files named here, before any job runs
+    if local:  # config, weights and tokenizer files named here, before any step runs
         config = load_config(reference)
     else:
         from transformers import AutoConfig
@@ -343,7 +343,7 @@ def plan(
         from thanos.models import open_layout
         from thanos.models.neurons import mlp_layout
 
-        try:  # a model whose neurons cannot be removed is refused before any job runs
+        try:  # a model whose neurons cannot be removed is refused before any step runs
             mlp_layout(*open_layout(reference)[1:])
         except ValueError as err:
             raise ValueError(f"--model {reference}: {err}") from None

@@ -36,7 +36,7 @@ from thanos.recipe import Recipe
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
-from thanos.stages.prune import prune
+from thanos.stages.prune import BlockInputs, prune
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ class _Chain:
         self.reused["prune"] += len(self.layers[block]) - len(todo)
         if todo:
             self.discard_after(block)
-            prune(self.model, block, self.recipe, block_dir, todo, H, self.device, self.owl)
+            inputs = BlockInputs(H, self.owl)
+            prune(self.model, block, self.recipe, block_dir, todo, inputs, self.device)
             self.computed["prune"] += len(todo)
         return block_dir
 

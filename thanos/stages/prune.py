@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +34,34 @@ from thanos.stages.common import resolve_device
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class BlockInputs:
+    """What a block's pruning reads besides the model's weights.
+
+    ``hessians``: the block's Hessians store (None for a method without). ``owl``: an OWL recipe's
+    ``owl.json`` (``thanos.stages.owl_plan``): the block is pruned at its sparsity there (exact, removed /
+    parameters), and the stats record the profile and the target. ``model_info``: the model's
+    ``model_info.json``, whose layout names the layers (no transformers import); without it the adapter
+    finds them (``thanos.models.open_layout``)."""
+
+    hessians: str | Path | None = None
+    owl: str | Path | None = None
+    model_info: str | Path | None = None
+
+
 def prune(
     model: str | Path,
     block: int,
     recipe: Recipe,
     out_dir: str | Path,
     layers: list[str] | None = None,
-    hessians: str | Path | None = None,
+    inputs: BlockInputs = BlockInputs(),
     device: str = "auto",
-    owl: str | Path | None = None,
-    model_info: str | Path | None = None,
 ) -> list[dict]:
     """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
-    when None) and return their stats.
-
-    ``owl``: the recipe's ``owl.json`` (``thanos.stages.owl_plan``): the block is pruned at its sparsity there
-    (exact, removed / parameters); the stats record the profile and the target. ``model_info``: the
-    model's ``model_info.json``, whose layout names the layers (no transformers import); without it the
-    adapter finds them (``thanos.models.open_layout``)."""
-    _, layout, checkpoint = open_layout(model, model_info)
+    when None), reading ``inputs``, and return their stats."""
+    hessians, owl = inputs.hessians, inputs.owl
+    _, layout, checkpoint = open_layout(model, inputs.model_info)
     prefix = layout.block_prefix(block)
     layers = _checked_layers(layout, block, recipe, layers)
     store = _hessians(hessians, block, recipe)
