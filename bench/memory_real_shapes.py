@@ -15,9 +15,8 @@ imports torch, transformers and the stages, measured) and, for capture, embed an
 activations of one batch, measured as the rest (peak - the parts above) and shown per 1k tokens of a batch,
 so that it scales to other batch x seqlen sizes (``--seqlens`` runs capture at several sizes).
 
-``--prune-model`` runs ``thanos prune-model`` on the model instead (the Snakemake workflow, its recipe
-job running capture, prune and propagate of the later blocks in one process) and samples the RSS of every
-process it starts every 0.1 s (psutil), printing the peak of each job.
+``--prune-model`` runs ``thanos prune-model`` on the model instead (every stage in its one process) and
+samples the RSS of it and of every process it starts every 0.1 s (psutil), printing the peak of each.
 
     OMP_WAIT_POLICY=PASSIVE python bench/memory_real_shapes.py --shape 7b --method sparsegpt --sparsity 0.5
     python bench/memory_real_shapes.py --shape 70b --method thanos --sparsity 2:4 --work /big/tmp
