@@ -443,3 +443,31 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs,
     resumed = prune(inputs, tmp_path / "out", tmp_path / "work")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 step(s)" in resumed.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(first, inputs):
+    out, workdir, _ = first
+    model, calib = inputs
+    short = out.parent / "short.txt"
+    short.write_text("too short\n")  # passes the up-front check, fails in the evaluation
+    evaluated = out.parent / "evaluated"
+    failed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", short)
+    assert failed.returncode == 1
+    assert "FAILED after" in failed.stderr and "perplexity (thanos_2-4)" in failed.stderr
+    assert "fewer than one window" in failed.stderr
+    assert f"the pruned model is published without this evaluation: {evaluated}" in failed.stderr
+    weights = (evaluated / "model.safetensors").stat().st_ino
+    assert "Not evaluated" in (evaluated / "README.md").read_text()
+    cached = workdir / "results" / "tiny-llama" / RECIPE / "model"
+    assert (evaluated / "model.safetensors").read_bytes() == (cached / "model.safetensors").read_bytes()
+
+    fixed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "nothing to do" not in fixed.stderr and "perplexity" in fixed.stderr.splitlines()[-2]
+    card = (evaluated / "README.md").read_text()
+    ppl = json.loads((workdir / "results" / "tiny-llama" / RECIPE / "eval" / "perplexity.json").read_text())
+    assert f"perplexity **{ppl['ppl']:.2f}**" in card
+    assert (evaluated / "model.safetensors").stat().st_ino == weights  # the card alone was rewritten
+    report = json.loads((evaluated / "pruning_report.json").read_text())
+    assert report["files"]["README.md"]["bytes"] == len(card.encode())

@@ -37,12 +37,13 @@ from thanos.stages.engine import Calibration, RecipeFiles
 
 log = logging.getLogger(__name__)
 
+# what publishing returns: (report, evaluation, sparsity summary, what changed in ``out``)
+Published = tuple[dict[str, Any], dict[str, Any] | None, Any, list[str]]
+
 EVALUATIONS = ("ppl", "zeroshot")
 HUB_SOURCES = {"calibration": "c4", "perplexity": "wikitext2"}
 DEFAULT_NSAMPLES = 128
 MAX_SEQLEN = 2048
-PPL_BATCH_SIZE = 8  # the workflow's defaults (workflow/schemas/config.schema.yaml)
-ZEROSHOT_BATCH_SIZE = 16
 
 
 def is_local(path: str | Path) -> bool:
@@ -147,16 +148,6 @@ def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
     return Path(root).expanduser().resolve() / f"{model_slug(model)}-{key}"
 
 
-def _evaluation(model_root: Path, evaluate: tuple[str, ...]) -> dict[str, Any] | None:
-    """The evaluations this run asked for (an earlier run's may describe an earlier model)."""
-    found = {}
-    for option, name in (("ppl", "perplexity"), ("zeroshot", "zeroshot")):
-        path = model_root / "eval" / f"{name}.json"
-        if option in evaluate and path.is_file():
-            found[name] = json.loads(path.read_text())
-    return found or None
-
-
 def _print(stream: TextIO, text: str = "") -> None:
     stream.write(text + "\n")
     stream.flush()
@@ -233,8 +224,7 @@ def prune_model(
     )
     announce(run_plan, stream)
     started = time.monotonic()
-    run(run_plan, stream, started)
-    report, evaluation, summary, before = publish_result(run_plan)
+    report, evaluation, summary, before = run(run_plan, stream, started)
     print_summary(run_plan, report, evaluation, summary, before, stream, started)
     return {**report, "out": str(run_plan.out), "workdir": str(run_plan.workdir), "evaluation": evaluation}
 
@@ -407,37 +397,63 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
     _print(stream, f"  full log {run_plan.log_file}")
 
 
-def run(run_plan: Plan, stream: TextIO, started: float) -> None:
-    """Run the recipe's stages (``thanos.stages.engine``) and the evaluations in this process, with
-    progress lines on ``stream`` and everything else in the run's log file; a failed or interrupted run
-    says what failed and how to resume, then raises ``RunFailed``."""
+def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
+    """Run the recipe's stages (``thanos.stages.engine``) in this process, publish the model, then run the
+    evaluations and add them to its card; progress lines go to ``stream``, everything else to the run's log
+    file. Returns ``publish_result``'s (report, evaluation, summary, what changed in ``out``).
+
+    A failed or interrupted step says what failed and how to resume, then raises ``RunFailed``; a failed
+    evaluation leaves the published model in place (without it) and says so."""
+    from thanos.runner.evaluations import Evaluations
     from thanos.runner.progress import StepProgress, full_log
     from thanos.runner.workdir_lock import exclusive_workdir
 
+    plan_eval = run_plan.evaluation
+    evaluations = Evaluations(
+        run_plan.files.model_dir, run_plan.model_root / "eval", plan_eval.kinds, str(plan_eval.ppl_source),
+        plan_eval.tasks, run_plan.resources.device, run_plan.recipe.name,
+    )  # fmt: skip
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
         log.info("thanos prune-model: %s, recipe %s", run_plan.reference, run_plan.recipe.to_json())
-        try:
-            steps = _run_steps(run_plan, progress.on_step)
-        except KeyboardInterrupt:
-            log.warning("interrupted during: %s", progress.current)
-            progress.clear()
-            took = clock_text(time.monotonic() - started)
-            _print(
-                stream, f"interrupted after {took}: finished steps are kept; run the same command to resume"
+        steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
+        evaluation = evaluations.current()
+        published = publish_result(run_plan, evaluation)
+        if run_plan.evaluation.kinds and evaluation is None:
+            progress.note(f"published: {run_plan.out}; evaluating it")
+            evaluation = _guarded(
+                run_plan, progress, stream, started, lambda: evaluations.run(steps), published=True
             )
-            raise RunFailed("interrupted", interrupted=True) from None
-        except Exception as err:
-            log.exception("%s failed", progress.current)
-            _failed(run_plan, progress.current, err, stream, started)
-            raise RunFailed(str(err)) from err
+            published = update_card(run_plan, evaluation, published[3])
     if not steps.computed:
         progress.note("nothing to do: every step finished in an earlier run")
     elif steps.reused:
         progress.note(f"resumed: {len(steps.reused)} step(s) finished in an earlier run were kept")
+    return published
 
 
-def _failed(run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float) -> None:
+def _guarded(
+    run_plan: Plan, progress: Any, stream: TextIO, started: float, work: Any, published: bool = False
+) -> Any:
+    """``work()``; a failure or an interruption is said on ``stream`` (what failed, its ``ERROR:`` line,
+    where the traceback is, how to resume) and raised as ``RunFailed``."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        log.warning("interrupted during: %s", progress.current)
+        progress.clear()
+        took = clock_text(time.monotonic() - started)
+        _print(stream, f"interrupted after {took}: finished steps are kept; run the same command to resume")
+        raise RunFailed("interrupted", interrupted=True) from None
+    except Exception as err:
+        log.exception("%s failed", progress.current)
+        _failed(run_plan, progress.current, err, stream, started, published)
+        raise RunFailed(str(err)) from err
+
+
+def _failed(
+    run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float, published: bool
+) -> None:
     """What failed, the error's one line, where the full log is, how to resume."""
     from thanos.errors import describe
 
@@ -445,6 +461,8 @@ def _failed(run_plan: Plan, step: str | None, err: BaseException, stream: TextIO
     _print(stream, f"FAILED after {took}: {step or 'the run'}")
     _print(stream, f"ERROR: {describe(err)}")
     _print(stream, f"--- the traceback and the full log: {run_plan.log_file}")
+    if published:
+        _print(stream, f"the pruned model is published without this evaluation: {run_plan.out}")
     _print(stream, "fix the cause and run the same command again: finished steps are kept")
 
 
@@ -462,7 +480,7 @@ def _threads(run_plan: Plan) -> Iterator[None]:
 
 
 def _run_steps(run_plan: Plan, on_step: Any) -> Any:
-    """The engine's steps, then the evaluations; returns the steps run and kept."""
+    """The engine's steps; returns the steps run and kept."""
     from thanos.stages.engine import RunOptions, run_recipe
     from thanos.stages.provenance import RunRecord
 
@@ -471,72 +489,41 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
     record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
     options = RunOptions(run_plan.resources.device, record=record)
-    steps = run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
-    _evaluate(run_plan, steps)
-    return steps
+    return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
 
 
-def _evaluate(run_plan: Plan, steps: Any) -> None:
-    """The evaluations asked for, of the assembled model, kept while it and their options stay the same
-    (the model loaded once for both)."""
-    from thanos.files.atomic import write_json
-    from thanos.stages.engine import source_identity
-    from thanos.stages.outputs import mtime
+def _card(run_plan: Plan, evaluation: dict[str, Any] | None) -> tuple[dict[str, Any], Any, str]:
+    """(report, sparsity summary, model card) of the assembled model."""
+    from thanos.stages.achieved_sparsity import summarize
+    from thanos.stages.card import model_card
 
     model_dir = run_plan.files.model_dir
-    evaluation, device = run_plan.evaluation, run_plan.resources.device
-    loaded: list[Any] = []
-
-    def model() -> Any:
-        from thanos.evaluation.loading import load_model
-
-        if not loaded:
-            loaded.append(load_model(str(model_dir), device=device))
-        return loaded[0]
-
-    def perplexity(out: Path) -> None:
-        from thanos.evaluation.perplexity import evaluate_perplexity
-
-        result = evaluate_perplexity(
-            str(model_dir), source=str(evaluation.ppl_source), batch_size=PPL_BATCH_SIZE, device=device,
-            progress=False, loaded=model(),
-        )  # fmt: skip
-        write_json(out, result.to_dict())
-
-    def zeroshot(out: Path) -> None:
-        from thanos.evaluation.zeroshot import evaluate_zeroshot
-
-        summary = evaluate_zeroshot(
-            str(model_dir), tasks=evaluation.tasks, batch_size=ZEROSHOT_BATCH_SIZE, device=device,
-            loaded=model(),
-        )  # fmt: skip
-        write_json(out, summary)
-
-    made = mtime(model_dir / "pruning_report.json")
-    name = run_plan.recipe.name
-    if "ppl" in evaluation.kinds:
-        out = run_plan.model_root / "eval" / "perplexity.json"
-        inputs = {"model": made, "source": source_identity(str(evaluation.ppl_source))}
-        steps.run(f"perplexity ({name})", out, inputs, lambda: perplexity(out))
-    if "zeroshot" in evaluation.kinds:
-        out = run_plan.model_root / "eval" / "zeroshot.json"
-        inputs = {"model": made, "tasks": evaluation.tasks}
-        steps.run(f"zero-shot tasks ({name})", out, inputs, lambda: zeroshot(out))
+    report = json.loads((model_dir / "pruning_report.json").read_text())
+    summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
+    return report, summary, model_card(report, summary, evaluation, run_plan.out)
 
 
-def publish_result(run_plan: Plan) -> tuple[dict[str, Any], dict[str, Any] | None, Any, list[str]]:
-    """Publish the assembled model to ``out`` with its model card: (report, evaluation, sparsity summary,
-    what ``publish`` found changed in ``out``)."""
-    from thanos.stages.achieved_sparsity import summarize
-    from thanos.stages.card import CARD, model_card
+def publish_result(
+    run_plan: Plan, evaluation: dict[str, Any] | None
+) -> tuple[dict, dict | None, Any, list[str]]:
+    """Publish the assembled model to ``out`` with its model card (``evaluation`` in it): (report,
+    evaluation, sparsity summary, what ``publish`` found changed in ``out``)."""
+    from thanos.stages.card import CARD
     from thanos.stages.publish import publish
 
-    model_dir = run_plan.model_root / "model"
-    report = json.loads((model_dir / "pruning_report.json").read_text())
-    evaluation = _evaluation(run_plan.model_root, run_plan.evaluation.kinds)
-    summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
-    card = model_card(report, summary, evaluation, run_plan.out)
-    return report, evaluation, summary, publish(model_dir, run_plan.out, {CARD: card})
+    report, summary, card = _card(run_plan, evaluation)
+    return report, evaluation, summary, publish(run_plan.files.model_dir, run_plan.out, {CARD: card})
+
+
+def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[str]) -> Published:
+    """Rewrite the published model's card with ``evaluation`` (the weights are not copied again); ``before``:
+    what the publish found changed in ``out``."""
+    from thanos.stages.card import CARD
+    from thanos.stages.publish import update_texts
+
+    report, summary, card = _card(run_plan, evaluation)
+    update_texts(run_plan.files.model_dir, run_plan.out, {CARD: card})
+    return report, evaluation, summary, before
 
 
 def print_summary(

@@ -143,6 +143,11 @@ class Steps:
     reused: list[str] = field(default_factory=list)
     seen: set[Path] = field(default_factory=set)  # the outputs this call already ran or kept
 
+    @staticmethod
+    def current(output: Path, inputs: dict[str, Any], complete: Callable[[Path], bool] = Path.exists) -> bool:
+        """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it)."""
+        return complete(output) and _read_record(output) == inputs
+
     def run(
         self,
         label: str,
@@ -155,10 +160,10 @@ class Steps:
         if output in self.seen:
             return
         self.seen.add(output)
-        previous = _read_record(output)
-        if complete(output) and previous == inputs:
+        if self.current(output, inputs, complete):
             self.reused.append(label)
             return
+        previous = _read_record(output)
         if output.exists() or output.is_symlink():
             why = "its inputs changed" if previous is not None else "it was not finished"
             log.info("%s: computing %s again (%s)", label, output, why)

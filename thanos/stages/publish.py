@@ -62,6 +62,28 @@ def _copy_verified(source: Path, target: Path, expected: dict) -> None:
         )
 
 
+def _published_report(model_dir: Path, files: dict[str, dict], texts: dict[str, str]) -> tuple[dict, str]:
+    """The published files' record and the published report's text: the texts' digests replace the ones of
+    the files they replace (the output's record describes the output)."""
+    published = files | {
+        name: {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        for name, text in texts.items()
+    }
+    report = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) | {"files": published}
+    return published, json.dumps(report, indent=2, default=str) + "\n"
+
+
+def update_texts(model_dir: str | Path, out: str | Path, texts: dict[str, str]) -> None:
+    """Rewrite ``texts`` (the model card) and the report of ``out``, a model ``publish`` wrote from
+    ``model_dir``, each file atomically; the weights are not copied again. A run stopped between two files
+    leaves a report whose record of the card differs, and the next publish writes ``out`` again."""
+    model_dir, out = Path(model_dir), Path(out)
+    _, report_text = _published_report(model_dir, digests.recorded(model_dir), texts)
+    for name, text in (texts | {MARKER: report_text}).items():
+        with atomic_path(out / name) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+
+
 def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> list[str]:
     """Make ``out`` hold a verified copy of ``model_dir`` (an assembled model with its file digests), with
     ``texts`` ({name: content}) written instead of (or besides) its files. Returns how ``out`` differed
@@ -79,13 +101,7 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
             "delete that directory and run the same command again: it is reassembled from the cached "
             "pruned layers",
         )
-    # the published report records the published files: the texts' digests replace the ones they replace
-    published = files | {
-        name: {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
-        for name, text in texts.items()
-    }
-    report = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) | {"files": published}
-    report_text = json.dumps(report, indent=2, default=str) + "\n"
+    published, report_text = _published_report(model_dir, files, texts)
     before = _differences(out, published, report_text)
     if not before:
         return before
