@@ -245,6 +245,7 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
     run = subprocess.run(command, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "compact: MLP width 96 -> 72 neurons per block (ffn_dim)" in run.stderr
+    assert "% of the pruned weights are zero" not in run.stderr  # removed, not zeros
     assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 72
     report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
     assert report["recipe"]["name"] == "thanos_n30" and report["compact"]["kept_width"] == 72

@@ -314,18 +314,31 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
         (["--model", "./nowhere"], "--model ./nowhere: no such directory"),
         (["--alpha", "1.5"], "--alpha 1.5: outlier-row fraction alpha must lie in [0, 1), got 1.5"),
         (["--damp", "0"], "--damp 0.0: expected a number > 0"),
+        (["--sparsity", "0"], "--sparsity '0': prunes nothing; give a fraction above 0"),
+        (
+            ["--method", "wanda", "--damp", "0.1"],
+            "--damp: wanda 2:4 does not use it; leave it out",
+        ),
+        (
+            ["--method", "wanda", "--blocksize", "64", "--sparsity", "0.5"],
+            "--blocksize: wanda 0.5 does not use it",
+        ),
+        (["--device", "cuda:7"], "--device cuda:7: "),
+        (["--out", "m"], "the input model"),
+        (["--out", "m/sub"], "is inside the input model"),
     ],
 )
 def test_bad_arguments_name_the_option(tmp_path, args, message):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
-    base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4"}
+    base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4", "--out": "out"}
     base |= dict(zip(args[::2], args[1::2], strict=True))
     flat = [x for pair in base.items() for x in pair]
-    run = thanos("prune-model", *flat, "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path)
+    run = thanos("prune-model", *flat, "--workdir", tmp_path / "w", cwd=tmp_path)
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
-    assert not (tmp_path / "w").exists()
+    assert "Traceback" not in run.stderr  # piped, as in CI or under nohup: the one line alone
+    assert not (tmp_path / "w").exists() and not (tmp_path / "m" / "sub").exists()
 
 
 @pytest.mark.parametrize(
@@ -385,6 +398,43 @@ def test_bad_text_data_is_named_before_any_step(tmp_path):
         assert not (tmp_path / "w").exists()
 
 
+def test_the_top_help_points_to_prune_model_and_the_version_is_printed(tmp_path):
+    helped = thanos("--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "thanos prune-model --help" in helped.stdout
+    version = thanos("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("thanos-prune ")
+
+
+def test_a_loaded_model_is_refused_saying_what_to_pass(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from thanos import prune_model
+    from thanos.demo.tiny import build_tiny_model
+
+    loaded = AutoModelForCausalLM.from_pretrained(
+        build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    )
+    with pytest.raises(TypeError, match=r"not a loaded LlamaForCausalLM; save it with model.save_pretrained"):
+        prune_model(loaded, "wanda", 0.5, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_another_models_result_is_replaced_only_with_overwrite(first, inputs, tmp_path):
+    out, workdir, _ = first
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    report = json.loads((other / "pruning_report.json").read_text())
+    report["recipe"]["name"] = "wanda_u50"
+    (other / "pruning_report.json").write_text(json.dumps(report))
+    refused = prune(inputs, other, workdir)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"--out {other} holds another pruned model (wanda_u50 of {inputs[0]})" in refused.stderr
+    assert "--overwrite to replace it" in refused.stderr and (other / "README.md").is_file()
+    replaced = prune(inputs, other, workdir, "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr[-2000:]
+    assert json.loads((other / "pruning_report.json").read_text())["recipe"]["name"] == RECIPE
+
+
 def test_a_foreign_out_directory_is_refused(tmp_path):
     from thanos.demo.tiny import build_tiny_model
 
@@ -404,7 +454,7 @@ def test_the_recipe_is_built_once_and_named_by_what_differs_from_the_defaults():
     assert (recipe.name, recipe.alpha, recipe.blocksize) == ("thanos_2-4", 0.0, 512)
     assert build_recipe("thanos", "4:8", alpha=0.1).name == "thanos_4-8_a0.1"
     assert build_recipe("thanos", "structured:0.3").name == "thanos_s30"  # its default alpha 0.1
-    assert build_recipe("magnitude", "structured:0.3", damp=0.02).name == "magnitude_s30_damp0.02"
+    assert build_recipe("sparsegpt", "structured:0.3", damp=0.02).name == "sparsegpt_s30_damp0.02"
     with pytest.raises(ValueError, match="--method 'obs'"):
         build_recipe("obs", "0.5")
     with pytest.raises(ValueError, match=r"--alpha 1.5: outlier-row fraction alpha must lie in \[0, 1\)"):

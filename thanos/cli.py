@@ -60,9 +60,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     other commands are listed with their ``HELP``."""
     parser = argparse.ArgumentParser(
         prog="thanos",
-        description="Thanos LLM pruning: pipeline stages (calibrate, capture, prune, assemble, evaluate).",
+        description="Thanos LLM pruning.\n\nTo prune a model with one command:  thanos prune-model --help\n"
+        "The other commands are the workflow's stages (calibrate, capture, prune, assemble, evaluate, ...).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
+    parser.add_argument("--version", action="version", version=f"thanos-prune {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     for name, module_name in _command_modules().items():
         if name != command:
@@ -71,14 +74,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(f"thanos.commands.{module_name}")
         cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _traceback=getattr(module, "TRACEBACK", True))
     return parser
 
 
-def _report(err: BaseException, verbose: bool) -> None:
-    """The traceback to the log (stderr when it is not a terminal, or with -v), then the one line."""
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("thanos-prune")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _report(err: BaseException, verbose: bool, traceback: bool = True) -> None:
+    """The traceback to the log (stderr when it is not a terminal, or with -v; not for a command's own
+    errors when ``traceback`` is False), then the one line."""
     line = describe(err)
-    if verbose or not sys.stderr.isatty():
+    own = isinstance(err, ValueError | OSError | TypeError)
+    if verbose or (not sys.stderr.isatty() and (traceback or not own)):
         log.error("%s", line, exc_info=err)
     _last_line(f"ERROR: {line}")
 
@@ -104,13 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    args = None
     try:
         args = build_parser(command).parse_args(argv)
         args._run(args)
     except KeyboardInterrupt:
-        _last_line("ERROR: interrupted")
+        _last_line("ERROR: interrupted; what was finished is kept: run the same command again to resume")
         return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - every error ends as one line (and a logged traceback)
-        _report(err, verbose)
+        _report(err, verbose, getattr(args, "_traceback", True))
         return EXIT_ERROR
     return 0

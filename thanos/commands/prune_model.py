@@ -8,6 +8,10 @@ import argparse
 
 from thanos.commands import _args
 
+# its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
+# step's failure is logged with its traceback in the run's log file)
+TRACEBACK = False
+
 HELP = "prune a model with one recipe, resumably: --model M --method thanos --sparsity 2:4 --out DIR"
 
 EXAMPLES = """\
@@ -38,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written smaller)",
     )
     parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --out that holds another model's or another recipe's result",
+    )
     alpha_help = (
         "fraction of rows kept dense (outliers). Default 0 for n:m, so the model is exactly n:m (2:4 "
         "kernels can run it); --alpha 0.1 is the paper's Thanos n:m setting (lower perplexity, not n:m "
@@ -133,6 +142,7 @@ def run(args: argparse.Namespace) -> None:
             profile=args.profile,
             owl_m=args.owl_m,
             owl_lambda=args.owl_lambda,
+            overwrite=args.overwrite,
         )
     except RunFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

@@ -128,7 +128,7 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
     naming its command-line option (``--alpha 1.5: ...``)."""
     given = {name: value for name, value in options.items() if value is not None}
     try:
-        return Recipe(None, method, sparsity, **given, key="prune-model")
+        recipe = Recipe(None, method, sparsity, **given, key="prune-model")
     except ConfigError as err:
         match = re.match(r"prune-model\.(\w+): (.*)", str(err), re.S)
         if match is None:
@@ -136,6 +136,28 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
         name, text = match.groups()
         value = {"method": method, "sparsity": sparsity, **options}.get(name)
         raise ValueError(f"--{name.replace('_', '-')} {value!r}: {text}") from None
+    if recipe.sparsity.kind != "nm" and recipe.sparsity.p == 0:
+        raise ValueError(f"--sparsity {sparsity!r}: prunes nothing; give a fraction above 0 (e.g. 0.5)")
+    unused = [name for name in ("blocksize", "damp") if name in given and not _uses(recipe, name)]
+    if unused:
+        flags = " and ".join(f"--{name}" for name in unused)
+        raise ValueError(
+            f"{flags}: {method} {sparsity} does not use "
+            f"{'them; leave them' if len(unused) > 1 else 'it; leave it'} out"
+        )
+    return recipe
+
+
+def _uses(recipe: Recipe, option: str) -> bool:
+    """Whether ``recipe``'s method uses ``option``: the damping of H for a method that updates the kept
+    weights with the damped H^-1, the block size B for a method and pattern that prune in blocks of
+    columns."""
+    from thanos.pruning import methods
+
+    method = methods.get(recipe.method)
+    if option == "damp":
+        return method.updates_weights
+    return method.default_blocksize(recipe.sparsity.kind) is not None
 
 
 def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
@@ -179,6 +201,7 @@ def prune_model(
     profile: str | None = None,
     owl_m: float | None = None,
     owl_lambda: float | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
@@ -196,11 +219,17 @@ def prune_model(
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
     paper's 7); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
-    ``self_attn``) stay dense. Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
+    ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds another model's or recipe's
+    result. Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``RunFailed`` when a step fails or the run is interrupted (finished steps are kept)."""
     stream = stream if stream is not None else sys.stderr
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"model: give a Hugging Face model directory or hub id, not a loaded {type(model).__name__}; "
+            "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
+        )
     recipe = build_recipe(
         method,
         sparsity,
@@ -221,6 +250,7 @@ def prune_model(
         calibration_options | {"text_field": text_field},
         Evaluation(_evaluations(evaluate), ppl_source, tasks),
         Resources(device, cores or os.cpu_count() or 1, workdir),
+        overwrite,
     )
     announce(run_plan, stream)
     started = time.monotonic()
@@ -311,6 +341,7 @@ def plan(
     calibration: dict[str, Any],
     evaluation: Evaluation,
     resources: Resources,
+    overwrite: bool = False,
 ) -> Plan:
     """Check the model, the output, the calibration and evaluation sources of one run: what is wrong is
     refused here, naming the option, before anything is written. ``calibration``: {source, nsamples,
@@ -326,8 +357,10 @@ def plan(
     if isinstance(calibration["seed"], bool) or not isinstance(calibration["seed"], int):
         raise ValueError(f"--seed {calibration['seed']!r}: expected a whole number")
     out = Path(out).expanduser().resolve()
-    check_out(out)
     reference = model_reference(model)
+    check_out_beside(out, reference, recipe, overwrite)
+    check_out(out)
+    check_device(resources.device)
     model_type, max_positions, all_layers, layers = model_facts(reference, recipe.exclude)
     if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
         from thanos.models import open_layout
@@ -355,6 +388,51 @@ def plan(
         resources,
         left_dense,
     )
+
+
+def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:
+    """Refuse an ``out`` that is the input model, inside it or holding it, and, unless ``overwrite``, one
+    that holds another model's or another recipe's result (the same recipe's is written again)."""
+    if Path(reference).is_dir():
+        model = Path(reference).resolve()
+        where = (
+            "is"
+            if out == model
+            else "is inside"
+            if model in out.parents
+            else "holds"
+            if out in model.parents
+            else ""
+        )
+        if where:
+            raise ValueError(f"--out {out} {where} the input model {model}; give a directory outside it")
+    report = out / "pruning_report.json"
+    if overwrite or not report.is_file():
+        return
+    try:
+        previous = json.loads(report.read_text())
+        name, path = previous["recipe"]["name"], previous["model"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name, path = "an unreadable report", "?"
+    same_model = path == reference or not Path(reference).is_dir()
+    if name != recipe.name or not same_model:
+        raise ValueError(
+            f"--out {out} holds another pruned model ({name} of {path}); give another --out, or "
+            "--overwrite to replace it"
+        )
+
+
+def check_device(device: str) -> None:
+    """Refuse ``cuda``/``cuda:N`` when no such device is visible, before anything runs."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
+        raise ValueError(f"--device {device}: {seen}; give --device cpu, or auto (CUDA when visible)")
 
 
 def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, Any]:
@@ -543,18 +621,20 @@ def print_summary(
         _print(stream, f"written: {out} ({took})")
     else:
         _print(stream, f"written again: {out} ({took}); what was there had changed: {'; '.join(before)}")
-    _print(
-        stream,
-        f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
-        f"({100 * summary.global_sparsity:.2f} % of all parameters)",
-    )
-    if compact := report.get("compact"):
+    if compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
         original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
+        _print(stream, f"  {run_plan.label}")
         _print(
             stream,
             f"  compact: MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
             f"({compact['width_key']}); {kept:,} of {original:,} parameters "
             f"({100 * (1 - kept / original):.1f} % fewer)",
+        )
+    else:
+        _print(
+            stream,
+            f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
+            f"({100 * summary.global_sparsity:.2f} % of all parameters)",
         )
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]
