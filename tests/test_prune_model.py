@@ -398,6 +398,28 @@ def test_bad_text_data_is_named_before_any_step(tmp_path):
         assert not (tmp_path / "w").exists()
 
 
+def test_hub_sources_offline_are_refused_naming_the_flag_that_takes_a_file(tmp_path):
+    from thanos.demo.tiny import build_tiny_model
+
+    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    (tmp_path / "calib.txt").write_text("some text\n")
+    env = os.environ | {"HF_HUB_OFFLINE": "1"}
+    common = ["prune-model", "--model", "m", "--method", "wanda", "--sparsity", "0.5", "--out", "o"]
+    for extra, flag in (
+        ([], "--calibration c4"),
+        (["--calibration", "calib.txt", "--evaluate", "ppl"], "--ppl-source wikitext2"),
+    ):
+        run = thanos(*common, *extra, "--workdir", "w", cwd=tmp_path, env=env)
+        line = run.stderr.splitlines()[-1]
+        assert run.returncode == 2 and line.startswith(
+            f"ERROR: {flag}: the hub is not available (HF_HUB_OFFLINE=1)"
+        )
+        assert line.endswith(f"{flag.split()[0]} FILE") and not (tmp_path / "w").exists()
+    magnitude = [*common[:4], "magnitude", *common[5:]]
+    magnitude = thanos(*magnitude, "--device", "cpu", "--workdir", "w", cwd=tmp_path, env=env)
+    assert magnitude.returncode == 0, magnitude.stderr[-2000:]  # no calibration: c4 is never asked for
+
+
 def test_the_top_help_points_to_prune_model_and_the_version_is_printed(tmp_path):
     helped = thanos("--help", cwd=tmp_path)
     assert helped.returncode == 0 and "thanos prune-model --help" in helped.stdout

@@ -73,6 +73,8 @@ def source_reference(
     from thanos.data.textdata import check_files
 
     if str(source) == hub_name:
+        if check:
+            check_hub(option, hub_name)
         return hub_name
     path = Path(source).expanduser().resolve()
     if not path.exists():
@@ -80,6 +82,26 @@ def source_reference(
     if check:
         check_files(path, text_field)
     return str(path)
+
+
+def check_hub(option: str, hub_name: str) -> None:
+    """Refuse a hub source (``c4``, ``wikitext2``) when the hub cannot be reached from here (offline mode,
+    no network), naming the option that takes a local file instead, before anything runs."""
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
+    why = f"{offline[0]}=1" if offline else None
+    if why is None:  # one HEAD request the way the download goes (HF_ENDPOINT, proxies)
+        from huggingface_hub import constants
+        from huggingface_hub.utils import get_session
+
+        try:
+            get_session().head(constants.ENDPOINT, timeout=10)
+        except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
+            why = f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
+    if why is not None:
+        raise ValueError(
+            f"{option} {hub_name}: the hub is not available ({why}); give a local text, jsonl or parquet "
+            f"file or directory: {option} FILE"
+        )
 
 
 def slug(text: str) -> str:
@@ -370,7 +392,7 @@ def plan(
             mlp_layout(*open_layout(reference)[1:])
         except ValueError as err:
             raise ValueError(f"--model {reference}: {err}") from None
-    calib = _calibration(calibration, max_positions)
+    calib = _calibration(calibration, max_positions, recipe.needs_calibration)
     ppl = source_reference(
         evaluation.ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluation.kinds
     )
@@ -435,8 +457,9 @@ def check_device(device: str) -> None:
         raise ValueError(f"--device {device}: {seen}; give --device cpu, or auto (CUDA when visible)")
 
 
-def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, Any]:
-    """The checked calibration: a checked source, the window length within the model's."""
+def _calibration(calibration: dict[str, Any], max_positions: int, used: bool) -> dict[str, Any]:
+    """The checked calibration: a checked source (when the recipe ``used`` it), the window length within
+    the model's."""
     seqlen = calibration["seqlen"]
     seqlen = min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
     if seqlen > max_positions:
@@ -445,7 +468,7 @@ def _calibration(calibration: dict[str, Any], max_positions: int) -> dict[str, A
             "or less"
         )
     source = source_reference(
-        calibration["source"], HUB_SOURCES["calibration"], "--calibration", calibration["text_field"]
+        calibration["source"], HUB_SOURCES["calibration"], "--calibration", calibration["text_field"], used
     )
     return {**calibration, "source": source, "seqlen": seqlen}
 
