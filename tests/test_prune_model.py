@@ -346,6 +346,7 @@ def test_bad_arguments_name_the_option(tmp_path, args, message):
     [
         ("tokenizer", "no tokenizer files in the model directory (expected tokenizer.json or"),
         ("config", "config.json is not valid JSON"),
+        ("config type", "config.json is not a valid config of its model type (Validation error for field"),
         ("weights", "no safetensors weights in"),
         ("empty", "no config.json in the model directory (the directory is empty)"),
     ],
@@ -359,6 +360,9 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
             file.unlink()
     elif damage == "config":
         (model / "config.json").write_text('{"model_type": "llama",')
+    elif damage == "config type":
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps(config | {"num_hidden_layers": "two"}))
     elif damage == "weights":
         for file in model.glob("*.safetensors*"):
             file.unlink()
@@ -381,6 +385,7 @@ def test_bad_text_data_is_named_before_any_step(tmp_path):
     (tmp_path / "calib.txt").write_bytes(b"\x93 smart quotes from another encoding \x94")
     (tmp_path / "wiki.txt").write_text("fine text\n")
     (tmp_path / "texts").mkdir()
+    (tmp_path / "empty.jsonl").write_text("\n")
     common = ["--model", tmp_path / "m", "--method", "wanda", "--sparsity", "0.5", "--out", tmp_path / "o"]
     for args, message in (
         (
@@ -388,6 +393,7 @@ def test_bad_text_data_is_named_before_any_step(tmp_path):
             "not UTF-8 text: byte 0x93 at offset 0 cannot be decoded",
         ),
         (["--calibration", tmp_path / "texts"], "no text files in the directory"),
+        (["--calibration", tmp_path / "empty.jsonl"], "no text: the file is empty"),
         (
             ["--calibration", tmp_path / "wiki.txt", "--evaluate", "ppl", "--ppl-source", tmp_path / "texts"],
             "no text files",

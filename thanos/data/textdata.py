@@ -104,7 +104,9 @@ def check_files(path: str | Path, field: str = "text", head: int = 1 << 20) -> N
     """A quick look at a corpus before long work starts: its files exist and are of a supported type,
     their first ``head`` bytes decode as UTF-8, and a jsonl file's first record is JSON with ``field``.
     Raises what ``read_documents`` would (naming the file) for the problems found there; reads at most
-    ``head`` bytes of each file (a parquet file only its schema)."""
+    ``head`` bytes of each file (a parquet file only its schema). A source whose every file is empty (or
+    blank) is refused."""
+    blank = []
     for file in text_files(path):
         suffix = file.suffix.lower()
         if suffix == ".parquet":
@@ -119,6 +121,9 @@ def check_files(path: str | Path, field: str = "text", head: int = 1 << 20) -> N
             continue
         with open(file, "rb") as handle:
             start = handle.read(head)
+        if not start.strip():
+            blank.append(file)
+            continue
         try:
             text = start.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -129,6 +134,12 @@ def check_files(path: str | Path, field: str = "text", head: int = 1 << 20) -> N
             first = next((line for line in text.splitlines() if line.strip()), None)
             if first is not None and (len(first) < len(text) or len(start) < head):
                 _jsonl_documents_of([first], file, field)
+    if blank and len(blank) == len(text_files(path)):
+        raise PathError(
+            "no text: the file is empty" if len(blank) == 1 else "no text: every file is empty",
+            path,
+            "give a file with text",
+        )
 
 
 def read_documents(path: str | Path, field: str = "text") -> list[str]:

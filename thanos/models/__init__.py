@@ -53,7 +53,16 @@ def load_config(model_dir: str | Path) -> PretrainedConfig:
         ) from None
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(path)
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception as err:  # noqa: BLE001 - a field of the wrong type or value (strict config classes)
+        if not isinstance(err, TypeError | ValueError) and "Validation" not in type(err).__name__:
+            raise
+        raise PathError(
+            f"config.json is not a valid config of its model type ({' '.join(str(err).split())})",
+            path / "config.json",
+            "restore it from the original model",
+        ) from None
 
 
 # A tokenizer transformers can load: a fast tokenizer.json, a SentencePiece model, or a BPE vocabulary
