@@ -204,6 +204,14 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
         (workdir / "results" / "tiny-llama" / "thanos_4-8_a0.1" / "eval" / "perplexity.json").read_text()
     )
     assert f"perplexity **{ppl['ppl']:.2f}**" in card
+    # the dense model on the same text, once per model and text: beside the pruned number
+    dense = json.loads(
+        (workdir / "results" / "tiny-llama" / "dense" / "eval" / "perplexity.json").read_text()
+    )
+    assert (
+        f"the dense model: {dense['ppl']:.2f})" in card and f"the dense model {dense['ppl']:.2f})" in terminal
+    )
+    assert dense["model"] == str(model) and "perplexity (dense)" in terminal
     assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
 
 

@@ -1,6 +1,8 @@
-"""The evaluations ``thanos prune-model`` runs on the model it published: perplexity and zero-shot accuracy
-of the assembled model, each kept (``eval/<name>.json`` beside the model in the working directory) while
-the model and the evaluation's options stay the same, the model loaded once for both."""
+"""The evaluations ``thanos prune-model`` runs once the model is published: perplexity and zero-shot
+accuracy of the pruned model, and of the dense model on the same data (computed once per model and data,
+shared by every recipe: the number beside the pruned one). Each result is kept (``eval/<name>.json`` beside
+the model in the working directory, ``dense/eval/`` for the dense one) while its model and options stay the
+same; each model is loaded once for both evaluations."""
 
 from __future__ import annotations
 
@@ -12,75 +14,94 @@ from typing import Any
 PPL_BATCH_SIZE = 8  # the workflow's defaults (workflow/schemas/config.schema.yaml)
 ZEROSHOT_BATCH_SIZE = 16
 NAMES = {"ppl": "perplexity", "zeroshot": "zeroshot"}  # --evaluate name: the file's and the card's
+LABELS = {"ppl": "perplexity", "zeroshot": "zero-shot tasks"}
 
 
 @dataclass(frozen=True)
 class Evaluations:
-    """The evaluations asked for (``kinds``: ``ppl``, ``zeroshot``) of the model in ``model_dir``;
-    their files go to ``eval_dir``."""
+    """The evaluations asked for (``kinds``: ``ppl``, ``zeroshot``) of the pruned model in ``model_dir``
+    (files in ``eval_dir``) and of the dense ``reference`` (files in ``dense_eval_dir``)."""
 
     model_dir: Path
     eval_dir: Path
+    reference: str
+    dense_eval_dir: Path
     kinds: tuple[str, ...]
     ppl_source: str
     tasks: list[str] | None
     device: str
     recipe: str  # the recipe's name, for the progress lines
 
-    def _inputs(self, kind: str) -> dict[str, Any]:
-        from thanos.stages.engine import source_identity
+    def _variants(self) -> list[tuple[str, str, Path, Any]]:
+        """(name, model, eval directory, the model's identity) of the pruned and the dense model."""
+        from thanos.files.fingerprint import model_fingerprint
+        from thanos.models.checkpoint import resolve_model_path
         from thanos.stages.outputs import mtime
 
-        made = mtime(self.model_dir / "pruning_report.json")
-        if kind == "ppl":
-            return {"model": made, "source": source_identity(self.ppl_source)}
-        return {"model": made, "tasks": self.tasks}
+        pruned = mtime(self.model_dir / "pruning_report.json")
+        dense = model_fingerprint(resolve_model_path(self.reference))
+        return [
+            (self.recipe, str(self.model_dir), self.eval_dir, pruned),
+            ("dense", self.reference, self.dense_eval_dir, dense),
+        ]
 
-    def _file(self, kind: str) -> Path:
-        return self.eval_dir / f"{NAMES[kind]}.json"
+    def _inputs(self, kind: str, identity: Any) -> dict[str, Any]:
+        from thanos.stages.engine import source_identity
+
+        if kind == "ppl":
+            return {"model": identity, "source": source_identity(self.ppl_source)}
+        return {"model": identity, "tasks": self.tasks}
 
     def current(self) -> dict[str, Any] | None:
-        """The results of every evaluation asked for, when each is current; else None."""
+        """The results of every evaluation asked for, when each is current (the dense model's under
+        ``dense``); else None."""
         from thanos.stages.engine import Steps
 
-        if not self.kinds or not all(Steps.current(self._file(k), self._inputs(k)) for k in self.kinds):
+        variants = self._variants()
+        files = [
+            (v, d / f"{NAMES[k]}.json", self._inputs(k, i)) for v, _, d, i in variants for k in self.kinds
+        ]
+        if not self.kinds or not all(Steps.current(file, inputs) for _, file, inputs in files):
             return None
-        return {NAMES[k]: json.loads(self._file(k).read_text()) for k in self.kinds}
+        results: dict[str, Any] = {"dense": {}}
+        for variant, file, _ in files:
+            (results["dense"] if variant == "dense" else results)[file.stem] = json.loads(file.read_text())
+        return results
 
     def run(self, steps: Any) -> dict[str, Any] | None:
         """Compute the evaluations that are not current (``steps``: the engine's ``Steps``); their results."""
-        loaded: list[Any] = []
+        for variant, model, eval_dir, identity in self._variants():
+            loaded: list[Any] = []
+            for kind in self.kinds:
+                out = eval_dir / f"{NAMES[kind]}.json"
 
-        def model() -> Any:
-            from thanos.evaluation.loading import load_model
+                def compute(
+                    kind: str = kind, out: Path = out, model: str = model, loaded: list = loaded
+                ) -> None:
+                    self._evaluate(kind, model, out, loaded)
 
-            if not loaded:
-                loaded.append(load_model(str(self.model_dir), device=self.device))
-            return loaded[0]
+                steps.run(f"{LABELS[kind]} ({variant})", out, self._inputs(kind, identity), compute)
+        return self.current()
 
-        def perplexity(out: Path) -> None:
+    def _evaluate(self, kind: str, model: str, out: Path, loaded: list[Any]) -> None:
+        """One evaluation of ``model`` into ``out`` (``loaded``: the model once loaded, shared)."""
+        from thanos.evaluation.loading import load_model
+        from thanos.files.atomic import write_json
+
+        if not loaded:
+            loaded.append(load_model(model, device=self.device))
+        if kind == "ppl":
             from thanos.evaluation.perplexity import evaluate_perplexity
-            from thanos.files.atomic import write_json
 
             result = evaluate_perplexity(
-                str(self.model_dir), source=self.ppl_source, batch_size=PPL_BATCH_SIZE, device=self.device,
-                progress=False, loaded=model(),
+                model, source=self.ppl_source, batch_size=PPL_BATCH_SIZE, device=self.device, progress=False,
+                loaded=loaded[0],
             )  # fmt: skip
             write_json(out, result.to_dict())
-
-        def zeroshot(out: Path) -> None:
+        else:
             from thanos.evaluation.zeroshot import evaluate_zeroshot
-            from thanos.files.atomic import write_json
 
             summary = evaluate_zeroshot(
-                str(self.model_dir), tasks=self.tasks, batch_size=ZEROSHOT_BATCH_SIZE, device=self.device,
-                loaded=model(),
-            )  # fmt: skip
+                model, tasks=self.tasks, batch_size=ZEROSHOT_BATCH_SIZE, device=self.device, loaded=loaded[0]
+            )
             write_json(out, summary)
-
-        compute = {"ppl": perplexity, "zeroshot": zeroshot}
-        labels = {"ppl": "perplexity", "zeroshot": "zero-shot tasks"}
-        for kind in self.kinds:
-            out = self._file(kind)
-            steps.run(f"{labels[kind]} ({self.recipe})", out, self._inputs(kind), lambda: compute[kind](out))  # noqa: B023
-        return self.current()

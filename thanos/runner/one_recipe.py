@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from thanos.files.layout import Layout
+from thanos.files.layout import DENSE, Layout
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
 from thanos.runner.progress import clock_text
@@ -510,9 +510,11 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     from thanos.runner.workdir_lock import exclusive_workdir
 
     plan_eval = run_plan.evaluation
+    root = run_plan.model_root
     evaluations = Evaluations(
-        run_plan.files.model_dir, run_plan.model_root / "eval", plan_eval.kinds, str(plan_eval.ppl_source),
-        plan_eval.tasks, run_plan.resources.device, run_plan.recipe.name,
+        run_plan.files.model_dir, root / "eval", run_plan.reference, root.parent / DENSE / "eval",
+        plan_eval.kinds, str(plan_eval.ppl_source), plan_eval.tasks, run_plan.resources.device,
+        run_plan.recipe.name,
     )  # fmt: skip
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
@@ -659,9 +661,17 @@ def print_summary(
             f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
             f"({100 * summary.global_sparsity:.2f} % of all parameters)",
         )
+    dense = (evaluation or {}).get("dense", {})
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]
-        _print(stream, f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']})")
+        beside = f"; the dense model {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
+        _print(
+            stream,
+            f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']}{beside})",
+        )
     if evaluation and "zeroshot" in evaluation:
-        _print(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %")
+        beside = (
+            f" (the dense model {100 * dense['zeroshot']['mean_acc']:.2f} %)" if "zeroshot" in dense else ""
+        )
+        _print(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
     _print(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')

@@ -165,11 +165,13 @@ def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
     if not evaluation:
         return ["Not evaluated (`thanos prune-model --evaluate ppl,zeroshot` evaluates it)."]
     lines = []
+    dense = evaluation.get("dense") or {}
     ppl = evaluation.get("perplexity")
     if ppl:
+        beside = f"; the dense model: {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
         lines.append(
             f"- perplexity **{ppl['ppl']:.2f}** on {ppl.get('dataset')} ({ppl.get('windows')} windows of "
-            f"{ppl.get('seqlen')} tokens)"
+            f"{ppl.get('seqlen')} tokens{beside})"
         )
     zeroshot = evaluation.get("zeroshot")
     if zeroshot:
@@ -178,8 +180,11 @@ def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
             for task, m in sorted((zeroshot.get("tasks") or {}).items())
             if isinstance(m, dict) and m.get("acc") is not None
         )
+        beside = (
+            f"; the dense model: {100 * dense['zeroshot']['mean_acc']:.2f}" if "zeroshot" in dense else ""
+        )
         lines.append(
-            f"- zero-shot accuracy (lm-eval, %): mean **{100 * zeroshot['mean_acc']:.2f}** ({tasks})"
+            f"- zero-shot accuracy (lm-eval, %): mean **{100 * zeroshot['mean_acc']:.2f}** ({tasks}{beside})"
         )
     return lines or ["Not evaluated."]
 
