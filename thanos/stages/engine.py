@@ -19,7 +19,7 @@ block (``thanos.stages.chain``).
 
 Two callers: ``thanos prune-model`` (``thanos.runner.one_recipe``) runs every step; the workflow's recipe
 job (``thanos chain``, granularity ``recipe``) runs the chain alone, its upstream outputs made by the
-workflow's own shared jobs (``Upstream.GIVEN``: checked complete, never recomputed).
+workflow's own shared jobs (``Steps.given``: checked complete, never recomputed).
 """
 
 from __future__ import annotations
@@ -145,8 +145,9 @@ class Steps:
 
     @staticmethod
     def current(output: Path, inputs: dict[str, Any], complete: Callable[[Path], bool] = Path.exists) -> bool:
-        """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it)."""
-        return complete(output) and _read_record(output) == inputs
+        """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it); compared
+        as the record holds them (JSON: a tuple reads back as a list)."""
+        return complete(output) and _read_record(output) == json.loads(json.dumps(inputs, default=str))
 
     def run(
         self,
