@@ -6,6 +6,7 @@ same; each model is loaded once for both evaluations."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,17 +33,22 @@ class Evaluations:
     device: str
     recipe: str  # the recipe's name, for the progress lines
 
-    def _variants(self) -> list[tuple[str, str, Path, Any]]:
-        """(name, model, eval directory, the model's identity) of the pruned and the dense model."""
+    @functools.cached_property
+    def _dense_identity(self) -> Any:
+        """The dense model's files (read once: for a hub id, resolving it asks the hub)."""
         from thanos.files.fingerprint import model_fingerprint
         from thanos.models.checkpoint import resolve_model_path
+
+        return model_fingerprint(resolve_model_path(self.reference))
+
+    def _variants(self) -> list[tuple[str, str, Path, Any]]:
+        """(name, model, eval directory, the model's identity) of the pruned and the dense model."""
         from thanos.stages.outputs import mtime
 
         pruned = mtime(self.model_dir / "pruning_report.json")
-        dense = model_fingerprint(resolve_model_path(self.reference))
         return [
             (self.recipe, str(self.model_dir), self.eval_dir, pruned),
-            ("dense", self.reference, self.dense_eval_dir, dense),
+            ("dense", self.reference, self.dense_eval_dir, self._dense_identity),
         ]
 
     def _inputs(self, kind: str, identity: Any) -> dict[str, Any]:

@@ -445,16 +445,12 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
 
 
 def check_device(device: str) -> None:
-    """Refuse ``cuda``/``cuda:N`` when no such device is visible, before anything runs."""
-    if not device.startswith("cuda"):
-        return
-    import torch
+    """Refuse ``cuda``/``cuda:N`` when no such device is visible, before anything runs (the stages' own
+    check, ``thanos.stages.common.resolve_device``)."""
+    if device.startswith("cuda"):
+        from thanos.stages.common import resolve_device
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = int(device.partition(":")[2] or 0)
-    if index >= count:
-        seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
-        raise ValueError(f"--device {device}: {seen}; give --device cpu, or auto (CUDA when visible)")
+        resolve_device(device)
 
 
 def _calibration(calibration: dict[str, Any], max_positions: int, used: bool) -> dict[str, Any]:
