@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from thanos.recipe import Recipe
 
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
+# the dtypes a model is computed in (thanos.stages.common.COMPUTE_DTYPES, named here without torch)
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+DTYPE_AUTO = "auto: float32 on the CPU, the checkpoint's dtype on a GPU"
 
 
 def positive(text: str) -> int:
@@ -94,6 +97,17 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
 
 
+def add_compute_dtype(parser: argparse.ArgumentParser) -> None:
+    """--compute-dtype: the dtype the model's blocks run in (``thanos.stages.common.compute_dtype``)."""
+    parser.add_argument(
+        "--compute-dtype",
+        default="auto",
+        choices=DTYPE_CHOICES,
+        help=f"the dtype the blocks are computed in (default {DTYPE_AUTO}, where half precision is the "
+        "fast path); Hessians are float32 and the stores and written weights keep the checkpoint's dtype",
+    )
+
+
 def add_batch_size(parser: argparse.ArgumentParser, default: int, unit: str) -> None:
     """--batch-size: ``unit`` per forward pass (samples, windows)."""
     parser.add_argument(
@@ -114,8 +128,8 @@ def add_placement(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
-        help="weights dtype (default auto: the saved dtype; float16 becomes float32 on CPU)",
+        choices=DTYPE_CHOICES,
+        help=f"the dtype the model is loaded and run in (default {DTYPE_AUTO})",
     )
 
 

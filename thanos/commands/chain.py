@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--drop-hessians", action="store_true", help="delete the chain's hessians_l at the end"
     )
     _args.add_device(parser)
+    _args.add_compute_dtype(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -58,4 +59,5 @@ def run(args: argparse.Namespace) -> None:
     )
     # the upstream stores are the workflow's shared jobs' outputs (no calibration given): the engine
     # checks them and runs the chain
-    run_recipe(args.model, _args.recipe(args), files, options=RunOptions(args.device, args.batch_size, drop))
+    options = RunOptions(args.device, args.batch_size, drop, dtype=args.compute_dtype)
+    run_recipe(args.model, _args.recipe(args), files, options=options)

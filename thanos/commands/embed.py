@@ -15,9 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output activation store (inputs_0.zarr)")
     _args.add_batch_size(parser, 8, "samples")
     _args.add_device(parser)
+    _args.add_compute_dtype(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.capture import embed
 
-    embed(args.model, args.tokens, args.out, args.batch_size, args.device)
+    embed(args.model, args.tokens, args.out, args.batch_size, args.device, args.compute_dtype)

@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _args.add_exclude(parser)
     _args.add_batch_size(parser, 8, "samples")
     _args.add_device(parser)
+    _args.add_compute_dtype(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -28,5 +29,5 @@ def run(args: argparse.Namespace) -> None:
 
     propagate(
         args.model, args.block, args.inputs, args.out, args.pruned_dir, args.batch_size, args.device,
-        args.exclude,
+        args.exclude, args.compute_dtype,
     )  # fmt: skip

@@ -96,6 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
     parser.add_argument("--workdir", default=None, help="where intermediates go (default: see below)")
     parser.add_argument("--device", default="auto", help="auto (CUDA if visible), cpu, cuda, cuda:N")
+    _args.add_compute_dtype(parser)
     parser.add_argument("--evaluate", default="", help="ppl and/or zeroshot, comma-separated (default none)")
     parser.add_argument(
         "--ppl-source",
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> None:
             text_field=args.text_field,
             workdir=args.workdir,
             device=args.device,
+            compute_dtype=args.compute_dtype,
             evaluate=args.evaluate,
             ppl_source=args.ppl_source,
             tasks=args.tasks.split(",") if args.tasks else None,

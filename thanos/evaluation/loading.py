@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files import digests
-from thanos.stages.common import resolve_device
+from thanos.stages.common import COMPUTE_DTYPES, compute_dtype, resolve_device
 
 log = logging.getLogger(__name__)
-
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def set_offline() -> None:
@@ -46,19 +44,30 @@ class LoadedModel:
     dtype: str
 
 
-def _torch_dtype(dtype: str, device: str, config: Any) -> Any:
+def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
+    """The dtype the model is loaded and run in: ``compute_dtype``'s policy (``auto``: float32 on the CPU,
+    the saved dtype on a GPU), except that ``auto`` keeps the saved dtype on the CPU when the model's
+    float32 weights would not fit in the memory available now (a 7B bf16 model needs 28 GB in float32)."""
+    import psutil
     import torch
 
-    if dtype != "auto":
-        return getattr(torch, dtype)
-    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    if isinstance(saved, str):
-        saved = getattr(torch, saved, None)
-    if saved is None:
-        saved = torch.float32
-    if device == "cpu" and saved == torch.float16:
-        return torch.float32  # fp16 matmuls on CPU are slow and partly unsupported
-    return saved
+    from thanos.models.base import config_dtype
+
+    saved = config_dtype(config)
+    chosen = compute_dtype(dtype, torch.device(device), saved)
+    if dtype != "auto" or chosen == saved or not Path(path).is_dir():
+        return chosen
+    weights = sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
+    needed = weights * chosen.itemsize // saved.itemsize
+    available = psutil.virtual_memory().available
+    if needed > 0.8 * available:
+        log.warning(
+            "%s: its float32 weights (%.1f GiB) do not fit in the memory available (%.1f GiB): running it in "
+            "its saved %s, several times slower on a CPU without bf16/fp16 matrix units",
+            path, needed / 2**30, available / 2**30, str(saved).removeprefix("torch."),
+        )  # fmt: skip
+        return saved
+    return chosen
 
 
 def load_model(
@@ -70,14 +79,15 @@ def load_model(
     recorded when it was assembled: an edited, truncated or deleted file stops here, named.
 
     ``device_map="auto"`` spreads the model over every visible GPU (accelerate's placement); otherwise the
-    whole model goes to ``device``. ``dtype="auto"`` keeps the saved dtype (fp16 becomes fp32 on CPU).
+    whole model goes to ``device``. ``dtype="auto"``: float32 on the CPU, the saved dtype on a GPU
+    (``thanos.stages.common.compute_dtype``).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from thanos.models import load_tokenizer
 
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")
     if Path(path).is_dir():  # a pruned model: evaluate what was computed, nothing else
         digests.verify(path)
     try:
@@ -93,14 +103,14 @@ def load_model(
             raise ValueError(
                 "--device-map auto needs GPUs; none is available (drop the option to use the CPU)"
             )
-        torch_dtype = _torch_dtype(dtype, "cuda", config)
+        torch_dtype = _torch_dtype(dtype, "cuda", config, path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map="auto")
         in_device = str(model.get_input_embeddings().weight.device)
         devices = sorted({str(p.device) for p in model.parameters()})
         placement = f"device_map=auto ({', '.join(devices)})"
     else:
         in_device = str(resolve_device(device))
-        torch_dtype = _torch_dtype(dtype, in_device, config)
+        torch_dtype = _torch_dtype(dtype, in_device, config, path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         model.to(in_device)
         placement = in_device

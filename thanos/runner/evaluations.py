@@ -32,6 +32,7 @@ class Evaluations:
     tasks: list[str] | None
     device: str
     recipe: str  # the recipe's name, for the progress lines
+    dtype: str = "auto"  # the dtype the models are run in (``thanos.stages.common.compute_dtype``)
 
     @functools.cached_property
     def _dense_identity(self) -> Any:
@@ -55,8 +56,8 @@ class Evaluations:
         from thanos.stages.engine import source_identity
 
         if kind == "ppl":
-            return {"model": identity, "source": source_identity(self.ppl_source)}
-        return {"model": identity, "tasks": self.tasks}
+            return {"model": identity, "source": source_identity(self.ppl_source), "dtype": self.dtype}
+        return {"model": identity, "tasks": self.tasks, "dtype": self.dtype}
 
     def current(self) -> dict[str, Any] | None:
         """The results of every evaluation asked for, when each is current (the dense model's under
@@ -95,7 +96,7 @@ class Evaluations:
         from thanos.files.atomic import write_json
 
         if not loaded:
-            loaded.append(load_model(model, device=self.device))
+            loaded.append(load_model(model, device=self.device, dtype=self.dtype))
         if kind == "ppl":
             from thanos.evaluation.perplexity import evaluate_perplexity
 

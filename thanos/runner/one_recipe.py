@@ -27,13 +27,16 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from thanos.files.layout import DENSE, Layout
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
 from thanos.runner.progress import clock_text
 from thanos.stages.engine import Calibration, RecipeFiles
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +117,11 @@ def model_slug(reference: str) -> str:
     return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
 
 
-def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, list[str], list[str]]:
-    """(model_type, max positions, the layers of a block, those ``exclude`` leaves) of a supported model; an
+def model_facts(
+    reference: str, exclude: Sequence[str] = ()
+) -> tuple[str, int, list[str], list[str], torch.dtype]:
+    """(model_type, max positions, the layers of a block, those ``exclude`` leaves, the checkpoint's dtype)
+    of a supported model; an
     unsupported one, a local directory without config, safetensors weights or tokenizer files, or an
     ``exclude`` pattern that matches no layer, is refused here, before any step runs. Reads config.json and
     the weights' headers (for a hub id: downloads only config.json)."""
@@ -142,7 +148,7 @@ def model_facts(reference: str, exclude: Sequence[str] = ()) -> tuple[str, int, 
         layers = select_layers(adapter.layers, exclude)
     except ValueError as err:
         raise ValueError(f"--exclude: {err}") from None
-    return config.model_type, adapter.max_positions, adapter.layers, layers
+    return config.model_type, adapter.max_positions, adapter.layers, layers, adapter.dtype
 
 
 def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
@@ -213,6 +219,7 @@ def prune_model(
     text_field: str = "text",
     workdir: str | Path | None = None,
     device: str = "auto",
+    compute_dtype: str = "auto",
     evaluate: str | tuple[str, ...] | list[str] = (),
     ppl_source: str | Path = "wikitext2",
     tasks: list[str] | None = None,
@@ -240,9 +247,11 @@ def prune_model(
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
-    paper's 7); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
-    ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds another model's or recipe's
-    result. Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
+    paper's 7); ``compute_dtype``: the dtype the blocks run in (auto: float32 on the CPU, the checkpoint's
+    on a GPU; float32, bfloat16, float16); ``exclude``: regular expressions, the layers they match (by
+    name within a block, e.g. ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds
+    another model's or recipe's result. Progress goes to ``stream`` (stderr). Rerunning the same call
+    resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``RunFailed`` when a step fails or the run is interrupted (finished steps are kept)."""
@@ -271,7 +280,7 @@ def prune_model(
         out,
         calibration_options | {"text_field": text_field},
         Evaluation(_evaluations(evaluate), ppl_source, tasks),
-        Resources(device, cores or os.cpu_count() or 1, workdir),
+        Resources(device, cores or os.cpu_count() or 1, workdir, compute_dtype),
         overwrite,
     )
     announce(run_plan, stream)
@@ -306,6 +315,7 @@ class Resources:
     device: str = "auto"
     cores: int = 1
     workdir: str | Path | None = None
+    compute_dtype: str = "auto"  # the dtype the blocks are computed in (``--compute-dtype``)
 
 
 @dataclass(frozen=True)
@@ -321,6 +331,7 @@ class Plan:
     evaluation: Evaluation  # its sources checked and resolved
     resources: Resources
     left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
+    computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
 
     @property
     def files(self) -> RecipeFiles:
@@ -383,7 +394,8 @@ def plan(
     check_out_beside(out, reference, recipe, overwrite)
     check_out(out)
     check_device(resources.device)
-    model_type, max_positions, all_layers, layers = model_facts(reference, recipe.exclude)
+    model_type, max_positions, all_layers, layers, checkpoint_dtype = model_facts(reference, recipe.exclude)
+    computes_in = compute_dtype_text(resources.device, resources.compute_dtype, checkpoint_dtype)
     if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
         from thanos.models import open_layout
         from thanos.models.neurons import mlp_layout
@@ -409,6 +421,7 @@ def plan(
         dataclasses.replace(evaluation, ppl_source=ppl),
         resources,
         left_dense,
+        computes_in,
     )
 
 
@@ -442,6 +455,21 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
             f"--out {out} holds another pruned model ({name} of {path}); give another --out, or "
             "--overwrite to replace it"
         )
+
+
+def compute_dtype_text(device: str, compute_dtype: str, checkpoint: torch.dtype) -> str:
+    """``float32`` (the checkpoint's dtype too) or ``float32 (checkpoint bfloat16)``: what the header shows;
+    an unknown or unsupported ``compute_dtype`` is refused naming ``--compute-dtype``."""
+    from thanos.data.storage import dtype_name
+    from thanos.stages.common import Compute
+
+    try:
+        compute = Compute.of(device, compute_dtype, checkpoint)
+    except ValueError as err:
+        raise ValueError(f"--compute-dtype {compute_dtype}: {err}") from None
+    if not compute.converts:
+        return dtype_name(compute.dtype)
+    return f"{dtype_name(compute.dtype)} (checkpoint {dtype_name(checkpoint)})"
 
 
 def check_device(device: str) -> None:
@@ -487,7 +515,11 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
     data = data if recipe.needs_hessian else "no calibration"
     evaluate = ", ".join(run_plan.evaluation.kinds) or "no"
     resources = run_plan.resources
-    _print(stream, f"  {data} | device {resources.device} | {resources.cores} cores | evaluate: {evaluate}")
+    _print(
+        stream,
+        f"  {data} | device {resources.device}, computes in {run_plan.computes_in} | {resources.cores} cores "
+        f"| evaluate: {evaluate}",
+    )
     _print(
         stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)"
     )
@@ -510,7 +542,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     evaluations = Evaluations(
         run_plan.files.model_dir, root / "eval", run_plan.reference, root.parent / DENSE / "eval",
         plan_eval.kinds, str(plan_eval.ppl_source), plan_eval.tasks, run_plan.resources.device,
-        run_plan.recipe.name,
+        run_plan.recipe.name, run_plan.resources.compute_dtype,
     )  # fmt: skip
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
@@ -587,7 +619,7 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
     record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
-    options = RunOptions(run_plan.resources.device, record=record)
+    options = RunOptions(run_plan.resources.device, record=record, dtype=run_plan.resources.compute_dtype)
     return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
 
 

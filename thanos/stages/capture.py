@@ -16,20 +16,26 @@ import numpy as np
 import torch
 
 from thanos.data.safetensors_io import load_safetensors
-from thanos.data.storage import Activations, read_tokens, write_activations, write_hessians
+from thanos.data.storage import Activations, dtype_name, read_tokens, write_activations, write_hessians
 from thanos.models import Checkpoint, ModelAdapter, open_model
 from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
 from thanos.recipe import select_layers
-from thanos.stages.common import batches, check_finite, resolve_device
+from thanos.stages.common import Compute, batches, check_finite
 
 log = logging.getLogger(__name__)
 
 
 def embed(
-    model: str | Path, tokens: str | Path, out: str | Path, batch_size: int = 8, device: str = "auto"
+    model: str | Path,
+    tokens: str | Path,
+    out: str | Path,
+    batch_size: int = 8,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> None:
-    """Block 0 inputs: the embedding part of the model (token embeddings, plus positions for OPT)."""
+    """Block 0 inputs: the embedding part of the model (token embeddings, plus positions for OPT), computed
+    in ``dtype`` (``thanos.stages.common.compute_dtype``) and stored in the embeddings' own dtype."""
     _, adapter, checkpoint = open_model(model)
     ids, attrs = read_tokens(tokens)
     if ids.ndim != 2 or ids.size == 0:
@@ -39,25 +45,33 @@ def embed(
     nsamples, seqlen = ids.shape
     if seqlen > adapter.max_positions:
         raise ValueError(f"{tokens}: seqlen {seqlen} exceeds the model's {adapter.max_positions} positions")
-    dev = resolve_device(device)
-    embedding = adapter.load_embedding(checkpoint).to(dev)
+    embedding = adapter.load_embedding(checkpoint)
+    stored = next(embedding.parameters()).dtype
+    compute = Compute.of(device, dtype, stored)
+    embedding = compute.module(embedding)
     vocab = int(adapter.config.vocab_size)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         raise ValueError(
             f"{tokens}: token ids span {int(ids.min())}..{int(ids.max())} but the model's vocabulary has "
             f"{vocab} entries; the tokens were made with another tokenizer"
         )
-    dtype = next(embedding.parameters()).dtype
-    log.info("embed: %d samples x %d tokens -> %s (%s)", nsamples, seqlen, out, dtype)
-    provenance = {"tokens": str(tokens), "calibration": {k: v for k, v in attrs.items() if k != "complete"}}
+    log.info(
+        "embed: %d samples x %d tokens -> %s (computed in %s, stored in %s)",
+        nsamples, seqlen, out, dtype_name(compute.dtype), dtype_name(stored),
+    )  # fmt: skip
+    provenance = {
+        "tokens": str(tokens),
+        "calibration": {k: v for k, v in attrs.items() if k != "complete"},
+        "compute_dtype": dtype_name(compute.dtype),
+    }
     with (
-        write_activations(out, nsamples, seqlen, adapter.hidden_size, dtype, 0, provenance) as writer,
+        write_activations(out, nsamples, seqlen, adapter.hidden_size, stored, 0, provenance) as writer,
         torch.inference_mode(),
     ):
         for start, stop in batches(nsamples, batch_size, "embed"):
-            hidden = embedding(torch.from_numpy(ids[start:stop].astype(np.int64)).to(dev))
+            hidden = embedding(torch.from_numpy(ids[start:stop].astype(np.int64)).to(compute.device))
             check_finite(hidden, "inputs", 0, start, out)
-            writer.write(start, hidden.cpu())
+            writer.write(start, hidden.to(stored).cpu())
 
 
 def open_block(
@@ -78,21 +92,26 @@ def capture(
     out: str | Path,
     batch_size: int = 8,
     device: str = "auto",
+    dtype: str = "auto",
 ) -> None:
-    """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs.
+    """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs, the
+    block computed in ``dtype`` (``thanos.stages.common.compute_dtype``).
 
     N counts calibration sequences for every group. A mixture-of-experts expert's groups get the tokens
     the router sent to it; an expert sent fewer than ``MIN_SHARE`` of its fair share gets the Hessian of
     every token through it instead, from a second pass over the inputs for those experts alone (the
     store's ``experts`` attribute records the tokens and the rule per expert group)."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
-    dev = resolve_device(device)
-    module = adapter.load_block(checkpoint, block).to(dev)
+    compute = Compute.of(device, dtype, adapter.dtype)
+    module = compute.module(adapter.load_block(checkpoint, block))
     prefix = adapter.block_prefix(block)
     groups = adapter.block_groups(block)
     columns = {g: checkpoint.shape(f"{prefix}{members[0]}.weight")[1] for g, members in groups.items()}
-    log.info("capture: block %d, %d samples from %s", block, acts.nsamples, inputs)
-    accumulators, tokens = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, dev)
+    log.info(
+        "capture: block %d, %d samples from %s (computed in %s)",
+        block, acts.nsamples, inputs, dtype_name(compute.dtype),
+    )  # fmt: skip
+    accumulators, tokens = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, compute)
     experts = {}
     if any(g in adapter.experts for g in groups):
         starved = _starved(adapter.experts, tokens)
@@ -103,7 +122,9 @@ def capture(
                     "share): it is pruned with the Hessian of every calibration token through it",
                     block, group, tokens[group], 100 * MIN_SHARE,
                 )  # fmt: skip
-            again, _ = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, dev, starved)
+            again, _ = _accumulate(
+                adapter, module, block, acts, inputs, columns, batch_size, compute, starved
+            )
             accumulators |= again
         experts = {
             g: {"tokens": tokens[g], "hessian": "every token" if g in starved else "routed tokens"}
@@ -121,6 +142,7 @@ def capture(
         "groups": {g: list(m) for g, m in groups.items()},
         "model_type": adapter.model_type,
         "inputs": str(inputs),
+        "compute_dtype": dtype_name(compute.dtype),
     }
     if experts:
         attrs["experts"] = experts
@@ -135,13 +157,13 @@ def _accumulate(
     inputs: str | Path,
     columns: dict[str, int],
     batch_size: int,
-    dev: torch.device,
+    compute: Compute,
     every_token: set[str] | None = None,
 ) -> tuple[dict[str, HessianAccumulator], dict[str, int]]:
     """One pass of the block over its inputs: the groups' accumulators (those in ``every_token`` alone,
     fed every token, when given) and how many tokens each group received."""
     wanted = every_token if every_token is not None else set(columns)
-    accumulators = {g: HessianAccumulator(columns[g], device=dev) for g in columns if g in wanted}
+    accumulators = {g: HessianAccumulator(columns[g], device=compute.device) for g in columns if g in wanted}
     tokens = dict.fromkeys(accumulators, 0)
 
     def add(group: str, x: torch.Tensor) -> None:
@@ -154,7 +176,7 @@ def _accumulate(
         for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
             hidden = acts.read(start, stop)
             check_finite(hidden, "inputs", block, start, inputs)
-            adapter.run_block(module, block, hidden.to(dev))
+            adapter.run_block(module, block, compute.tensor(hidden))
     finally:
         for handle in handles:
             handle.remove()
@@ -209,9 +231,11 @@ def propagate(
     batch_size: int = 8,
     device: str = "auto",
     exclude: Sequence[str] | None = None,
+    dtype: str = "auto",
 ) -> None:
-    """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs;
-    the layers ``exclude`` matches keep their original weights whatever ``pruned_dir`` holds."""
+    """Block ``block`` (pruned layers from ``pruned_dir``, original weights elsewhere) over its inputs,
+    computed in ``dtype`` (``thanos.stages.common.compute_dtype``) and stored in the inputs' dtype; the
+    layers ``exclude`` matches keep their original weights whatever ``pruned_dir`` holds."""
     adapter, checkpoint, acts = open_block(model, block, inputs)
     layers = select_layers(adapter.block_layers(block), exclude or (), adapter.layers)
     overrides = {} if pruned_dir is None else load_pruned(pruned_dir, layers)
@@ -220,15 +244,20 @@ def propagate(
         log.info(
             "propagate: block %d, no pruned file for %s: using the original weights", block, ", ".join(dense)
         )
-    dev = resolve_device(device)
-    module = adapter.load_block(checkpoint, block, overrides).to(dev)
-    attrs = {"source_block": block, "inputs": str(inputs), "pruned_layers": sorted(overrides)}
+    compute = Compute.of(device, dtype, adapter.dtype)
+    module = compute.module(adapter.load_block(checkpoint, block, overrides))
+    attrs = {
+        "source_block": block,
+        "inputs": str(inputs),
+        "pruned_layers": sorted(overrides),
+        "compute_dtype": dtype_name(compute.dtype),
+    }
     with write_activations(
         out, acts.nsamples, acts.seqlen, acts.hidden_size, acts.dtype, block + 1, attrs
     ) as writer:
         for start, stop in batches(acts.nsamples, batch_size, f"propagate block {block}"):
             hidden = acts.read(start, stop)
             check_finite(hidden, "inputs", block, start, inputs)
-            result = adapter.run_block(module, block, hidden.to(dev)).to(acts.dtype)
+            result = adapter.run_block(module, block, compute.tensor(hidden)).to(acts.dtype)
             check_finite(result, "outputs", block, start, out)
             writer.write(start, result.cpu())

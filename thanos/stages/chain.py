@@ -60,6 +60,7 @@ class _Chain:
     shape: Callable[[int, str], list[int]]  # (block, layer) -> the original weight's shape
     batch_size: int
     device: str
+    dtype: str  # the compute dtype (``thanos.stages.common.compute_dtype``)
     owl: Path | None = None  # the recipe's owl.json (per-block sparsities), None for uniform sparsity
     computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
     reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
@@ -79,7 +80,9 @@ class _Chain:
             self.reused["capture"] += 1
         else:
             remove(H)
-            capture(self.model, block, self.store("inputs", block), H, self.batch_size, self.device)
+            capture(
+                self.model, block, self.store("inputs", block), H, self.batch_size, self.device, self.dtype
+            )
             self.computed["capture"] += 1
         return H
 
@@ -137,7 +140,7 @@ class _Chain:
         remove(nxt)
         propagate(
             self.model, block, self.store("inputs", block), nxt, block_dir, self.batch_size, self.device,
-            self.recipe.exclude,
+            self.recipe.exclude, self.dtype,
         )  # fmt: skip
         self.computed["propagate"] += 1
 
@@ -197,9 +200,12 @@ def chain(
     out: str | Path,
     batch_size: int = 8,
     device: str = "auto",
+    dtype: str = "auto",
     drop: Sequence[StoreKind] = (),
 ) -> dict[str, Any]:
     """Prune every block of ``model`` with ``recipe``; write the summary ``out``; return it.
+
+    ``dtype``: the dtype the blocks are computed in (``thanos.stages.common.compute_dtype``).
 
     ``drop``: the kinds of the recipe's own stores (``inputs``, ``hessians``) deleted once every block is
     done (retention false).
@@ -207,12 +213,15 @@ def chain(
     Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
     """
+    from thanos.data.storage import dtype_name
     from thanos.models import open_model
+    from thanos.stages.common import Compute
 
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
     calibrated = recipe.needs_hessian
+    compute = Compute.of(device, dtype, adapter.dtype)
     if calibrated and paths.dense_dir is None:
         raise ValueError(
             f"--dense-dir is required for method {recipe.method!r} "
@@ -228,6 +237,7 @@ def chain(
         shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
         batch_size=batch_size,
         device=device,
+        dtype=dtype,
         owl=Path(paths.owl) if paths.owl is not None else None,
     )
     fingerprint = {
@@ -237,6 +247,7 @@ def chain(
         "chain": "dense" if run.own is None else "sequential",
         "chain_dir": None if run.own is None else str(run.own),
         "batch_size": batch_size,
+        "compute_dtype": dtype_name(compute.dtype),
         **({"owl": str(run.owl)} if run.owl is not None else {}),
         "upstream": {path: mtime(path) for path in run.upstream(num_blocks)},
     }

@@ -1,15 +1,19 @@
-"""Helpers shared by the stages: device resolution, finiteness checks, batching with progress bars."""
+"""Helpers shared by the stages: device and compute-dtype resolution, finiteness checks, batching with
+progress bars."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
@@ -36,6 +40,58 @@ def resolve_device(spec: str = "auto") -> torch.device:
             )
         return device
     raise ValueError(f"--device: unknown {spec!r}; use {DEVICE_CHOICES}")
+
+
+def compute_dtype(spec: str, device: torch.device, checkpoint: torch.dtype) -> torch.dtype:
+    """The dtype a model runs in on ``device`` (its weights and activations; Hessians are fp32 anyway).
+
+    ``auto``: float32 on the CPU whatever the checkpoint's dtype, since a CPU without bf16/fp16 matrix units
+    (AVX2, most AVX-512) multiplies half-precision matrices at a quarter to a third of its fp32 rate, and
+    fp32 is the closer to the exact computation; the checkpoint's dtype on a GPU, where half precision is
+    the fast path. An explicit dtype is refused where the device cannot compute in it (bfloat16 on a GPU
+    older than compute capability 8.0).
+    """
+    spec = (spec or "auto").strip().lower()
+    if spec not in COMPUTE_DTYPES:
+        raise ValueError(f"compute dtype {spec!r}: use one of {', '.join(COMPUTE_DTYPES)}")
+    if spec == "auto":
+        return torch.float32 if device.type == "cpu" else checkpoint
+    dtype = getattr(torch, spec)
+    if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"compute dtype bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16 support; "
+            "use float16, float32 or auto"
+        )
+    return dtype
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where and in which dtype a stage runs the model's modules: ``device``, ``dtype`` (``compute_dtype``)
+    and the checkpoint's own dtype. Modules and activations are converted only when the two dtypes differ,
+    so a model computed in its own dtype runs exactly as loaded."""
+
+    device: torch.device
+    dtype: torch.dtype
+    checkpoint: torch.dtype
+
+    @classmethod
+    def of(cls, device: str, dtype: str, checkpoint: torch.dtype) -> Compute:
+        """``device`` and ``dtype`` as the commands take them (``auto`` or a name), resolved."""
+        dev = resolve_device(device)
+        return cls(dev, compute_dtype(dtype, dev, checkpoint), checkpoint)
+
+    @property
+    def converts(self) -> bool:
+        return self.dtype != self.checkpoint
+
+    def module(self, module: nn.Module) -> nn.Module:
+        """``module`` on the device, its floating parameters and buffers in the compute dtype."""
+        return module.to(self.device, self.dtype) if self.converts else module.to(self.device)
+
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """Activations on the device in the compute dtype."""
+        return x.to(self.device, self.dtype) if self.converts else x.to(self.device)
 
 
 def check_finite(hidden: torch.Tensor, what: str, block: int, start: int, path: str | Path) -> None:

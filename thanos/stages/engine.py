@@ -95,14 +95,16 @@ class RecipeFiles:
 @dataclass(frozen=True)
 class RunOptions:
     """How the stages run: the device, samples per forward pass, the recipe's own stores deleted at the
-    end (retention false), the largest assembled shard, and what the pruning report records of the run
-    (``thanos.stages.provenance.RunRecord``; None: the engine's own)."""
+    end (retention false), the largest assembled shard, what the pruning report records of the run
+    (``thanos.stages.provenance.RunRecord``; None: the engine's own) and the dtype the blocks are computed
+    in (``thanos.stages.common.compute_dtype``)."""
 
     device: str = "auto"
     batch_size: int = 8
     drop: tuple[StoreKind, ...] = ()
     max_shard_size: str = "2GB"
     record: Any = None
+    dtype: str = "auto"
 
 
 def source_identity(source: str) -> Any:
@@ -207,6 +209,7 @@ class _Run:
     steps: Steps
     model_files: Any = None  # the model directory's fingerprint (the records' ``model``)
     num_blocks: int = 0
+    compute_dtype: str = ""  # the dtype the blocks are computed in, resolved (the records hold it)
 
     def model_info(self) -> None:
         from thanos.stages.model_info import model_info
@@ -243,25 +246,27 @@ class _Run:
         output = self.files.dense_dir / store_name(kind, block)
         if not self.steps.owned:
             return self.steps.given(output, store_complete)
-        device, batch_size = self.options.device, self.options.batch_size
+        device, batch_size, dtype = self.options.device, self.options.batch_size, self.options.dtype
         if kind == "hessians":
             inputs_l = self.dense_store("inputs", block)
             label = f"Hessians of block {block} (dense)"
             read = inputs_l
-            compute = lambda: capture(self.model, block, inputs_l, output, batch_size, device)  # noqa: E731
+            compute = lambda: capture(  # noqa: E731
+                self.model, block, inputs_l, output, batch_size, device, dtype
+            )
         elif block == 0:
             tokens = self.tokens()
             label = "embed the calibration tokens (block 0 inputs)"
             read = tokens
-            compute = lambda: embed(self.model, tokens, output, batch_size, device)  # noqa: E731
+            compute = lambda: embed(self.model, tokens, output, batch_size, device, dtype)  # noqa: E731
         else:
             previous = self.dense_store("inputs", block - 1)
             label = f"inputs of block {block} (dense)"
             read = previous
             compute = lambda: propagate(  # noqa: E731
-                self.model, block - 1, previous, output, None, batch_size, device
+                self.model, block - 1, previous, output, None, batch_size, device, None, dtype
             )
-        inputs = {"model": self.model_files, "reads": mtime(read)}
+        inputs = {"model": self.model_files, "reads": mtime(read), "compute_dtype": self.compute_dtype}
         self.steps.run(label, output, inputs, compute, store_complete)
         return output
 
@@ -309,6 +314,7 @@ class _Run:
             "recipe": self.recipe.to_dict(),
             "reads": [mtime(path) for path in (*reads, files.owl)],
             "drop": list(options.drop),
+            "compute_dtype": self.compute_dtype,
         }
         self.steps.run(
             f"prune every block ({self.recipe.name})",
@@ -321,6 +327,7 @@ class _Run:
                 files.summary,
                 options.batch_size,
                 options.device,
+                options.dtype,
                 options.drop,
             ),  # fmt: skip
         )
@@ -356,6 +363,17 @@ class _Run:
         )
 
 
+def resolved_compute_dtype(checkpoint: str, options: RunOptions) -> str:
+    """The dtype ``options`` compute the blocks of a ``checkpoint``-dtype model in on this machine (``auto``
+    resolved, ``thanos.stages.common.compute_dtype``): float32, bfloat16 or float16."""
+    import torch
+
+    from thanos.data.storage import dtype_name
+    from thanos.stages.common import Compute
+
+    return dtype_name(Compute.of(options.device, options.dtype, getattr(torch, checkpoint)).dtype)
+
+
 def run_recipe(
     model: str | Path,
     recipe: Recipe,
@@ -384,7 +402,8 @@ def run_recipe(
     if steps.owned:
         run.model_info()
     info = files.model_info if files.model_info is not None and files.model_info.is_file() else None
-    run.num_blocks = int(open_layout(model, info)[1].num_blocks)
+    layout = open_layout(model, info)[1]
+    run.num_blocks, run.compute_dtype = layout.num_blocks, resolved_compute_dtype(layout.dtype, options)
     run.owl()
     reads = run.chain_reads()
     steps.owned = True  # the chain and what follows are this call's own work

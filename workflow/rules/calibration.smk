@@ -44,6 +44,7 @@ rule embed:
         retain(directory(PATHS.store("{model}", DENSE, "inputs", 0)), "activations"),
     params:
         model=model_path,
+        compute_dtype=config["compute_dtype"],
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/embed.log",
@@ -52,4 +53,5 @@ rule embed:
         gpu=JOB_GPUS,
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos embed --model {params.model:q} --tokens {input.tokens:q}"
-        " --device $THANOS_WF_DEVICE --out {output:q} > {log:q} 2>&1"
+        " --device $THANOS_WF_DEVICE --compute-dtype {params.compute_dtype} --out {output:q}"
+        " > {log:q} 2>&1"

@@ -9,6 +9,7 @@ rule capture:
         retain(directory(PATHS.store("{model}", "{chain}", "hessians", "{l}")), "hessians"),
     params:
         model=model_path,
+        compute_dtype=config["compute_dtype"],
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/capture_{{l}}.log",
@@ -17,7 +18,8 @@ rule capture:
         gpu=JOB_GPUS,
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos capture --model {params.model:q} --block {wildcards.l}"
-        " --inputs {input.inputs:q} --device $THANOS_WF_DEVICE --out {output:q} > {log:q} 2>&1"
+        " --inputs {input.inputs:q} --device $THANOS_WF_DEVICE --compute-dtype {params.compute_dtype}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule propagate:
@@ -31,6 +33,7 @@ rule propagate:
         model=model_path,
         previous=previous_block,
         pruned=pruned_dir_option,
+        compute_dtype=config["compute_dtype"],
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/propagate_{{l}}.log",
@@ -40,4 +43,5 @@ rule propagate:
     shell:
         "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos propagate --model {params.model:q}"
         " --block {params.previous} --inputs {input.inputs:q} {params.pruned} --device $THANOS_WF_DEVICE"
+        " --compute-dtype {params.compute_dtype}"
         " --out {output:q} > {log:q} 2>&1"

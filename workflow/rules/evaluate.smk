@@ -14,6 +14,7 @@ if "perplexity" in evaluations() and "zeroshot" in evaluations():
             ppl=PATHS.evaluation("{model}", "{variant}", "perplexity"),
             zeroshot=PATHS.evaluation("{model}", "{variant}", "zeroshot"),
         params:
+            dtype=config["compute_dtype"],
             model=eval_model,
             source=config["perplexity"]["source"],
             ppl_options=perplexity_options,
@@ -30,6 +31,7 @@ if "perplexity" in evaluations() and "zeroshot" in evaluations():
             " --model {params.model:q} --source {params.source:q} {params.ppl_options}"
             " --ppl-batch-size {params.ppl_batch_size} {params.zeroshot_options}"
             " --zeroshot-batch-size {params.zeroshot_batch_size} $THANOS_WF_EVAL_PLACEMENT"
+            " --dtype {params.dtype}"
             " --ppl-out {output.ppl:q} --zeroshot-out {output.zeroshot:q} > {log:q} 2>&1"
 
 else:
@@ -41,6 +43,7 @@ else:
         output:
             PATHS.evaluation("{model}", "{variant}", "perplexity"),
         params:
+            dtype=config["compute_dtype"],
             model=eval_model,
             source=config["perplexity"]["source"],
             options=perplexity_options,
@@ -53,7 +56,7 @@ else:
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_EVAL_GPU python -m thanos perplexity --model {params.model:q}"
             " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
-            " $THANOS_WF_EVAL_PLACEMENT --out {output:q} > {log:q} 2>&1"
+            " $THANOS_WF_EVAL_PLACEMENT --dtype {params.dtype} --out {output:q} > {log:q} 2>&1"
 
 
     rule zeroshot:
@@ -63,6 +66,7 @@ else:
         output:
             PATHS.evaluation("{model}", "{variant}", "zeroshot"),
         params:
+            dtype=config["compute_dtype"],
             model=eval_model,
             options=zeroshot_options,
             batch_size=config["zeroshot"]["batch_size"],
@@ -73,5 +77,6 @@ else:
             gpu=EVAL_JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos zeroshot"
-            " --model {params.model:q} {params.options} --batch-size {params.batch_size} $THANOS_WF_EVAL_PLACEMENT"
+            " --model {params.model:q} {params.options} --batch-size {params.batch_size}"
+            " $THANOS_WF_EVAL_PLACEMENT --dtype {params.dtype}"
             " --out {output:q} > {log:q} 2>&1"

@@ -63,6 +63,7 @@ elif GRANULARITY == "recipe":
             recipe=recipe_json,
             stores=recipe_store_options,
             root=recipe_pruned_root,
+            compute_dtype=config["compute_dtype"],
         priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/prune_recipe.log",
@@ -72,4 +73,5 @@ elif GRANULARITY == "recipe":
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos chain --model {params.model:q}"
             " --recipe {params.recipe:q} {params.stores} --pruned-root {params.root:q} --device $THANOS_WF_DEVICE"
+            " --compute-dtype {params.compute_dtype}"
             " --out {output:q} > {log:q} 2>&1"
