@@ -11,11 +11,15 @@ multiplies at.
 
     OMP_WAIT_POLICY=PASSIVE python bench/compute_dtype.py --model results/real-llm/model \\
         --calibration results/demo/data/calib.jsonl --nsamples 64 --seqlen 256 --blocks 3
+
+``ONEDNN_MAX_CPU_ISA=AVX2`` before the command makes an AVX-512 CPU multiply as an AVX2 one does (bf16
+converted element by element), and the policy follows it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -27,6 +31,7 @@ import torch.nn.functional as F
 from thanos.models import open_model
 from thanos.stages.calibrate import calibrate
 from thanos.stages.capture import capture, embed, propagate
+from thanos.stages.common import compute_dtype
 from thanos.stages.outputs import remove
 
 DTYPES = ("bfloat16", "float32")
@@ -74,10 +79,12 @@ def main() -> None:
     )
     tokens = args.nsamples * args.seqlen
     up = checkpoint.shape(f"{prefix}mlp.up_proj.weight")
+    auto = compute_dtype("auto", torch.device("cpu"), adapter.dtype)
     print(
         f"{args.model}: {adapter.model_type}, checkpoint {str(adapter.dtype).removeprefix('torch.')}, "
         f"{torch.get_num_threads()} threads; {args.nsamples} x {args.seqlen} calibration tokens, "
-        f"batches of {args.batch_size}"
+        f"batches of {args.batch_size}; ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}: "
+        f"auto is {str(auto).removeprefix('torch.')} here"
     )
     rates = {
         name: linear_rate(args.batch_size * args.seqlen, up[1], up[0], getattr(torch, name))

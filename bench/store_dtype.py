@@ -1,15 +1,16 @@
 """What rounding the activation stores to the checkpoint's dtype costs, against keeping them in float32.
 
-The compute-dtype policy computes a bf16 checkpoint's blocks in float32 on a CPU and stores each block's
-outputs rounded to bf16 (the checkpoint's dtype: disk as before). The alternative keeps them in float32:
-exact, twice the disk. This bench measures both with the same code:
+Computing a bf16 checkpoint's blocks in float32 (``--compute-dtype float32``, the policy's default on a CPU
+without bf16 instructions), the stores hold each block's outputs rounded to bf16 (the checkpoint's dtype:
+disk as before). The alternative keeps them in float32: exact, twice the disk. This bench measures both
+with the same code, both computing in float32:
 
-  bf16 stores:  ``thanos prune-model`` on the bf16 checkpoint as it is (computed in float32);
+  bf16 stores:  ``thanos prune-model`` on the bf16 checkpoint as it is;
   fp32 stores:  the same command on an exact float32 copy of the checkpoint (bf16 -> fp32 loses nothing),
                 whose stores are then float32; its pruned weights are rounded to bf16 afterwards, as the
                 first run writes them;
 
-then the perplexity of both (and of the dense model) with the same ``thanos perplexity`` (float32 compute),
+then the perplexity of both (and of the dense model) with the same ``thanos perplexity --dtype float32``,
 and each working directory's size.
 
     OMP_WAIT_POLICY=PASSIVE python bench/store_dtype.py --model results/real-llm/model \\
@@ -54,8 +55,9 @@ def thanos(*args: str | Path) -> None:
 
 
 def perplexity(model: Path, heldout: Path, args: argparse.Namespace, out: Path) -> float:
-    thanos("perplexity", "--model", model, "--source", heldout, "--seqlen", args.eval_seqlen,
-           "--max-windows", args.max_windows, "--device", "cpu", "--no-progress", "--out", out)  # fmt: skip
+    thanos("perplexity", "--model", model, "--source", heldout, "--seqlen", args.eval_seqlen, "--dtype",
+           "float32", "--max-windows", args.max_windows, "--device", "cpu", "--no-progress",
+           "--out", out)  # fmt: skip
     return json.loads(out.read_text())["perplexity"]
 
 
@@ -89,7 +91,8 @@ def main() -> None:
             wd, out = work / f"wd-{slug}", work / f"out-{slug}"
             thanos("prune-model", "--model", model, "--method", args.method, "--sparsity", args.sparsity,
                    "--calibration", args.calibration, "--nsamples", args.nsamples, "--seqlen", args.seqlen,
-                   "--device", "cpu", "--workdir", wd, "--out", out)  # fmt: skip
+                   "--device", "cpu", "--compute-dtype", "float32", "--workdir", wd,
+                   "--out", out)  # fmt: skip
             seconds = time.monotonic() - started
             pruned = work / f"out-{slug}"
             if model == fp32:  # the weights as the bf16 checkpoint's run writes them

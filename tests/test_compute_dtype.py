@@ -1,5 +1,7 @@
-"""The compute-dtype policy: a bf16 checkpoint's blocks run in float32 on the CPU by default (its stores
-keep bf16), an explicit dtype is honoured, and the evaluations follow the same policy."""
+"""The compute-dtype policy: by default a bf16 checkpoint's blocks run in float32 on a CPU without bf16
+instructions (AVX2; ``ONEDNN_MAX_CPU_ISA=AVX2`` makes any x86 CPU one) and in bf16 where the CPU or GPU
+multiplies bf16 natively; the stores keep bf16; an explicit dtype is honoured; the evaluations follow the
+same policy."""
 
 from __future__ import annotations
 
@@ -16,14 +18,22 @@ from thanos.data.storage import Activations, Hessians, read_tokens
 from thanos.evaluation.loading import load_model
 from thanos.models import get_adapter, load_config
 from thanos.runner.one_recipe import prune_model
-from thanos.stages.common import Compute, compute_dtype
+from thanos.stages.common import Compute, compute_dtype, cpu_multiplies_natively
 
 CPU = torch.device("cpu")
 
 
-def test_policy() -> None:
+@pytest.fixture
+def avx2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's CPU as one without bf16 instructions (oneDNN's ISA limit, which the policy reads)."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+
+
+def test_policy(avx2: None) -> None:
+    assert not cpu_multiplies_natively(torch.bfloat16)
     assert compute_dtype("auto", CPU, torch.bfloat16) == torch.float32
     assert compute_dtype("auto", CPU, torch.float16) == torch.float32
+    assert compute_dtype("auto", CPU, torch.bfloat16, native=True) == torch.bfloat16
     assert compute_dtype("auto", torch.device("cuda"), torch.bfloat16) == torch.bfloat16
     assert compute_dtype("auto", torch.device("cuda"), torch.float32) == torch.float32
     assert compute_dtype("bfloat16", CPU, torch.float32) == torch.bfloat16
@@ -53,7 +63,7 @@ def reference_hidden(model: Path, tokens: Path, dtype: torch.dtype) -> tuple[tor
     return out.hidden_states[1], inputs
 
 
-def test_bf16_model_computes_in_float32_on_cpu_and_stores_bf16(tmp_path: Path) -> None:
+def test_bf16_model_computes_in_float32_on_an_avx2_cpu_and_stores_bf16(tmp_path: Path, avx2: None) -> None:
     model, tokens = calibrated(tmp_path, "llama", dtype="bfloat16")
     inputs0 = tmp_path / "inputs_0.zarr"
     assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs0, "--device", "cpu") == 0
@@ -84,7 +94,7 @@ def test_bf16_model_computes_in_float32_on_cpu_and_stores_bf16(tmp_path: Path) -
                 torch.testing.assert_close(Hessians(hess).get(group).double(), H, rtol=1e-5, atol=1e-6)
 
 
-def test_evaluation_and_prune_model_follow_the_policy(tmp_path: Path) -> None:
+def test_evaluation_and_prune_model_follow_the_policy(tmp_path: Path, avx2: None) -> None:
     model, _ = calibrated(tmp_path, "llama", dtype="bfloat16")
     assert load_model(str(model), device="cpu").dtype == "float32"
     assert load_model(str(model), device="cpu", dtype="bfloat16").dtype == "bfloat16"
@@ -99,6 +109,7 @@ def test_evaluation_and_prune_model_follow_the_policy(tmp_path: Path) -> None:
         model, "sparsegpt", 0.5, out=tmp_path / "bf16", compute_dtype="bfloat16", stream=header, **common
     )
     assert "computes in bfloat16 |" in header.getvalue()
+
     # another dtype is another computation: the stores and the pruned weights were computed again
     auto = (tmp_path / "auto" / "model.safetensors").read_bytes()
     assert auto != (tmp_path / "bf16" / "model.safetensors").read_bytes()

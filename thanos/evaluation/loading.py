@@ -45,9 +45,10 @@ class LoadedModel:
 
 
 def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
-    """The dtype the model is loaded and run in: ``compute_dtype``'s policy (``auto``: float32 on the CPU,
-    the saved dtype on a GPU), except that ``auto`` keeps the saved dtype on the CPU when the model's
-    float32 weights would not fit in the memory available now (a 7B bf16 model needs 28 GB in float32)."""
+    """The dtype the model is loaded and run in: ``compute_dtype``'s policy (``auto``: the saved dtype on a
+    GPU and on a CPU that multiplies it natively, else float32), except that ``auto`` keeps the saved dtype
+    on the CPU when the model's float32 weights would not fit in the memory available now (a 7B bf16 model
+    needs 28 GB in float32)."""
     import psutil
     import torch
 
@@ -79,7 +80,8 @@ def load_model(
     recorded when it was assembled: an edited, truncated or deleted file stops here, named.
 
     ``device_map="auto"`` spreads the model over every visible GPU (accelerate's placement); otherwise the
-    whole model goes to ``device``. ``dtype="auto"``: float32 on the CPU, the saved dtype on a GPU
+    whole model goes to ``device``. ``dtype="auto"``: the saved dtype where the device multiplies it
+    natively (a GPU; a CPU with AVX512_BF16 or AMX for bf16), else float32
     (``thanos.stages.common.compute_dtype``).
     """
     from transformers import AutoConfig, AutoModelForCausalLM

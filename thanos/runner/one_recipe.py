@@ -247,8 +247,9 @@ def prune_model(
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
-    paper's 7); ``compute_dtype``: the dtype the blocks run in (auto: float32 on the CPU, the checkpoint's
-    on a GPU; float32, bfloat16, float16); ``exclude``: regular expressions, the layers they match (by
+    paper's 7); ``compute_dtype``: the dtype the blocks run in (auto: the checkpoint's where the device
+    multiplies it natively, a GPU or a CPU with bf16 instructions, else float32; float32, bfloat16,
+    float16); ``exclude``: regular expressions, the layers they match (by
     name within a block, e.g. ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds
     another model's or recipe's result. Progress goes to ``stream`` (stderr). Rerunning the same call
     resumes.

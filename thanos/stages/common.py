@@ -42,20 +42,43 @@ def resolve_device(spec: str = "auto") -> torch.device:
     raise ValueError(f"--device: unknown {spec!r}; use {DEVICE_CHOICES}")
 
 
-def compute_dtype(spec: str, device: torch.device, checkpoint: torch.dtype) -> torch.dtype:
+# oneDNN's ISA limits (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products (AVX512_CORE_BF16)
+_ISA_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+
+
+def cpu_multiplies_natively(dtype: torch.dtype) -> bool:
+    """Whether this CPU multiplies ``dtype`` matrices with instructions of their own (bfloat16:
+    AVX512_BF16 or AMX; float16: AMX-FP16), so that they run faster than float32, not several times slower
+    as on AVX2 (converted element by element). oneDNN's ``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16
+    turns them off, as it does for the matrix products."""
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper() in _ISA_WITHOUT_BF16:
+        return False
+    probe = {
+        torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"),
+        torch.float16: ("_is_amx_fp16_supported",),
+    }.get(dtype, ())
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probe)
+
+
+def compute_dtype(
+    spec: str, device: torch.device, checkpoint: torch.dtype, native: bool | None = None
+) -> torch.dtype:
     """The dtype a model runs in on ``device`` (its weights and activations; Hessians are fp32 anyway).
 
-    ``auto``: float32 on the CPU whatever the checkpoint's dtype, since a CPU without bf16/fp16 matrix units
-    (AVX2, most AVX-512) multiplies half-precision matrices at a quarter to a third of its fp32 rate, and
-    fp32 is the closer to the exact computation; the checkpoint's dtype on a GPU, where half precision is
-    the fast path. An explicit dtype is refused where the device cannot compute in it (bfloat16 on a GPU
-    older than compute capability 8.0).
+    ``auto``: the dtype the device is fast at. On a GPU, the checkpoint's dtype. On a CPU, the checkpoint's
+    dtype where the CPU multiplies it natively (``native``; None: ``cpu_multiplies_natively``), else
+    float32: a CPU without bf16 instructions (AVX2) multiplies bf16 matrices at a quarter of its fp32 rate,
+    and float32 is the closer to the exact computation. An explicit dtype is refused where the device cannot
+    compute in it (bfloat16 on a GPU older than compute capability 8.0).
     """
     spec = (spec or "auto").strip().lower()
     if spec not in COMPUTE_DTYPES:
         raise ValueError(f"compute dtype {spec!r}: use one of {', '.join(COMPUTE_DTYPES)}")
     if spec == "auto":
-        return torch.float32 if device.type == "cpu" else checkpoint
+        if device.type != "cpu" or checkpoint not in (torch.bfloat16, torch.float16):
+            return checkpoint
+        fast = cpu_multiplies_natively(checkpoint) if native is None else native
+        return checkpoint if fast else torch.float32
     dtype = getattr(torch, spec)
     if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError(
