@@ -7,9 +7,11 @@ For each recipe it times, each as a whole process:
   peer:         a script a user would write: import llm-compressor, load the model, load the same
                 calibration windows (ours, saved as JSON), ``oneshot`` with ``SparseGPTModifier`` /
                 ``WandaPruningModifier`` (targets Linear, lm_head ignored); timed from the process launch to
-                the end of ``oneshot`` (saving not included), and ``oneshot`` alone;
+                the end of ``oneshot`` (saving not included), and ``oneshot`` alone; the model loaded in
+                each dtype of ``--peer-dtypes`` (float32, bfloat16: which is faster depends on the CPU);
 then the perplexity of every output (and of the dense model) with the same evaluation
-(``python -m thanos perplexity`` on the held-out text, windows of ``--seqlen`` tokens).
+(``python -m thanos perplexity --dtype float32`` on the held-out text, windows of ``--seqlen`` tokens).
+``ONEDNN_MAX_CPU_ISA=AVX2`` before the command runs both sides as on a CPU without bf16 instructions.
 
 llm-compressor runs in its own virtual environment (``--venv``; created on demand with
 ``python -m venv --system-site-packages`` and ``pip install llmcompressor==0.14.0.1``), never in the
@@ -17,6 +19,8 @@ project's. Without it (``--no-peer``, or the install fails) only our side is mea
 
     python bench/peer_oneshot.py --model DIR --calibration calib.txt --heldout test.txt
     python bench/peer_oneshot.py --tiny --calibration calib.txt --heldout test.txt   # a random model
+    python bench/peer_oneshot.py --model SMOLLM2_DIR --calibration calib.jsonl --heldout test.jsonl \\
+        --recipes "SparseGPT 50 %" --peer-dtypes float32 bfloat16 --no-again
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from llmcompressor import oneshot
 from llmcompressor.modifiers.pruning import SparseGPTModifier, WandaPruningModifier
 
-model_dir, windows_file, method, structure, out = sys.argv[1:6]
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+model_dir, windows_file, method, structure, out, dtype = sys.argv[1:7]
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
 windows = json.loads(open(windows_file).read())
 data = Dataset.from_dict({"input_ids": windows, "attention_mask": [[1] * len(w) for w in windows]})
@@ -96,14 +100,15 @@ def peer_python(venv: Path) -> Path | None:
 
 
 def run_peer(
-    python: Path, model: Path, windows: Path, method: str, structure: str, out: Path
+    python: Path, model: Path, windows: Path, method: str, structure: str, out: Path, dtype: str
 ) -> tuple[float, float]:
-    """(process seconds from launch to the end of oneshot, oneshot seconds) of the peer's script."""
+    """(process seconds from launch to the end of oneshot, oneshot seconds) of the peer's script, the model
+    loaded in ``dtype``."""
     script = out.parent / "peer_oneshot_script.py"
     script.write_text(PEER_SCRIPT)
     launched = time.time()
     run = subprocess.run(
-        [str(python), str(script), str(model), str(windows), method, structure, str(out)],
+        [str(python), str(script), str(model), str(windows), method, structure, str(out), dtype],
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
@@ -126,6 +131,8 @@ def perplexity(model: Path, heldout: Path, seqlen: int, out: Path, env: dict[str
         seqlen,
         "--device",
         "cpu",
+        "--dtype",
+        "float32",
         "--no-progress",
         "--out",
         out,
@@ -156,6 +163,16 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="*", choices=list(RECIPES), default=list(RECIPES))
     parser.add_argument("--venv", type=Path, default=Path("/tmp/llmc"))
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument(
+        "--peer-dtypes",
+        nargs="+",
+        choices=["float32", "bfloat16"],
+        default=["float32"],
+        help="the dtypes the peer loads the model in, each timed (its fastest CPU setting is the machine's)",
+    )
+    parser.add_argument(
+        "--no-again", action="store_true", help="skip the second run of ours in a shared working directory"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "peer_oneshot")
     args = parser.parse_args()
     if args.model is None and not args.tiny:
@@ -190,44 +207,48 @@ def main() -> None:
         fresh = thanos(
             "prune-model", *common, *recipe, "--workdir", base / "work", "--out", base / "ours", env=env
         )
-        again = thanos(
-            "prune-model",
-            *common,
-            *recipe,
-            "--workdir",
-            args.out / "shared-work",
-            "--out",
-            base / "ours-again",
-            env=env,
-        )
+        again = None
+        if not args.no_again:
+            again = thanos(
+                "prune-model",
+                *common,
+                *recipe,
+                "--workdir",
+                args.out / "shared-work",
+                "--out",
+                base / "ours-again",
+                env=env,
+            )
         ours_ppl = perplexity(base / "ours", args.heldout, args.seqlen, base / "ours_ppl.json", env)
-        peer = None
+        peers = []
         if python is not None and structure is not None:
             windows = args.out / "windows.json"
             if not windows.exists():
                 save_windows(base / "work", windows)
-            process_s, oneshot_s = run_peer(python, model, windows, method, structure, base / "peer")
-            peer = (
-                perplexity(base / "peer", args.heldout, args.seqlen, base / "peer_ppl.json", env),
-                process_s,
-                oneshot_s,
-            )
-        rows.append((label, peer, ours_ppl, fresh, again, index > 0))
+            for dtype in args.peer_dtypes:
+                out = base / f"peer-{dtype}"
+                process_s, oneshot_s = run_peer(python, model, windows, method, structure, out, dtype)
+                ppl_file = base / f"peer_ppl-{dtype}.json"
+                peers.append(
+                    (dtype, perplexity(out, args.heldout, args.seqlen, ppl_file, env), process_s, oneshot_s)
+                )
+        rows.append((label, peers, ours_ppl, fresh, again, index > 0))
         print(f"{label}: done", flush=True)
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "unset")
     print(
-        f"\ndense perplexity {ppl['dense']:.2f} (held-out {args.heldout.name}, seqlen {args.seqlen}); "
-        f"{args.nsamples} x {args.seqlen} calibration windows, {args.cores} cores"
+        f"\ndense perplexity {ppl['dense']:.2f} (held-out {args.heldout.name}, seqlen {args.seqlen}, "
+        f"computed in float32); {args.nsamples} x {args.seqlen} calibration windows, {args.cores} cores, "
+        f"ONEDNN_MAX_CPU_ISA={isa}; ours: --compute-dtype auto"
     )
     print(
-        "| recipe | llm-compressor ppl | ours ppl | llm-compressor s (process / oneshot alone) "
+        "| recipe | llm-compressor ppl | ours ppl | llm-compressor s (model dtype: process / oneshot alone) "
         "| ours s (fresh workdir) | ours s (workdir of the recipes above) |"
     )
     print("|---|---|---|---|---|---|")
-    for label, peer, ours_ppl, fresh, again, reused in rows:
-        peer_ppl, peer_s = (
-            ("—", "—") if peer is None else (f"{peer[0]:.2f}", f"{peer[1]:.1f} / {peer[2]:.1f}")
-        )
-        again_s = f"{again:.1f}" if reused else "(first)"
+    for label, peers, ours_ppl, fresh, again, reused in rows:
+        peer_ppl = " / ".join(f"{ppl:.2f}" for _, ppl, _, _ in peers) or "—"
+        peer_s = "; ".join(f"{dtype}: {p:.1f} / {o:.1f}" for dtype, _, p, o in peers) or "—"
+        again_s = "—" if again is None else f"{again:.1f}" if reused else "(first)"
         print(f"| {label} | {peer_ppl} | {ours_ppl:.2f} | {peer_s} | {fresh:.1f} | {again_s} |")
 
 
