@@ -3,14 +3,16 @@
 Computing a bf16 checkpoint's blocks in float32 (``--compute-dtype float32``, the policy's default on a CPU
 without bf16 instructions), the stores hold each block's outputs rounded to bf16 (the checkpoint's dtype:
 disk as before). The alternative keeps them in float32: exact, twice the disk. This bench measures both
-with the same code, both computing in float32:
+with the same code, beside the computation in bf16 (the policy's choice on a CPU with bf16
+instructions, and what every earlier version computed):
 
-  bf16 stores:  ``thanos prune-model`` on the bf16 checkpoint as it is;
-  fp32 stores:  the same command on an exact float32 copy of the checkpoint (bf16 -> fp32 loses nothing),
-                whose stores are then float32; its pruned weights are rounded to bf16 afterwards, as the
-                first run writes them;
+  computed in bf16, bf16 stores: ``prune-model --compute-dtype bfloat16`` on the bf16 checkpoint;
+  computed in fp32, bf16 stores: ``prune-model --compute-dtype float32`` on the bf16 checkpoint;
+  computed in fp32, fp32 stores: the same on an exact float32 copy of the checkpoint (bf16 -> fp32 loses
+                nothing), whose stores are then float32; its pruned weights are rounded to bf16
+                afterwards, as the other runs write them;
 
-then the perplexity of both (and of the dense model) with the same ``thanos perplexity --dtype float32``,
+then the perplexity of each (and of the dense model) with the same ``thanos perplexity --dtype float32``,
 and each working directory's size.
 
     OMP_WAIT_POLICY=PASSIVE python bench/store_dtype.py --model results/real-llm/model \\
@@ -58,7 +60,7 @@ def perplexity(model: Path, heldout: Path, args: argparse.Namespace, out: Path) 
     thanos("perplexity", "--model", model, "--source", heldout, "--seqlen", args.eval_seqlen, "--dtype",
            "float32", "--max-windows", args.max_windows, "--device", "cpu", "--no-progress",
            "--out", out)  # fmt: skip
-    return json.loads(out.read_text())["perplexity"]
+    return json.loads(out.read_text())["ppl"]
 
 
 def size_mib(path: Path) -> float:
@@ -85,28 +87,33 @@ def main() -> None:
         fp32 = copy_in(args.model, work / "model-fp32", torch.float32)
         dense = perplexity(args.model, args.heldout, args, work / "dense.json")
         rows = []
-        for name, model in (("bf16 stores (the policy)", args.model), ("fp32 stores", fp32)):
-            slug = name.split()[0]
+        runs = (  # (row, model, compute dtype)
+            ("computed in bf16, bf16 stores", args.model, "bfloat16"),
+            ("computed in fp32, bf16 stores", args.model, "float32"),
+            ("computed in fp32, fp32 stores", fp32, "float32"),
+        )
+        for name, model, compute in runs:
+            slug = f"{compute}-{name.split()[-2]}"
             started = time.monotonic()
             wd, out = work / f"wd-{slug}", work / f"out-{slug}"
             thanos("prune-model", "--model", model, "--method", args.method, "--sparsity", args.sparsity,
                    "--calibration", args.calibration, "--nsamples", args.nsamples, "--seqlen", args.seqlen,
-                   "--device", "cpu", "--compute-dtype", "float32", "--workdir", wd,
+                   "--device", "cpu", "--compute-dtype", compute, "--workdir", wd,
                    "--out", out)  # fmt: skip
             seconds = time.monotonic() - started
-            pruned = work / f"out-{slug}"
+            pruned = out
             if model == fp32:  # the weights as the bf16 checkpoint's run writes them
                 pruned = copy_in(
-                    pruned, work / "out-fp32-as-bf16", torch.bfloat16, skip=("pruning_report.json",)
+                    out, work / "out-fp32-as-bf16", torch.bfloat16, skip=("pruning_report.json",)
                 )
             ppl = perplexity(pruned, args.heldout, args, work / f"ppl-{slug}.json")
-            rows.append((name, ppl, seconds, size_mib(work / f"wd-{slug}" / "results")))
+            rows.append((name, ppl, seconds, size_mib(wd / "results")))
         print(
             f"{args.model}: {args.method} {args.sparsity}, {args.nsamples} x {args.seqlen} calibration; "
             f"perplexity on {args.heldout.name} ({args.max_windows} windows of {args.eval_seqlen}); "
             f"dense {dense:.3f}"
         )
-        print("| stores | perplexity | vs bf16 stores | prune-model s | workdir MiB |")
+        print(f"| run | perplexity | vs {rows[0][0]} | prune-model s | workdir MiB |")
         print("|---|---|---|---|---|")
         for name, ppl, seconds, mib in rows:
             print(

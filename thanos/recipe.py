@@ -9,14 +9,16 @@ the rows dense (alpha 0.1), Thanos's block size is 128 unstructured and 512 n:m,
 
 One naming function, ``Recipe.default_name``: ``{method}_{pattern}`` and then only the options that differ
 from those defaults (``thanos_2-4``, ``thanos_2-4_a0.1``, ``sparsegpt_u50_B64``, ``wanda_u70_owl``,
-``thanos_n30_zeros``); ``from_name`` reads method, sparsity and alpha back. A new recipe option is one field
-here (with its check and its name tag). Torch-free: the workflow imports this module while it parses.
+``thanos_n30_zeros``, ``thanos_u70_rec``); ``from_name`` reads method, sparsity and alpha back. A new
+recipe option is one field here (with its check and its name tag). Torch-free: the workflow imports this
+module while it parses.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, fields, replace
@@ -32,6 +34,80 @@ PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by it
 CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
 DEFAULT_DAMP = 0.01
 OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
+RECOVERY_TARGETS = ("dense", "block")  # the dense model's outputs, or the dense block on the chain's inputs
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Recovery of each pruned block (``thanos.pruning.recovery``): its kept weights trained for
+    ``epochs`` passes over the calibration windows, Adam at learning rate ``lr`` (decayed linearly to 0),
+    ``batch_size`` windows per step, the last ``holdout`` fraction of the windows held out for validation
+    (the best epoch on them is kept). ``target``: ``dense``, the dense model's outputs of the block, or
+    ``block``, the dense block applied to the block's own inputs (the pruned chain's)."""
+
+    epochs: int = 2
+    lr: float = 1e-4
+    batch_size: int = 4
+    holdout: float = 0.125
+    target: str = "dense"
+
+    @classmethod
+    def parse(cls, key: str, value: Any) -> Recovery | None:
+        """``recover`` as a config or a call gives it: None/false (none), true (the defaults), a mapping of
+        options or a ``Recovery``; every option checked, the error naming ``key.option``."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, Recovery):
+            value = value.to_dict()
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected true, false or {{epochs, lr, batch_size, holdout, target}}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ConfigError(f"{key}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+        options = {name: option for name, option in value.items() if option is not None}
+        for name in ("epochs", "batch_size"):
+            number = options.get(name, 1)
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise ConfigError(f"{key}.{name}: expected a whole number >= 1, got {number!r}")
+        for name, low, high in (("lr", 0, None), ("holdout", 0, 1)):
+            number = options.get(name, getattr(cls, name))
+            _check_number(f"{key}.{name}", number)
+            if not (number > low and (high is None or number < high)):
+                bounds = f"> {low}" + (f" and < {high}" if high is not None else "")
+                raise ConfigError(f"{key}.{name}: expected a number {bounds}, got {number!r}")
+        if options.get("target", "dense") not in RECOVERY_TARGETS:
+            raise ConfigError(
+                f"{key}.target: {options['target']!r} is not one of {', '.join(RECOVERY_TARGETS)}"
+            )
+        return cls(**{name: float(v) if name in ("lr", "holdout") else v for name, v in options.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def held_out(self, nsamples: int) -> int:
+        """How many of ``nsamples`` calibration windows are held out for validation: ceil(holdout * n), at
+        least 1; refused when that leaves none for training."""
+        held = max(1, math.ceil(self.holdout * nsamples))
+        if held >= nsamples:
+            raise ConfigError(
+                f"{held} of the {nsamples} calibration windows would be held out for validation and none "
+                "left for training; use more calibration windows or a smaller holdout"
+            )
+        return held
+
+    def tag(self) -> str:
+        """``_rec`` and each option that differs from its default: ``_rec-e4-lr0.0003``."""
+        short = {"epochs": "e", "lr": "lr", "batch_size": "b", "holdout": "h", "target": "t"}
+        return "_rec" + "".join(
+            f"-{short[f.name]}{getattr(self, f.name):g}"
+            if not isinstance(getattr(self, f.name), str)
+            else f"-{short[f.name]}{getattr(self, f.name)}"
+            for f in fields(self)
+            if getattr(self, f.name) != f.default
+        )
 
 
 class ConfigError(ValueError):
@@ -58,6 +134,7 @@ class Recipe:
     profile: str | None = None  # "uniform": every block at ``sparsity``; "owl": per block (OWL)
     owl_m: float | None = None
     owl_lambda: float | None = None
+    recover: Recovery | None = None  # recovery of every pruned block (``Recovery``), none by default
     chain: str = "sequential"
     key: InitVar[str] = "recipe"  # the config key errors name
 
@@ -92,6 +169,12 @@ class Recipe:
         set_(self, "profile", self.profile or "uniform")
         for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
             set_(self, name, value)
+        set_(self, "recover", Recovery.parse(f"{key}.recover", self.recover))
+        if self.recover is not None and not self.needs_hessian:
+            raise ConfigError(
+                f"{key}.recover: recovery trains on the calibration windows; method {self.method} uses none "
+                "(use wanda, sparsegpt or thanos)"
+            )
         if self.chain not in CHAINS:
             raise ConfigError(f"{key}.chain: {self.chain!r} is not one of {', '.join(CHAINS)}")
         set_(self, "name", self.default_name() if self.name is None else self.name)
@@ -136,6 +219,7 @@ class Recipe:
         M and lambda only for an OWL recipe, ``exclude`` only when it excludes something."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data |= {"sparsity": str(self.sparsity), "exclude": list(self.exclude) or None}
+        data["recover"] = self.recover.to_dict() if self.recover is not None else None
         return {name: value for name, value in sorted(data.items()) if value is not None}
 
     def to_json(self) -> str:
@@ -166,6 +250,8 @@ class Recipe:
             name += "_x" + hashlib.sha256(json.dumps(list(self.exclude)).encode()).hexdigest()[:8]
         if kind == "neurons" and not self.compact:
             name += "_zeros"
+        if self.recover is not None:
+            name += self.recover.tag()
         return name
 
     def layers(self, layers: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
@@ -336,7 +422,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
         alphas = entry.get("alpha") or [None]
         options = {
             name: entry[name]
-            for name in ("blocksize", "damp", "exclude", "profile", *OWL_DEFAULTS)
+            for name in ("blocksize", "damp", "exclude", "profile", "recover", *OWL_DEFAULTS)
             if name in entry
         }
         for j, method in enumerate(entry["methods"]):

@@ -5,6 +5,7 @@ README.md model card) to --out."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from thanos.commands import _args
 
@@ -29,7 +30,7 @@ Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from thanos.pruning.methods import names
-    from thanos.recipe import DEFAULT_DAMP
+    from thanos.recipe import DEFAULT_DAMP, Recovery
     from thanos.runner.one_recipe import DEFAULT_NSAMPLES
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -74,6 +75,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--owl-m", type=float, default=None, help="OWL's outlier threshold M (default 5)")
     parser.add_argument("--owl-lambda", type=float, default=None, help="OWL's lambda (default 0.08)")
+    recovery = parser.add_argument_group(
+        "recovery (each pruned block's kept weights trained to match the dense block's outputs; zeros kept)"
+    )
+    recovery.add_argument("--recover", action="store_true", help="recover every pruned block")
+    defaults = Recovery()
+    for name, kind, text in (
+        ("epochs", int, "passes over the calibration windows"),
+        ("lr", float, "Adam's learning rate, decayed linearly to 0"),
+        ("batch_size", int, "windows per step"),
+        ("holdout", float, "fraction of the windows held out to pick the best epoch"),
+        ("target", str, "dense: the dense model's outputs of each block; block: the dense block on the "
+         "pruned chain's inputs"),
+    ):  # fmt: skip
+        recovery.add_argument(
+            f"--recover-{name.replace('_', '-')}",
+            type=kind,
+            default=None,
+            help=f"{text} (default {getattr(defaults, name)})",
+        )
     parser.add_argument(
         "--calibration",
         default="c4",
@@ -115,6 +135,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def recover_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--recover`` and its options as ``prune_model``'s ``recover``; an option without ``--recover`` is
+    refused."""
+    options = {
+        name: getattr(args, f"recover_{name}")
+        for name in ("epochs", "lr", "batch_size", "holdout", "target")
+        if getattr(args, f"recover_{name}") is not None
+    }
+    if options and not args.recover:
+        flags = ", ".join(f"--recover-{name.replace('_', '-')}" for name in options)
+        raise ValueError(f"{flags}: recovery options without --recover; add --recover or leave them out")
+    return options if args.recover else None
+
+
 def run(args: argparse.Namespace) -> None:
     from thanos.runner.one_recipe import RunFailed, prune_model
 
@@ -145,6 +179,7 @@ def run(args: argparse.Namespace) -> None:
             owl_m=args.owl_m,
             owl_lambda=args.owl_lambda,
             overwrite=args.overwrite,
+            recover=recover_options(args),
         )
     except RunFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

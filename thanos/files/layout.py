@@ -66,6 +66,9 @@ def pruned_layer_name(layer: str, ext: str) -> str:
 
 
 CHAIN_SUMMARY = "chain.json"  # PRUNED/chain.json: written last by a recipe's chain job
+# PRUNED/recovered/block{l}: a recovered recipe's block l after recovery (its layers, and recovery.json last)
+RECOVERED = "recovered"
+RECOVERY_RECORD = "recovery.json"
 # What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
 # makes Snakemake assemble existing results again (its params trigger), without pruning again.
 # 1: sparsity in config.json (compressed-tensors); 2: config.json as the input's, sparsity.json beside it.

@@ -189,6 +189,18 @@ class ModelAdapter(ABC):
         with torch.inference_mode():
             return block_output(module(hidden, **self.block_kwargs(block, hidden)))
 
+    def train_block(self, module: nn.Module, block: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Block ``block``'s outputs for ``hidden`` with autograd (recovery trains the block's weights)."""
+        return block_output(module(hidden, **self.block_kwargs(block, hidden)))
+
+    def trained_parameters(self, module: nn.Module, layers: list[str]) -> dict[str, nn.Parameter]:
+        """The parameters of a loaded block that hold ``layers``' weights, by name (recovery trains them)."""
+        return {f"{layer}.weight": module.get_submodule(layer).weight for layer in layers}
+
+    def layer_weights(self, module: nn.Module, block: int, layers: list[str]) -> dict[str, torch.Tensor]:
+        """``layers``' weights as the checkpoint stores them, read from a loaded block ``block``."""
+        return {layer: module.get_submodule(layer).weight.detach() for layer in layers}
+
     @property
     def experts(self) -> dict[str, Any]:
         """Layers that are one expert's matrix of a mixture-of-experts block (``thanos.models.experts``):

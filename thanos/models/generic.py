@@ -496,6 +496,32 @@ class GenericAdapter(ModelAdapter):
         with torch.inference_mode():
             return block_output(module(hidden, *args, **kwargs))
 
+    def trained_parameters(self, module: nn.Module, layers: list[str]) -> dict[str, nn.Parameter]:
+        """A layer's module weight, or the fused experts parameter that holds an expert's matrix."""
+        names = set()
+        for layer in layers:
+            expert = self.experts.get(layer)
+            names.add(
+                f"{expert.experts}.{expert.param}"
+                if expert is not None
+                else f"{self._module_name.get(layer, layer)}.weight"
+            )
+        params = dict(module.named_parameters())
+        return {name: params[name] for name in sorted(names)}
+
+    def layer_weights(self, module: nn.Module, block: int, layers: list[str]) -> dict[str, torch.Tensor]:
+        """Through transformers' reverse conversion (fused experts split into the checkpoint's matrices)."""
+        prefix = self.block_prefix(block)
+        state = {prefix + name: tensor.detach() for name, tensor in module.state_dict().items()}
+        disk = self._conversion.to_disk(state)
+        return {layer: disk[f"{prefix}{layer}.weight"] for layer in layers}
+
+    def train_block(self, module: nn.Module, block: int, hidden: torch.Tensor) -> torch.Tensor:
+        args, kwargs = self.block_call(block, hidden)
+        # arguments recorded under inference mode cannot be saved for backward: plain copies of them
+        plain = lambda v: v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v  # noqa: E731
+        return block_output(module(hidden, *_tree_map(plain, args), **_tree_map(plain, kwargs)))
+
 
 class GenericEmbedding(nn.Module):
     """Token ids -> block 0's inputs: the model's own forward, stopped at its first layer."""

@@ -158,12 +158,15 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
     try:
         recipe = Recipe(None, method, sparsity, **given, key="prune-model")
     except ConfigError as err:
-        match = re.match(r"prune-model\.(\w+): (.*)", str(err), re.S)
+        match = re.match(r"prune-model\.([\w.]+): (.*)", str(err), re.S)
         if match is None:
             raise ValueError(str(err)) from None
         name, text = match.groups()
-        value = {"method": method, "sparsity": sparsity, **options}.get(name)
-        raise ValueError(f"--{name.replace('_', '-')} {value!r}: {text}") from None
+        path = name.split(".")  # recover.epochs: --recover-epochs
+        value = {"method": method, "sparsity": sparsity, **options}.get(path[0])
+        for part in path[1:]:
+            value = value.get(part) if isinstance(value, dict) else None
+        raise ValueError(f"--{'-'.join(path).replace('_', '-')} {value!r}: {text}") from None
     if recipe.sparsity.kind != "nm" and recipe.sparsity.p == 0:
         raise ValueError(f"--sparsity {sparsity!r}: prunes nothing; give a fraction above 0 (e.g. 0.5)")
     unused = [name for name in ("blocksize", "damp") if name in given and not _uses(recipe, name)]
@@ -231,6 +234,7 @@ def prune_model(
     owl_m: float | None = None,
     owl_lambda: float | None = None,
     overwrite: bool = False,
+    recover: bool | dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
@@ -249,10 +253,11 @@ def prune_model(
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
     paper's 7); ``compute_dtype``: the dtype the blocks run in (auto: the checkpoint's where the device
     multiplies it natively, a GPU or a CPU with bf16 instructions, else float32; float32, bfloat16,
-    float16); ``exclude``: regular expressions, the layers they match (by
-    name within a block, e.g. ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds
-    another model's or recipe's result. Progress goes to ``stream`` (stderr). Rerunning the same call
-    resumes.
+    float16); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
+    ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds another model's or recipe's
+    result; ``recover``: True (the defaults) or {epochs, lr, batch_size, holdout, target}: each pruned
+    block's kept weights trained to match the dense block's outputs (``thanos.pruning.recovery``).
+    Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
     added. Raises ``RunFailed`` when a step fails or the run is interrupted (finished steps are kept)."""
@@ -273,6 +278,7 @@ def prune_model(
         profile=profile,
         owl_m=owl_m,
         owl_lambda=owl_lambda,
+        recover=recover,
     )
     calibration_options = {"source": calibration, "nsamples": nsamples, "seqlen": seqlen, "seed": seed}
     run_plan = plan(
@@ -406,6 +412,12 @@ def plan(
         except ValueError as err:
             raise ValueError(f"--model {reference}: {err}") from None
     calib = _calibration(calibration, max_positions, recipe.needs_calibration)
+    if recipe.recover is not None:
+        try:
+            recipe.recover.held_out(calib["nsamples"])
+        except ConfigError as err:
+            given = f"--recover-holdout {recipe.recover.holdout:g} with --nsamples {calib['nsamples']}"
+            raise ValueError(f"{given}: {err}") from None
     ppl = source_reference(
         evaluation.ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluation.kinds
     )

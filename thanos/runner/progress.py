@@ -1,8 +1,9 @@
 """What ``thanos prune-model`` shows while it runs, and where the rest goes.
 
 ``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, and one per block
-the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``). On a terminal it
-also keeps a status line up to date: the step that runs and for how long.
+the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``, with the recovery's
+validation loss before and after for a recipe with recovery). On a terminal it also keeps a status line up
+to date: the step that runs and for how long, and the recovery's epoch and validation loss.
 
 ``full_log`` sends everything else to the run's log file for the duration: the package's log records,
 and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
@@ -21,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done")
+BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done( \(recovery[^)]*\))?")
+RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
 
 
 def clock_text(seconds: float) -> str:
@@ -73,11 +75,19 @@ class StepProgress(logging.Handler):
                 self.note(f"done: {label} ({took})")
 
     def emit(self, record: logging.LogRecord) -> None:
-        match = BLOCK_DONE.match(record.getMessage())
+        message = record.getMessage()
+        epoch = RECOVERY_EPOCH.match(message)
+        if epoch is not None:  # the status line only: a line per epoch would drown the blocks'
+            with self._mutex:
+                block, done, epochs, loss = epoch.groups()
+                self.block = f"block {int(block) + 1}: recovery epoch {done}/{epochs}, validation loss {loss}"
+                self._refresh()
+            return
+        match = BLOCK_DONE.match(message)
         if match is None:
             return
         with self._mutex:
-            self.block = f"block {match.group(1)}/{match.group(2)} done"
+            self.block = f"block {match.group(1)}/{match.group(2)} done{match.group(3) or ''}"
             if not self.interactive:
                 self.note(f"{self.current or 'chain'}: {self.block}")
             self._refresh()

@@ -191,6 +191,7 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
         "dense_linear": summary.dense_linear,
         **({"compact": report["compact"]} if report.get("compact") else {}),
         **owl_sidecar(report),
+        **({"recovered": True, "recovery": recipe["recover"]} if recipe.get("recover") else {}),
     }
 
 

@@ -32,7 +32,7 @@ from thanos.data.safetensors_io import open_safetensors
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
-from thanos.files.layout import CHAIN_SUMMARY, pruned_block_name
+from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, unfinished
 from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
 from thanos.models.real import REPORT as REAL_REPORT
@@ -43,6 +43,9 @@ from thanos.stages.owl_plan import owl_blocks
 from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
 log = logging.getLogger(__name__)
+
+# what the pruning report keeps of each block's recovery record
+RECOVERY_FIELDS = ("loss_before", "loss_after", "epochs_kept", "val_losses", "seconds", "peak_rss_mib")
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
 # not copied from the original: its weight index (ours replaces it), and our own reports about that
@@ -189,6 +192,8 @@ def assemble(
             report["compact"] = compact.facts
         if owl_report is not None:
             report["owl"] = owl_report
+        if recipe.recover is not None:
+            report["recovery"] = recovery_report(Path(pruned_root), recipe, int(info.get("num_blocks") or 0))
         describe_model(tmp, report)  # sparsity.json, README.md model card
         report["files"] = digests.record(tmp)  # what every later reader checks the model against
         (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -229,6 +234,19 @@ def _report(
         "intermediates": usage,
         "workflow": record.workflow,
     }
+
+
+def recovery_report(root: Path, recipe: Recipe, num_blocks: int) -> dict[str, Any]:
+    """A recovered recipe's options and every block's ``recovery.json`` (losses, epochs kept, seconds, peak
+    memory), from ``root`` (``PRUNED/recovered``); a block without its record is refused, named."""
+    blocks = []
+    for block in range(num_blocks):
+        record = root / pruned_block_name(block) / RECOVERY_RECORD
+        if not record.is_file():
+            raise ValueError(f"{record} is missing: block {block} was not recovered; run the recipe again")
+        data = json.loads(record.read_text())
+        blocks.append({key: data[key] for key in RECOVERY_FIELDS} | {"block": block})
+    return {"options": recipe.recover.to_dict(), "blocks": blocks}
 
 
 def check_against_model_info(

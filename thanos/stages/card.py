@@ -32,6 +32,11 @@ from thanos.stages.achieved_sparsity import SIDECAR, SparsitySummary, hyper_para
 CARD = "README.md"
 PAPER_ARXIV = "arXiv:2504.05346"
 PAPER_URL = "https://github.com/vectozavr/thanos"
+EBFT_ARXIV = "Guo et al. 2024, arXiv:2402.12419"
+RECOVERY_TARGET_TEXT = {
+    "dense": "the dense model's outputs of each block",
+    "block": "the dense block applied to the pruned model's inputs of it",
+}
 CITATION = """@article{ilin2025thanos,
   title   = {Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression},
   author  = {Ilin, Ivan and Richt{\\'a}rik, Peter},
@@ -59,6 +64,39 @@ def owl_lines(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {block['block']} | {100 * block['outlier_ratio']:.3f} % | {_percent(block['sparsity'])} | "
             f"{_percent(block['written_sparsity'])} |"
+        )
+    return [*lines, ""]
+
+
+def recovery_lines(report: dict[str, Any]) -> list[str]:
+    """The model card's section on recovery (none for a recipe without it)."""
+    recovery = report.get("recovery")
+    if not recovery:
+        return []
+    options, blocks = recovery["options"], recovery["blocks"]
+    closed = [1 - b["loss_after"] / b["loss_before"] for b in blocks if b["loss_before"] > 0]
+    seconds = sum(b["seconds"] for b in blocks)
+    lines = [
+        "## Recovery",
+        "",
+        "After pruning, each block's kept weights were trained so that the block's outputs match the dense "
+        f"model's again (block-wise reconstruction, EBFT: {EBFT_ARXIV}): {options['epochs']} epoch(s) of "
+        f"Adam at learning rate {options['lr']:g} (decayed linearly to 0), {options['batch_size']} "
+        f"calibration windows per step, target: {RECOVERY_TARGET_TEXT[options['target']]}; the best epoch on "
+        f"{100 * options['holdout']:g} % of the windows held out was kept. Every pruned weight is still zero "
+        "(the updates are masked). Norms, biases, mixture-of-experts routers and the layers left dense were "
+        "not trained.",
+        "",
+        f"The blocks' validation loss went down by {100 * sum(closed) / max(len(closed), 1):.1f} % on "
+        f"average ({len(blocks)} blocks, {seconds:.0f} s of training in all):",
+        "",
+        "| block | loss before | loss after | epochs kept | seconds |",
+        "| --: | --: | --: | --: | --: |",
+    ]
+    for b in blocks:
+        lines.append(
+            f"| {b['block']} | {b['loss_before']:.4g} | {b['loss_after']:.4g} | {b['epochs_kept']} | "
+            f"{b['seconds']:.1f} |"
         )
     return [*lines, ""]
 
@@ -220,6 +258,7 @@ def model_card(
         *_per_type_lines(summary),
         "",
         *owl_lines(report),
+        *recovery_lines(report),
         "## Evaluation",
         "",
         *_evaluation_lines(evaluation),

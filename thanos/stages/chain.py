@@ -29,7 +29,14 @@ from typing import Any
 
 from thanos.files.atomic import write_json
 from thanos.files.fingerprint import model_fingerprint
-from thanos.files.layout import StoreKind, pruned_block_name, reads_dense_chain, store_name
+from thanos.files.layout import (
+    RECOVERED,
+    RECOVERY_RECORD,
+    StoreKind,
+    pruned_block_name,
+    reads_dense_chain,
+    store_name,
+)
 from thanos.files.pruned_layers import mismatch
 from thanos.pruning import methods
 from thanos.recipe import Recipe
@@ -37,10 +44,12 @@ from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
 from thanos.stages.prune import BlockInputs, prune
+from thanos.stages.recover import recover
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT = ".chain.json"
+STEPS = ("capture", "prune", "recover", "propagate")
 
 
 @dataclass
@@ -62,8 +71,8 @@ class _Chain:
     device: str
     dtype: str  # the compute dtype (``thanos.stages.common.compute_dtype``)
     owl: Path | None = None  # the recipe's owl.json (per-block sparsities), None for uniform sparsity
-    computed: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
-    reused: dict[str, int] = field(default_factory=lambda: {"capture": 0, "prune": 0, "propagate": 0})
+    computed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
+    reused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
 
     def store(self, kind: StoreKind, block: int) -> Path:
         chain_dir = self.dense if reads_dense_chain(block, sequential=self.own is not None) else self.own
@@ -106,6 +115,7 @@ class _Chain:
         self.reused["prune"] += len(self.layers[block]) - len(todo)
         if todo:
             self.discard_after(block)
+            remove(self.recovered(block))
             inputs = BlockInputs(H, self.owl)
             prune(self.model, block, self.recipe, block_dir, todo, inputs, self.device)
             self.computed["prune"] += len(todo)
@@ -118,7 +128,11 @@ class _Chain:
             return
         later = [
             path
-            for path in [*self.root.glob("block*"), *self.own.glob("*.zarr")]
+            for path in [
+                *self.root.glob("block*"),
+                *self.root.glob(f"{RECOVERED}/block*"),
+                *self.own.glob("*.zarr"),
+            ]
             if (match := re.fullmatch(r"(?:block|inputs_|hessians_)(\d+)(?:\.zarr)?", path.name))
             and int(match.group(1)) > block
         ]
@@ -130,6 +144,37 @@ class _Chain:
             )
         for path in sorted(later):
             remove(path)
+
+    def recovered(self, block: int) -> Path:
+        return self.root / RECOVERED / pruned_block_name(block)
+
+    def recover(self, block: int, block_dir: Path) -> Path:
+        """A recovered recipe's block after recovery (``thanos.stages.recover``), from its pruned layers;
+        the pruned layers themselves for a recipe without recovery."""
+        if self.recipe.recover is None:
+            return block_dir
+        out = self.recovered(block)
+        if (out / RECOVERY_RECORD).is_file():
+            self.reused["recover"] += 1
+            return out
+        remove(out)
+        self.discard_after(block)
+        targets = (
+            self.dense / store_name("inputs", block + 1) if self.recipe.recover.target == "dense" else None
+        )
+        recover(
+            self.model, block, self.recipe, block_dir, out, self.store("inputs", block), targets, self.device
+        )
+        self.computed["recover"] += 1
+        return out
+
+    def recovery_note(self, block_dir: Path) -> str:
+        """`` (recovery: validation loss a -> b)`` for a recovered block, else nothing."""
+        record = block_dir / RECOVERY_RECORD
+        if not record.is_file():
+            return ""
+        done = json.loads(record.read_text())
+        return f" (recovery: validation loss {done['loss_before']:.4g} -> {done['loss_after']:.4g})"
 
     def propagate(self, block: int, block_dir: Path) -> None:
         """Block l+1's inputs of the sequential chain, through the pruned block l."""
@@ -149,9 +194,13 @@ class _Chain:
         owl = [str(self.owl)] if self.owl else []
         if self.dense is None:
             return [str(self.model), *owl]
+        targets = []
+        if self.recipe.recover is not None and self.recipe.recover.target == "dense":
+            targets = [str(self.dense / store_name("inputs", b)) for b in range(1, num_blocks + 1)]
         if self.own is None:
-            return [str(self.model), *owl, *(str(self.store("hessians", b)) for b in range(num_blocks))]
-        return [str(self.model), *owl, str(self.store("inputs", 0)), str(self.store("hessians", 0))]
+            hessians = [str(self.store("hessians", b)) for b in range(num_blocks)]
+            return [str(self.model), *owl, *hessians, *targets]
+        return [str(self.model), *owl, str(self.store("inputs", 0)), str(self.store("hessians", 0)), *targets]
 
     def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
         """Delete the previous per-block outputs when the recipe or an upstream input changed."""
@@ -159,7 +208,8 @@ class _Chain:
         previous = json.loads(state.read_text()) if state.is_file() else None
         if previous == fingerprint:
             return
-        stale = sorted(self.root.glob("block*")) + (sorted(self.own.glob("*.zarr")) if self.own else [])
+        stale = sorted(self.root.glob("block*")) + sorted(self.root.glob(f"{RECOVERED}/block*"))
+        stale += sorted(self.own.glob("*.zarr")) if self.own else []
         if stale:
             log.info("chain: recipe or upstream inputs changed: removing %d previous outputs", len(stale))
         for path in stale:
@@ -255,17 +305,14 @@ def chain(
 
     for block in range(num_blocks):
         H = run.capture(block)
-        block_dir = run.prune(block, H)
+        block_dir = run.recover(block, run.prune(block, H))
         if run.own is not None and block + 1 < num_blocks:
             run.propagate(block, block_dir)
         release_free_memory()
         log.info(
-            "chain: block %d/%d done: RSS %.0f MiB, peak %.0f MiB",
-            block + 1,
-            num_blocks,
-            rss_mib(),
-            peak_rss_mib(),
-        )
+            "chain: block %d/%d done%s: RSS %.0f MiB, peak %.0f MiB",
+            block + 1, num_blocks, run.recovery_note(block_dir), rss_mib(), peak_rss_mib(),
+        )  # fmt: skip
 
     run.drop(num_blocks, activations="inputs" in drop, hessians="hessians" in drop)
     summary = {

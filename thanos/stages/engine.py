@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files.atomic import write_json
-from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, Layout, StoreKind, store_name
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
 from thanos.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
@@ -71,6 +71,14 @@ class RecipeFiles:
     owl: Path | None = None
     model_dir: Path | None = None
 
+    recovered: bool = False  # the recipe recovers its blocks: the model is assembled from them
+
+    @property
+    def layers_root(self) -> Path:
+        """Where the layers the model is assembled from are: the pruned root, or its ``recovered``
+        directory for a recipe with recovery."""
+        return self.pruned_root / RECOVERED if self.recovered else self.pruned_root
+
     @classmethod
     def of(cls, layout: Layout, model: str, recipe: Recipe) -> RecipeFiles:
         """The workflow's paths of ``recipe`` on the model named ``model`` under ``layout``."""
@@ -89,6 +97,7 @@ class RecipeFiles:
             chain_dir=path(layout.chain_dir(model, recipe.name), sequential),
             owl=path(layout.owl(model, recipe.name), recipe.owl),
             model_dir=Path(layout.model_dir(model, recipe.name)),
+            recovered=recipe.recover is not None,
         )
 
 
@@ -272,12 +281,18 @@ class _Run:
 
     def chain_reads(self) -> list[Path]:
         """The dense chain's stores the recipe's chain reads: none without a Hessian; block 0's inputs and
-        Hessians (the sequential chain computes the rest); every block's Hessians (the dense chain)."""
+        Hessians (the sequential chain computes the rest); every block's Hessians (the dense chain); and
+        for recovery towards the dense model's outputs, every block's outputs (inputs 1..L)."""
         if not self.recipe.needs_hessian:
             return []
         if self.files.chain_dir is None:
-            return [self.dense_store("hessians", block) for block in range(self.num_blocks)]
-        return [self.dense_store("inputs", 0), self.dense_store("hessians", 0)]
+            reads = [self.dense_store("hessians", block) for block in range(self.num_blocks)]
+        else:
+            reads = [self.dense_store("inputs", 0), self.dense_store("hessians", 0)]
+        recover = self.recipe.recover
+        if recover is not None and recover.target == "dense":
+            reads += [self.dense_store("inputs", block) for block in range(1, self.num_blocks + 1)]
+        return reads
 
     def owl(self) -> None:
         """An OWL recipe's per-block sparsities, from the dense chain's Hessians of every block."""
@@ -351,7 +366,7 @@ class _Run:
             inputs,
             lambda: assemble(
                 self.model,
-                files.pruned_root,
+                files.layers_root,
                 self.recipe,
                 files.model_dir,
                 files.model_info,

@@ -77,9 +77,15 @@ if workflow.remote_exec and "THANOS_WF_GRANULARITY" in os.environ:
     GRANULARITY = os.environ["THANOS_WF_GRANULARITY"]
     GRANULARITY_REASON = os.environ.get("THANOS_WF_GRANULARITY_REASON", "")
 else:
-    GRANULARITY, GRANULARITY_REASON = choose_granularity(
-        config["granularity"], cluster=workflow.resource_settings.nodes is not None, gpus=_local_gpus()
-    )
+    try:
+        GRANULARITY, GRANULARITY_REASON = choose_granularity(
+            config["granularity"],
+            cluster=workflow.resource_settings.nodes is not None,
+            gpus=_local_gpus(),
+            recovered=[name for name, recipe in RECIPES.items() if recipe.recover is not None],
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if config["granularity"] == "auto":
         logger.info(f"granularity: {GRANULARITY} ({GRANULARITY_REASON})")
 

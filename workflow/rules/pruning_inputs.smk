@@ -1,6 +1,7 @@
 # Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
+from thanos.files.layout import RECOVERED
 from thanos.files.pruned_layers import block_layers as block_layers_of
 
 
@@ -90,7 +91,9 @@ def prune_out_dir(wildcards, output):
 
 
 def pruned_root(wildcards, output):
-    return PATHS.pruned(wildcards.model, wildcards.recipe)
+    """The layers a recipe's model is assembled from: its pruned layers, or its recovered blocks."""
+    root = PATHS.pruned(wildcards.model, wildcards.recipe)
+    return f"{root}/{RECOVERED}" if RECIPES[wildcards.recipe].recover is not None else root
 
 
 def capture_inputs(wildcards):
@@ -140,6 +143,10 @@ def recipe_inputs(wildcards):
         else:
             blocks = range(model_info(model)["num_blocks"])
             inputs["hessians"] = [PATHS.hessians(model, recipe, block) for block in blocks]
+        recover = RECIPES[recipe].recover
+        if recover is not None and recover.target == "dense":  # the dense model's outputs of every block
+            blocks = range(1, model_info(model)["num_blocks"] + 1)
+            inputs["targets"] = [PATHS.store(model, DENSE, "inputs", block) for block in blocks]
     return inputs
 
 
