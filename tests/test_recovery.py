@@ -109,13 +109,15 @@ def test_options_that_make_no_sense_are_refused_naming_them(tmp_path: Path) -> N
     assert run.returncode == 2 and "--recover-lr" in run.stderr and "Traceback" not in run.stderr
 
 
-def run_pair(tmp_path: Path, family: str, method: str, sparsity: str, **extra) -> tuple[Path, Path, Path]:
+def run_pair(
+    tmp_path: Path, family: str, method: str, sparsity: str, dtype: str = "float32"
+) -> tuple[Path, Path, Path]:
     """The same recipe without and with recovery on a tiny ``family`` model: (plain, recovered, workdir)."""
-    model = make_tiny_model(tmp_path, family, num_blocks=2)
+    model = make_tiny_model(tmp_path, family, num_blocks=2, dtype=dtype)
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=40, words=120)
     common = {"calibration": corpus, "workdir": tmp_path / "wd", "stream": io.StringIO(), **CALIBRATION}
-    prune_model(model, method, sparsity, out=tmp_path / "plain", **common, **extra)
-    prune_model(model, method, sparsity, out=tmp_path / "rec", recover=RECOVER, **common, **extra)
+    prune_model(model, method, sparsity, out=tmp_path / "plain", **common)
+    prune_model(model, method, sparsity, out=tmp_path / "rec", recover=RECOVER, **common)
     return tmp_path / "plain", tmp_path / "rec", tmp_path / "wd"
 
 
@@ -127,12 +129,17 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(
-    ("family", "method", "sparsity"),
-    [("llama", "thanos", "0.5"), ("qwen2", "sparsegpt", "2:4"), ("mixtral", "wanda", "0.5"),
-     ("llama", "thanos", "neurons:0.25")],
+    ("family", "method", "sparsity", "dtype"),
+    [("llama", "thanos", "0.5", "float32"), ("qwen2", "sparsegpt", "2:4", "float32"),
+     ("mixtral", "wanda", "0.5", "float32"), ("llama", "thanos", "neurons:0.25", "float32"),
+     ("mistral", "sparsegpt", "0.5", "bfloat16")],
 )  # fmt: skip
-def test_recovered_model_keeps_the_pattern_and_loads(tmp_path: Path, family: str, method: str, sparsity: str):
-    plain, rec, workdir = run_pair(tmp_path, family, method, sparsity)
+def test_recovered_model_keeps_the_pattern_and_loads(
+    tmp_path: Path, family: str, method: str, sparsity: str, dtype: str
+) -> None:
+    """A bf16 model trains in the compute dtype (autocast on a CPU with bf16 instructions), fp32 master
+    weights, and writes bf16 weights."""
+    plain, rec, workdir = run_pair(tmp_path, family, method, sparsity, dtype)
     before, after = weights(plain), weights(rec)
     assert before.keys() == after.keys()
     report = json.loads((rec / "pruning_report.json").read_text())

@@ -162,9 +162,8 @@ class _Chain:
         targets = (
             self.dense / store_name("inputs", block + 1) if self.recipe.recover.target == "dense" else None
         )
-        recover(
-            self.model, block, self.recipe, block_dir, out, self.store("inputs", block), targets, self.device
-        )
+        inputs = self.store("inputs", block)
+        recover(self.model, block, self.recipe, block_dir, out, inputs, targets, self.device, self.dtype)
         self.computed["recover"] += 1
         return out
 

@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from thanos.data.storage import Activations, write_activations
+from thanos.data.storage import Activations, dtype_name, write_activations
 from thanos.files.atomic import atomic_path
 from thanos.files.layout import RECOVERY_RECORD, pruned_layer_name
 from thanos.pruning.recovery import batched, recover_block, split_windows
 from thanos.recipe import Recipe
 from thanos.stages.capture import load_pruned, open_block
-from thanos.stages.common import batches, check_finite, resolve_device
+from thanos.stages.common import Compute, batches, check_finite
 from thanos.stages.memory import peak_rss_mib
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,13 @@ def recover(
     inputs: str | Path,
     targets: str | Path | None = None,
     device: str = "auto",
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """Recover block ``block`` of ``recipe`` (``recipe.recover``'s options) into ``out_dir``; return its
     record (``recovery.json``). ``targets``: the dense model's outputs of the block (``target: dense``);
-    None computes them with the dense block (``target: block``)."""
+    None computes them with the dense block (``target: block``). The forward and backward passes run in
+    the compute dtype ``dtype`` (``thanos.stages.common.compute_dtype``: autocast where it is not float32);
+    the weights and Adam's state are float32 whatever it is."""
     options = recipe.recover
     if options is None:
         raise ValueError(f"recipe {recipe.name} has no recover options")
@@ -61,10 +64,11 @@ def recover(
     if not pruned:
         raise ValueError(f"{pruned_dir}: no pruned layer of block {block} to recover")
     train_idx, val_idx = split_windows(acts.nsamples, options.held_out(acts.nsamples))
-    dev = resolve_device(device)
+    compute = Compute.of(device, dtype, adapter.dtype)
+    dev = compute.device
     out_dir = Path(out_dir)
     with atomic_path(out_dir, is_dir=True) as tmp:
-        Y = _targets(adapter, checkpoint, block, acts, targets, tmp / ".targets.zarr", dev)
+        Y = _targets(adapter, checkpoint, block, acts, targets, tmp / ".targets.zarr", compute)
         module = adapter.load_block(checkpoint, block, pruned).to(dev, torch.float32)
         module.requires_grad_(False)
         weights = adapter.trained_parameters(module, list(pruned))
@@ -84,8 +88,14 @@ def recover(
         def report(epoch: int, val: float) -> None:
             log.info("recover: block %d epoch %d/%d: validation loss %.6g", block, epoch, options.epochs, val)
 
+        def forward(X: torch.Tensor) -> torch.Tensor:
+            if compute.dtype == torch.float32:
+                return adapter.train_block(module, block, X)
+            with torch.autocast(dev.type, dtype=compute.dtype):
+                return adapter.train_block(module, block, X)
+
         result = recover_block(
-            lambda X: adapter.train_block(module, block, X),
+            forward,
             weights,
             masks,
             train,
@@ -107,6 +117,7 @@ def recover(
             "recover": options.to_dict(),
             "layers": sorted(pruned),
             "windows": {"train": len(train_idx), "validation": len(val_idx)},
+            "compute_dtype": dtype_name(compute.dtype),
             **result.to_dict(),
             "seconds": round(time.monotonic() - started, 3),
             "peak_rss_mib": round(peak_rss_mib(), 1),
@@ -126,10 +137,10 @@ def _targets(
     acts: Activations,
     targets: str | Path | None,
     scratch: Path,
-    dev: torch.device,
+    compute: Compute,
 ) -> Activations:
     """The block's targets: the given store (checked against the inputs), or the dense block's outputs over
-    the inputs written to ``scratch`` (deleted with the step)."""
+    the inputs, computed as propagate computes them, written to ``scratch`` (deleted with the step)."""
     if targets is not None:
         store = Activations(targets)
         shape = (acts.nsamples, acts.seqlen, acts.hidden_size)
@@ -139,13 +150,13 @@ def _targets(
                 f"are {acts.nsamples} x {acts.seqlen} x {acts.hidden_size}; both must be of one calibration"
             )
         return store
-    dense = adapter.load_block(checkpoint, block).to(dev)
+    dense = compute.module(adapter.load_block(checkpoint, block))
     attrs = {"targets": "dense block"}
     with write_activations(
         scratch, acts.nsamples, acts.seqlen, acts.hidden_size, acts.dtype, block + 1, attrs
     ) as writer:
         for start, stop in batches(acts.nsamples, 8, f"recover block {block}: dense targets"):
-            hidden = adapter.run_block(dense, block, acts.read(start, stop).to(dev)).to(acts.dtype)
+            hidden = adapter.run_block(dense, block, compute.tensor(acts.read(start, stop))).to(acts.dtype)
             check_finite(hidden, "outputs", block, start, scratch)
             writer.write(start, hidden.cpu())
     del dense

@@ -44,7 +44,7 @@ rule embed:
         retain(directory(PATHS.store("{model}", DENSE, "inputs", 0)), "activations"),
     params:
         model=model_path,
-        compute_dtype=config["compute_dtype"],
+        compute_dtype=compute_dtype,
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/embed.log",

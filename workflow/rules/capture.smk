@@ -9,7 +9,7 @@ rule capture:
         retain(directory(PATHS.store("{model}", "{chain}", "hessians", "{l}")), "hessians"),
     params:
         model=model_path,
-        compute_dtype=config["compute_dtype"],
+        compute_dtype=compute_dtype,
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/capture_{{l}}.log",
@@ -33,7 +33,7 @@ rule propagate:
         model=model_path,
         previous=previous_block,
         pruned=pruned_dir_option,
-        compute_dtype=config["compute_dtype"],
+        compute_dtype=compute_dtype,
     priority: PRUNING_FIRST
     log:
         f"{PATHS.logs}/{{model}}/chains/{{chain}}/propagate_{{l}}.log",

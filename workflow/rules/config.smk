@@ -109,6 +109,14 @@ wildcard_constraints:
     layer=r"[A-Za-z0-9_.]+",
 
 
+def compute_dtype(wildcards, output):
+    """The config's compute_dtype, as the stage jobs take it (--compute-dtype, --dtype). Like the device, it
+    does not invalidate finished results (a parameter that takes `output` is not recorded: results of a
+    version without it are kept); a recipe job's chain records the dtype it resolved to and starts again
+    when it changes, and every store names the dtype it was computed in (attribute compute_dtype)."""
+    return config["compute_dtype"]
+
+
 # --- job environment (not params: changing the device does not invalidate finished results) -------
 # Rules read these as shell variables; set here, they reach every job (local or re-parsed remotely).
 

@@ -14,7 +14,7 @@ if "perplexity" in evaluations() and "zeroshot" in evaluations():
             ppl=PATHS.evaluation("{model}", "{variant}", "perplexity"),
             zeroshot=PATHS.evaluation("{model}", "{variant}", "zeroshot"),
         params:
-            dtype=config["compute_dtype"],
+            dtype=compute_dtype,
             model=eval_model,
             source=config["perplexity"]["source"],
             ppl_options=perplexity_options,
@@ -43,7 +43,7 @@ else:
         output:
             PATHS.evaluation("{model}", "{variant}", "perplexity"),
         params:
-            dtype=config["compute_dtype"],
+            dtype=compute_dtype,
             model=eval_model,
             source=config["perplexity"]["source"],
             options=perplexity_options,
@@ -66,7 +66,7 @@ else:
         output:
             PATHS.evaluation("{model}", "{variant}", "zeroshot"),
         params:
-            dtype=config["compute_dtype"],
+            dtype=compute_dtype,
             model=eval_model,
             options=zeroshot_options,
             batch_size=config["zeroshot"]["batch_size"],

@@ -63,7 +63,7 @@ elif GRANULARITY == "recipe":
             recipe=recipe_json,
             stores=recipe_store_options,
             root=recipe_pruned_root,
-            compute_dtype=config["compute_dtype"],
+            compute_dtype=compute_dtype,
         priority: PRUNING_FIRST
         log:
             f"{PATHS.logs}/{{model}}/{{recipe}}/prune_recipe.log",
