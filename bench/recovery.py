@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import subprocess
 import sys
 import time
@@ -71,7 +72,9 @@ def main() -> None:
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--max-windows", type=int, default=16)
     parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(RECIPES))
-    parser.add_argument("--recover", nargs="*", default=[], help="recovery options, e.g. --recover-epochs 4")
+    parser.add_argument(
+        "--options", default="", help="prune-model's recovery options, quoted: --options '--recover-epochs 4'"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/out/recovery"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -87,9 +90,12 @@ def main() -> None:
     rows = []
     for label in args.recipes:
         slug = label.split()[0].lower() + "-" + label.split()[1].replace(":", "").replace("%", "")
-        plain, rec = args.out / f"{slug}-plain", args.out / f"{slug}-rec"
+        tag = "".join(args.options.split()).replace("--recover-", "-")
+        plain, rec = args.out / f"{slug}-plain", args.out / f"{slug}-rec{tag}"
         plain_s = thanos("prune-model", *common, *RECIPES[label], "--out", plain)
-        rec_s = thanos("prune-model", *common, *RECIPES[label], "--recover", *args.recover, "--out", rec)
+        rec_s = thanos(
+            "prune-model", *common, *RECIPES[label], "--recover", *shlex.split(args.options), "--out", rec
+        )
         p_plain, p_rec = perplexity(plain, args), perplexity(rec, args)
         closed = (math.log(p_plain) - math.log(p_rec)) / (math.log(p_plain) - math.log(dense))
         report = json.loads((rec / "pruning_report.json").read_text())
@@ -101,7 +107,7 @@ def main() -> None:
         extra = (rec_s - plain_s) / len(blocks)
         rows.append((label, p_plain, p_rec, closed, per_block, recover_s, extra, peak))
         print(f"{label}: {p_plain:.2f} -> {p_rec:.2f} ({100 * closed:.1f} % of the gap closed)", flush=True)
-    options = " ".join(args.recover) or "defaults"
+    options = args.options or "defaults"
     print(
         f"\n{args.model}: dense perplexity {dense:.2f} ({args.heldout.name}, {args.max_windows} windows of "
         f"{args.eval_seqlen}); {args.nsamples} x {args.seqlen} calibration; recovery: {options}"

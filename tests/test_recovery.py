@@ -240,3 +240,23 @@ def test_killed_mid_recovery_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     assert summary["reused"]["recover"] == 1 and summary["computed"]["recover"] == 3  # block 0 was kept
     for name in ("model.safetensors", "sparsity.json"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_the_workflow_recovers_a_recipe_in_its_job(tmp_path: Path) -> None:
+    from conftest import snakemake, workflow_config
+
+    model = make_tiny_model(tmp_path, "llama", num_blocks=2)
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=40)
+    recipes = {"thanos_u50_rec": {"method": "thanos", "sparsity": 0.5, "recover": {"epochs": 1, "lr": 1e-4}}}
+    config = workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes, granularity="auto")
+    snakemake(tmp_path / "run", config)
+    out = tmp_path / "run" / "results" / "tiny" / "thanos_u50_rec" / "model"
+    sidecar = json.loads((out / "sparsity.json").read_text())
+    assert sidecar["recovered"] is True and sidecar["recovery"]["epochs"] == 1
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert report["workflow"]["granularity"] == "recipe" and len(report["recovery"]["blocks"]) == 2
+    AutoModelForCausalLM.from_pretrained(out)
+    refused = snakemake(tmp_path / "layer", {**config, "granularity": "layer"}, "-n", check=False)
+    assert refused.returncode != 0
+    assert "recipes with recover (thanos_u50_rec)" in refused.stdout + refused.stderr

@@ -239,13 +239,14 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     for path, mtime in kept.items():
         assert path.stat().st_mtime_ns == mtime, f"finished block output recomputed: {path}"
     summary = json.loads((pruned / "chain.json").read_text())
-    assert summary["computed"] == {"capture": 1, "prune": len(summary["layers"]), "propagate": 0}
+    layers = len(summary["layers"])
+    assert summary["computed"] == {"capture": 1, "prune": layers, "recover": 0, "propagate": 0}
     assert _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50") == reference
     # another damp for the same recipe name: every block is recomputed, nothing stale is reused
     changed = dict(RECIPES, thanos_u50=dict(RECIPES["thanos_u50"], damp=0.02))
     snakemake(workdir, workflow_config(text, MODELS, changed))
     summary = json.loads((pruned / "chain.json").read_text())
-    assert summary["reused"] == {"capture": 0, "prune": 0, "propagate": 0}
+    assert summary["reused"] == {"capture": 0, "prune": 0, "recover": 0, "propagate": 0}
     assert all(p.stat().st_mtime_ns != mtime for p, mtime in kept.items() if p.exists())
 
 

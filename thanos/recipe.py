@@ -46,7 +46,7 @@ class Recovery:
     ``block``, the dense block applied to the block's own inputs (the pruned chain's)."""
 
     epochs: int = 2
-    lr: float = 1e-4
+    lr: float = 3e-3
     batch_size: int = 4
     holdout: float = 0.125
     target: str = "dense"
