@@ -218,6 +218,9 @@ def test_killed_mid_recovery_resumes_to_the_same_bytes(tmp_path: Path) -> None:
 
     reference = subprocess.run(command("reference", "wd-ref"), capture_output=True, text=True)
     assert reference.returncode == 0, reference.stderr[-3000:]
+    terminal = reference.stdout + reference.stderr
+    assert "then recovery of every block: 6 epoch(s), lr 0.003, towards the dense model" in terminal
+    assert "(recovery: validation loss" in terminal  # each block's line says what recovery did
     recipe = "thanos_u50_rec-e6"
     pruned = tmp_path / "wd" / "results" / model.name / recipe / "pruned"
     log = tmp_path / "wd" / "logs" / f"{recipe}.log"

@@ -519,6 +519,14 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
     _print(stream, f"  recipe {recipe.name}: {run_plan.label}")
     if note := nm_note(recipe.sparsity, recipe.alpha):
         _print(stream, f"  {note}")
+    if recipe.recover is not None:
+        rec = recipe.recover
+        _print(
+            stream,
+            f"  then recovery of every block: {rec.epochs} epoch(s), lr {rec.lr:g}, towards "
+            f"{'the dense model' if rec.target == 'dense' else 'the dense block'}, "
+            f"{rec.held_out(run_plan.calibration.nsamples)} window(s) held out",
+        )
     if recipe.exclude:
         shown = ", ".join(repr(p) for p in recipe.exclude)
         dense = run_plan.left_dense
