@@ -63,10 +63,7 @@ class Recovery:
             value = value.to_dict()
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected true, false or {{epochs, lr, batch_size, holdout, target}}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise ConfigError(f"{key}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+        _check_fields(key, value, cls, "option")
         options = {name: option for name, option in value.items() if option is not None}
         for name in ("epochs", "batch_size"):
             number = options.get(name, 1)
@@ -189,10 +186,7 @@ class Recipe:
         """A recipe from a config entry or ``to_dict``; unknown or missing fields are named."""
         if not isinstance(data, dict):
             raise ConfigError(f"{key}: expected an object {{name, method, sparsity, ...}}, got {data!r}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ConfigError(f"{key}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+        _check_fields(key, data, cls, "field")
         for required in ("method", "sparsity"):
             if data.get(required) is None:
                 raise ConfigError(f"{key}: {required} is missing")
@@ -279,6 +273,14 @@ class Recipe:
     def sequential(self) -> bool:
         """Whether block l+1 is calibrated on the pruned block l (the paper's chain), not on dense inputs."""
         return self.chain == "sequential"
+
+
+def _check_fields(key: str, data: dict[str, Any], cls: type, what: str) -> None:
+    """Refuse the keys of ``data`` that are not fields of the dataclass ``cls``, naming them and the rest."""
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{key}: unknown {what}(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
 
 
 def _check_number(key: str, value: Any) -> None:
