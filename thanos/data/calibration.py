@@ -105,13 +105,16 @@ def sample_windows(
         raise ValueError("the calibration source has no documents")
     random.seed(seed)
     short: set[int] = set()
+    tokens: dict[int, list[int]] = {}  # a document drawn again is not tokenized again (small corpora)
     windows = np.empty((nsamples, seqlen), dtype=np.int32)
     for sample in range(nsamples):
         while True:
             index = random.randint(0, len(documents) - 1)
             if index in short:
                 continue
-            ids = tokenizer(documents[index])["input_ids"]
+            if index not in tokens:
+                tokens[index] = tokenizer(documents[index])["input_ids"]
+            ids = tokens[index]
             if len(ids) > seqlen:
                 break
             short.add(index)
