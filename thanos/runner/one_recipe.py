@@ -678,6 +678,17 @@ def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[
     return report, evaluation, summary, before
 
 
+def recovery_text(blocks: list[dict[str, Any]]) -> str:
+    """One line on what recovery did: the blocks it improved and their held-out loss, summed over blocks."""
+    improved = sum(1 for b in blocks if b["epochs_kept"])
+    before, after = sum(b["loss_before"] for b in blocks), sum(b["loss_after"] for b in blocks)
+    return (
+        f"recovery: {improved} of {len(blocks)} blocks improved; held-out reconstruction loss, summed over "
+        f"the blocks, {before:.4g} -> {after:.4g}"
+        + (f" ({100 * (after / before - 1):+.1f} %)" if before > 0 else "")
+    )
+
+
 def print_summary(
     run_plan: Plan,
     report: dict[str, Any],
@@ -710,6 +721,8 @@ def print_summary(
             f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
             f"({100 * summary.global_sparsity:.2f} % of all parameters)",
         )
+    if recovery := report.get("recovery"):
+        _print(stream, f"  {recovery_text(recovery['blocks'])}")
     dense = (evaluation or {}).get("dense", {})
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]

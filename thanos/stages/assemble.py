@@ -300,7 +300,9 @@ def pruned_tensors(
         name = tensor_name(block, layer, names, info.get("block_prefix"))
         stats_file = file.with_suffix(".json")
         stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
-        if stats.get("kept_dense"):  # a neurons recipe's unchanged layer: the original tensor is written
+        if stats.get("kept_dense"):  # a layer a neurons recipe does not prune: not in the report's layers,
+            if "recovery" in stats:  # and written as recovery trained it, or as the original tensor
+                replace[name] = file
             continue
         replace[name] = file
         layers.append({"block": block, "layer": layer, "tensor": name, **stats})

@@ -195,11 +195,13 @@ def _starved(experts: dict, tokens: dict[str, int]) -> set[str]:
 
 
 def _kept_dense(stats: Path) -> bool:
-    """Whether a pruned layer's stats say it was left as it is (``thanos.stages.prune``, neurons recipes)."""
+    """Whether a pruned layer's stats say it was left as it is (``thanos.stages.prune``, neurons recipes)
+    and recovery did not train it (an empty weight file: the original weight is used)."""
     try:
-        return bool(json.loads(stats.read_text()).get("kept_dense"))
+        stats = json.loads(stats.read_text())
     except (OSError, ValueError):
         return False
+    return bool(stats.get("kept_dense")) and "recovery" not in stats
 
 
 def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Tensor]:

@@ -84,8 +84,8 @@ def recovery_lines(report: dict[str, Any]) -> list[str]:
         f"Adam at learning rate {options['lr']:g} (decayed linearly to 0), {options['batch_size']} "
         f"calibration windows per step, target: {RECOVERY_TARGET_TEXT[options['target']]}; the best epoch on "
         f"{100 * options['holdout']:g} % of the windows held out was kept. Every pruned weight is still zero "
-        "(the updates are masked). Norms, biases, mixture-of-experts routers and the layers left dense were "
-        "not trained.",
+        "(the updates are masked). Norms, biases, mixture-of-experts routers and the layers the recipe "
+        "excludes were not trained.",
         "",
         f"The blocks' validation loss went down by {100 * sum(closed) / max(len(closed), 1):.1f} % on "
         f"average ({len(blocks)} blocks, {seconds:.0f} s of training in all):",

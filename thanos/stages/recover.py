@@ -2,12 +2,13 @@
 
 Reads the block's pruned layers (``PRUNED/block{l}``), its inputs (an activations store: the chain's
 ``inputs_l``) and its targets (``target: dense``: the dense model's outputs of the block, the dense chain's
-``inputs_{l+1}``; ``target: block``: the dense block run here over the same inputs), trains the pruned layers'
-kept weights with ``thanos.pruning.recovery.recover_block`` in fp32 on ``device``, and writes the block
-atomically as ``PRUNED/recovered/block{l}``: every layer's file as prune wrote it, the trained ones replaced
-(in the checkpoint's dtype, every pruned weight checked still zero, their stats gaining ``recovery``), and
-``recovery.json`` (the losses per epoch, the epoch kept, seconds, peak memory). Norms, biases, routers and
-the layers a recipe leaves dense are not trained.
+``inputs_{l+1}``; ``target: block``: the dense block run here over the same inputs), trains the weights of
+every layer the recipe covers (their zeros kept: a ``neurons:p`` recipe's attention and MLP feeders, which
+it leaves as they are, are trained too) with ``thanos.pruning.recovery.recover_block`` in fp32 on
+``device``, and writes the block atomically as ``PRUNED/recovered/block{l}``: every layer's file as prune
+wrote it, the trained ones replaced (in the checkpoint's dtype, every pruned weight checked still zero,
+their stats gaining ``recovery``), and ``recovery.json`` (the losses per epoch, the epoch kept, seconds,
+peak memory). Norms, biases, routers and the layers a recipe excludes are not trained.
 
 Memory is one block at a time: the block in fp32, its trained weights' Adam state and best copy, and
 ``batch_size`` windows of activations read from the stores per step.
@@ -71,7 +72,9 @@ def recover(
         Y = _targets(adapter, checkpoint, block, acts, targets, tmp / ".targets.zarr", compute)
         module = adapter.load_block(checkpoint, block, pruned).to(dev, torch.float32)
         module.requires_grad_(False)
-        weights = adapter.trained_parameters(module, list(pruned))
+        before = adapter.layer_weights(module, block, layers)  # the pruned block's weights, zeros to keep
+        before = {layer: W.to("cpu", adapter.dtype, copy=True) for layer, W in before.items()}
+        weights = adapter.trained_parameters(module, layers)
         masks = {name: (W != 0).to(torch.float32) for name, W in weights.items()}
         for W in weights.values():
             W.requires_grad_(True)
@@ -109,13 +112,13 @@ def recover(
         for path in Path(pruned_dir).iterdir():
             if path.is_file():
                 shutil.copy2(path, tmp / path.name)
-        for layer, W in adapter.layer_weights(module, block, list(pruned)).items():
-            _write_layer(tmp, layer, W, pruned[layer], result.to_dict())
+        for layer, W in adapter.layer_weights(module, block, layers).items():
+            _write_layer(tmp, layer, W, before[layer], result.to_dict())
         record = {
             "block": block,
             "recipe": recipe.name,
             "recover": options.to_dict(),
-            "layers": sorted(pruned),
+            "layers": sorted(layers),
             "windows": {"train": len(train_idx), "validation": len(val_idx)},
             "compute_dtype": dtype_name(compute.dtype),
             **result.to_dict(),
