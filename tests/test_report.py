@@ -494,3 +494,29 @@ def test_figures_of_recipes_without_objective(tmp_path):
     names = {p.name for p in out.iterdir()}
     assert "pruning_time_vs_layer_size.png" in names and "ppl_vs_sparsity_m_unstructured.png" in names
     assert not any(n.startswith("objective_heatmap") for n in names)
+
+
+def test_recovered_recipes_are_rows_and_dashed_lines_of_their_own(tmp_path, drawn):
+    """A recipe with ``recover`` is labelled ``... + recovery``, after its unrecovered row, and drawn as a
+    dashed line in its method's colour beside the solid one."""
+    root = tmp_path / "results"
+    _write(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 20.0})
+    recover = {"epochs": 2, "lr": 0.003, "batch_size": 4, "holdout": 0.125, "target": "dense"}
+    for pct, plain, recovered in ((50, 40.0, 30.0), (70, 300.0, 100.0)):
+        _recipe(root, "demo", f"thanos_u{pct}", "thanos", str(pct / 100), ppl=plain, blocks=1)
+        _recipe(root, "demo", f"thanos_u{pct}_rec", "thanos", str(pct / 100), ppl=recovered, blocks=1)
+        report_file = root / "demo" / f"thanos_u{pct}_rec" / "model" / "pruning_report.json"
+        report = json.loads(report_file.read_text())
+        report["recipe"]["recover"] = recover
+        _write(report_file, report)
+    assert main(["tables", "--results", str(root), "--out-dir", str(tmp_path / "tables")]) == 0
+    table = (tmp_path / "tables" / "perplexity.md").read_text()
+    assert table.index("| Thanos (α=0) |") < table.index("| Thanos (α=0) + recovery |")
+    assert "| 100.00 |" in table.replace("**", "")
+    frame, _ = _frames(root)
+    (ax,) = drawn(ppl_vs_sparsity_figures(frame))["ppl_vs_sparsity_demo_unstructured"].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    plain, recovered = lines["Thanos (α=0)"], lines["Thanos (α=0) + recovery"]
+    assert list(recovered.get_ydata()) == pytest.approx([50.0, 400.0])
+    assert recovered.get_linestyle() == "--" and plain.get_linestyle() == "-"
+    assert recovered.get_color() == plain.get_color()

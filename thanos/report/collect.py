@@ -53,6 +53,7 @@ RECIPE_COLUMNS = [
     "damp",
     "chain",
     "profile",
+    "recovered",
     "overall_sparsity",
     "prune_seconds",
     "ppl",
@@ -155,6 +156,7 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 row[key] = _float(getattr(recipe, key, None))
             row["chain"] = recipe.chain if recipe else None
             row["profile"] = recipe.profile if recipe else "uniform"
+            row["recovered"] = bool(recipe and recipe.recover is not None)
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
                 layers = report.get("layers") or []
@@ -297,12 +299,17 @@ def is_owl(profile: Any) -> bool:
     return profile == "owl"
 
 
+def is_recovered(recovered: Any) -> bool:
+    """Whether a recipe's blocks were recovered (``recover``); older results have no such column."""
+    return recovered is True or recovered == 1.0
+
+
 def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
     """Recipes of ``collect``'s frame with a known pattern, plus the display columns the tables and figures
     share: ``group`` (the sparsity pattern), ``group_label`` (``Unstructured 50%``, ``2:4``),
-    ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, ``Wanda + OWL``, made unique within a
-    group by block size, damping, then recipe name) and ``order`` (paper order: pattern, method, uniform
-    before OWL, alpha, block size)."""
+    ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, ``Wanda + OWL``, ``SparseGPT + recovery``,
+    made unique within a group by block size, damping, then recipe name) and ``order`` (paper order:
+    pattern, method, uniform before OWL, unrecovered before recovered, alpha, block size)."""
     pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
     if pruned.empty:
         return pruned.assign(group=[], group_label=[], label=[], order=[])
@@ -322,6 +329,10 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     owl = [is_owl(p) for p in pruned["profile"]]
     pruned["label"] = [f"{lab} + OWL" if o else lab for lab, o in zip(pruned["label"], owl, strict=True)]
+    recovered = [is_recovered(r) for r in pruned["recovered"]]
+    pruned["label"] = [
+        f"{lab} + recovery" if r else lab for lab, r in zip(pruned["label"], recovered, strict=True)
+    ]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
         dup = pruned.groupby(["group", "label"])[extra].transform(lambda s: s.astype(str).nunique() > 1)
@@ -331,13 +342,14 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
                 for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
             ]
     pruned["order"] = [
-        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), o, sortable(a), sortable(b), lab)
-        for k, f, m, meth, o, a, b, lab in zip(
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), o, r, sortable(a), sortable(b), lab)
+        for k, f, m, meth, o, r, a, b, lab in zip(
             pruned["kind"],
             pruned["fraction"],
             pruned["m"].astype(float),
             pruned["method"],
             owl,
+            recovered,
             pruned["alpha_shown"],
             pruned["blocksize"].astype(float),
             pruned["label"],

@@ -2,7 +2,8 @@
 
 - ``ppl_vs_sparsity_{model}_{kind}``: perplexity vs sparsity per method (the paper's Figure 1), for every
   recipe family (same method, pattern kind, alpha and block size) that sweeps two or more sparsities, and
-  the OWL recipes (per-block sparsity) as stars in their method's colour beside the uniform lines. The
+  the OWL recipes (per-block sparsity) as stars in their method's colour beside the uniform lines;
+  recovered recipes (``recover``) as dashed lines of their own, in their method's colour. The
   x ticks are the measured sparsities. The y axis is the perplexity *above the dense model* in percent,
   100 (ppl / dense - 1), on a symlog scale, with the dense model as the labelled line at 0: methods with
   weight updates (SparseGPT, Thanos) often stay within 1 % of dense while Magnitude or Wanda are 10-1000 %
@@ -46,6 +47,7 @@ from thanos.report.collect import (
     collect,
     collect_layers,
     is_owl,
+    is_recovered,
     labelled_recipes,
     method_label,
     pattern_label,
@@ -182,13 +184,19 @@ def _percent_axis(ax: Axes, values: Iterable[float]) -> None:
 def _families(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """Recipe families (method, alpha shown, block size) that sweep two or more sparsities, in table order."""
     rows = rows[[not is_owl(p) for p in rows["profile"]]]  # OWL recipes: points of their own
+    rows = rows.assign(rec=[is_recovered(r) for r in rows["recovered"]])
     families = [
         (key, fam)
-        for key, fam in rows.groupby(["method", "alpha_s", "blocksize"], dropna=False)
+        for key, fam in rows.groupby(["method", "alpha_s", "blocksize", "rec"], dropna=False)
         if fam["fraction"].nunique() >= 2
     ]
     families.sort(
-        key=lambda item: (METHOD_ORDER.get(item[0][0], 9), sortable(item[0][1]), sortable(item[0][2]))
+        key=lambda item: (
+            METHOD_ORDER.get(item[0][0], 9),
+            item[0][3],
+            sortable(item[0][1]),
+            sortable(item[0][2]),
+        )
     )
     return families
 
@@ -200,24 +208,28 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
         families = _families(rows)
         if not families:
             continue
-        ambiguous = len({(m, a) for (m, a, _), _ in families}) < len(families)
+        ambiguous = len({(m, a, r) for (m, a, _, r), _ in families}) < len(families)
         dense = dense_ppl(frame, model)
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         values: list[float] = []
         sparsities: list[float] = []
         if dense is not None:
             ax.axhline(0.0, label=f"Dense (ppl {dense:.2f})", zorder=1.5, **DENSE_STYLE)
-        for i, ((method, alpha, blocksize), fam) in enumerate(families):
+        for i, ((method, alpha, blocksize, recovered), fam) in enumerate(families):
             fam = fam.groupby("fraction", as_index=False)["ppl"].min().sort_values("fraction")
             fam = fam[fam["ppl"].map(math.isfinite)]
             y = [excess_percent(p, dense) for p in fam["ppl"]] if dense is not None else list(fam["ppl"])
             label = _label(method, alpha, blocksize if ambiguous else None)
-            ax.plot(fam["fraction"] * 100, y, label=label, linewidth=1.8, markersize=6, **_style(method, i))
+            label += " + recovery" if recovered else ""
+            style = _style(method, i) | ({"linestyle": "--"} if recovered else {})  # recovered: dashed
+            ax.plot(fam["fraction"] * 100, y, label=label, linewidth=1.8, markersize=6, **style)
             values += y
             sparsities += list(fam["fraction"] * 100)
         owl = rows[[is_owl(p) for p in rows["profile"]]]
-        for (method, _), points in sorted(
-            owl.groupby(["method", "alpha_s"], dropna=False), key=lambda item: METHOD_ORDER.get(item[0][0], 9)
+        owl = owl.assign(rec=[is_recovered(r) for r in owl["recovered"]])
+        for (method, _, recovered), points in sorted(
+            owl.groupby(["method", "alpha_s", "rec"], dropna=False),
+            key=lambda item: (METHOD_ORDER.get(item[0][0], 9), item[0][2]),
         ):
             points = points.groupby("fraction", as_index=False)["ppl"].min()
             points = points[points["ppl"].map(math.isfinite)]
@@ -225,7 +237,8 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
             if dense is not None:
                 y = [excess_percent(p, dense) for p in y]
             style = {"color": METHOD_COLORS.get(method), "marker": "*", "markersize": 12, "linestyle": "none"}
-            ax.plot(points["fraction"] * 100, y, label=f"{method_label(method)} + OWL", **style)
+            label = f"{method_label(method)} + OWL" + (" + recovery" if recovered else "")
+            ax.plot(points["fraction"] * 100, y, label=label, **style)
             values += y
             sparsities += list(points["fraction"] * 100)
         if dense is not None:
