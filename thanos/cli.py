@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import contextlib
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import thanos.commands
 from thanos.errors import describe
@@ -129,3 +132,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(err, verbose, getattr(args, "_traceback", True))
         return EXIT_ERROR
     return 0
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once what a normal exit runs first has run (the atexit handlers:
+    logging's flush, zarr's event loop, coverage) and the output is flushed, without the interpreter's
+    teardown of every module, which takes about a second after torch and transformers were imported
+    (a ``prune-model`` run of a small model: 12.7 s -> 11.8 s). Every file is closed by then: the stages
+    write through context managers and zarr's synchronous calls."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def entry() -> NoReturn:
+    """The ``thanos`` command: ``main()``, then ``exit_now``."""
+    exit_now(main())
