@@ -518,15 +518,18 @@ def test_importing_thanos_does_not_import_snakemake():
 
 @pytest.mark.slow
 def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs, tmp_path):
-    proc = prune(inputs, tmp_path / "out", tmp_path / "work", popen=True)
+    # 256 windows: the blocks after the signal take seconds, so that a busy machine delivering it late
+    # still finds the run in them (with 16, the run could end before the signal arrived)
+    longer = ("--nsamples", "256")
+    proc = prune(inputs, tmp_path / "out", tmp_path / "work", *longer, popen=True)
     lines = []
     for line in iter(proc.stdout.readline, b""):
         lines.append(line.decode())
         if "done: Hessians of block 0" in lines[-1]:
             proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    assert proc.wait() == 130
+    assert proc.wait() == 130, "".join(lines[-5:])
     assert "run the same command to resume" in lines[-1] and "Traceback" not in "".join(lines)
-    resumed = prune(inputs, tmp_path / "out", tmp_path / "work")
+    resumed = prune(inputs, tmp_path / "out", tmp_path / "work", *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 step(s)" in resumed.stderr
 
