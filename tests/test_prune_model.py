@@ -521,7 +521,21 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs,
     # 256 windows: the blocks after the signal take seconds, so that a busy machine delivering it late
     # still finds the run in them (with 16, the run could end before the signal arrived)
     longer = ("--nsamples", "256")
-    proc = prune(inputs, tmp_path / "out", tmp_path / "work", *longer, popen=True)
+    model, calib = inputs
+    args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4",
+            "--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2",
+            "--workdir", tmp_path / "work", "--out", tmp_path / "out", *longer]  # fmt: skip
+    # started as a terminal starts it: SIGINT at its default and unblocked, whatever this test process
+    # inherited (a worker of the test runner may ignore or block it, and a child inherits both)
+    as_terminal = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'thanos', *sys.argv[1:]])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", as_terminal, *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     lines = []
     for line in iter(proc.stdout.readline, b""):
         lines.append(line.decode())
