@@ -182,7 +182,8 @@ def _percent_axis(ax: Axes, values: Iterable[float]) -> None:
 
 
 def _families(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
-    """Recipe families (method, alpha shown, block size) that sweep two or more sparsities, in table order."""
+    """Recipe families (method, alpha shown, block size, recovered) that sweep two or more sparsities, in
+    table order."""
     rows = rows[[not is_owl(p) for p in rows["profile"]]]  # OWL recipes: points of their own
     rows = rows.assign(rec=[is_recovered(r) for r in rows["recovered"]])
     families = [
