@@ -147,6 +147,7 @@ def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
         shown_alpha(m, as_float(a)) for m, a in zip(pruned["method"], pruned["alpha"], strict=True)
     ]
     pruned["blocksize"] = pruned["blocksize"].astype(float)
+    pruned["recovered"] = [is_recovered(r) for r in pruned["recovered"]]
     return pruned
 
 
@@ -185,10 +186,9 @@ def _families(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """Recipe families (method, alpha shown, block size, recovered) that sweep two or more sparsities, in
     table order."""
     rows = rows[[not is_owl(p) for p in rows["profile"]]]  # OWL recipes: points of their own
-    rows = rows.assign(rec=[is_recovered(r) for r in rows["recovered"]])
     families = [
         (key, fam)
-        for key, fam in rows.groupby(["method", "alpha_s", "blocksize", "rec"], dropna=False)
+        for key, fam in rows.groupby(["method", "alpha_s", "blocksize", "recovered"], dropna=False)
         if fam["fraction"].nunique() >= 2
     ]
     families.sort(
@@ -227,9 +227,8 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
             values += y
             sparsities += list(fam["fraction"] * 100)
         owl = rows[[is_owl(p) for p in rows["profile"]]]
-        owl = owl.assign(rec=[is_recovered(r) for r in owl["recovered"]])
         for (method, _, recovered), points in sorted(
-            owl.groupby(["method", "alpha_s", "rec"], dropna=False),
+            owl.groupby(["method", "alpha_s", "recovered"], dropna=False),
             key=lambda item: (METHOD_ORDER.get(item[0][0], 9), item[0][2]),
         ):
             points = points.groupby("fraction", as_index=False)["ppl"].min()
