@@ -24,7 +24,8 @@ examples:
 
 Interrupted (Ctrl-C, crash, lost session)? Run the same command again: it resumes where it stopped.
 Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_WORKDIR defaulting to
-~/.cache/thanos): another recipe on the same model and calibration reuses them; delete it when done.
+~/.cache/thanos): another recipe on the same model and calibration reuses them. The disk a run needs is
+estimated and checked before it starts; `thanos workdirs` lists the working directories and deletes them.
 """
 
 
@@ -115,6 +116,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _args.add_exclude(parser)
     parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
     parser.add_argument("--workdir", default=None, help="where intermediates go (default: see below)")
+    parser.add_argument(
+        "--keep",
+        choices=["needed", "all"],
+        default="needed",
+        help="what the workdir keeps: needed (default: what a resume and another recipe on the same "
+        "calibration need; each block's own inputs and Hessians go once the block is done, the pruned layers "
+        "once the model is assembled) or all (every intermediate)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything and print what the run would do and the disk it needs; run nothing",
+    )
+    parser.add_argument(
+        "--no-disk-check",
+        dest="disk_check",
+        action="store_false",
+        help="run even when the estimated disk use exceeds the free space",
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA if visible), cpu, cuda, cuda:N")
     _args.add_compute_dtype(parser)
     parser.add_argument("--evaluate", default="", help="ppl and/or zeroshot, comma-separated (default none)")
@@ -180,6 +200,9 @@ def run(args: argparse.Namespace) -> None:
             owl_lambda=args.owl_lambda,
             overwrite=args.overwrite,
             recover=recover_options(args),
+            keep=args.keep,
+            disk_check=args.disk_check,
+            dry_run=args.dry_run,
         )
     except RunFailed as err:  # prune_model has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None

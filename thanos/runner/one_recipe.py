@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from thanos.files.layout import DENSE, Layout
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
+from thanos.runner.disk import DiskEstimate
 from thanos.runner.progress import clock_text
 from thanos.stages.engine import Calibration, RecipeFiles
 
@@ -193,12 +194,10 @@ def _uses(recipe: Recipe, option: str) -> bool:
 
 def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
     """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
-    root = (
-        os.environ.get("THANOS_WORKDIR")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos"
-    )
+    from thanos.runner.workdirs import default_root
+
     key = hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
-    return Path(root).expanduser().resolve() / f"{model_slug(model)}-{key}"
+    return default_root() / f"{model_slug(model)}-{key}"
 
 
 def _print(stream: TextIO, text: str = "") -> None:
@@ -235,6 +234,9 @@ def prune_model(
     owl_lambda: float | None = None,
     overwrite: bool = False,
     recover: bool | dict[str, Any] | None = None,
+    keep: str = "needed",
+    disk_check: bool = True,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``.
@@ -256,11 +258,17 @@ def prune_model(
     float16); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
     ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds another model's or recipe's
     result; ``recover``: True (the defaults) or {epochs, lr, batch_size, holdout, target}: each pruned
-    block's kept weights trained to match the dense block's outputs (``thanos.pruning.recovery``).
+    block's kept weights trained to match the dense block's outputs (``thanos.pruning.recovery``);
+    ``keep``: what the working directory keeps (``thanos.runner.disk``): "needed" (what a resume and
+    another recipe on the same calibration need: each block's own stores are deleted once it is done, the
+    pruned layers once the model is assembled) or "all"; ``disk_check``: refuse, before anything runs, a
+    run whose estimated disk use exceeds the free space; ``dry_run``: check everything and say what the run
+    would do and the disk it needs, then return without running anything.
     Progress goes to ``stream`` (stderr). Rerunning the same call resumes.
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
-    added. Raises ``RunFailed`` when a step fails or the run is interrupted (finished steps are kept)."""
+    added (a dry run: ``out``, ``workdir`` and ``disk``, the estimate's bytes). Raises ``RunFailed`` when
+    a step fails or the run is interrupted (finished steps are kept)."""
     stream = stream if stream is not None else sys.stderr
     if not isinstance(model, str | os.PathLike):
         raise TypeError(
@@ -287,10 +295,15 @@ def prune_model(
         out,
         calibration_options | {"text_field": text_field},
         Evaluation(_evaluations(evaluate), ppl_source, tasks),
-        Resources(device, cores or os.cpu_count() or 1, workdir, compute_dtype),
+        Resources(device, cores or os.cpu_count() or 1, workdir, compute_dtype, keep),
         overwrite,
+        disk_check,
     )
     announce(run_plan, stream)
+    if dry_run:
+        _print(stream, "dry run: everything above was checked; nothing was run or written")
+        disk = dataclasses.asdict(run_plan.disk) if run_plan.disk is not None else None
+        return {"out": str(run_plan.out), "workdir": str(run_plan.workdir), "disk": disk}
     started = time.monotonic()
     report, evaluation, summary, before = run(run_plan, stream, started)
     print_summary(run_plan, report, evaluation, summary, before, stream, started)
@@ -323,6 +336,7 @@ class Resources:
     cores: int = 1
     workdir: str | Path | None = None
     compute_dtype: str = "auto"  # the dtype the blocks are computed in (``--compute-dtype``)
+    keep: str = "needed"  # what the working directory keeps (``thanos.runner.disk.KEEP``)
 
 
 @dataclass(frozen=True)
@@ -339,6 +353,7 @@ class Plan:
     resources: Resources
     left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
     computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
+    disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
 
     @property
     def files(self) -> RecipeFiles:
@@ -382,12 +397,16 @@ def plan(
     evaluation: Evaluation,
     resources: Resources,
     overwrite: bool = False,
+    disk_check: bool = True,
 ) -> Plan:
     """Check the model, the output, the calibration and evaluation sources of one run: what is wrong is
     refused here, naming the option, before anything is written. ``calibration``: {source, nsamples,
     seqlen (None: the model's, at most 2048), seed, text_field}."""
+    from thanos.runner.disk import KEEP
     from thanos.stages.publish import check_out
 
+    if resources.keep not in KEEP:
+        raise ValueError(f"--keep {resources.keep!r}: choose {' or '.join(KEEP)}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", resources.device):
         raise ValueError(f"--device {resources.device!r}: choose auto, cpu, cuda or cuda:N")
     for name in ("nsamples", "seqlen"):
@@ -424,6 +443,9 @@ def plan(
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
     left_dense = [layer for layer in all_layers if layer not in layers]
+    disk = disk_estimate(reference, recipe, calib)
+    if disk is not None and disk_check:
+        check_disk(disk, workdir, out, resources.keep)
     return Plan(
         recipe,
         reference,
@@ -435,7 +457,29 @@ def plan(
         resources,
         left_dense,
         computes_in,
+        disk,
     )
+
+
+def disk_estimate(reference: str, recipe: Recipe, calib: dict[str, Any]) -> DiskEstimate | None:
+    """The run's disk use (``thanos.runner.disk``) for a local model; None for a hub id (its files are not
+    here yet)."""
+    from thanos.models import open_layout
+    from thanos.runner.disk import estimate
+
+    if not Path(reference).is_dir():
+        return None
+    model_dir, layout, checkpoint = open_layout(reference)
+    return estimate(layout, checkpoint, model_dir, recipe, calib["nsamples"], calib["seqlen"])
+
+
+def check_disk(disk: DiskEstimate, workdir: Path, out: Path, keep: str) -> None:
+    """Refuse a run that would not fit: what the working directory still needs (its peak less what it
+    holds: a resumed run has written part of it) and the copy in ``out``."""
+    from thanos.runner.disk import check_free, used_bytes
+
+    present = used_bytes(workdir) if workdir.is_dir() else 0
+    check_free(workdir, out, max(0, disk.peak(keep) - present), disk.model)
 
 
 def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:
@@ -544,6 +588,16 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
     _print(
         stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)"
     )
+    if (disk := run_plan.disk) is not None:
+        from thanos.runner.disk import free_bytes, size_text
+
+        keep = resources.keep
+        _print(
+            stream,
+            f"  disk: the workdir up to {size_text(disk.peak(keep))}, {size_text(disk.kept(keep))} after the "
+            f"run (--keep {keep}); --out {size_text(disk.model)}; "
+            f"{size_text(free_bytes(run_plan.workdir)[0])} free",
+        )
     _print(stream, f"  full log {run_plan.log_file}")
 
 
@@ -557,6 +611,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     from thanos.runner.evaluations import Evaluations
     from thanos.runner.progress import StepProgress, full_log
     from thanos.runner.workdir_lock import exclusive_workdir
+    from thanos.runner.workdirs import record_run
 
     plan_eval = run_plan.evaluation
     root = run_plan.model_root
@@ -568,6 +623,8 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
         log.info("thanos prune-model: %s, recipe %s", run_plan.reference, run_plan.recipe.to_json())
+        calibration = dataclasses.asdict(run_plan.calibration)
+        record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.recipe.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
         evaluation = evaluations.current()
         published = publish_result(run_plan, evaluation)
@@ -640,7 +697,15 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
     record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
-    options = RunOptions(run_plan.resources.device, record=record, dtype=run_plan.resources.compute_dtype)
+    resources = run_plan.resources
+    needed = resources.keep == "needed"
+    options = RunOptions(
+        resources.device,
+        drop=("inputs", "hessians") if needed else (),
+        drop_layers=needed,
+        record=record,
+        dtype=resources.compute_dtype,
+    )
     return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
 
 
@@ -737,3 +802,15 @@ def print_summary(
         )
         _print(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
     _print(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
+    _print(stream, f"  {disk_text(run_plan)}")
+
+
+def disk_text(run_plan: Plan) -> str:
+    """What the run left on disk: ``--out`` and the working directory, and how to clean it."""
+    from thanos.runner.disk import size_text, used_bytes
+
+    out, work = used_bytes(run_plan.out), used_bytes(run_plan.workdir)
+    return (
+        f"disk: --out {size_text(out)}; workdir {size_text(work)} (--keep {run_plan.resources.keep}; "
+        "`thanos workdirs` lists the working directories and deletes them)"
+    )

@@ -215,15 +215,49 @@ class _Chain:
             remove(path)
         write_json(state, fingerprint)
 
-    def drop(self, num_blocks: int, activations: bool, hessians: bool) -> None:
-        """Delete the recipe's own stores (retention false) once every block is done."""
-        if self.own is None:
+    def layers_dir(self, block: int) -> Path:
+        """Where block ``block``'s final layers are: recovered, or pruned."""
+        pruned = self.root / pruned_block_name(block)
+        return self.recovered(block) if self.recipe.recover is not None else pruned
+
+    def finished(self, block: int, num_blocks: int) -> bool:
+        """Whether block ``block`` is done: its layers pruned (of this recipe and shape) and recovered, and
+        (sequential chain) the next block's inputs written. A resumed chain skips it without reading its own
+        stores, which retention may have deleted."""
+        block_dir = self.root / pruned_block_name(block)
+        shape, recipe = self.shape, self.recipe.to_dict()
+        if any(mismatch(block_dir, layer, recipe, shape(block, layer)) for layer in self.layers[block]):
+            return False
+        if self.recipe.recover is not None and not (self.recovered(block) / RECOVERY_RECORD).is_file():
+            return False
+        return self.own is None or block + 1 == num_blocks or store_complete(self.store("inputs", block + 1))
+
+    def skip(self, block: int, num_blocks: int) -> None:
+        """Count a finished block's steps as reused."""
+        sequential = self.own is not None
+        self.reused["capture"] += int(sequential and block > 0)
+        self.reused["prune"] += len(self.layers[block])
+        self.reused["recover"] += int(self.recipe.recover is not None)
+        self.reused["propagate"] += int(sequential and block + 1 < num_blocks)
+
+    def restore_inputs(self, block: int) -> None:
+        """Sequential chain: block ``block``'s inputs when retention deleted them but the block is not done
+        (a layer file removed by hand): propagated again from the last inputs kept through the finished
+        blocks' layers (no block is pruned again)."""
+        if self.own is None or block == 0 or store_complete(self.store("inputs", block)):
             return
-        for block in range(1, num_blocks):
-            if activations:
-                remove(self.store("inputs", block))
-            if hessians:
-                remove(self.store("hessians", block))
+        start = max(b for b in range(block) if b == 0 or store_complete(self.store("inputs", b)))
+        log.warning("chain: block %d's inputs were deleted: propagating again from block %d", block, start)
+        for previous in range(start, block):
+            self.propagate(previous, self.layers_dir(previous))
+
+    def drop_block(self, block: int, drop: Sequence[StoreKind]) -> None:
+        """Delete block ``block``'s own stores (retention false: ``drop`` names the kinds) once nothing of
+        this chain reads them again: the block is pruned, recovered and propagated."""
+        if self.own is None or block == 0:
+            return
+        for kind in drop:
+            remove(self.store(kind, block))
 
 
 @dataclass(frozen=True)
@@ -256,8 +290,9 @@ def chain(
 
     ``dtype``: the dtype the blocks are computed in (``thanos.stages.common.compute_dtype``).
 
-    ``drop``: the kinds of the recipe's own stores (``inputs``, ``hessians``) deleted once every block is
-    done (retention false).
+    ``drop``: the kinds of the recipe's own stores (``inputs``, ``hessians``) deleted as soon as their block
+    is done (retention false): a running sequential chain then holds only its current block's inputs and
+    Hessians and the next block's inputs.
 
     Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
@@ -303,17 +338,22 @@ def chain(
     run.discard_if_changed(fingerprint)
 
     for block in range(num_blocks):
+        if run.finished(block, num_blocks):
+            run.skip(block, num_blocks)
+            run.drop_block(block, drop)
+            continue
+        run.restore_inputs(block)
         H = run.capture(block)
         block_dir = run.recover(block, run.prune(block, H))
         if run.own is not None and block + 1 < num_blocks:
             run.propagate(block, block_dir)
+        run.drop_block(block, drop)
         release_free_memory()
         log.info(
             "chain: block %d/%d done%s: RSS %.0f MiB, peak %.0f MiB",
             block + 1, num_blocks, run.recovery_note(block_dir), rss_mib(), peak_rss_mib(),
         )  # fmt: skip
 
-    run.drop(num_blocks, activations="inputs" in drop, hessians="hessians" in drop)
     summary = {
         "method": recipe.method,
         "sparsity": str(recipe.sparsity),

@@ -41,7 +41,9 @@ from thanos.stages.outputs import mtime, remove, store_complete
 
 log = logging.getLogger(__name__)
 
-OnStep = Callable[[str, float | None], None]  # (label, None when it starts | seconds when it is done)
+OnStep = Callable[[str, float | None], None]
+# beside a recipe's pruned layers: they were deleted once the model was assembled (retention)
+LAYERS_DELETED = ".layers-deleted.json"  # (label, None when it starts | seconds when it is done)
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,16 @@ class RecipeFiles:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How the stages run: the device, samples per forward pass, the recipe's own stores deleted at the
-    end (retention false), the largest assembled shard, what the pruning report records of the run
+    """How the stages run: the device, samples per forward pass, the recipe's own stores deleted as each
+    block is done and its pruned layers once the model is assembled (retention false), the largest
+    assembled shard, what the pruning report records of the run
     (``thanos.stages.provenance.RunRecord``; None: the engine's own) and the dtype the blocks are computed
     in (``thanos.stages.common.compute_dtype``)."""
 
     device: str = "auto"
     batch_size: int = 8
     drop: tuple[StoreKind, ...] = ()
+    drop_layers: bool = False  # the pruned (and recovered) layers deleted once the model is assembled
     max_shard_size: str = "2GB"
     record: Any = None
     dtype: str = "auto"
@@ -158,7 +162,10 @@ class Steps:
     def current(output: Path, inputs: dict[str, Any], complete: Callable[[Path], bool] = Path.exists) -> bool:
         """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it); compared
         as the record holds them (JSON: a tuple reads back as a list)."""
-        return complete(output) and _read_record(output) == json.loads(json.dumps(inputs, default=str))
+        record = _read_record(output)
+        if isinstance(record, dict):  # records of earlier versions held the retention, which changes nothing
+            record.pop("drop", None)
+        return complete(output) and record == json.loads(json.dumps(inputs, default=str))
 
     def run(
         self,
@@ -328,24 +335,46 @@ class _Run:
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
             "reads": [mtime(path) for path in (*reads, files.owl)],
-            "drop": list(options.drop),
             "compute_dtype": self.compute_dtype,
         }
-        self.steps.run(
-            f"prune every block ({self.recipe.name})",
-            files.summary,
-            inputs,
-            lambda: chain(
-                self.model,
-                self.recipe,
-                paths,
-                files.summary,
-                options.batch_size,
-                options.device,
-                options.dtype,
-                options.drop,
-            ),  # fmt: skip
-        )
+        deleted = files.pruned_root / LAYERS_DELETED
+
+        def compute() -> None:
+            remove(deleted)
+            chain(
+                self.model, self.recipe, paths, files.summary, options.batch_size, options.device,
+                options.dtype, options.drop,
+            )  # fmt: skip
+
+        def complete(summary: Path) -> bool:  # deleted layers: done while the model assembled from them is
+            return summary.exists() and (not deleted.exists() or self.assembled())
+
+        self.steps.run(f"prune every block ({self.recipe.name})", files.summary, inputs, compute, complete)
+
+    def assemble_inputs(self) -> dict[str, Any]:
+        files = self.files
+        return {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl)],
+            "format": MODEL_DIR_FORMAT,
+            "max_shard_size": self.options.max_shard_size,
+        }
+
+    def assembled(self) -> bool:
+        """Whether the assembled model is complete and current."""
+        model_dir = self.files.model_dir
+        return model_dir is not None and Steps.current(model_dir, self.assemble_inputs(), _has_report)
+
+    def drop_layers(self) -> None:
+        """Retention: delete the pruned (and recovered) layers once the model is assembled from them; the
+        chain's summary stays valid while that model does (a marker says they were deleted)."""
+        root = self.files.pruned_root
+        if not self.options.drop_layers or self.files.model_dir is None or not self.assembled():
+            return
+        write_json(root / LAYERS_DELETED, {"deleted": "the layers are in the assembled model"})
+        for path in [*root.glob("block*"), root / RECOVERED]:
+            remove(path)
 
     def assemble(self) -> None:
         from thanos.stages.assemble import assemble
@@ -353,17 +382,10 @@ class _Run:
         files, options = self.files, self.options
         if files.model_dir is None:
             return
-        inputs = {
-            "model": self.model_files,
-            "recipe": self.recipe.to_dict(),
-            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl)],
-            "format": MODEL_DIR_FORMAT,
-            "max_shard_size": options.max_shard_size,
-        }
         self.steps.run(
             f"assemble the pruned model ({self.recipe.name})",
             files.model_dir,
-            inputs,
+            self.assemble_inputs(),
             lambda: assemble(
                 self.model,
                 files.layers_root,
@@ -374,8 +396,12 @@ class _Run:
                 options.max_shard_size,
                 options.record,
             ),  # fmt: skip
-            lambda path: (path / "pruning_report.json").is_file(),
+            _has_report,
         )
+
+
+def _has_report(model_dir: Path) -> bool:
+    return (model_dir / "pruning_report.json").is_file()
 
 
 def resolved_compute_dtype(checkpoint: str, options: RunOptions) -> str:
@@ -424,4 +450,5 @@ def run_recipe(
     steps.owned = True  # the chain and what follows are this call's own work
     run.chain(reads)
     run.assemble()
+    run.drop_layers()
     return steps

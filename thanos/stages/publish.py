@@ -58,7 +58,7 @@ def _copy_verified(source: Path, target: Path, expected: dict) -> None:
             "in pruning_report.json); nothing was published",
             source,
             f"delete {source.parent} and run the same command again: it is reassembled from the cached "
-            "pruned layers",
+            "pruned layers (pruned again where --keep needed deleted them)",
         )
 
 
@@ -99,7 +99,7 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
             f"the pruned model differs from what was computed: {'; '.join(problems)}; nothing was published",
             model_dir,
             "delete that directory and run the same command again: it is reassembled from the cached "
-            "pruned layers",
+            "pruned layers (pruned again where --keep needed deleted them)",
         )
     published, report_text = _published_report(model_dir, files, texts)
     before = _differences(out, published, report_text)

@@ -1,0 +1,189 @@
+"""The disk a ``prune_model`` run takes: estimated before the first step, checked against the free space,
+and measured after.
+
+The stores are uncompressed zarr arrays (``thanos.data.storage``), so their sizes are arithmetic:
+
+- calibration tokens: n x seqlen x 4 B (int32);
+- a block's inputs: n x seqlen x hidden x the checkpoint dtype's bytes;
+- a block's Hessians: the sum over its groups (layers that read one input) of cols^2 x 4 B (fp32);
+- the pruned layers: the pruned weights at the checkpoint's dtype (twice with recovery: pruned, then
+  recovered), a few hundred bytes of stats each;
+- the assembled model and its published copy: the weights as read from the checkpoint's headers, less the
+  neurons a ``neurons:p`` recipe removes, plus the tokenizer and config files.
+
+Retention (``--keep``): ``needed`` (default) keeps what a resume and another recipe on the same model and
+calibration need -- the tokens, the dense chain's stores (block 0's, or every block's for OWL and recovery
+towards the dense model's outputs), the assembled model -- and deletes each block's own inputs and Hessians
+once the block is done and the pruned layers once the model is assembled. ``all`` keeps everything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from thanos.models.checkpoint import Checkpoint
+    from thanos.models.layout import ModelLayout
+    from thanos.recipe import Recipe
+
+KEEP = ("needed", "all")
+GiB = 1024**3
+# weights that are not safetensors, and the card, are not copied into the assembled model
+NOT_COPIED = (".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
+
+
+@dataclass(frozen=True)
+class DiskEstimate:
+    """Bytes of one run: ``shared`` (model info, tokens, the dense chain's stores: kept for other recipes),
+    ``block_stores`` (one block's own inputs and Hessians, sequential chain), ``own_blocks`` (the blocks
+    with stores of their own), ``activations`` (one block's inputs), ``layers`` (the pruned and recovered
+    layers), ``model`` (the assembled model, and its copy in ``--out``)."""
+
+    shared: int
+    block_stores: int
+    own_blocks: int
+    activations: int
+    layers: int
+    model: int
+
+    def peak(self, keep: str) -> int:
+        """The most the working directory holds during the run."""
+        if keep == "all":
+            return self.kept(keep)
+        own = self.block_stores + self.activations if self.own_blocks else 0  # this block's, the next inputs
+        return self.shared + max(own + self.layers, self.layers + self.model)
+
+    def kept(self, keep: str) -> int:
+        """What the working directory holds when the run is done."""
+        if keep == "all":
+            return self.shared + self.own_blocks * self.block_stores + self.layers + self.model
+        return self.shared + self.model
+
+
+def estimate(
+    layout: ModelLayout, checkpoint: Checkpoint, model_dir: Path, recipe: Recipe, nsamples: int, seqlen: int
+) -> DiskEstimate:
+    """The bytes of ``recipe`` on the model of ``layout`` (weights read by ``checkpoint``, files in
+    ``model_dir``) with ``nsamples`` x ``seqlen`` calibration tokens."""
+    import torch
+
+    itemsize = torch.empty((), dtype=getattr(torch, layout.dtype)).element_size()
+    blocks = layout.num_blocks
+    activations = nsamples * seqlen * layout.hidden_size * itemsize
+
+    def hessians(block: int) -> int:
+        prefix = layout.block_prefix(block)
+        cols = [checkpoint.shape(f"{prefix}{layer}.weight")[-1] for layer in _firsts(layout, block)]
+        return sum(4 * c**2 for c in cols)
+
+    shared = own_blocks = block_stores = 0
+    if recipe.needs_calibration:
+        shared = nsamples * seqlen * 4 + activations + hessians(0)
+        every_dense = recipe.owl or not recipe.sequential  # the dense chain's stores of every block
+        if every_dense:
+            shared += (blocks - 1) * activations + sum(hessians(b) for b in range(1, blocks))
+        if recipe.recover is not None and recipe.recover.target == "dense":
+            shared += activations * (1 if every_dense else blocks)  # the dense outputs of blocks 1..L
+        if recipe.needs_hessian and recipe.sequential:
+            own_blocks = blocks - 1
+            block_stores = activations + max((hessians(b) for b in range(1, blocks)), default=0)
+    pruned = 0
+    for block in range(blocks):
+        prefix = layout.block_prefix(block)
+        for layer in recipe.layers(layout.block_layers(block), layout.layers):
+            shape = checkpoint.shape(f"{prefix}{layer}.weight")
+            pruned += _numel(shape) * itemsize
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    if recipe.sparsity.kind == "neurons":
+        removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
+        weights -= removed  # the pruned layers keep the original shapes; the model is written without them
+    layers = pruned * (2 if recipe.recover is not None else 1)
+    model = weights + _other_files(model_dir)
+    return DiskEstimate(shared, block_stores, own_blocks, activations, layers, model)
+
+
+def _firsts(layout: ModelLayout, block: int) -> list[str]:
+    """The first layer of each group of block ``block``: one Hessian each."""
+    return [members[0] for members in layout.block_groups(block).values()]
+
+
+def _numel(shape: list[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _removed_by_neurons(layout: ModelLayout, p: float) -> int:
+    """Parameters a ``neurons:p`` recipe removes: floor(p x width) neurons per block, each a row of every
+    input projection of the MLP and a column of its output projection (of hidden size)."""
+    import math
+
+    width = int(next(iter(layout.mlp_config.values()), 0) or 0)
+    mlp = [layer for layer in layout.layers if layer.startswith(("mlp.", "feed_forward.")) or "fc" in layer]
+    return layout.num_blocks * math.floor(p * width) * layout.hidden_size * max(len(mlp), 2)
+
+
+def _other_files(model_dir: Path) -> int:
+    """The model directory's files the assembled model copies (config, tokenizer, ...)."""
+    return sum(
+        f.stat().st_size
+        for f in model_dir.iterdir()
+        if f.is_file() and f.suffix not in (".safetensors", *NOT_COPIED) and f.name != "README.md"
+    )
+
+
+def used_bytes(path: str | os.PathLike) -> int:
+    """The bytes of the files under ``path`` (their data; directories and block rounding left out)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed while walking
+                pass
+    return total
+
+
+def free_bytes(path: Path) -> tuple[int, int]:
+    """(free bytes, device id) of the filesystem ``path`` is or would be on."""
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    return shutil.disk_usage(existing).free, existing.stat().st_dev
+
+
+def size_text(size: float) -> str:
+    """``1.23 GiB``, ``456 MiB``, ``12 KiB``."""
+    for unit, scale in (("GiB", GiB), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}" if size < 100 * scale else f"{size / scale:.0f} {unit}"
+    return f"{size:.0f} B"
+
+
+def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int) -> None:
+    """Refuse a run whose working directory or ``--out`` would not fit in the free space, naming the
+    numbers and the ways out."""
+    free_work, device_work = free_bytes(workdir)
+    free_out, device_out = free_bytes(out)
+    if device_work == device_out:
+        short = need_workdir + need_out > free_work
+        needs = f"{size_text(need_workdir + need_out)} ({size_text(need_workdir)} in --workdir {workdir} and "
+        needs += f"{size_text(need_out)} for --out)"
+        free = free_work
+    else:
+        short = need_workdir > free_work or need_out > free_out
+        needs = f"{size_text(need_workdir)} in --workdir {workdir} ({size_text(free_work)} free) and "
+        needs += f"{size_text(need_out)} for --out {out}"
+        free = min(free_work, free_out)
+    if short:
+        raise ValueError(
+            f"not enough disk space: the run needs about {needs}, {size_text(free)} free; free some space "
+            "(`thanos workdirs` lists the working directories of earlier runs and deletes them), give "
+            "--workdir or --out on a larger disk, or --keep needed if --keep all was given "
+            "(--no-disk-check runs anyway)"
+        )

@@ -1,0 +1,128 @@
+"""The working directories ``prune_model`` leaves, listed and deleted (``thanos workdirs``), as
+``huggingface-cli scan-cache`` and ``delete-cache`` do for the hub's cache.
+
+Each run records in ``WORKDIR/workdir.json`` what the directory is for (the model, the calibration) and
+which recipes it ran, with the time of the last run. A directory without that record (made by an earlier
+version) is listed by what its ``results/`` holds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from thanos.files.atomic import write_json
+from thanos.runner.disk import used_bytes
+from thanos.runner.workdir_lock import LOCK_NAME
+
+RECORD = "workdir.json"
+
+
+def default_root() -> Path:
+    """``$THANOS_WORKDIR``, else ``$XDG_CACHE_HOME/thanos`` (``~/.cache/thanos``)."""
+    root = (
+        os.environ.get("THANOS_WORKDIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos"
+    )
+    return Path(root).expanduser().resolve()
+
+
+def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: str) -> None:
+    """Add this run to ``workdir``'s record (the model, the calibration, its recipes, the time)."""
+    path = workdir / RECORD
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        previous = {}
+    recipes = list(dict.fromkeys([*previous.get("recipes", []), recipe]))
+    write_json(
+        path,
+        {
+            "model": model,
+            "calibration": calibration,
+            "recipes": recipes,
+            "last_run": time.strftime("%Y-%m-%d %H:%M:%S"),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """One working directory: where, its size, what it was for, when it was last used."""
+
+    path: Path
+    bytes: int
+    model: str
+    calibration: str
+    recipes: list[str] = field(default_factory=list)
+    last_run: str = "?"
+    in_use: bool = False
+
+
+def is_workdir(path: Path) -> bool:
+    return (path / RECORD).is_file() or ((path / "results").is_dir() and (path / LOCK_NAME).exists())
+
+
+def describe(path: Path) -> Workdir:
+    """``path``'s record, or what its ``results/`` holds."""
+    try:
+        record = json.loads((path / RECORD).read_text())
+    except (OSError, ValueError):
+        record = None
+    if record is not None:
+        calib = record.get("calibration") or {}
+        calibration = f"{calib.get('nsamples')} x {calib.get('seqlen')} of {calib.get('source')}"
+        model, recipes, last_run = record.get("model", "?"), record.get("recipes", []), record.get("last_run")
+    else:
+        models = sorted(p.name for p in (path / "results").glob("*") if p.is_dir())
+        model, calibration = ", ".join(models) or "?", "?"
+        recipes = sorted(p.name for m in models for p in (path / "results" / m).glob("*") if p.is_dir())
+        recipes = [r for r in recipes if r not in ("calib", "chains", "dense")]
+        last_run = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+    return Workdir(path, used_bytes(path), model, calibration, recipes, last_run or "?", in_use(path))
+
+
+def scan(root: Path) -> list[Workdir]:
+    """The working directories directly under ``root``, largest first."""
+    if not root.is_dir():
+        return []
+    found = [describe(p) for p in sorted(root.iterdir()) if p.is_dir() and is_workdir(p)]
+    return sorted(found, key=lambda w: -w.bytes)
+
+
+def in_use(path: Path) -> bool:
+    """Whether a run holds ``path``'s lock now."""
+    lock = path / LOCK_NAME
+    if not lock.exists():
+        return False
+    with lock.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def check_deletable(path: Path) -> None:
+    """Refuse a directory that is not a working directory, or one a run is using."""
+    if not path.is_dir() or not is_workdir(path):
+        raise ValueError(
+            f"{path}: not a working directory of thanos prune-model (no {RECORD}); nothing deleted"
+        )
+    if in_use(path):
+        raise ValueError(f"{path}: a run is using it now; wait for it to finish (nothing deleted)")
+
+
+def delete(path: Path) -> int:
+    """Delete the working directory ``path`` (``check_deletable``); returns the bytes freed."""
+    check_deletable(path)
+    size = used_bytes(path)
+    shutil.rmtree(path)
+    return size
