@@ -116,6 +116,7 @@ def run_pair(
     model = make_tiny_model(tmp_path, family, num_blocks=2, dtype=dtype)
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=40, words=120)
     common = {"calibration": corpus, "workdir": tmp_path / "wd", "stream": io.StringIO(), **CALIBRATION}
+    common["keep"] = "all"  # the tests compare the pruned layers with the recovered ones
     prune_model(model, method, sparsity, out=tmp_path / "plain", **common)
     common["stream"] = stream = io.StringIO()
     # neurons: every layer of the block is trained, and the tiny random model's pruned block is within

@@ -36,10 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="summary JSON, written when every block is done")
     _args.add_batch_size(parser, 8, "samples")
     parser.add_argument(
-        "--drop-activations", action="store_true", help="delete the chain's inputs_l at the end"
+        "--drop-activations", action="store_true", help="delete the chain's own inputs_l as each block is done"
     )
     parser.add_argument(
-        "--drop-hessians", action="store_true", help="delete the chain's hessians_l at the end"
+        "--drop-hessians", action="store_true", help="delete the chain's own hessians_l as each block is done"
     )
     _args.add_device(parser)
     _args.add_compute_dtype(parser)

@@ -57,6 +57,11 @@ class DiskEstimate:
         own = self.block_stores + self.activations if self.own_blocks else 0  # this block's, the next inputs
         return self.shared + max(own + self.layers, self.layers + self.model)
 
+    def with_out(self, keep: str) -> int:
+        """The most the working directory and ``--out`` hold together on one filesystem: the copy is
+        written once the run is done."""
+        return max(self.peak(keep), self.kept(keep) + self.model)
+
     def kept(self, keep: str) -> int:
         """What the working directory holds when the run is done."""
         if keep == "all":
@@ -165,21 +170,22 @@ def size_text(size: float) -> str:
     return f"{size:.0f} B"
 
 
-def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int) -> None:
-    """Refuse a run whose working directory or ``--out`` would not fit in the free space, naming the
-    numbers and the ways out."""
+def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int, need_together: int) -> None:
+    """Refuse a run that would not fit in the free space, naming the numbers and the ways out:
+    ``need_workdir`` more bytes in the working directory at its peak, ``need_out`` for ``--out``, and
+    ``need_together`` at the worst moment when both are on one filesystem (``--out`` is written after the
+    pruned layers are deleted)."""
     free_work, device_work = free_bytes(workdir)
     free_out, device_out = free_bytes(out)
     if device_work == device_out:
-        short = need_workdir + need_out > free_work
-        needs = f"{size_text(need_workdir + need_out)} ({size_text(need_workdir)} in --workdir {workdir} and "
-        needs += f"{size_text(need_out)} for --out)"
+        short = need_together > free_work
+        needs = f"{size_text(need_together)} in --workdir {workdir} and --out {out} together"
         free = free_work
     else:
         short = need_workdir > free_work or need_out > free_out
         needs = f"{size_text(need_workdir)} in --workdir {workdir} ({size_text(free_work)} free) and "
         needs += f"{size_text(need_out)} for --out {out}"
-        free = min(free_work, free_out)
+        free = free_out if need_workdir <= free_work else free_work
     if short:
         raise ValueError(
             f"not enough disk space: the run needs about {needs}, {size_text(free)} free; free some space "

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from thanos.files.layout import DENSE, Layout
+from thanos.files.layout import DENSE, Layout, store_name
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
 from thanos.runner.disk import DiskEstimate
@@ -443,10 +443,7 @@ def plan(
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
     left_dense = [layer for layer in all_layers if layer not in layers]
-    disk = disk_estimate(reference, recipe, calib)
-    if disk is not None and disk_check:
-        check_disk(disk, workdir, out, resources.keep)
-    return Plan(
+    run_plan = Plan(
         recipe,
         reference,
         model_type,
@@ -457,8 +454,11 @@ def plan(
         resources,
         left_dense,
         computes_in,
-        disk,
+        disk_estimate(reference, recipe, calib),
     )
+    if disk_check:
+        check_disk(run_plan)
+    return run_plan
 
 
 def disk_estimate(reference: str, recipe: Recipe, calib: dict[str, Any]) -> DiskEstimate | None:
@@ -473,13 +473,29 @@ def disk_estimate(reference: str, recipe: Recipe, calib: dict[str, Any]) -> Disk
     return estimate(layout, checkpoint, model_dir, recipe, calib["nsamples"], calib["seqlen"])
 
 
-def check_disk(disk: DiskEstimate, workdir: Path, out: Path, keep: str) -> None:
-    """Refuse a run that would not fit: what the working directory still needs (its peak less what it
-    holds: a resumed run has written part of it) and the copy in ``out``."""
+def check_disk(run_plan: Plan) -> None:
+    """Refuse a run that would not fit: what the working directory still needs (its peak less what this
+    recipe finds there: a resumed run has written part of it, another recipe the shared stores) and the copy
+    in ``out``."""
     from thanos.runner.disk import check_free, used_bytes
 
-    present = used_bytes(workdir) if workdir.is_dir() else 0
-    check_free(workdir, out, max(0, disk.peak(keep) - present), disk.model)
+    disk, files, keep = run_plan.disk, run_plan.files, run_plan.resources.keep
+    if disk is None:
+        return
+    dense, recipe = files.dense_dir, run_plan.recipe
+    shared: list[Path] = []  # the dense chain's stores the recipe reads: block 0's, or every block's
+    if dense is not None:
+        every = recipe.owl or recipe.recover is not None
+        shared = [dense] if every else [dense / store_name(kind, 0) for kind in ("inputs", "hessians")]
+    mine = [files.tokens, *shared, files.chain_dir, files.pruned_root, files.model_dir]
+    present = sum(used_bytes(path) for path in mine if path is not None and path.exists())
+    check_free(
+        run_plan.workdir,
+        run_plan.out,
+        max(0, disk.peak(keep) - present),
+        disk.model,
+        max(0, disk.with_out(keep) - present),
+    )
 
 
 def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:

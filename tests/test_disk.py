@@ -1,0 +1,208 @@
+"""Disk: the estimate ``prune_model`` prints and checks before it starts, against the bytes measured on
+real runs (tiny dense and mixture-of-experts models, real zarr stores); the default retention (``--keep
+needed``): what a resume and a second recipe need is kept, nothing else, and a rerun has nothing to do; a
+sequential chain whose own stores were deleted still resumes to the same bytes; a run that does not fit
+is refused before anything is written; ``thanos workdirs`` lists and deletes working directories."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_tiny_model, write_corpus
+
+from thanos.files.layout import Layout
+from thanos.recipe import Recipe
+from thanos.runner.disk import used_bytes
+from thanos.runner.one_recipe import prune_model
+from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
+
+COMMON = {"nsamples": 16, "seqlen": 32, "device": "cpu", "cores": 2}
+
+
+def _prune(model: Path, corpus: Path, root: Path, name: str, method: str = "thanos", **options):
+    stream = io.StringIO()
+    report = prune_model(
+        model, method, options.pop("sparsity", 0.5), out=root / f"out-{name}", calibration=corpus,
+        workdir=root / f"work-{name}", stream=stream, **COMMON | options,
+    )  # fmt: skip
+    return report, stream.getvalue()
+
+
+def _estimate(terminal: str) -> tuple[float, float]:
+    """(peak, after) in bytes from the header's disk line."""
+    import re
+
+    units = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+    found = re.search(r"disk: the workdir up to ([\d.]+) (\w+), ([\d.]+) (\w+) after the run", terminal)
+    assert found is not None, terminal
+    peak, peak_unit, after, after_unit = found.groups()
+    return float(peak) * units[peak_unit], float(after) * units[after_unit]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+def test_the_estimate_is_within_20_percent_of_what_the_run_takes(tmp_path, family):
+    model = make_tiny_model(tmp_path, family, num_blocks=3)
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=60)
+    for keep in ("all", "needed"):
+        report, terminal = _prune(model, corpus, tmp_path, keep, keep=keep)
+        peak, after = _estimate(terminal)
+        measured = used_bytes(report["workdir"])
+        assert abs(after / measured - 1) < 0.2, (keep, after, measured)
+        if keep == "all":  # nothing is deleted: the peak is what is left
+            assert abs(peak / measured - 1) < 0.2, (peak, measured)
+        else:
+            assert peak > after  # the stores of a block and the pruned layers are there for a while
+        closing = terminal.splitlines()[-1]  # the sizes left on disk
+        assert closing.startswith("  disk: --out ") and f"(--keep {keep};" in closing
+
+
+@pytest.mark.slow
+def test_the_default_keeps_what_a_resume_and_another_recipe_need_and_nothing_else(tmp_path):
+    model = make_tiny_model(tmp_path, "llama", num_blocks=3)
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=60)
+    report, _ = _prune(model, corpus, tmp_path, "a")
+    results = Path(report["workdir"]) / "results" / model.name
+    kept = {str(p.relative_to(results)) for p in results.rglob("*") if p.name.endswith(".zarr")}
+    assert kept == {"calib/tokens.zarr", "chains/dense/inputs_0.zarr", "chains/dense/hessians_0.zarr"}
+    recipe = results / "thanos_u50"
+    assert (recipe / "model" / "model.safetensors").is_file()  # a rerun and another --out read it
+    assert not list((recipe / "pruned").glob("block*"))  # the layers are in the assembled model
+    assert not list((results / "chains").glob("thanos_u50/*.zarr"))  # deleted as each block was done
+
+    again = io.StringIO()
+    prune_model(
+        model, "thanos", 0.5, out=tmp_path / "out-a", calibration=corpus, workdir=report["workdir"],
+        stream=again, **COMMON,
+    )  # fmt: skip
+    assert "nothing to do" in again.getvalue() and "done:" not in again.getvalue()
+
+    second = io.StringIO()  # another recipe on the same calibration: the shared stores are reused
+    prune_model(
+        model, "sparsegpt", "2:4", out=tmp_path / "out-b", calibration=corpus, workdir=report["workdir"],
+        stream=second, **COMMON,
+    )  # fmt: skip
+    assert "sample calibration tokens" not in second.getvalue()
+    assert "Hessians of block 0" not in second.getvalue() and "written:" in second.getvalue()
+
+    full, _ = _prune(model, corpus, tmp_path, "all", keep="all")  # the same weights whatever is kept
+    for name in ("model.safetensors", "sparsity.json"):
+        assert (tmp_path / "out-a" / name).read_bytes() == (Path(full["out"]) / name).read_bytes()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_chain_whose_own_stores_were_deleted_resumes_to_the_same_bytes(tmp_path):
+    model = make_tiny_model(tmp_path, "llama", num_blocks=4)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipe = Recipe("thanos_u50", "thanos", 0.5)
+
+    def run(root: Path, **options) -> RecipeFiles:
+        files = RecipeFiles.of(Layout(str(root)), "tiny", recipe)
+        run_recipe(model, recipe, files, Calibration(str(corpus), 8, 32), RunOptions("cpu", **options))
+        return files
+
+    reference = run(tmp_path / "keep")
+    files = run(tmp_path / "drop", drop=("inputs", "hessians"))
+    assert files.chain_dir is not None and not list(files.chain_dir.glob("*.zarr"))  # deleted block by block
+    # a finished block's layer lost, its inputs deleted: propagated again from block 0, nothing else pruned
+    layer = files.pruned_root / "block2" / "mlp.down_proj.safetensors"
+    layer.unlink()
+    files.summary.unlink()
+    shutil.rmtree(files.model_dir)
+    run(tmp_path / "drop", drop=("inputs", "hessians"))
+    summary = json.loads(files.summary.read_text())
+    assert summary["reused"]["prune"] == 2 * 7 + 6 and summary["computed"]["prune"] == 1 + 7
+    weights = "model.safetensors"
+    assert _digest(files.model_dir / weights) == _digest(reference.model_dir / weights)
+
+
+def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    import thanos.runner.disk as disk
+
+    model = make_tiny_model(tmp_path, "llama", num_blocks=2)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    full = shutil.disk_usage(tmp_path)._replace(free=100_000)  # a disk with 100 kB free
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: full)
+    with pytest.raises(
+        ValueError, match=r"not enough disk space: the run needs about .* 97.7 KiB free"
+    ) as err:
+        _prune(model, corpus, tmp_path, "x")
+    assert "--no-disk-check" in str(err.value) and "thanos workdirs" in str(err.value)
+    assert not (tmp_path / "work-x").exists() and not (tmp_path / "out-x").exists()
+    refused = subprocess.run(
+        [sys.executable, "-m", "thanos", "prune-model", "--model", model, "--method", "magnitude",
+         "--sparsity", "0.5", "--out", tmp_path / "o", "--keep", "some"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--keep: invalid choice: 'some'" in refused.stderr
+
+
+def test_a_dry_run_says_the_disk_and_writes_nothing(tmp_path):
+    model = make_tiny_model(tmp_path, "llama", num_blocks=2)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    result, terminal = _prune(model, corpus, tmp_path, "dry", dry_run=True)
+    assert "dry run: everything above was checked; nothing was run or written" in terminal
+    assert result["disk"]["model"] > 0 and _estimate(terminal)[0] > 0
+    assert not (tmp_path / "work-dry").exists() and not (tmp_path / "out-dry").exists()
+
+
+def _workdirs(*args: str | Path, root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "thanos", "workdirs", "--root", str(root), *map(str, args)],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatch):
+    from thanos.runner.workdir_lock import exclusive_workdir
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("THANOS_WORKDIR", str(root))
+    model = make_tiny_model(tmp_path, "llama", num_blocks=2)
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=40)
+    reports = []
+    for nsamples in (8, 16):  # two calibrations: two working directories
+        reports.append(
+            prune_model(
+                model,
+                "wanda",
+                0.5,
+                out=tmp_path / f"out{nsamples}",
+                calibration=corpus,
+                seqlen=32,
+                nsamples=nsamples,
+                device="cpu",
+                stream=io.StringIO(),
+            )  # fmt: skip
+        )
+    small, large = (Path(r["workdir"]) for r in reports)
+    listed = _workdirs(root=root)
+    assert listed.returncode == 0, listed.stderr
+    assert small.name in listed.stdout and large.name in listed.stdout
+    assert f"model {model}; calibration 16 x 32 of {corpus}" in listed.stdout
+    assert "recipes wanda_u50" in listed.stdout and "in all, under" in listed.stdout
+    assert listed.stdout.index(large.name) < listed.stdout.index(small.name)  # largest first
+
+    refused = _workdirs("--delete", tmp_path, root=root)  # not a working directory: nothing deleted
+    assert refused.returncode == 2 and "not a working directory" in refused.stderr and model.is_dir()
+    with exclusive_workdir(small):  # a run is using it
+        busy = _workdirs("--delete", small.name, large.name, root=root)
+    assert busy.returncode == 2 and "a run is using it now" in busy.stderr and large.is_dir()
+    deleted = _workdirs("--delete", small.name, root=root)
+    assert deleted.returncode == 0 and f"deleted {root / small.name}" in deleted.stdout
+    assert not small.exists() and large.is_dir() and (tmp_path / "out8" / "model.safetensors").is_file()
+    everything = _workdirs("--delete-all", root=root)
+    assert everything.returncode == 0 and not large.exists()
+    assert "no working directories" in _workdirs(root=root).stdout
