@@ -35,12 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="summary JSON, written when every block is done")
     _args.add_batch_size(parser, 8, "samples")
-    parser.add_argument(
-        "--drop-activations", action="store_true", help="delete the chain's own inputs_l as each block is done"
-    )
-    parser.add_argument(
-        "--drop-hessians", action="store_true", help="delete the chain's own hessians_l as each block is done"
-    )
+    for kind in ("activations", "hessians"):
+        store = "inputs_l" if kind == "activations" else "hessians_l"
+        what = f"delete the chain's own {store} as each block is done"
+        parser.add_argument(f"--drop-{kind}", action="store_true", help=what)
     _args.add_device(parser)
     _args.add_compute_dtype(parser)
 

@@ -85,7 +85,9 @@ def _weight_map(model_dir: Path) -> dict[str, str]:
 
 
 def _linear_modules(config: dict[str, Any]) -> list[str]:
-    """Names of the model's nn.Linear modules (built on the meta device: no memory, no weights)."""
+    """Names of the model's linear modules (built on the meta device: no memory, no weights): every
+    ``nn.Linear``, and every other module holding a 2-D ``weight`` it multiplies by, as the routers of
+    mixture-of-experts blocks do in transformers 5 (``MixtralTopKRouter``); embeddings are not."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -93,7 +95,14 @@ def _linear_modules(config: dict[str, Any]) -> list[str]:
     hf_config = AutoConfig.for_model(**plain)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    return sorted(name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear))
+
+    def linear(module: torch.nn.Module) -> bool:
+        if isinstance(module, torch.nn.Linear):
+            return True
+        weight = module._parameters.get("weight")
+        return weight is not None and weight.dim() == 2 and not isinstance(module, torch.nn.Embedding)
+
+    return sorted(name for name, module in model.named_modules() if linear(module))
 
 
 def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = False) -> SparsitySummary:

@@ -304,6 +304,9 @@ def _facts(
         dense_text = f"{len(dense)} linear layers ({SIDECAR} lists them under dense_linear)"
     else:
         dense_text = ", ".join(dense) or "no linear layer"
+    routers = [name for name in dense if name.endswith((".gate", ".router"))]
+    if routers and len(dense) > 4:  # mixture of experts: say that the routers are among them
+        dense_text += f", the {len(routers)} mixture-of-experts routers among them"
     calibration = report.get("calibration")
     if calibration:
         checksum = f", sha256 {calibration['checksum'][:12]}..." if calibration.get("checksum") else ""
