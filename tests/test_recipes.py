@@ -224,3 +224,34 @@ def test_schema_leaves_methods_and_recipe_names_to_the_package():
     from thanos.jobs.granularity import ALIASES, GRANULARITIES
 
     assert schema["properties"]["granularity"]["enum"] == ["auto", *GRANULARITIES, *ALIASES]
+
+
+def test_the_schemas_problems_are_named_in_words(tmp_path):
+    """What the schema refuses is one line per key, in words: an n:m pattern YAML read as a number (an
+    unquoted 2:4 is 124) says to quote it; a real Snakemake run of such a config stops with that line."""
+    from conftest import snakemake
+
+    from thanos.recipe import schema_problems
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    base = yaml.safe_load((REPO / "config.yaml").read_text())
+    grid = [{"methods": ["wanda"], "sparsities": [248, "half"]}]
+    bad = base | {"recipes": {"r1": {"method": "thanos", "sparsity": 124}}, "recipe_grid": grid, "chian": 1}
+    problems = schema_problems(bad, schema)
+    assert 'recipes.r1.sparsity: 124 is how YAML reads an unquoted 2:4; quote it: "2:4"' in problems
+    assert 'recipe_grid.0.sparsities.0: 248 is how YAML reads an unquoted 4:8; quote it: "4:8"' in problems
+    assert any(
+        p.startswith("recipe_grid.0.sparsities.1: expected a fraction in (0, 1) or a string")
+        for p in problems
+    )
+    assert any("'chian' was unexpected" in p and "the keys allowed here:" in p for p in problems), problems
+    assert schema_problems(base, schema) == []
+
+    config = tmp_path / "unquoted.yaml"
+    config.write_text(f"results: {tmp_path}/results\nrecipes:\n  r1: {{method: thanos, sparsity: 2:4}}\n")
+    run = snakemake(tmp_path, {}, "-n", "--configfile", str(config), check=False)
+    assert run.returncode != 0
+    assert (
+        'recipes.r1.sparsity: 124 is how YAML reads an unquoted 2:4; quote it: "2:4"'
+        in run.stderr + run.stdout
+    )

@@ -453,3 +453,39 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
     if not recipes:
         raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
     return recipes
+
+
+def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What in ``config`` the workflow's JSON schema refuses, one line per problem naming the key
+    (``recipes.r1.sparsity: ...``) in words instead of the schema's dump; an n:m pattern YAML read as a
+    number (an unquoted ``2:4`` is 124 in YAML 1.1's base 60) says to quote it."""
+    from jsonschema import Draft202012Validator
+
+    problems = []
+    validator = Draft202012Validator(schema)
+    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(map(str, error.absolute_path)) or "the config"
+        value = error.instance
+        if (
+            "sparsit" in key
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value >= 60
+        ):
+            n, m = divmod(value, 60)
+            problems.append(
+                f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"'
+            )
+            continue
+        if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
+            text = 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3"'
+        elif error.validator in ("oneOf", "anyOf"):
+            forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")
+            text = f"{value!r} is none of the allowed forms ({forms})"
+        elif error.validator == "additionalProperties":
+            allowed = ", ".join(sorted(error.schema.get("properties", {})))
+            text = f"{error.message}; the keys allowed here: {allowed}"
+        else:
+            text = error.message
+        problems.append(f"{key}: {text}" if key != "the config" else text)
+    return problems

@@ -6,12 +6,14 @@ import os
 import re
 import shlex
 
+import yaml
+
 from snakemake.logging import logger
 from snakemake.utils import validate
 
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
-from thanos.recipe import ConfigError, expand
+from thanos.recipe import ConfigError, expand, schema_problems
 from thanos.jobs.devices import resolve_devices
 from thanos.jobs.granularity import ALIASES, choose_granularity
 
@@ -20,7 +22,11 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "../schemas/config.schema.yaml")
+# the schema's problems in words, one line each naming the key (validate's own message is a schema dump)
+_problems = schema_problems(config, yaml.safe_load(open(workflow.source_path("../schemas/config.schema.yaml"))))
+if _problems:
+    raise ConfigError("the config is not valid:\n  " + "\n  ".join(_problems))
+validate(config, "../schemas/config.schema.yaml")  # fills in the defaults
 
 R = config["results"]
 CHAIN = config["chain"]
