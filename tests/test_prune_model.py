@@ -457,6 +457,29 @@ def test_a_loaded_model_is_refused_saying_what_to_pass(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"sparsity": "3:2"}, "sparsity='3:2': "),
+        ({"alpha": 1.5}, "alpha=1.5: outlier-row fraction"),
+        ({"recover": {"epochs": 0}}, "recover['epochs']=0: expected a whole number"),
+        ({"method": "wanda", "damp": 0.1}, "damp: wanda 0.5 does not use it"),
+        ({"seqlen": 100_000}, "seqlen=100000 exceeds the model's 512 positions; give seqlen=512 or less"),
+        ({"keep": "some"}, "keep='some': choose needed or all"),
+    ],
+)
+def test_python_errors_name_the_parameters(tmp_path, options, message):
+    """The same checks as the command's, in Python's words: ``prune_model``'s parameters, not the flags."""
+    from thanos import prune_model
+    from thanos.demo.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    call = {"method": "thanos", "sparsity": 0.5, "calibration": str(model / "config.json")} | options
+    with pytest.raises(ValueError) as err:
+        prune_model(model, call.pop("method"), call.pop("sparsity"), out=tmp_path / "out", **call)
+    assert str(err.value).startswith(message) and "--" not in str(err.value), str(err.value)
+
+
 def test_another_models_result_is_replaced_only_with_overwrite(first, inputs, tmp_path):
     out, workdir, _ = first
     other = tmp_path / "other"

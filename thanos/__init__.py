@@ -3,7 +3,7 @@ SparseGPT baselines.
 
 >>> from thanos import prune_layer
 >>> result = prune_layer(W, H, "thanos", "2:4")
->>> from thanos import prune_model  # a whole model, through the Snakemake workflow
+>>> from thanos import prune_model  # a whole model, every stage in this process
 >>> report = prune_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "thanos", "2:4", out="tinyllama-2of4")
 
 The names below are imported on first use, so that the torch-free modules (``thanos.pruning.methods``,
@@ -30,7 +30,7 @@ _HOMES = {
     "PruneStats": "thanos.pruning.layer",
     "layer_objective": "thanos.pruning.layer",
     "prune_layer": "thanos.pruning.layer",
-    "prune_model": "thanos.runner.one_recipe",  # imports Snakemake only when used
+    "prune_model": "thanos.runner.one_recipe",
     "Recipe": "thanos.recipe",
     "Sparsity": "thanos.pruning.sparsity",
     "parse_sparsity": "thanos.pruning.sparsity",

@@ -466,16 +466,9 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
     for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(map(str, error.absolute_path)) or "the config"
         value = error.instance
-        if (
-            "sparsit" in key
-            and isinstance(value, int)
-            and not isinstance(value, bool)
-            and value >= 60
-        ):
+        if "sparsit" in key and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
             n, m = divmod(value, 60)
-            problems.append(
-                f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"'
-            )
+            problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
             continue
         if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
             text = 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3"'

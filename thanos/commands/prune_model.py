@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.runner.one_recipe import RunFailed, prune_model
 
     try:
-        prune_model(
+        prune_model.__wrapped__(  # the errors name the flags (prune_model's name its parameters)
             args.model,
             args.method,
             args.sparsity,

@@ -205,6 +205,47 @@ def _print(stream: TextIO, text: str = "") -> None:
     stream.flush()
 
 
+def parameter_names(text: str, names: Sequence[str]) -> str:
+    """``text`` with the command's flags of ``names`` written as Python parameters: ``--sparsity '3:2'`` ->
+    ``sparsity='3:2'``, ``--damp:`` -> ``damp:``, ``--recover-epochs 0`` -> ``recover['epochs']=0``,
+    ``--no-disk-check`` -> ``disk_check=False``; other text unchanged."""
+
+    def swap(match: re.Match[str]) -> str:
+        flag, space = match.group(1), match.group(2)
+        name = flag.replace("-", "_")
+        if flag == "no-disk-check":
+            return "disk_check=False" + space
+        if name.startswith("recover_") and "recover" in names:
+            name = f"recover[{name.removeprefix('recover_')!r}]"
+        elif name not in names:
+            return match.group(0)
+        return f"{name}=" if space else name
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)( ?)", swap, text)
+
+
+def _with_parameter_names(function: Any) -> Any:
+    """``function`` whose bad-input errors name its parameters (``sparsity='3:2': ...``) instead of the
+    command's flags (``--sparsity '3:2': ...``); the command calls ``function.__wrapped__``, which names the
+    flags."""
+    import functools
+    import inspect
+
+    names = list(inspect.signature(function).parameters)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except (ValueError, TypeError, OSError) as err:
+            if len(err.args) == 1 and isinstance(err.args[0], str):
+                err.args = (parameter_names(err.args[0], names),)
+            raise
+
+    return wrapper
+
+
+@_with_parameter_names
 def prune_model(
     model: str | Path,
     method: str,
