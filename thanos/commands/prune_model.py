@@ -145,6 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     tasks_help = "zero-shot lm-eval tasks, comma-separated (default: the paper's 7)"
     parser.add_argument("--tasks", default=None, help=tasks_help)
+    include_help = "directory of local lm-eval task YAMLs (for --tasks defined there)"
+    parser.add_argument("--include-path", default=None, help=include_help)
     parser.add_argument("--cores", type=_args.positive, default=None, help="CPU cores to use (default: all)")
     parser.add_argument(
         "--compact",
@@ -192,6 +194,7 @@ def run(args: argparse.Namespace) -> None:
             evaluate=args.evaluate,
             ppl_source=args.ppl_source,
             tasks=args.tasks.split(",") if args.tasks else None,
+            include_path=args.include_path,
             cores=args.cores,
             exclude=args.exclude,
             compact=args.compact,

@@ -33,6 +33,7 @@ class Evaluations:
     device: str
     recipe: str  # the recipe's name, for the progress lines
     dtype: str = "auto"  # the dtype the models are run in (``thanos.stages.common.compute_dtype``)
+    include_path: str | None = None  # a directory of local lm-eval task YAMLs
 
     @functools.cached_property
     def _dense_identity(self) -> Any:
@@ -57,7 +58,10 @@ class Evaluations:
 
         if kind == "ppl":
             return {"model": identity, "source": source_identity(self.ppl_source), "dtype": self.dtype}
-        return {"model": identity, "tasks": self.tasks, "dtype": self.dtype}
+        inputs = {"model": identity, "tasks": self.tasks, "dtype": self.dtype}
+        if self.include_path:  # edited task YAMLs evaluate again
+            inputs["include_path"] = source_identity(self.include_path)
+        return inputs
 
     def current(self) -> dict[str, Any] | None:
         """The results of every evaluation asked for, when each is current (the dense model's under
@@ -109,6 +113,7 @@ class Evaluations:
             from thanos.evaluation.zeroshot import evaluate_zeroshot
 
             summary = evaluate_zeroshot(
-                model, tasks=self.tasks, batch_size=ZEROSHOT_BATCH_SIZE, device=self.device, loaded=loaded[0]
-            )
+                model, tasks=self.tasks, include_path=self.include_path, batch_size=ZEROSHOT_BATCH_SIZE,
+                device=self.device, loaded=loaded[0],
+            )  # fmt: skip
             write_json(out, summary)

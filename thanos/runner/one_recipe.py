@@ -266,6 +266,7 @@ def prune_model(
     evaluate: str | tuple[str, ...] | list[str] = (),
     ppl_source: str | Path = "wikitext2",
     tasks: list[str] | None = None,
+    include_path: str | Path | None = None,
     cores: int | None = None,
     exclude: Sequence[str] | None = None,
     compact: bool | None = None,
@@ -294,8 +295,9 @@ def prune_model(
     ``calibration``: "c4" (the hub) or a local text/jsonl/parquet file or directory, ``nsamples`` windows
     of ``seqlen`` tokens (default min(2048, the model's max positions)); ``evaluate``: "ppl" and/or
     "zeroshot" (``ppl_source``: "wikitext2" or a local file; ``tasks``: lm-eval tasks, default the
-    paper's 7); ``compute_dtype``: the dtype the blocks run in (auto: the checkpoint's where the device
-    multiplies it natively, a GPU or a CPU with bf16 instructions, else float32; float32, bfloat16,
+    paper's 7, ``include_path``: a directory of local lm-eval task YAMLs that defines them);
+    ``compute_dtype``: the dtype the blocks run in (auto: the checkpoint's where the device multiplies it
+    natively, a GPU or a CPU with bf16 instructions, else float32; float32, bfloat16,
     float16); ``exclude``: regular expressions, the layers they match (by name within a block, e.g.
     ``self_attn``) stay dense; ``overwrite``: replace an ``out`` that holds another model's or recipe's
     result; ``recover``: True (the defaults) or {epochs, lr, batch_size, holdout, target}: each pruned
@@ -335,7 +337,7 @@ def prune_model(
         recipe,
         out,
         calibration_options | {"text_field": text_field},
-        Evaluation(_evaluations(evaluate), ppl_source, tasks),
+        Evaluation(_evaluations(evaluate), ppl_source, tasks, str(include_path) if include_path else None),
         Resources(device, cores or os.cpu_count() or 1, workdir, compute_dtype, keep),
         overwrite,
         disk_check,
@@ -367,6 +369,7 @@ class Evaluation:
     kinds: tuple[str, ...] = ()
     ppl_source: str | Path = "wikitext2"
     tasks: list[str] | None = None
+    include_path: str | None = None  # a directory of local lm-eval task YAMLs (absolute once checked)
 
 
 @dataclass(frozen=True)
@@ -481,6 +484,12 @@ def plan(
     ppl = source_reference(
         evaluation.ppl_source, HUB_SOURCES["perplexity"], "--ppl-source", check="ppl" in evaluation.kinds
     )
+    include_path = evaluation.include_path
+    if include_path is not None:  # the directory, and the tasks named, found now rather than after pruning
+        from thanos.evaluation.zeroshot import task_manager
+
+        include_path = str(Path(include_path).expanduser().resolve())
+        task_manager(list(evaluation.tasks or []), include_path)
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calib)
     left_dense = [layer for layer in all_layers if layer not in layers]
@@ -491,7 +500,7 @@ def plan(
         out,
         workdir,
         Calibration(**calib),
-        dataclasses.replace(evaluation, ppl_source=ppl),
+        dataclasses.replace(evaluation, ppl_source=ppl, include_path=include_path),
         resources,
         left_dense,
         computes_in,
@@ -675,7 +684,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     evaluations = Evaluations(
         run_plan.files.model_dir, root / "eval", run_plan.reference, root.parent / DENSE / "eval",
         plan_eval.kinds, str(plan_eval.ppl_source), plan_eval.tasks, run_plan.resources.device,
-        run_plan.recipe.name, run_plan.resources.compute_dtype,
+        run_plan.recipe.name, run_plan.resources.compute_dtype, plan_eval.include_path,
     )  # fmt: skip
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
