@@ -85,9 +85,7 @@ def main() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         rows = {keep: run(args, keep, Path(tmp)) for keep in ("all", "needed")}
-    print(
-        f"{args.model}: {args.method} {args.sparsity}, {args.nsamples} x {args.seqlen} calibration tokens"
-    )
+    print(f"{args.model}: {args.method} {args.sparsity}, {args.nsamples} x {args.seqlen} calibration tokens")
     names = list(rows["all"])
     print(f"{'--keep':<8}" + "".join(f"{name:>17}" for name in names))
     for keep, row in rows.items():
