@@ -150,10 +150,22 @@ def snakemake(
     return proc
 
 
+def expert_matrix(state: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:
+    """One expert's matrix ``NAME.{e}.weight`` of a checkpoint that holds every expert in one tensor
+    (gpt-oss, GraniteMoE): slice e of ``NAME`` or ``NAME.weight``, stored (out, in) or (in, out), as a view
+    of shape ``shape`` (out, in): told apart by the shapes, refused when they cannot tell."""
+    base, expert = name.removesuffix(".weight").rsplit(".", 1)
+    stored = state[base if base in state else f"{base}.weight"][int(expert)]
+    assert shape[0] != shape[1], name  # a square expert would be ambiguous here
+    assert shape in (tuple(stored.shape), tuple(stored.T.shape)), (name, shape, stored.shape)
+    return stored if tuple(stored.shape) == shape else stored.T
+
+
 def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
     """The input model with every pruned layer's weight set from the recipe's pruned layer files. Layers
     that are not module parameters (a mixture-of-experts expert's matrix, which transformers fuses on
-    load) are set in the checkpoint's own tensors, which transformers then loads."""
+    load, or a slice of the checkpoint's fused experts tensor) are set in the checkpoint's own tensors,
+    which transformers then loads."""
     import shutil
     import tempfile
 
@@ -179,7 +191,11 @@ def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
         state = {}
         for shard in sorted(model.glob("*.safetensors")):
             state |= load_file(shard)
-        state |= pruned_weights
+        for name, weight in pruned_weights.items():
+            if name in state:
+                state[name] = weight
+            else:
+                expert_matrix(state, name, tuple(weight.shape)).copy_(weight)
         save_file(state, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
         shutil.copy(model / "config.json", tmp)
         return AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()

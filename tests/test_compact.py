@@ -31,7 +31,7 @@ from thanos.stages.prune import prune
 OPTIONS = {"phi3": {"intermediate_size": 96}}
 # rows of the matrix whose MLP is not one output projection of intermediate_size inputs per block: mixture
 # of experts (many expert projections, or dense first blocks of another width); refused, named
-NO_NEURONS = ("mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "qwen3_next")
+NO_NEURONS = ("mixtral", "qwen3_moe", "gpt_oss", "granitemoe", "glm4_moe", "deepseek_v3", "qwen3_next")
 
 
 def logits(model_dir: Path, ids: torch.Tensor) -> torch.Tensor:

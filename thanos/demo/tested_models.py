@@ -46,6 +46,14 @@ TESTED_MODELS: dict[str, dict[str, Any]] = {
         "family": "Qwen3-MoE (mixture of experts, q/k norms)",
         "config": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96},
     },
+    "gpt_oss": {
+        "family": "gpt-oss (experts stored fused, (in, out) matrices; attention sinks, alternating windows)",
+        "config": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    },
+    "granitemoe": {
+        "family": "Granite 3 MoE (experts stored fused in input_linear/output_linear)",
+        "config": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    },
     "glm4_moe": {
         "family": "GLM-4.5/4.6 (dense first block, then mixture of experts with a shared expert)",
         "config": DENSE_FIRST_MOE,

@@ -121,7 +121,9 @@ def open_model(path_or_hub_id: str | Path) -> tuple[Path, ModelAdapter, Checkpoi
         adapter = get_adapter(load_config(model_dir))
         if key:
             _OPENED[key] = adapter
-    return model_dir, adapter, Checkpoint(model_dir)
+    checkpoint = Checkpoint(model_dir)
+    checkpoint.add_views(adapter.layout.expert_views())
+    return model_dir, adapter, checkpoint
 
 
 def open_layout(
@@ -137,7 +139,9 @@ def open_layout(
     layout = ModelLayout.from_info(model_info) if model_info else None
     if layout is None:
         layout = open_model(model_dir)[1].layout
-    return model_dir, layout, Checkpoint(model_dir)
+    checkpoint = Checkpoint(model_dir)
+    checkpoint.add_views(layout.expert_views())
+    return model_dir, layout, checkpoint
 
 
 def _config_key(model_dir: Path) -> tuple | None:

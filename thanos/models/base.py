@@ -158,9 +158,26 @@ class ModelAdapter(ABC):
     ) -> dict[str, torch.Tensor]:
         """Block ``block``'s checkpoint tensors by name within the block, ``overrides`` (layer -> weight,
         shape checked) in place of their layers' weights."""
-        state = checkpoint.prefixed(self.block_prefix(block))
+        prefix = self.block_prefix(block)
+        state = checkpoint.prefixed(prefix)
+        copied: set[str] = set()  # fused tensors copied before an expert's slice is replaced in them
         for layer, weight in (overrides or {}).items():
             key = f"{layer}.weight"
+            if prefix + key in checkpoint.views:  # one expert of a fused tensor: written into its slice
+                source, expert, transposed = checkpoint.views[prefix + key]
+                source = source.removeprefix(prefix)
+                if source not in copied:
+                    state[source] = state[source].clone()
+                    copied.add(source)
+                target = state[source][expert]
+                expected = tuple(target.T.shape if transposed else target.shape)
+                if tuple(weight.shape) != expected:
+                    raise ValueError(
+                        f"block {block} layer {layer}: replacement weight has shape {tuple(weight.shape)}, "
+                        f"the model's is {expected}"
+                    )
+                target.copy_((weight.T if transposed else weight).to(target.dtype))
+                continue
             if key not in state:
                 raise ValueError(f"block {block} has no layer {layer!r}")
             if tuple(weight.shape) != tuple(state[key].shape):

@@ -59,10 +59,15 @@ class Checkpoint:
 
     Accepts ``model.safetensors.index.json`` (sharded) or a single ``model.safetensors``; anything else
     (e.g. only ``pytorch_model.bin``) is refused with a message telling how to convert it.
+
+    ``views`` (``add_views``): 2-D tensors that are one expert's slice of a 3-D tensor holding every expert
+    (a checkpoint that stores its experts fused): read, and shaped (out, in), as if they were stored so;
+    ``names`` lists the stored tensors only.
     """
 
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
+        self.views: dict[str, tuple[str, int, bool]] = {}  # name -> (stored 3-D tensor, expert, transposed)
         index = self.model_dir / INDEX_FILE
         single = self.model_dir / SINGLE_FILE
         if index.is_file():
@@ -86,16 +91,28 @@ class Checkpoint:
         return sorted(n for n in self.weight_map if n.startswith(prefix))
 
     def __contains__(self, name: str) -> bool:
-        return name in self.weight_map
+        return name in self.weight_map or name in self.views
+
+    def add_views(self, views: dict[str, tuple[str, int, bool]]) -> None:
+        """Name -> (the stored 3-D tensor, the expert, whether it holds (in, out) matrices): each name reads
+        as that expert's (out, in) matrix (``ModelLayout.expert_views``)."""
+        for name, (source, expert, _) in views.items():
+            if source not in self.weight_map:
+                raise ValueError(f"{self.model_dir}: tensor {source} (of {name}) is not in the checkpoint")
+            shape = self._stored_shape(source)
+            if len(shape) != 3 or not 0 <= expert < shape[0]:
+                raise ValueError(f"{self.model_dir}: {source} of shape {shape} has no expert {expert}")
+        self.views.update(views)
 
     def tensors(self, names: list[str]) -> dict[str, torch.Tensor]:
-        """The named tensors (CPU, stored dtype), opening each needed shard once."""
-        missing = [n for n in names if n not in self.weight_map]
+        """The named tensors (CPU, stored dtype), opening each needed shard once; a view is its expert's
+        slice alone (``get_slice``: the other experts are not read)."""
+        missing = [n for n in names if n not in self.weight_map and n not in self.views]
         if missing:
             raise ValueError(f"{self.model_dir}: tensors not in the checkpoint: {', '.join(missing[:5])}")
         by_shard: dict[Path, list[str]] = defaultdict(list)
         for name in names:
-            by_shard[self.weight_map[name]].append(name)
+            by_shard[self.weight_map[self.views[name][0] if name in self.views else name]].append(name)
         out: dict[str, torch.Tensor] = {}
         for shard, shard_names in by_shard.items():
             if not shard.is_file():
@@ -104,13 +121,25 @@ class Checkpoint:
                 )
             with open_safetensors(shard) as handle:
                 for name in shard_names:
-                    out[name] = handle.get_tensor(name)
+                    if name in self.views:
+                        source, expert, transposed = self.views[name]
+                        W = handle.get_slice(source)[expert]
+                        out[name] = W.T.contiguous() if transposed else W
+                    else:
+                        out[name] = handle.get_tensor(name)
         return out
 
     def shape(self, name: str) -> list[int]:
-        """A tensor's shape, from its shard's header (nothing is read)."""
+        """A tensor's shape, from its shard's header (nothing is read); a view's as (out, in)."""
+        if name in self.views:
+            source, _, transposed = self.views[name]
+            rows, columns = self._stored_shape(source)[1:]
+            return [columns, rows] if transposed else [rows, columns]
         if name not in self.weight_map:
             raise ValueError(f"{self.model_dir}: tensor {name} is not in the checkpoint")
+        return self._stored_shape(name)
+
+    def _stored_shape(self, name: str) -> list[int]:
         with open_safetensors(self.weight_map[name]) as handle:
             return list(handle.get_slice(name).get_shape())
 

@@ -49,11 +49,14 @@ def find_experts(block: nn.Module) -> dict[str, nn.Module]:
 
 @dataclass(frozen=True)
 class ExpertLayer:
-    """One expert's matrix as the checkpoint stores it."""
+    """One expert's matrix as the checkpoint stores it: a 2-D tensor of its own, or (``fused``) slice
+    ``expert`` of a 3-D tensor holding every expert, stored (in, out) when ``transposed``."""
 
     experts: str  # path of the experts module in the block (``mlp.experts``)
     param: str  # its fused parameter (``gate_up_proj``, ``down_proj``)
     expert: int
+    fused: str | None = None  # the checkpoint's 3-D tensor (name in the block) when it stores them fused
+    transposed: bool = False  # the fused tensor holds (in, out) matrices (gpt-oss), not (out, in)
 
     @property
     def role(self) -> str:
@@ -118,12 +121,16 @@ class Conversion:
 
 
 def expert_layers(conversion: Conversion, block: nn.Module, prefix: str) -> dict[str, ExpertLayer]:
-    """The checkpoint's per-expert matrices of a block: relative disk name without ``.weight`` -> which
-    expert of which fused parameter.
+    """The checkpoint's per-expert matrices of a block: layer name (the relative disk name without
+    ``.weight``) -> which expert of which fused parameter.
 
     Found by transformers' reverse conversion of the block's own parameters: each fused parameter
     is given the expert index as its value (a broadcast view: no memory), so every per-expert tensor it
-    splits into says which expert it is."""
+    splits into says which expert it is. A checkpoint that stores the experts fused, as gpt-oss
+    (``mlp.experts.gate_up_proj``, (E, H, 2I)) and GraniteMoE (``block_sparse_moe.input_linear.weight``,
+    (E, 2I, H)) do, gives one layer per expert named ``{tensor}.{e}`` (``mlp.experts.gate_up_proj.3``): a
+    view of slice e of the checkpoint's tensor (``thanos.models.checkpoint.Checkpoint.add_views``), pruned
+    as one matrix like the others and written back into the fused tensor."""
     layers: dict[str, ExpertLayer] = {}
     for path, experts in find_experts(block).items():
         for param, value in experts.named_parameters(recurse=False):
@@ -132,11 +139,20 @@ def expert_layers(conversion: Conversion, block: nn.Module, prefix: str) -> dict
             marker = torch.arange(value.shape[0], dtype=torch.int32).view(-1, 1, 1).expand(value.shape)
             for name, tensor in conversion.to_disk({f"{prefix}{path}.{param}": marker}).items():
                 relative = name.removeprefix(prefix)
+                if tensor.ndim == 3 and tuple(tensor.shape) == tuple(value.shape):  # stored fused, renamed
+                    base = relative.removesuffix(".weight")
+                    for expert in range(tensor.shape[0]):
+                        if int(tensor[expert, 0, 0]) != expert or int(tensor[expert, -1, -1]) != expert:
+                            raise ValueError(f"{relative} does not hold expert {expert} at index {expert}")
+                        layers[f"{base}.{expert}"] = ExpertLayer(
+                            path, param, expert, relative, bool(experts.is_transposed)
+                        )
+                    continue
                 if tensor.ndim != 2 or not relative.endswith(".weight"):
                     raise ValueError(
                         f"{prefix}{path}.{param} is stored as {relative} of shape "
-                        f"{tuple(tensor.shape)}: experts stored fused in the checkpoint are not pruned yet "
-                        "(transformers' save_pretrained writes one matrix per expert by default)"
+                        f"{tuple(tensor.shape)}: neither one matrix per expert nor every expert in one "
+                        "tensor of the module's shape; this layout of experts cannot be pruned"
                     )
                 expert = int(tensor[0, 0])
                 rows, columns = tensor.shape  # corners and centre: cheap at any size (no full comparison)

@@ -255,6 +255,16 @@ class GenericAdapter(ModelAdapter):
             dtype=str(self.dtype).removeprefix("torch."),
             max_positions=self.max_positions,
             mlp_config=mlp_config(self.config),
+            fused=tuple(
+                sorted(
+                    {
+                        (layer.rpartition(".")[0], expert.fused, expert.transposed)
+                        for kind in kinds
+                        for layer, expert in kind.experts.items()
+                        if expert.fused is not None
+                    }
+                )
+            ),
         )
 
     def _describe(self, block: int) -> _Kind:
@@ -514,7 +524,15 @@ class GenericAdapter(ModelAdapter):
         prefix = self.block_prefix(block)
         state = {prefix + name: tensor.detach() for name, tensor in module.state_dict().items()}
         disk = self._conversion.to_disk(state)
-        return {layer: disk[f"{prefix}{layer}.weight"] for layer in layers}
+        weights = {}
+        for layer in layers:
+            expert = self.experts.get(layer)
+            if expert is not None and expert.fused is not None:  # a slice of the fused tensor, as (out, in)
+                W = disk[f"{prefix}{expert.fused}"][expert.expert]
+                weights[layer] = W.T if expert.transposed else W
+            else:
+                weights[layer] = disk[f"{prefix}{layer}.weight"]
+        return weights
 
     def train_block(self, module: nn.Module, block: int, hidden: torch.Tensor) -> torch.Tensor:
         args, kwargs = self.block_call(block, hidden)

@@ -34,6 +34,9 @@ class ModelLayout:
     dtype: str
     max_positions: int
     mlp_config: dict[str, Any]
+    # experts the checkpoint stores fused (``thanos.models.experts``): (the layers' name before ``.{e}``,
+    # the 3-D tensor's name in the block, whether it holds (in, out) matrices)
+    fused: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def num_blocks(self) -> int:
@@ -82,6 +85,23 @@ class ModelLayout:
         known = ", ".join(layer for members in groups.values() for layer in members)
         raise ValueError(f"unknown layer {layer!r} for{where} {self.model_type}; layers are {known}")
 
+    def expert_views(self) -> dict[str, tuple[str, int, bool]]:
+        """The layers that are one expert's slice of a fused checkpoint tensor: their weight's full name
+        (``model.layers.0.mlp.experts.gate_up_proj.3.weight``) -> (the fused tensor's full name, the
+        expert, transposed), for ``Checkpoint.add_views``."""
+        if not self.fused:
+            return {}
+        fused = {base: (tensor, transposed) for base, tensor, transposed in self.fused}
+        views = {}
+        for block in range(self.num_blocks):
+            prefix = self.block_prefix(block)
+            for layer in self.block_layers(block):
+                base, _, expert = layer.rpartition(".")
+                if base in fused:
+                    tensor, transposed = fused[base]
+                    views[f"{prefix}{layer}.weight"] = (f"{prefix}{tensor}", int(expert), transposed)
+        return views
+
     def to_info(self) -> dict[str, Any]:
         """The layout's part of ``model_info.json`` (docs/cli.md)."""
         info = {
@@ -95,6 +115,11 @@ class ModelLayout:
             "block_prefix": self.block_template,
             "mlp_config": self.mlp_config,
         }
+        if self.fused:
+            info["fused_experts"] = [
+                {"layers": base, "tensor": tensor, "transposed": transposed}
+                for base, tensor, transposed in self.fused
+            ]
         if len(self.kinds) > 1:  # blocks that differ: each kind's layers (thanos.files.pruned_layers)
             info["block_kinds"] = [_layers(kind) for kind in self.kinds]
             info["block_kind"] = list(self.block_kind)
@@ -117,6 +142,10 @@ class ModelLayout:
             dtype=info["dtype"],
             max_positions=info["max_position_embeddings"],
             mlp_config=dict(info["mlp_config"]),
+            fused=tuple(
+                (entry["layers"], entry["tensor"], bool(entry["transposed"]))
+                for entry in info.get("fused_experts", [])
+            ),
         )
 
 

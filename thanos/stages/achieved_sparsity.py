@@ -116,6 +116,10 @@ def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = F
         return read_sidecar(model_dir / SIDECAR, report)
     layers = report.get("layers") or []
     pruned = {entry["tensor"]: entry for entry in layers}
+    experts: dict[str, list[dict[str, Any]]] = {}  # a fused tensor -> its pruned experts' entries
+    for entry in layers:
+        if "fused" in entry:
+            experts.setdefault(entry["fused"]["tensor"], []).append(entry)
     per_layer: dict[str, dict[str, Any]] = {}
     parameters = zeros = 0
     for name, file in sorted(_weight_map(model_dir).items()):
@@ -127,12 +131,21 @@ def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = F
         if name in pruned:
             rows = int(pruned[name].get("outlier_rows") or 0)
             per_layer[name] = {"shape": list(tensor.shape), "zeros": count, "outlier_rows": rows}
+        for entry in experts.get(name, []):  # one expert's (out, in) matrix in a fused tensor
+            W = tensor[entry["fused"]["expert"]]
+            W = W.T if entry["fused"]["transposed"] else W
+            rows = int(entry.get("outlier_rows") or 0)
+            per_layer[entry["tensor"]] = {
+                "shape": list(W.shape),
+                "zeros": int((W == 0).sum()),
+                "outlier_rows": rows,
+            }
         del tensor
     missing = sorted(set(pruned) - set(per_layer))
     if missing:
         raise ValueError(f"{model_dir}: pruned layer(s) {', '.join(missing)} are not in its weights")
     config = json.loads((model_dir / "config.json").read_text())
-    modules = {name.removesuffix(".weight") for name in pruned}
+    modules = {name.removesuffix(".weight") for name in pruned}  # fused experts are no linear module
     dense_linear = [name for name in _linear_modules(config) if name not in modules]
     return _summary(layers, per_layer, parameters, zeros, dense_linear)
 

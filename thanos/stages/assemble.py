@@ -105,11 +105,14 @@ def pruned_layers(root: Path) -> list[tuple[int, str, Path]]:
     return sorted(found, key=lambda t: (t[0], t[1]))
 
 
-def tensor_name(block: int, layer: str, names: list[str], block_prefix: str | None) -> str:
-    """The original tensor name of a pruned layer's weight."""
+def tensor_name(
+    block: int, layer: str, names: list[str], block_prefix: str | None, views: dict | None = None
+) -> str:
+    """The original tensor name of a pruned layer's weight (a view's name for one expert of a fused
+    tensor: ``views``, ``ModelLayout.expert_views``)."""
     if block_prefix:
         name = block_prefix.format(i=block, l=block, block=block) + f"{layer}.weight"
-        if name not in names:
+        if name not in names and name not in (views or {}):
             raise ValueError(f"pruned layer block {block} {layer}: tensor {name} is not in the model")
         return name
     suffix = f".{block}.{layer}.weight"
@@ -168,14 +171,15 @@ def assemble(
     compact = None
     if recipe.compact:
         compact = compaction(model_dir, pruned_root, names, info)
-    sizes = tensor_sizes(names, sources, replace, compact)
+    fused = fused_parts(replace, info)
+    sizes = tensor_sizes(names, sources, replace, compact, fused)
     shards = shard_names(names, sizes, max_bytes)
     total, removed = count_pruned(layers, replace)
     owl_report = owl_blocks(owl, layers, recipe) if owl is not None else None
 
     out = Path(out)
     with atomic_path(out, is_dir=True) as tmp:
-        write_shards(tmp, shards, sources, replace, sizes, compact)
+        write_shards(tmp, shards, sources, replace, sizes, compact, fused)
         copy_model_files(model_dir, tmp)
         if compact is not None:
             config_file = tmp / "config.json"
@@ -294,10 +298,11 @@ def pruned_tensors(
             for layer in recipe.layers(block_layers(info, block), info["layers"])
         }
     found = sorted(pruned_layers(root), key=lambda t: (t[0], order.get(t[1], len(order)), t[1]))
+    views = expert_views(info)
     for block, layer, file in found:
         if wanted is not None and (block, layer) not in wanted:
             continue
-        name = tensor_name(block, layer, names, info.get("block_prefix"))
+        name = tensor_name(block, layer, names, info.get("block_prefix"), views)
         stats_file = file.with_suffix(".json")
         stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
         if stats.get("kept_dense"):  # a layer a neurons recipe does not prune: not in the report's layers,
@@ -305,15 +310,45 @@ def pruned_tensors(
                 replace[name] = file
             continue
         replace[name] = file
-        layers.append({"block": block, "layer": layer, "tensor": name, **stats})
+        entry = {"block": block, "layer": layer, "tensor": name, **stats}
+        if name in views:  # where the expert's matrix is written: for the counts on the written weights
+            source, expert, transposed = views[name]
+            entry["fused"] = {"tensor": source, "expert": expert, "transposed": transposed}
+        layers.append(entry)
     return replace, layers
 
 
+def expert_views(info: dict[str, Any]) -> dict[str, tuple[str, int, bool]]:
+    """The model's layers that are one expert's slice of a fused tensor (``ModelLayout.expert_views``)."""
+    from thanos.models.layout import ModelLayout
+
+    layout = ModelLayout.from_info(info) if info.get("fused_experts") else None
+    return layout.expert_views() if layout is not None else {}
+
+
+# a fused tensor's replaced experts: [(expert, transposed, the pruned layer's file)]
+FusedParts = dict[str, list[tuple[int, bool, Path]]]
+
+
+def fused_parts(replace: dict[str, Path], info: dict[str, Any]) -> FusedParts:
+    """The pruned experts of every fused tensor, by the fused tensor's name."""
+    parts: FusedParts = {}
+    for name, (source, expert, transposed) in expert_views(info).items():
+        if name in replace:
+            parts.setdefault(source, []).append((expert, transposed, replace[name]))
+    return parts
+
+
 def tensor_sizes(
-    names: list[str], sources: dict[str, Path], replace: dict[str, Path], compact: Compaction | None = None
+    names: list[str],
+    sources: dict[str, Path],
+    replace: dict[str, Path],
+    compact: Compaction | None = None,
+    fused: FusedParts | None = None,
 ) -> dict[str, int]:
     """Bytes of every output tensor (compacted, with ``compact``), from the headers only; a pruned layer
-    whose shape or dtype differs from the original's is refused."""
+    whose shape or dtype differs from the original's (an expert's slice of a ``fused`` tensor) is
+    refused."""
     sizes: dict[str, int] = {}
     for name in names:
         with open_safetensors(sources[name]) as handle:
@@ -321,6 +356,9 @@ def tensor_sizes(
             shape, dtype = list(sl.get_shape()), sl.get_dtype()
         if name in replace:
             check_replacement(replace[name], name, shape, dtype)
+        for expert, transposed, file in (fused or {}).get(name, []):
+            rows, columns = shape[1:]
+            check_replacement(file, f"{name}[{expert}]", [columns, rows] if transposed else shape[1:], dtype)
         if compact is not None:
             shape = compact.shape(name, shape)
         sizes[name] = math.prod(shape) * DTYPE_BYTES.get(dtype, 2)
@@ -369,10 +407,12 @@ def write_shards(
     replace: dict[str, Path],
     sizes: dict[str, int],
     compact: Compaction | None = None,
+    fused: FusedParts | None = None,
 ) -> None:
     """The weights as safetensors shards, one shard in memory at a time: a single ``model.safetensors``,
     or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them); with
-    ``compact``, the removed neurons cut out."""
+    ``compact``, the removed neurons cut out; a ``fused`` tensor with its pruned experts written into
+    their slices (in the input's layout)."""
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
         shard_name = (
@@ -383,6 +423,10 @@ def write_shards(
             source, key = (replace[name], "weight") if name in replace else (sources[name], name)
             with open_safetensors(source) as handle:
                 tensors[name] = handle.get_tensor(key).contiguous()
+            for expert, transposed, file in (fused or {}).get(name, []):
+                with open_safetensors(file) as handle:
+                    W = handle.get_tensor("weight")
+                tensors[name][expert] = W.T if transposed else W
             if compact is not None:
                 tensors[name] = compact.apply(name, tensors[name])
             weight_map[name] = shard_name
