@@ -108,3 +108,75 @@ def test_fused_experts_in_the_checkpoint_are_refused_naming_why(tmp_path: Path) 
     assert "no tensor model.layers.0.block_sparse_moe.experts.0.w1.weight" in last
     assert "stored fused" in last and "save_pretrained" in last
     assert not (tmp_path / "i.json").exists()
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "granitemoe"])
+def test_experts_stored_fused_are_pruned_per_expert_and_written_back_fused(
+    tmp_path: Path, family: str
+) -> None:
+    """gpt-oss ((E, H, 2I): (in, out) matrices) and GraniteMoE ((E, 2I, H)) ship their experts as one
+    tensor each: every expert's matrix is pruned on its own, with the Hessian of the tokens the router
+    sent to it, as an (out, in) layer ``{tensor}.{e}``, and written back into the fused tensor: the output
+    has the input's tensors, shapes and dtypes, loads with from_pretrained without a key left over, every
+    row of every expert is 2:4, and its logits are those of the input with the pruned layers in memory."""
+    from conftest import expert_matrix, pruned_in_memory
+
+    from thanos.demo.tested_models import TESTED_MODELS
+
+    assert family in TESTED_MODELS
+    model = make_tiny_model(tmp_path, family, hidden_size=32, intermediate_size=48)
+    _, adapter, checkpoint = open_model(model)
+    fused = {layer: e for layer, e in adapter.experts.items() if e.fused is not None}
+    assert len(fused) == 2 * 4  # gate/up and down of 4 experts, in every block
+    tokens, inputs, hessians = tmp_path / "tokens.zarr", tmp_path / "inputs.zarr", tmp_path / "hessians.zarr"
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
+               "--out", tokens) == 0  # fmt: skip
+    assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs) == 0
+    assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", hessians,
+               "--batch-size", 4, "--device", "cpu") == 0  # fmt: skip
+    store = Hessians(hessians)
+    full = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    experts_path = next(iter({e.experts for e in fused.values()}))
+    seen = {}
+    module = full.model.layers[0].get_submodule(experts_path)
+    handle = module.register_forward_pre_hook(lambda m, args: seen.update(hidden=args[0], top_k=args[1]))
+    with torch.inference_mode():
+        full(torch.from_numpy(read_tokens(tokens)[0]).long())
+    handle.remove()
+    for layer, expert in fused.items():
+        if expert.role != "input" or store.attrs["experts"][layer]["hessian"] != "routed tokens":
+            continue
+        X = seen["hidden"][(seen["top_k"] == expert.expert).any(-1)].double()
+        torch.testing.assert_close(store.get(layer).double(), (2 / NSAMPLES) * X.T @ X, rtol=1e-4, atol=1e-6)
+        assert checkpoint.shape(f"model.layers.0.{layer}.weight") == [2 * 48, 32]  # (out, in)
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    run = subprocess.run(
+        [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "thanos",
+         "--sparsity", "2:4", "--calibration", str(corpus), "--nsamples", "8", "--seqlen", "24",
+         "--device", "cpu", "--workdir", str(work), "--out", str(out), "--keep", "all"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    from safetensors.torch import load_file
+
+    before, after = ({k: v for f in sorted(d.glob("*.safetensors")) for k, v in load_file(f).items()}
+                     for d in (model, out))  # fmt: skip
+    assert {k: (v.shape, v.dtype) for k, v in before.items()} == {
+        k: (v.shape, v.dtype) for k, v in after.items()
+    }
+    for layer in fused:
+        for block in range(2):
+            name = f"model.layers.{block}.{layer}.weight"
+            W = expert_matrix(after, name, tuple(checkpoint.shape(name)))
+            assert ((W.reshape(W.shape[0], -1, 4) == 0).sum(-1) >= 2).all(), name
+    loaded, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    assert not any(info.values()), info  # no key missing, unexpected or mismatched
+    facts = json.loads((out / "sparsity.json").read_text())
+    assert facts["structure"] == "2:4" and f"model.layers.0.{next(iter(fused))}.weight" in facts["layers"]
+    pruned = work / "results" / model.name / "thanos_2-4" / "pruned"
+    ids = torch.randint(4, full.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        assert torch.equal(loaded.eval()(ids).logits, pruned_in_memory(model, pruned, out)(ids).logits)
+        assert not torch.equal(loaded(ids).logits, full(ids).logits)

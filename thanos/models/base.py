@@ -128,9 +128,10 @@ class ModelAdapter(ABC):
                 name = f"{self.block_prefix(block)}{layer}.weight"
                 if name not in checkpoint:
                     fused = (
-                        "; its mixture-of-experts experts are stored fused (save_pretrained(..., "
-                        "save_original_format=False) writes them so), which is not pruned yet: save the "
-                        "model with transformers' default save_pretrained, one matrix per expert"
+                        "; its mixture-of-experts experts are stored fused under the modules' names "
+                        "(save_pretrained(..., save_original_format=False) writes them so), not in the "
+                        "layout of this model type's checkpoints: save the model with transformers' "
+                        "default save_pretrained"
                         if self.experts
                         else ""
                     )
