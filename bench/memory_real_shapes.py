@@ -16,10 +16,14 @@ activations of one batch, measured as the rest (peak - the parts above) and show
 so that it scales to other batch x seqlen sizes (``--seqlens`` runs capture at several sizes).
 
 ``--prune-model`` runs ``thanos prune-model`` on the model instead (every stage in its one process) and
-samples the RSS of it and of every process it starts every 0.1 s (psutil), printing the peak of each.
+samples the RSS of it and of every process it starts every 0.1 s (psutil), printing the peak of each;
+``--recover-epochs N`` adds ``--recover`` (N epochs) and prints each block's recovery seconds and the peak
+RSS its record gives (``pruning_report.json``), beside the seconds of the same command without recovery.
 
     OMP_WAIT_POLICY=PASSIVE python bench/memory_real_shapes.py --shape 7b --method sparsegpt --sparsity 0.5
     python bench/memory_real_shapes.py --shape 70b --method thanos --sparsity 2:4 --work /big/tmp
+    OMP_WAIT_POLICY=PASSIVE python bench/memory_real_shapes.py --shape 7b --method thanos --sparsity 0.5 \
+        --prune-model --recover-epochs 2 --nsamples 8 --seqlen 256
 """
 
 from __future__ import annotations
@@ -119,11 +123,20 @@ def prune_model(args: argparse.Namespace, work: Path) -> dict:
         sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", args.method,
         "--sparsity", args.sparsity, "--calibration", str(text), "--nsamples", str(args.nsamples),
         "--seqlen", str(args.seqlen), "--device", "cpu", "--cores", str(os.cpu_count()),
-        "--workdir", str(work / "workdir"), "--out", str(work / "out"),
     ]  # fmt: skip
-    started = time.perf_counter()
-    jobs = sampled(command)
-    return {"budget_parts_mib": parts(shape), "jobs": jobs, "seconds": time.perf_counter() - started}
+    result: dict = {"budget_parts_mib": parts(shape)}
+    runs = [("plain", [])]
+    if args.recover_epochs:
+        runs.append(("recovered", ["--recover", "--recover-epochs", str(args.recover_epochs)]))
+    for name, extra in runs:  # the same workdir: the recovered run reuses the calibration and block 0's
+        out = work / f"out-{name}"
+        started = time.perf_counter()
+        jobs = sampled([*command, "--workdir", str(work / "workdir"), "--out", str(out), *extra])
+        result[name] = {"jobs": jobs, "seconds": time.perf_counter() - started}
+        recovery = json.loads((out / "pruning_report.json").read_text()).get("recovery")
+        if recovery:
+            result[name]["recovery_blocks"] = recovery["blocks"]
+    return result
 
 
 def thanos(*args: str) -> dict[str, float]:
@@ -327,6 +340,12 @@ def main() -> None:
     )
     parser.add_argument("--keep-pruned", type=Path, default=None, help="copy the pruned layers here")
     parser.add_argument("--prune-model", action="store_true", help="sample the jobs of `thanos prune-model`")
+    parser.add_argument(
+        "--recover-epochs",
+        type=int,
+        default=0,
+        help="with --prune-model: run it again with --recover and this many epochs",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="thanos-real-", dir=args.work) as tmp:
         result = prune_model(args, Path(tmp)) if args.prune_model else run(args, Path(tmp))
@@ -335,9 +354,19 @@ def main() -> None:
             f"thanos prune-model, {args.shape}-shaped block(s), {args.method} {args.sparsity}, "
             f"{args.nsamples} x {args.seqlen} tokens, CPU: peak RSS (MiB, sampled every 0.1 s) per job"
         )
-        for name, job_peak in sorted(result["jobs"].items(), key=lambda item: -item[1]["peak_mib"]):
-            print(f"{name:>24} {job_peak['peak_mib']:>9,.0f} {job_peak['seconds']:>8.1f} s")
-        print(f"wall {result['seconds']:.0f} s")
+        for run_name in ("plain", "recovered"):
+            if run_name not in result:
+                continue
+            measured = result[run_name]
+            print(f"{run_name}: wall {measured['seconds']:.0f} s")
+            for name, job_peak in sorted(measured["jobs"].items(), key=lambda item: -item[1]["peak_mib"]):
+                print(f"{name:>24} {job_peak['peak_mib']:>9,.0f} {job_peak['seconds']:>8.1f} s")
+            for block in measured.get("recovery_blocks", []):
+                print(
+                    f"  recovery block {block['block']}: {block['seconds']:.1f} s, peak RSS "
+                    f"{block['peak_rss_mib']:,.0f} MiB, held-out loss {block['loss_before']:.4g} -> "
+                    f"{block['loss_after']:.4g} ({block['epochs_kept']} epoch(s) kept)"
+                )
     else:
         report(args, result)
     OUT.mkdir(parents=True, exist_ok=True)
