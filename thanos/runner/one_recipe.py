@@ -219,9 +219,16 @@ def parameter_names(text: str, names: Sequence[str]) -> str:
             name = f"recover[{name.removeprefix('recover_')!r}]"
         elif name not in names:
             return match.group(0)
-        return f"{name}=" if space else name
+        following = match.string[match.end() :].split(" ", 1)[0]
+        if space and following not in WORDS:  # a value follows: ``name=value``
+            return f"{name}="
+        return name + space
 
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)( ?)", swap, text)
+
+
+# words that follow a flag named in a sentence rather than a flag given a value
+WORDS = {"or", "and", "on", "if", "is", "was", "to", "with", "runs", "the", "a", "in", "for", "of"}
 
 
 def _with_parameter_names(function: Any) -> Any:
