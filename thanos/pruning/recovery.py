@@ -84,7 +84,8 @@ def recover_block(
     lr: float,
     on_epoch: Callable[[int, float], None] | None = None,
 ) -> RecoveryLog:
-    """Train ``weights`` (fp32 parameters that ``forward`` uses, each with its 0/1 ``masks``) for
+    """Train ``weights`` (fp32 parameters that ``forward`` uses, each with its boolean ``masks``: True
+    where a weight is kept; 1 byte a weight instead of 4 for an fp32 mask) for
     ``epochs`` passes over ``train(epoch)`` (``steps_per_epoch`` batches each) with Adam at learning rate
     ``lr`` decayed linearly to 0; keep the epoch with the lowest loss on ``validation`` (or none).
     ``on_epoch(epoch, val_loss)`` after each epoch.

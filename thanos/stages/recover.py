@@ -75,7 +75,7 @@ def recover(
         before = adapter.layer_weights(module, block, layers)  # the pruned block's weights, zeros to keep
         before = {layer: W.to("cpu", adapter.dtype, copy=True) for layer, W in before.items()}
         weights = adapter.trained_parameters(module, layers)
-        masks = {name: (W != 0).to(torch.float32) for name, W in weights.items()}
+        masks = {name: W != 0 for name, W in weights.items()}  # bool: a quarter of an fp32 mask's memory
         for W in weights.values():
             W.requires_grad_(True)
 
