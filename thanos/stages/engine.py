@@ -41,9 +41,9 @@ from thanos.stages.outputs import mtime, remove, store_complete
 
 log = logging.getLogger(__name__)
 
-OnStep = Callable[[str, float | None], None]
+OnStep = Callable[[str, float | None], None]  # (label, None when it starts | seconds when it is done)
 # beside a recipe's pruned layers: they were deleted once the model was assembled (retention)
-LAYERS_DELETED = ".layers-deleted.json"  # (label, None when it starts | seconds when it is done)
+LAYERS_DELETED = ".layers-deleted.json"
 
 
 @dataclass(frozen=True)
