@@ -1,7 +1,7 @@
-"""List the working directories ``thanos prune-model`` left (their size, model, calibration, recipes and
-last run) and delete them: ``thanos workdirs`` lists, ``--delete NAME ...`` or ``--delete-all`` deletes.
-A published model (``--out``) does not need its working directory; a rerun or another recipe on the same
-model and calibration computes again what was deleted."""
+"""List the working directories that thanos prune-model left (their size, model, calibration, recipes and
+last run) and delete them: `thanos workdirs` lists, `--delete NAME ...` or `--delete-all` deletes. A
+published model (--out) does not need its working directory; a rerun or another recipe on the same model
+and calibration computes again what was deleted."""
 
 from __future__ import annotations
 
