@@ -1,5 +1,5 @@
 """Disk: the estimate ``prune_model`` prints and checks before it starts, against the bytes measured on
-real runs (tiny dense and mixture-of-experts models, real zarr stores); the default retention (``--keep
+real runs (tiny dense and mixture-of-experts models and one of the demo model's shapes, real zarr stores); the default retention (``--keep
 needed``): what a resume and a second recipe need is kept, nothing else, and a rerun has nothing to do; a
 sequential chain whose own stores were deleted still resumes to the same bytes; a run that does not fit
 is refused before anything is written; ``thanos workdirs`` lists and deletes working directories."""
@@ -46,10 +46,26 @@ def _estimate(terminal: str) -> tuple[float, float]:
     return float(peak) * units[peak_unit], float(after) * units[after_unit]
 
 
+def _demo_shaped(tmp_path: Path) -> Path:
+    """A random model of the demo model's shapes (``thanos.demo.train.TrainOptions``: the stores' sizes
+    depend on the shapes, not on the trained weights)."""
+    from thanos.demo.train import TrainOptions
+
+    demo = TrainOptions()
+    return make_tiny_model(
+        tmp_path, "llama", hidden_size=demo.hidden_size, intermediate_size=demo.intermediate_size,
+        num_blocks=demo.num_layers, num_heads=demo.num_heads, num_kv_heads=demo.num_kv_heads,
+        max_position_embeddings=demo.max_position_embeddings,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "demo-shaped"])
 def test_the_estimate_is_within_20_percent_of_what_the_run_takes(tmp_path, family):
-    model = make_tiny_model(tmp_path, family, num_blocks=3)
+    if family == "demo-shaped":
+        model = _demo_shaped(tmp_path)
+    else:
+        model = make_tiny_model(tmp_path, family, num_blocks=3)
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=60)
     for keep in ("all", "needed"):
         report, terminal = _prune(model, corpus, tmp_path, keep, keep=keep)
