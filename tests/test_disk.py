@@ -1,8 +1,9 @@
 """Disk: the estimate ``prune_model`` prints and checks before it starts, against the bytes measured on
-real runs (tiny dense and mixture-of-experts models and one of the demo model's shapes, real zarr stores); the default retention (``--keep
-needed``): what a resume and a second recipe need is kept, nothing else, and a rerun has nothing to do; a
-sequential chain whose own stores were deleted still resumes to the same bytes; a run that does not fit
-is refused before anything is written; ``thanos workdirs`` lists and deletes working directories."""
+real runs (tiny dense and mixture-of-experts models and one of the demo model's shapes, real zarr stores);
+the default retention (``--keep needed``): what a resume and a second recipe need is kept, nothing else,
+and a rerun has nothing to do; a sequential chain whose own stores were deleted still resumes to the same
+bytes; a run that does not fit is refused before anything is written; ``thanos workdirs`` lists and
+deletes working directories."""
 
 from __future__ import annotations
 
