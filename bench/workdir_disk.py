@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from thanos.runner.disk import size_text, used_bytes
+from thanos.runner.disk import size_text
+from thanos.stages.provenance import path_bytes
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace, keep: str, root: Path) -> dict[str, float]:
         nonlocal peak
         while not done.is_set():
             if workdir.is_dir():
-                peak = max(peak, used_bytes(workdir))
+                peak = max(peak, path_bytes(workdir))
             time.sleep(0.01)
 
     sampler = threading.Thread(target=sample)
@@ -60,13 +61,13 @@ def run(args: argparse.Namespace, keep: str, root: Path) -> dict[str, float]:
         raise SystemExit(result.stderr)
     line = re.search(r"disk: the workdir up to (.+?), (.+?) after the run", result.stderr)
     assert line is not None, result.stderr
-    after = used_bytes(workdir)
+    after = path_bytes(workdir)
     return {
         "estimated peak": parse_size(line.group(1)),
         "measured peak": max(peak, after),
         "estimated after": parse_size(line.group(2)),
         "measured after": after,
-        "out": used_bytes(out),
+        "out": path_bytes(out),
         "seconds": seconds,
     }
 

@@ -20,9 +20,9 @@ from conftest import make_tiny_model, write_corpus
 
 from thanos.files.layout import Layout
 from thanos.recipe import Recipe
-from thanos.runner.disk import used_bytes
 from thanos.runner.one_recipe import prune_model
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
+from thanos.stages.provenance import path_bytes
 
 COMMON = {"nsamples": 16, "seqlen": 32, "device": "cpu", "cores": 2}
 
@@ -71,7 +71,7 @@ def test_the_estimate_is_within_20_percent_of_what_the_run_takes(tmp_path, famil
     for keep in ("all", "needed"):
         report, terminal = _prune(model, corpus, tmp_path, keep, keep=keep)
         peak, after = _estimate(terminal)
-        measured = used_bytes(report["workdir"])
+        measured = path_bytes(report["workdir"])
         assert abs(after / measured - 1) < 0.2, (keep, after, measured)
         if keep == "all":  # nothing is deleted: the peak is what is left
             assert abs(peak / measured - 1) < 0.2, (peak, measured)

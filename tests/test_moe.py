@@ -27,11 +27,26 @@ def cli(*args: str | Path) -> int:
     return main([str(a) for a in args])
 
 
-def routed_inputs(model_dir: Path, tokens: Path) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
-    """The full transformers model over the tokens: what block 0's experts module receives (hidden states
-    of every token, the router's top-k choice) and the module itself."""
+def captured_block0(tmp_path: Path, model: Path) -> tuple[Path, Path, Path]:
+    """The stages on ``model`` up to block 0's Hessians, each a ``python -m thanos`` command in this
+    process: (the calibration corpus, the tokens store, the Hessians store)."""
+    tokens, inputs, hessians = tmp_path / "tokens.zarr", tmp_path / "inputs.zarr", tmp_path / "hessians.zarr"
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
+               "--out", tokens) == 0  # fmt: skip
+    assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs) == 0
+    assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", hessians,
+               "--batch-size", 4, "--device", "cpu") == 0  # fmt: skip
+    return corpus, tokens, hessians
+
+
+def routed_inputs(
+    model_dir: Path, tokens: Path, experts_path: str = "mlp.experts"
+) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """The full transformers model over the tokens: what block 0's experts module (``experts_path`` in
+    the block) receives (hidden states of every token, the router's top-k choice) and the module itself."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    experts = model.model.layers[0].mlp.experts
+    experts = model.model.layers[0].get_submodule(experts_path)
     seen = {}
     handle = experts.register_forward_pre_hook(lambda m, args: seen.update(hidden=args[0], top_k=args[1]))
     with torch.inference_mode():
@@ -50,13 +65,7 @@ def test_expert_hessians_are_the_routed_tokens(
     instead, and the store and the pruning stats say which rule and how many tokens."""
     monkeypatch.setattr(capture_stage, "MIN_SHARE", 0.999)  # some expert is below the mean, some is not
     model = make_tiny_model(tmp_path, family, hidden_size=32, intermediate_size=48)
-    tokens, inputs, hessians = tmp_path / "tokens.zarr", tmp_path / "inputs.zarr", tmp_path / "hessians.zarr"
-    corpus = write_corpus(tmp_path / "corpus.jsonl")
-    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
-               "--out", tokens) == 0  # fmt: skip
-    assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs) == 0
-    assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", hessians,
-               "--batch-size", 4, "--device", "cpu") == 0  # fmt: skip
+    _, tokens, hessians = captured_block0(tmp_path, model)
 
     _, adapter, _ = open_model(model)
     store = Hessians(hessians)
@@ -128,26 +137,14 @@ def test_experts_stored_fused_are_pruned_per_expert_and_written_back_fused(
     _, adapter, checkpoint = open_model(model)
     fused = {layer: e for layer, e in adapter.experts.items() if e.fused is not None}
     assert len(fused) == 2 * 4  # gate/up and down of 4 experts, in every block
-    tokens, inputs, hessians = tmp_path / "tokens.zarr", tmp_path / "inputs.zarr", tmp_path / "hessians.zarr"
-    corpus = write_corpus(tmp_path / "corpus.jsonl")
-    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
-               "--out", tokens) == 0  # fmt: skip
-    assert cli("embed", "--model", model, "--tokens", tokens, "--out", inputs) == 0
-    assert cli("capture", "--model", model, "--block", 0, "--inputs", inputs, "--out", hessians,
-               "--batch-size", 4, "--device", "cpu") == 0  # fmt: skip
+    corpus, tokens, hessians = captured_block0(tmp_path, model)
     store = Hessians(hessians)
-    full = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    experts_path = next(iter({e.experts for e in fused.values()}))
-    seen = {}
-    module = full.model.layers[0].get_submodule(experts_path)
-    handle = module.register_forward_pre_hook(lambda m, args: seen.update(hidden=args[0], top_k=args[1]))
-    with torch.inference_mode():
-        full(torch.from_numpy(read_tokens(tokens)[0]).long())
-    handle.remove()
+    (experts_path,) = {e.experts for e in fused.values()}
+    hidden, top_k, _ = routed_inputs(model, tokens, experts_path)
     for layer, expert in fused.items():
         if expert.role != "input" or store.attrs["experts"][layer]["hessian"] != "routed tokens":
             continue
-        X = seen["hidden"][(seen["top_k"] == expert.expert).any(-1)].double()
+        X = hidden[(top_k == expert.expert).any(-1)].double()
         torch.testing.assert_close(store.get(layer).double(), (2 / NSAMPLES) * X.T @ X, rtol=1e-4, atol=1e-6)
         assert checkpoint.shape(f"model.layers.0.{layer}.weight") == [2 * 48, 32]  # (out, in)
 
@@ -176,6 +173,7 @@ def test_experts_stored_fused_are_pruned_per_expert_and_written_back_fused(
     facts = json.loads((out / "sparsity.json").read_text())
     assert facts["structure"] == "2:4" and f"model.layers.0.{next(iter(fused))}.weight" in facts["layers"]
     pruned = work / "results" / model.name / "thanos_2-4" / "pruned"
+    full = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     ids = torch.randint(4, full.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(4))
     with torch.inference_mode():
         assert torch.equal(loaded.eval()(ids).logits, pruned_in_memory(model, pruned, out)(ids).logits)

@@ -19,7 +19,7 @@ once the block is done and the pruned layers once the model is assembled. ``all`
 
 from __future__ import annotations
 
-import os
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +76,7 @@ def estimate(
     ``model_dir``) with ``nsamples`` x ``seqlen`` calibration tokens."""
     import torch
 
-    itemsize = torch.empty((), dtype=getattr(torch, layout.dtype)).element_size()
+    itemsize = getattr(torch, layout.dtype).itemsize
     blocks = layout.num_blocks
     activations = nsamples * seqlen * layout.hidden_size * itemsize
 
@@ -101,7 +101,7 @@ def estimate(
         prefix = layout.block_prefix(block)
         for layer in recipe.layers(layout.block_layers(block), layout.layers):
             shape = checkpoint.shape(f"{prefix}{layer}.weight")
-            pruned += _numel(shape) * itemsize
+            pruned += math.prod(shape) * itemsize
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     if recipe.sparsity.kind == "neurons":
         removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
@@ -116,18 +116,9 @@ def _firsts(layout: ModelLayout, block: int) -> list[str]:
     return [members[0] for members in layout.block_groups(block).values()]
 
 
-def _numel(shape: list[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
 def _removed_by_neurons(layout: ModelLayout, p: float) -> int:
     """Parameters a ``neurons:p`` recipe removes: floor(p x width) neurons per block, each a row of every
     input projection of the MLP and a column of its output projection (of hidden size)."""
-    import math
-
     width = int(next(iter(layout.mlp_config.values()), 0) or 0)
     mlp = [layer for layer in layout.layers if layer.startswith(("mlp.", "feed_forward.")) or "fc" in layer]
     return layout.num_blocks * math.floor(p * width) * layout.hidden_size * max(len(mlp), 2)
@@ -140,18 +131,6 @@ def _other_files(model_dir: Path) -> int:
         for f in model_dir.iterdir()
         if f.is_file() and f.suffix not in (".safetensors", *NOT_COPIED) and f.name != "README.md"
     )
-
-
-def used_bytes(path: str | os.PathLike) -> int:
-    """The bytes of the files under ``path`` (their data; directories and block rounding left out)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:  # removed while walking
-                pass
-    return total
 
 
 def free_bytes(path: Path) -> tuple[int, int]:

@@ -534,7 +534,8 @@ def check_disk(run_plan: Plan) -> None:
     """Refuse a run that would not fit: what the working directory still needs (its peak less what this
     recipe finds there: a resumed run has written part of it, another recipe the shared stores) and the copy
     in ``out``."""
-    from thanos.runner.disk import check_free, used_bytes
+    from thanos.runner.disk import check_free
+    from thanos.stages.provenance import path_bytes
 
     disk, files, keep = run_plan.disk, run_plan.files, run_plan.resources.keep
     if disk is None:
@@ -545,7 +546,7 @@ def check_disk(run_plan: Plan) -> None:
         every = recipe.owl or recipe.recover is not None
         shared = [dense] if every else [dense / store_name(kind, 0) for kind in ("inputs", "hessians")]
     mine = [files.tokens, *shared, files.chain_dir, files.pruned_root, files.model_dir]
-    present = sum(used_bytes(path) for path in mine if path is not None and path.exists())
+    present = sum(path_bytes(path) for path in mine if path is not None)
     check_free(
         run_plan.workdir,
         run_plan.out,
@@ -880,9 +881,10 @@ def print_summary(
 
 def disk_text(run_plan: Plan) -> str:
     """What the run left on disk: ``--out`` and the working directory, and how to clean it."""
-    from thanos.runner.disk import size_text, used_bytes
+    from thanos.runner.disk import size_text
+    from thanos.stages.provenance import path_bytes
 
-    out, work = used_bytes(run_plan.out), used_bytes(run_plan.workdir)
+    out, work = path_bytes(run_plan.out), path_bytes(run_plan.workdir)
     return (
         f"disk: --out {size_text(out)}; workdir {size_text(work)} (--keep {run_plan.resources.keep}; "
         "`thanos workdirs` lists the working directories and deletes them)"

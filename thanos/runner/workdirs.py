@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files.atomic import write_json
-from thanos.runner.disk import used_bytes
 from thanos.runner.workdir_lock import LOCK_NAME
+from thanos.stages.provenance import path_bytes
 
 RECORD = "workdir.json"
 
@@ -85,7 +85,7 @@ def describe(path: Path) -> Workdir:
         recipes = sorted(p.name for m in models for p in (path / "results" / m).glob("*") if p.is_dir())
         recipes = [r for r in recipes if r not in ("calib", "chains", "dense")]
         last_run = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
-    return Workdir(path, used_bytes(path), model, calibration, recipes, last_run or "?", in_use(path))
+    return Workdir(path, path_bytes(path), model, calibration, recipes, last_run or "?", in_use(path))
 
 
 def scan(root: Path) -> list[Workdir]:
@@ -123,6 +123,6 @@ def check_deletable(path: Path) -> None:
 def delete(path: Path) -> int:
     """Delete the working directory ``path`` (``check_deletable``); returns the bytes freed."""
     check_deletable(path)
-    size = used_bytes(path)
+    size = path_bytes(path)
     shutil.rmtree(path)
     return size

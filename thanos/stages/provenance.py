@@ -48,21 +48,26 @@ def calibration_provenance(tokens: str | os.PathLike | None) -> dict[str, Any] |
 
 
 def disk_usage(paths: list[str | os.PathLike]) -> dict[str, int]:
-    """Bytes on disk of each file or directory (symlinks not followed); 0 for a missing path."""
-    usage = {}
-    for p in paths:
-        path = Path(p)
-        total = 0
-        if path.is_file():
-            total = path.stat().st_size
-        elif path.is_dir():
-            for dirpath, _, files in os.walk(path):
-                for f in files:
-                    with_path = Path(dirpath) / f
-                    if not with_path.is_symlink():
-                        total += with_path.stat().st_size
-        usage[str(p)] = total
-    return usage
+    """Bytes on disk of each file or directory (``path_bytes``)."""
+    return {str(p): path_bytes(p) for p in paths}
+
+
+def path_bytes(path: str | os.PathLike) -> int:
+    """The bytes of a file, or of the files under a directory (symlinks not followed, directories and block
+    rounding left out); 0 for a missing path. A file removed while the directory is walked (a run writing
+    it) is left out."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _, files in os.walk(path):  # nothing for a missing path
+        for name in files:
+            file = Path(dirpath) / name
+            try:
+                total += 0 if file.is_symlink() else file.stat().st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def package_versions() -> dict[str, str | None]:
