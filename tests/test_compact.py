@@ -63,7 +63,10 @@ def test_neuron_count_keeps_at_least_the_asked_width_rounded_up_to_8() -> None:
 def test_recipe_checks_compact_and_alpha() -> None:
     recipe = Recipe.from_dict({"name": "n", "method": "thanos", "sparsity": "neurons:0.3"})
     assert recipe.compact is True and str(recipe.sparsity) == "neurons:0.3"  # compact by default
-    with pytest.raises(ConfigError, match=r"recipe\.compact: only neurons:p recipes can be written compact"):
+    with pytest.raises(
+        ConfigError,
+        match=r"recipe\.compact: only neurons:p, heads:p and kv_heads:p recipes can be written compact",
+    ):
         Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "structured:0.3", "compact": True})
     with pytest.raises(ConfigError, match=r"recipe\.alpha: neurons:0.3 removes whole neurons.*set alpha 0"):
         Recipe.from_dict({"name": "r", "method": "thanos", "sparsity": "neurons:0.3", "alpha": 0.1})
@@ -175,7 +178,9 @@ def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path, "llama")
     pruned = tmp_path / "pruned"
     prune_with_magnitude(model, pruned, "structured:0.3")
-    with pytest.raises(ValueError, match="only neurons:p recipes"):  # refused before anything runs
+    with pytest.raises(
+        ValueError, match="only neurons:p, heads:p and kv_heads:p recipes"
+    ):  # refused before anything runs
         assemble(model, pruned, Recipe("r", "magnitude", "structured:0.3", compact=True), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -17,7 +17,15 @@ from thanos.pruning.sparsity import exact, neuron_count, parse_sparsity, structu
 from thanos.report.labels import LABELS
 
 C, B = 24, 32
-PATTERNS = {"unstructured": "0.5", "nm": "2:4", "structured": "structured:0.25", "neurons": "neurons:0.25"}
+PATTERNS = {
+    "unstructured": "0.5",
+    "nm": "2:4",
+    "structured": "structured:0.25",
+    "neurons": "neurons:0.25",
+    "heads": "heads:0.25",  # 8 heads of 4 columns in 2 groups: 1 of each group's 4
+    "kv_heads": "kv_heads:0.25",  # 1 of 4 groups of 2 heads
+}
+HEADS = {"heads": (8, 2), "kv_heads": (8, 4)}  # (query heads, key/value groups) of the layer
 
 
 def layer() -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,7 +41,7 @@ def test_every_method_prunes_every_pattern_exactly(name: str, kind: str) -> None
     """The kernel of each (method, kind) gives the pattern's exact counts with the method's defaults."""
     spec = methods.get(name)
     W, H = layer()
-    result = prune_layer(W, H if spec.needs_hessian else None, name, PATTERNS[kind])
+    result = prune_layer(W, H if spec.needs_hessian else None, name, PATTERNS[kind], heads=HEADS.get(kind))
     alpha = exact(spec.default_alpha(kind))
     assert result.stats.alpha == float(alpha) and result.stats.blocksize == (
         None if spec.default_blocksize(kind) is None else min(spec.default_blocksize(kind), B)
@@ -49,7 +57,9 @@ def test_every_method_prunes_every_pattern_exactly(name: str, kind: str) -> None
         assert bool((rows.reshape(rows.shape[0], -1, 4).sum(dim=2) == 2).all())
     else:
         columns = rows.all(dim=0)
-        count = neuron_count(exact(0.25), B) if kind == "neurons" else structured_count(exact(0.25), alpha, B)
+        count = {"neurons": neuron_count(exact(0.25), B), "heads": 2 * 4, "kv_heads": 2 * 4}.get(
+            kind, structured_count(exact(0.25), alpha, B)
+        )
         assert int(columns.sum()) == count
         assert torch.equal(rows, columns.expand_as(rows))
     if not spec.updates_weights:
@@ -94,7 +104,8 @@ def test_kernels_share_one_signature() -> None:
     U = torch.linalg.cholesky(torch.linalg.inv(H + 0.01 * H.diag().mean() * torch.eye(B)), upper=True)
     for name in METHODS:
         for kind, pattern in PATTERNS.items():
-            problem = Problem(W.clone(), H, U, parse_sparsity(pattern), 16, exact(0), 1 << 20)
+            heads = HEADS.get(kind)
+            problem = Problem(W.clone(), H, U, parse_sparsity(pattern), 16, exact(0), 1 << 20, heads)
             weight, mask = methods.kernel(name, kind)(problem)
             assert weight.shape == mask.shape == (C, B) and mask.dtype == torch.bool
 

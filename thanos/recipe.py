@@ -28,12 +28,15 @@ from typing import Any
 from thanos.files.layout import RECIPE_NAME, RESERVED
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
-from thanos.pruning.sparsity import Sparsity, check_alpha, parse_sparsity
+from thanos.pruning.sparsity import COMPACT_KINDS, Sparsity, check_alpha, parse_sparsity
 
 PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
 CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
 DEFAULT_DAMP = 0.01
 OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
+# the pattern kind's letter in a recipe's name (``pattern_tag``)
+TAGS = {"unstructured": "u", "structured": "s", "neurons": "n", "heads": "h", "kv_heads": "g"}
+KINDS_OF_TAGS = {tag: kind for kind, tag in TAGS.items()}
 RECOVERY_TARGETS = ("dense", "block")  # the dense model's outputs, or the dense block on the chain's inputs
 
 
@@ -117,7 +120,8 @@ class Recipe:
     has alpha 0.0, blocksize 512, damp 0.01, profile uniform; ``name=None`` takes ``default_name()``.
 
     ``chain`` (sequential or dense) is the workflow's: it decides which inputs calibrate each block.
-    ``compact`` (neurons:p only): write the model without the removed neurons (default for neurons:p).
+    ``compact`` (neurons:p, heads:p, kv_heads:p only): write the model without the removed neurons or heads
+    (their default).
     """
 
     name: str | None
@@ -242,7 +246,7 @@ class Recipe:
             )
         if self.exclude:
             name += "_x" + hashlib.sha256(json.dumps(list(self.exclude)).encode()).hexdigest()[:8]
-        if kind == "neurons" and not self.compact:
+        if kind in COMPACT_KINDS and not self.compact:
             name += "_zeros"
         if self.recover is not None:
             name += self.recover.tag()
@@ -300,18 +304,21 @@ def _sparsity(key: str, value: Any) -> Sparsity:
     except ValueError as err:
         raise ConfigError(
             f"{key}: {err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
-            "'structured:0.3', 'neurons:0.3')"
+            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25')"
         ) from None
 
 
 def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
-    """``compact`` is a boolean, true only for ``neurons:p`` (its default)."""
+    """``compact`` is a boolean, true only for neurons, heads and kv_heads (their default)."""
     if compact is None:
-        return pattern.kind == "neurons"
+        return pattern.kind in COMPACT_KINDS
     if not isinstance(compact, bool):
         raise ConfigError(f"{key}.compact: expected true or false, got {compact!r}")
-    if compact and pattern.kind != "neurons":
-        raise ConfigError(f"{key}.compact: only neurons:p recipes can be written compact, not {pattern}")
+    if compact and pattern.kind not in COMPACT_KINDS:
+        raise ConfigError(
+            f"{key}.compact: only neurons:p, heads:p and kv_heads:p recipes can be written compact, not "
+            f"{pattern}"
+        )
     return compact
 
 
@@ -383,10 +390,11 @@ def select_layers(
 
 
 def pattern_tag(sparsity: Sparsity) -> str:
-    """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30."""
+    """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30,
+    heads:0.33 -> h33, kv_heads:0.25 -> g25."""
     if sparsity.kind == "nm":
         return f"{sparsity.n}-{sparsity.m}"
-    return f"{sparsity.kind[0]}{float(sparsity.p) * 100:g}"
+    return f"{TAGS[sparsity.kind]}{float(sparsity.p) * 100:g}"
 
 
 def from_name(name: str) -> dict[str, Any] | None:
@@ -394,15 +402,15 @@ def from_name(name: str) -> dict[str, Any] | None:
     ``default_name``; None for other names. ``alpha`` is None when the name leaves it at its default."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>[usn][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
+        rf"^(?P<method>{alternatives})_(?P<tag>[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
         name,
     )
     if not match:
         return None
     tag = match["tag"]
     try:
-        if tag[0] in "usn":
-            kind = {"u": "unstructured", "s": "structured", "n": "neurons"}[tag[0]]
+        if tag[0] in KINDS_OF_TAGS:
+            kind = KINDS_OF_TAGS[tag[0]]
             sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))
         else:
             sparsity = str(parse_sparsity(tag.replace("-", ":")))
@@ -471,7 +479,10 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
             problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
             continue
         if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
-            text = 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3"'
+            text = (
+                'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
+                '"heads:0.33", "kv_heads:0.25"'
+            )
         elif error.validator in ("oneOf", "anyOf"):
             forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")
             text = f"{value!r} is none of the allowed forms ({forms})"

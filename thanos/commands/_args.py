@@ -37,7 +37,9 @@ def add_recipe(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--method", default=None, choices=methods.names(), help="pruning method")
     group.add_argument(
-        "--sparsity", default=None, help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3"
+        "--sparsity",
+        default=None,
+        help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3, heads:0.33, kv_heads:0.25",
     )
     group.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
     group.add_argument(

@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sparsity",
         required=True,
-        help="0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written smaller)",
+        help="0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written "
+        "smaller), heads:0.33 (attention query heads of each key/value group, model written smaller), "
+        "kv_heads:0.25 (whole key/value groups)",
     )
     parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
     parser.add_argument(
@@ -152,7 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--compact",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="neurons:P only: write the model without the removed neurons (default); --no-compact writes "
+        help="neurons:P, heads:P, kv_heads:P only: write the model without the removed neurons or heads "
+        "(default); --no-compact writes "
         "zeros in the original shape",
     )
 

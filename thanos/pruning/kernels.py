@@ -14,7 +14,7 @@ from fractions import Fraction
 import torch
 
 from thanos.pruning.algorithms import magnitude, masks, sparsegpt, thanos_blockwise, wanda
-from thanos.pruning.sparsity import Sparsity, neuron_count, structured_count, unstructured_count
+from thanos.pruning.sparsity import Sparsity, head_count, neuron_count, structured_count, unstructured_count
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,16 @@ class Problem:
     blocksize: int | None
     alpha: Fraction
     row_batch_bytes: int
+    heads: tuple[int, int] | None = None  # heads and kv_heads: (query heads, key/value groups) of the layer
+
+    def head_columns(self, score: torch.Tensor) -> torch.Tensor:
+        """Bool (b,): the columns of the heads ``heads:p``/``kv_heads:p`` removes, by ``score`` (b,)
+        summed per head (``head_count``: how many, per key/value group or whole groups)."""
+        if self.heads is None:
+            raise ValueError(f"{self.pattern} needs the layer's (query heads, key/value groups)")
+        heads, kv_heads = self.heads
+        r, whole = head_count(self.pattern, heads, kv_heads)
+        return masks.head_columns(score, heads, kv_heads, r, whole)
 
     @property
     def k(self) -> int:
@@ -114,3 +124,31 @@ def thanos_nm(problem: Problem) -> Result:
 def thanos_structured(problem: Problem) -> Result:
     xnorm = masks.input_norms(problem.H)
     return thanos_blockwise.thanos_structured(problem.W, problem.U, xnorm, problem.s)
+
+
+# heads and kv_heads: whole heads, a head's columns ranked by its summed column metric; the methods that
+# update weights apply their structured update to all of the chosen columns
+
+
+def magnitude_heads(problem: Problem) -> Result:
+    return problem.W, _columns_mask(problem, problem.head_columns(problem.W.abs().mean(dim=0)))
+
+
+def wanda_heads(problem: Problem) -> Result:
+    score = wanda.wanda_metric(problem.W, problem.H).mean(dim=0)
+    return problem.W, _columns_mask(problem, problem.head_columns(score))
+
+
+def sparsegpt_heads(problem: Problem) -> Result:
+    score = (problem.W**2).sum(dim=0) / torch.diagonal(problem.U) ** 2  # OBS error of each column
+    columns = problem.head_columns(score)
+    return sparsegpt.sparsegpt(problem.W, problem.U, problem.blocksize, column_mask=columns)
+
+
+def thanos_heads(problem: Problem) -> Result:
+    metric = thanos_blockwise.structured_metric(problem.W, masks.input_norms(problem.H))
+    return thanos_blockwise.remove_columns(problem.W, problem.U, problem.head_columns(metric))
+
+
+def _columns_mask(problem: Problem, columns: torch.Tensor) -> torch.Tensor:
+    return columns.unsqueeze(0).expand(problem.W.shape[0], -1).clone()

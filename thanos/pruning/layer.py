@@ -19,9 +19,11 @@ from thanos.pruning.algorithms import masks
 from thanos.pruning.hessian import all_finite, inverse_cholesky
 from thanos.pruning.kernels import Problem
 from thanos.pruning.sparsity import (
+    COMPACT_KINDS,
     Sparsity,
     check_alpha,
     exact,
+    head_count,
     outlier_count,
     parse_sparsity,
     structured_count,
@@ -57,7 +59,8 @@ class PruneResult:
     mask: torch.Tensor  # bool, True where a weight was removed
     stats: PruneStats
     options: dict[str, Any] = field(default_factory=dict)
-    columns: torch.Tensor | None = None  # neurons: the removed columns (sorted indices) the kernel chose
+    # neurons, heads, kv_heads: the removed columns (sorted indices) the kernel chose
+    columns: torch.Tensor | None = None
 
 
 def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
@@ -95,6 +98,20 @@ def _check_finite(what: str, t: torch.Tensor, name: str | None) -> None:
         )
 
 
+def _check_heads(pattern: Sparsity, heads: tuple[int, int] | None, b: int) -> None:
+    """``heads`` = (query heads, key/value groups) of a layer of ``b`` inputs: the heads divide b, the
+    groups divide the heads, and the pattern leaves a head in every group (``head_count``)."""
+    if heads is None:
+        raise ValueError(f"heads: {pattern} needs the layer's (query heads, key/value groups)")
+    n, kv = heads
+    if not (isinstance(n, int) and isinstance(kv, int) and 0 < kv <= n and n % kv == 0 and b % n == 0):
+        raise ValueError(
+            f"heads: ({n}, {kv}) is not (query heads, key/value groups) of a layer of {b} inputs: the "
+            "heads must divide the inputs and the groups the heads"
+        )
+    head_count(pattern, n, kv)
+
+
 def _validate(
     weight: torch.Tensor,
     hessian: torch.Tensor | None,
@@ -104,6 +121,7 @@ def _validate(
     alpha: Fraction,
     damp: float,
     name: str | None,
+    heads: tuple[int, int] | None = None,
 ) -> None:
     methods.kernel(method.name, pattern.kind)  # a method without a kernel for this pattern fails first
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
@@ -138,6 +156,10 @@ def _validate(
             raise ValueError(f"sparsity: m={pattern.m} must divide the layer's {b} inputs")
         if blocksize is not None and min(blocksize, b) % pattern.m:
             raise ValueError(f"blocksize: {blocksize} must be a multiple of m={pattern.m} for {pattern}")
+    if pattern.kind in ("heads", "kv_heads"):
+        _check_heads(pattern, heads, b)
+    elif heads is not None:
+        raise ValueError(f"heads: only heads:p and kv_heads:p recipes take the heads, not {pattern}")
     if pattern.kind == "structured":  # neurons: neuron_count never exceeds b
         s = structured_count(pattern.p, alpha, b)
         if s > b:
@@ -158,6 +180,7 @@ def prune_layer(
     damp: float = 0.01,
     row_batch_bytes: int = DEFAULT_ROW_BATCH_BYTES,
     name: str | None = None,
+    heads: tuple[int, int] | None = None,
 ) -> PruneResult:
     """Prune one linear layer.
 
@@ -174,13 +197,15 @@ def prune_layer(
         damp: lambda = damp * mean(diag H) is added to diag H before inversion (retried x10 on failure).
         row_batch_bytes: memory bound for the batched per-row solves of Thanos.
         name: layer name used in error messages.
+        heads: ``heads:p`` and ``kv_heads:p`` only: (query heads, key/value groups) of the attention whose
+            output projection ``weight`` is; its ``b / heads`` columns per head are removed together.
     """
     pattern = parse_sparsity(sparsity)
     spec = methods.get(method.lower() if isinstance(method, str) else method)
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
     alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
     alpha_q = exact(alpha or 0)
-    _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp, name)
+    _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp, name, heads)
     started = time.perf_counter()
 
     c, b = weight.shape
@@ -205,9 +230,9 @@ def prune_layer(
         sub[:, factor.dead] = 0.0
 
     U = None if factor is None else factor.U
-    sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes))
+    sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes, heads))
     del U
-    columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if pattern.kind == "neurons" else None
+    columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if pattern.kind in COMPACT_KINDS else None
     dead = None if factor is None else factor.dead
     damp_used, retries = (None, 0) if factor is None else (factor.damp, factor.retries)
     del factor  # the b x b inverse factor

@@ -22,15 +22,14 @@ from typing import Any
 
 from thanos.pruning.sparsity import Kind
 
-KINDS: tuple[Kind, ...] = ("unstructured", "nm", "structured", "neurons")
+KINDS: tuple[Kind, ...] = ("unstructured", "nm", "structured", "neurons", "heads", "kv_heads")
+KERNEL_OF = {"neurons": "structured", "kv_heads": "heads"}  # kinds that share another kind's kernel
 
 
 def _kernels(method: str) -> dict[Kind, str]:
-    """``module:function`` per kind; ``neurons`` runs the structured kernel (whole columns, alpha 0)."""
-    return {
-        kind: f"thanos.pruning.kernels:{method}_{'structured' if kind == 'neurons' else kind}"
-        for kind in KINDS
-    }
+    """``module:function`` per kind; ``neurons`` runs the structured kernel (whole columns, alpha 0),
+    ``kv_heads`` the heads kernel (whole groups of heads)."""
+    return {kind: f"thanos.pruning.kernels:{method}_{KERNEL_OF.get(kind, kind)}" for kind in KINDS}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,15 @@ A pattern is one of
 - ``structured``: whole columns (inputs) removed, a fraction ``p`` of the layer;
 - ``neurons``: whole MLP neurons removed, a fraction ``p`` of every block's MLP width: the input columns of
   the MLP's output projection (only that layer is pruned), so the model can be written smaller
-  (``thanos.stages.compact``).
+  (``thanos.stages.compact``);
+- ``heads``: whole attention query heads removed, ``ceil(p g)`` of the ``g`` query heads of every key/value
+  group (so grouped-query attention stays valid; a model with one query head per group loses whole groups):
+  the input columns of the attention's output projection, one head's ``head_dim`` columns at a time;
+- ``kv_heads``: whole key/value groups removed, ``ceil(p kv)`` of the block's ``kv`` groups, with every query
+  head that reads them.
+
+``neurons``, ``heads`` and ``kv_heads`` (``COMPACT_KINDS``) prune one layer per block and write the model
+smaller (``thanos.stages.compact``).
 
 Counts use exact rational arithmetic on the decimal value the user wrote, so ``0.3 * 10`` is 3, never
 ``3.0000000000000004`` rounded up to 4.
@@ -20,7 +28,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-Kind = Literal["unstructured", "nm", "structured", "neurons"]
+Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads"]
+FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
+COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
 NEURON_MULTIPLE = 8  # the kept MLP width is rounded up to a multiple of this (kernel-friendly)
 
 
@@ -48,7 +58,7 @@ class Sparsity:
                 raise ValueError(
                     f"sparsity: n:m needs integers 0 < n < m, got {self.n}:{self.m} (e.g. '2:4' or '4:8')"
                 )
-        elif self.kind in ("unstructured", "structured", "neurons"):
+        elif self.kind in FRACTION_KINDS:
             if not 0 <= self.p < 1:
                 raise ValueError(
                     f"sparsity: {self.kind} fraction must lie in [0, 1), got {float(self.p)} "
@@ -56,7 +66,8 @@ class Sparsity:
                 )
         else:
             raise ValueError(
-                f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured or neurons"
+                f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured, neurons, heads or "
+                "kv_heads"
             )
 
     @property
@@ -76,7 +87,8 @@ _NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
 
 def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
-    """Parse ``0.5``, ``"0.5"``, ``"unstructured:0.5"``, ``"2:4"``, ``"structured:0.3"``, ``"neurons:0.3"``.
+    """Parse ``0.5``, ``"0.5"``, ``"unstructured:0.5"``, ``"2:4"``, ``"structured:0.3"``, ``"neurons:0.3"``,
+    ``"heads:0.33"``, ``"kv_heads:0.25"``.
 
     >>> parse_sparsity("2:4")
     Sparsity(kind='nm', p=Fraction(0, 1), n=2, m=4)
@@ -96,10 +108,12 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
         return Sparsity("nm", n=int(match.group(1)), m=int(match.group(2)))
     kind, _, value = text.rpartition(":")
     kind = kind or "unstructured"
-    if kind not in ("unstructured", "structured", "neurons"):
+    kind = kind.replace("-", "_")
+    if kind not in FRACTION_KINDS:
         raise ValueError(
             f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
-            "'n:m' ('2:4', '4:8'), 'structured:<fraction>' or 'neurons:<fraction>'"
+            "'n:m' ('2:4', '4:8'), 'structured:<fraction>', 'neurons:<fraction>', 'heads:<fraction>' or "
+            "'kv_heads:<fraction>'"
         )
     try:
         p = exact(value)
@@ -119,9 +133,10 @@ def check_alpha(pattern: Sparsity, alpha: float | Fraction) -> None:
             f"alpha {float(alpha):g} keeps outlier rows dense, which n:m and structured sparsity do (Alg. 8, "
             f"2); with unstructured sparsity {pattern} set alpha to 0 or leave it out"
         )
-    if alpha and pattern.kind == "neurons":
+    if alpha and pattern.kind in COMPACT_KINDS:
+        what = "neurons" if pattern.kind == "neurons" else "heads"
         raise ValueError(
-            f"{pattern} removes whole neurons (every row of the column), so no row can be kept dense: set "
+            f"{pattern} removes whole {what} (every row of their columns), so no row can be kept dense: set "
             "alpha 0 (outlier rows need 'structured:p', which writes zeros in the original shape)"
         )
 
@@ -151,3 +166,19 @@ def neuron_count(p: Fraction, b: int, multiple: int = NEURON_MULTIPLE) -> int:
     kept = b - math.ceil(p * b)
     kept = min(b, max(multiple, -(-kept // multiple) * multiple))
     return b - kept
+
+
+def head_count(pattern: Sparsity, heads: int, kv_heads: int) -> tuple[int, bool]:
+    """(r, whole groups) for ``heads:p`` and ``kv_heads:p`` on a block of ``heads`` query heads in
+    ``kv_heads`` key/value groups: r = ceil(p g) query heads of each group of g = heads / kv_heads (the
+    structured count of Alg. 2, line 2, with alpha 0, per group), or r = ceil(p kv_heads) whole groups (for
+    ``kv_heads:p``, and for ``heads:p`` when every group has one query head). Refused when r would remove
+    every head or every group."""
+    g = heads // kv_heads
+    whole = pattern.kind == "kv_heads" or g == 1
+    total, unit = (kv_heads, "key/value groups") if whole else (g, "query heads of each key/value group")
+    r = math.ceil(pattern.p * total)
+    if r >= total:
+        fix = "use kv_heads:p to remove whole groups" if not whole else "give a smaller fraction"
+        raise ValueError(f"{pattern} removes {r} of the {total} {unit}, which leaves none; {fix}")
+    return r, whole

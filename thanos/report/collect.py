@@ -27,7 +27,15 @@ log = logging.getLogger(__name__)
 # the dense model first, then the methods in their registry order (thanos/pruning/methods.py)
 METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
 METHOD_NAMES = {DENSE: "Dense"} | {name: shown.label for name, shown in LABELS.items()}
-KIND_ORDER = {"dense": 0, "unstructured": 1, "structured": 2, "nm": 3, "neurons": 4}
+KIND_ORDER = {
+    "dense": 0,
+    "unstructured": 1,
+    "structured": 2,
+    "nm": 3,
+    "neurons": 4,
+    "heads": 5,
+    "kv_heads": 6,
+}
 # the paper's appendix column order and labels
 TASK_LABELS = {
     "arc_challenge": "ArcC",
@@ -264,6 +272,10 @@ def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
         return f"{kind.capitalize()} {fraction * 100:g}%"
     if kind == "neurons":
         return f"MLP neurons {fraction * 100:g}%"
+    if kind == "heads":
+        return f"Heads {fraction * 100:g}%"
+    if kind == "kv_heads":
+        return f"KV groups {fraction * 100:g}%"
     return str(sparsity)
 
 

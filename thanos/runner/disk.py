@@ -23,7 +23,7 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from thanos.models.checkpoint import Checkpoint
@@ -106,6 +106,8 @@ def estimate(
     if recipe.sparsity.kind == "neurons":
         removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
         weights -= removed  # the pruned layers keep the original shapes; the model is written without them
+    elif recipe.sparsity.kind in ("heads", "kv_heads") and recipe.compact:
+        weights -= _removed_by_heads(layout, checkpoint, model_dir, recipe.sparsity) * itemsize
     layers = pruned * (2 if recipe.recover is not None else 1)
     model = weights + _other_files(model_dir)
     return DiskEstimate(shared, block_stores, own_blocks, activations, layers, model)
@@ -122,6 +124,17 @@ def _removed_by_neurons(layout: ModelLayout, p: float) -> int:
     width = int(next(iter(layout.mlp_config.values()), 0) or 0)
     mlp = [layer for layer in layout.layers if layer.startswith(("mlp.", "feed_forward.")) or "fc" in layer]
     return layout.num_blocks * math.floor(p * width) * layout.hidden_size * max(len(mlp), 2)
+
+
+def _removed_by_heads(layout: ModelLayout, checkpoint: Any, model_dir: Path, pattern: Any) -> int:
+    """Parameters a ``heads:p`` or ``kv_heads:p`` recipe removes (``thanos.models.heads``)."""
+    from thanos.models.heads import attention_layout, removed_parameters
+
+    attention = attention_layout(model_dir, layout, checkpoint)
+    return sum(
+        removed_parameters(attention, checkpoint, layout.block_prefix(block), pattern)
+        for block in range(layout.num_blocks)
+    )
 
 
 def _other_files(model_dir: Path) -> int:

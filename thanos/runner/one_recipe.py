@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from thanos.files.layout import DENSE, Layout, store_name
+from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
 from thanos.runner.disk import DiskEstimate
@@ -473,14 +474,8 @@ def plan(
     check_device(resources.device)
     model_type, max_positions, all_layers, layers, checkpoint_dtype = model_facts(reference, recipe.exclude)
     computes_in = compute_dtype_text(resources.device, resources.compute_dtype, checkpoint_dtype)
-    if recipe.sparsity.kind == "neurons" and Path(reference).is_dir():
-        from thanos.models import open_layout
-        from thanos.models.neurons import mlp_layout
-
-        try:  # a model whose neurons cannot be removed is refused before any step runs
-            mlp_layout(*open_layout(reference)[1:])
-        except ValueError as err:
-            raise ValueError(f"--model {reference}: {err}") from None
+    if recipe.sparsity.kind in COMPACT_KINDS and Path(reference).is_dir():
+        check_structure(reference, recipe)
     calib = _calibration(calibration, max_positions, recipe.needs_calibration)
     if recipe.recover is not None:
         try:
@@ -516,6 +511,29 @@ def plan(
     if disk_check:
         check_disk(run_plan)
     return run_plan
+
+
+def check_structure(reference: str, recipe: Recipe) -> None:
+    """Refuse, before any step runs, a model whose neurons (``neurons:p``) or heads (``heads:p``,
+    ``kv_heads:p``) cannot be removed, or whose code cannot hold the heads left, naming the model type and
+    why."""
+    from thanos.models import open_layout
+
+    try:
+        model_dir, layout, checkpoint = open_layout(reference)
+        if recipe.sparsity.kind == "neurons":
+            from thanos.models.neurons import mlp_layout
+
+            mlp_layout(layout, checkpoint)
+        else:
+            from thanos.models.heads import attention_layout, check_expressible
+
+            attention = attention_layout(model_dir, layout, checkpoint)
+            attention.removed(recipe.sparsity)
+            if recipe.compact:
+                check_expressible(model_dir, attention, recipe.sparsity)
+    except ValueError as err:
+        raise ValueError(f"--model {reference}: {err}") from None
 
 
 def disk_estimate(reference: str, recipe: Recipe, calib: dict[str, Any]) -> DiskEstimate | None:
@@ -848,10 +866,19 @@ def print_summary(
     if compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
         original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
         _print(stream, f"  {run_plan.label}")
+        if compact.get("structure") == "heads":
+            shape = (
+                f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
+                f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
+            )
+        else:
+            shape = (
+                f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
+                f"({compact['width_key']})"
+            )
         _print(
             stream,
-            f"  compact: MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
-            f"({compact['width_key']}); {kept:,} of {original:,} parameters "
+            f"  compact: {shape}; {kept:,} of {original:,} parameters "
             f"({100 * (1 - kept / original):.1f} % fewer)",
         )
     else:

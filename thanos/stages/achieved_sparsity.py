@@ -175,12 +175,14 @@ def _summary(
 
 def structure(pattern: Sparsity, summary: SparsitySummary) -> str:
     """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
-    neurons removed, else ``unstructured`` (outlier rows kept dense, or an unstructured or structured
-    recipe)."""
+    neurons removed, ``heads`` for attention heads, else ``unstructured`` (outlier rows kept dense, or an
+    unstructured or structured recipe)."""
     if pattern.kind == "nm" and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
         return "neurons"
+    if pattern.kind in ("heads", "kv_heads"):  # whole attention heads: cut out, or zero columns
+        return "heads"
     return "unstructured"
 
 

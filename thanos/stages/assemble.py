@@ -170,7 +170,7 @@ def assemble(
     replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     compact = None
     if recipe.compact:
-        compact = compaction(model_dir, pruned_root, names, info)
+        compact = compaction(model_dir, pruned_root, names, info, recipe.sparsity)
     fused = fused_parts(replace, info)
     sizes = tensor_sizes(names, sources, replace, compact, fused)
     shards = shard_names(names, sizes, max_bytes)

@@ -24,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.pruning.sparsity import Sparsity
+from thanos.pruning.sparsity import COMPACT_KINDS, Sparsity
 from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.report.labels import LABELS
 from thanos.stages.achieved_sparsity import SIDECAR, SparsitySummary, hyper_parameter, sidecar, summarize
@@ -113,6 +113,10 @@ def pattern_text(pattern: Sparsity, alpha: float | None, summary: SparsitySummar
         text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
     elif pattern.kind == "neurons":
         text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
+    elif pattern.kind == "heads":
+        text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
+    elif pattern.kind == "kv_heads":
+        text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
     else:
         text = f"unstructured {100 * float(pattern.fraction):g} %"
     if alpha and (summary is None or summary.outlier_rows > 0):
@@ -153,7 +157,7 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
     for key, value in options.items():
         if value is not None:
             args += [f"--{key.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
-    if recipe.sparsity.kind == "neurons":
+    if recipe.sparsity.kind in COMPACT_KINDS:
         args.append("--compact" if recipe.compact else "--no-compact")
     for pattern in recipe.exclude:
         args += ["--exclude", pattern]
@@ -176,8 +180,18 @@ DENSE_TEXT = (
 
 
 def _compact_text(compact: dict[str, Any]) -> str:
-    """What a compact (neurons removed) model is, for the card."""
+    """What a compact (neurons or heads removed) model is, for the card."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    if compact.get("structure") == "heads":
+        return (
+            "The removed attention heads are cut out of the matrices: every block keeps "
+            f"{compact['kept_heads']} of its {compact['original_heads']} query heads and "
+            f"{compact['kept_kv_heads']} of its {compact['original_kv_heads']} key/value heads of "
+            f"{compact['head_dim']} (`num_attention_heads`, `num_key_value_heads` and `head_dim` in "
+            f"`config.json`; every other value the base model's), {after:,} of {before:,} parameters "
+            f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model "
+            "loads, as a smaller dense model of the same architecture."
+        )
     return (
         "The removed MLP neurons are cut out of the matrices: every block keeps "
         f"{compact['kept_width']} of its {compact['original_width']} neurons (`{compact['width_key']}` in "
@@ -190,8 +204,19 @@ def _compact_text(compact: dict[str, Any]) -> str:
 
 def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
     """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
-    removed, width = compact["removed_per_block"], compact["original_width"]
+    removed = compact["removed_per_block"]
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    if compact.get("structure") == "heads":
+        heads = compact["original_heads"]
+        groups = compact["original_kv_heads"] - compact["kept_kv_heads"]
+        return (
+            f"| removed | {removed} of the {heads} query heads of every block ({_percent(removed / heads)})"
+            + (f", {groups} key/value groups with them" if groups else "")
+            + f", with their columns of {compact['output_projection']} and rows of "
+            f"{', '.join(compact['projections'][: 3 if groups else 1])}: {before - after:,} parameters; the "
+            f"written weights hold {_percent(summary.global_sparsity)} zeros |"
+        )
+    width = compact["original_width"]
     return (
         f"| removed | {removed} of the {width} MLP neurons of every block ({_percent(removed / width)}), "
         f"with their column of {compact['output_projection']} and rows of {', '.join(compact['feeders'])}: "

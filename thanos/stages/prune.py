@@ -4,10 +4,11 @@ Each layer's original weight is read lazily from the checkpoint and its group's 
 hessians store (one group in memory at a time); results are written atomically as
 ``DIR/{layer}.safetensors`` (tensor ``weight``, original dtype) and ``DIR/{layer}.json`` (stats).
 
-A ``neurons:p`` recipe prunes only the MLP's output projection (``thanos.models.neurons``), whose stats
-also list the ``removed_columns``; every other layer gets its stats (``kept_dense``) and an empty weight file
-(no tensor: the original weight is used; nothing is copied), so that the chain, the workflow's per-layer
-outputs, the resume checks and the assembly see every layer of the block finished.
+A ``neurons:p`` recipe prunes only the MLP's output projection (``thanos.models.neurons``), a ``heads:p``
+or ``kv_heads:p`` recipe only the attention's (``thanos.models.heads``), whose stats also list the
+``removed_columns`` (and ``removed_heads``); every other layer gets its stats (``kept_dense``) and an
+empty weight file (no tensor: the original weight is used; nothing is copied), so that the chain, the
+workflow's per-layer outputs, the resume checks and the assembly see every layer of the block finished.
 """
 
 from __future__ import annotations
@@ -61,18 +62,23 @@ def prune(
     """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
     when None), reading ``inputs``, and return their stats."""
     hessians, owl = inputs.hessians, inputs.owl
-    _, layout, checkpoint = open_layout(model, inputs.model_info)
+    model_dir, layout, checkpoint = open_layout(model, inputs.model_info)
     prefix = layout.block_prefix(block)
     layers = _checked_layers(layout, block, recipe, layers)
     store = _hessians(hessians, block, recipe)
     sparsity, profile = _block_sparsity(recipe, owl, block)
     dev = resolve_device(device)
     out_dir = Path(out_dir)
-    only = None  # neurons: the one layer pruned
+    only, heads = None, None  # neurons, heads: the one layer pruned; heads: (query heads, groups)
     if sparsity.kind == "neurons":
         from thanos.models.neurons import mlp_layout
 
         only = mlp_layout(layout, checkpoint).output
+    elif sparsity.kind in ("heads", "kv_heads"):
+        from thanos.models.heads import attention_layout
+
+        attention = attention_layout(model_dir, layout, checkpoint)
+        only, heads = attention.output, (attention.heads, attention.kv_heads)
     results = []
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
     for layer in layers:
@@ -93,15 +99,17 @@ def prune(
                 f"{block} has {weight.shape[1]} inputs; the store belongs to another model"
             )
         options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
-        result = prune_layer(
-            weight.to(dev), H, recipe.method, sparsity, **options, name=f"block {block} {layer}"
-        )
+        name = f"block {block} {layer}"
+        result = prune_layer(weight.to(dev), H, recipe.method, sparsity, **options, name=name, heads=heads)
         stats = result.stats.to_dict() | where | {"options": result.options, **profile}
         if store is not None and where["group"] in store.attrs.get("experts", {}):
             # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
             stats["routing"] = store.attrs["experts"][where["group"]]
         if result.columns is not None:
             stats["removed_columns"] = result.columns.tolist()
+        if heads is not None:
+            head_dim = weight.shape[1] // heads[0]
+            stats["removed_heads"] = sorted({c // head_dim for c in stats["removed_columns"]})
         results.append(_write(out_dir, result.weight, stats))
         del weight, result  # not alive while the next layer is read and pruned
     return results

@@ -128,3 +128,16 @@ def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
     ties = ties[ties % metric.shape[1] < width]
     mask[ties // metric.shape[1], ties % metric.shape[1]] = True
     return mask
+
+
+def head_columns(score: torch.Tensor, heads: int, kv_heads: int, r: int, whole_groups: bool) -> torch.Tensor:
+    """Bool (b,): the columns of the heads to remove, ranked by ``score`` (b,) summed over each head's
+    ``b / heads`` columns: the ``r`` lowest query heads of every key/value group (query head h reads group
+    h // (heads / kv_heads)), or with ``whole_groups`` the ``r`` lowest groups, each its heads' sum."""
+    head_dim, g = score.numel() // heads, heads // kv_heads
+    per_head = score.reshape(heads, head_dim).sum(dim=1).reshape(kv_heads, g)
+    if whole_groups:
+        chosen = smallest(per_head.sum(dim=1), r).unsqueeze(1).expand(-1, g)
+    else:
+        chosen = smallest_per_row(per_head, r)
+    return chosen.reshape(heads).repeat_interleave(head_dim)

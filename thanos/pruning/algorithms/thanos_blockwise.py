@@ -323,10 +323,22 @@ def thanos_structured(
         W <- W - W[:, Q] (H^-1[Q, Q])^-1 H^-1[Q, :].
     The paper's permutations P, Q only move Q to the front; indexing does the same without copies.
     """
-    v = (W**2).sum(dim=0) * xnorm**2
-    chosen = masks.smallest(v, s)
+    return remove_columns(W, U, masks.smallest(structured_metric(W, xnorm), s))
+
+
+def structured_metric(W: torch.Tensor, xnorm: torch.Tensor) -> torch.Tensor:
+    """v_j = ||W_:,j||^2 ||X_j||^2 (eq. 15): the structured algorithm's column metric."""
+    return (W**2).sum(dim=0) * xnorm**2
+
+
+def remove_columns(
+    W: torch.Tensor, U: torch.Tensor, chosen: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The closed-form update of eq. (13) for the columns ``chosen`` (bool (b,)), applied together:
+        W <- W - W[:, Q] (H^-1[Q, Q])^-1 H^-1[Q, :],  Q = the chosen columns,
+    the same for a group of columns (a head's) as for one (Alg. 2). Returns (W, mask)."""
     mask = chosen.unsqueeze(0).expand(W.shape[0], -1).clone()
-    if s == 0:
+    if not bool(chosen.any()):
         return W, mask
     Q = torch.nonzero(chosen).squeeze(1)
     Hinv_Q = U[:, Q].T @ U  # (s, b) = H^-1[Q, :]
