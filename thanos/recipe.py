@@ -35,7 +35,7 @@ CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from
 DEFAULT_DAMP = 0.01
 OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
 # the pattern kind's letter in a recipe's name (``pattern_tag``)
-TAGS = {"unstructured": "u", "structured": "s", "neurons": "n", "heads": "h", "kv_heads": "g"}
+TAGS = {"unstructured": "u", "structured": "s", "neurons": "n", "heads": "h", "kv_heads": "g", "depth": "d"}
 KINDS_OF_TAGS = {tag: kind for kind, tag in TAGS.items()}
 RECOVERY_TARGETS = ("dense", "block")  # the dense model's outputs, or the dense block on the chain's inputs
 
@@ -391,9 +391,11 @@ def select_layers(
 
 def pattern_tag(sparsity: Sparsity) -> str:
     """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30,
-    heads:0.33 -> h33, kv_heads:0.25 -> g25."""
+    heads:0.33 -> h33, kv_heads:0.25 -> g25, depth:6 -> depth6, depth:0.2 -> d20."""
     if sparsity.kind == "nm":
         return f"{sparsity.n}-{sparsity.m}"
+    if sparsity.kind == "depth" and sparsity.n:
+        return f"depth{sparsity.n}"
     return f"{TAGS[sparsity.kind]}{float(sparsity.p) * 100:g}"
 
 
@@ -402,14 +404,16 @@ def from_name(name: str) -> dict[str, Any] | None:
     ``default_name``; None for other names. ``alpha`` is None when the name leaves it at its default."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
+        rf"^(?P<method>{alternatives})_(?P<tag>depth\d+|[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
         name,
     )
     if not match:
         return None
     tag = match["tag"]
     try:
-        if tag[0] in KINDS_OF_TAGS:
+        if tag.startswith("depth"):
+            sparsity = f"depth:{tag[5:]}"
+        elif tag[0] in KINDS_OF_TAGS:
             kind = KINDS_OF_TAGS[tag[0]]
             sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))
         else:
@@ -441,7 +445,11 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
             except ValueError as err:
                 raise ConfigError(str(err)) from None
             for k, sparsity in enumerate(entry["sparsities"]):
-                _sparsity(f"{key}.sparsities[{k}]", sparsity)
+                if _sparsity(f"{key}.sparsities[{k}]", sparsity).kind == "depth":
+                    raise ConfigError(
+                        f"{key}.sparsities[{k}]: {sparsity} (whole blocks removed) runs with `thanos "
+                        "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
+                    )
                 for alpha in alphas:
                     recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
                     if len(alphas) > 1:
@@ -453,6 +461,11 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                         )
                     recipes[recipe.name] = recipe
     for name, entry in (config.get("recipes") or {}).items():
+        if str(entry.get("sparsity", "")).strip().lower().startswith("depth"):
+            raise ConfigError(
+                f"recipes.{name}.sparsity: {entry['sparsity']} (whole blocks removed) runs with `thanos "
+                "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
+            )
         if name in recipes:
             raise ConfigError(
                 f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"

@@ -128,6 +128,10 @@ class Layout:
         """An OWL recipe's per-block sparsities (``thanos.stages.owl_plan``), read by its prune jobs."""
         return f"{self.root}/{model}/{recipe}/owl.json"
 
+    def depth(self, model: str, recipe: str) -> str:
+        """A ``depth:k`` recipe's choice of blocks (``thanos.stages.depth``), read by its assembly."""
+        return f"{self.root}/{model}/{recipe}/depth.json"
+
     def model_dir(self, model: str, recipe: str) -> str:
         """The assembled Hugging Face directory (with pruning_report.json)."""
         return f"{self.root}/{model}/{recipe}/model"

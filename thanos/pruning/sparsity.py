@@ -13,6 +13,9 @@ A pattern is one of
 - ``kv_heads``: whole key/value groups removed, ``ceil(p kv)`` of the block's ``kv`` groups, with every query
   head that reads them.
 
+- ``depth``: whole decoder blocks removed: ``depth:6`` six of them, ``depth:0.2`` ceil(0.2 L) of the L
+  (``thanos.stages.depth`` chooses which).
+
 ``neurons``, ``heads`` and ``kv_heads`` (``COMPACT_KINDS``) prune one layer per block and write the model
 smaller (``thanos.stages.compact``).
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads"]
+Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads", "depth"]
 FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
 COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
 NEURON_MULTIPLE = 8  # the kept MLP width is rounded up to a multiple of this (kernel-friendly)
@@ -45,7 +48,8 @@ def exact(x: float | int | str | Fraction) -> Fraction:
 
 @dataclass(frozen=True)
 class Sparsity:
-    """A parsed sparsity pattern. ``p`` is set for unstructured/structured, ``n`` and ``m`` for n:m."""
+    """A parsed sparsity pattern. ``p`` is set for unstructured/structured, ``n`` and ``m`` for n:m; for
+    depth ``n`` (a count of blocks) or ``p`` (a fraction of them)."""
 
     kind: Kind
     p: Fraction = Fraction(0)
@@ -57,6 +61,12 @@ class Sparsity:
             if not (isinstance(self.n, int) and isinstance(self.m, int)) or not 0 < self.n < self.m:
                 raise ValueError(
                     f"sparsity: n:m needs integers 0 < n < m, got {self.n}:{self.m} (e.g. '2:4' or '4:8')"
+                )
+        elif self.kind == "depth":
+            if not ((self.n >= 1 and self.p == 0) or (self.n == 0 and 0 < self.p < 1)):
+                raise ValueError(
+                    f"sparsity: depth takes a number of blocks (depth:6) or a fraction of them in (0, 1) "
+                    f"(depth:0.2), got {self.n or float(self.p)}"
                 )
         elif self.kind in FRACTION_KINDS:
             if not 0 <= self.p < 1:
@@ -79,6 +89,8 @@ class Sparsity:
         """The canonical text, read back exactly by ``parse_sparsity`` (``unstructured:0.5``, ``2:4``)."""
         if self.kind == "nm":
             return f"{self.n}:{self.m}"
+        if self.kind == "depth" and self.n:
+            return f"depth:{self.n}"
         short = f"{float(self.p):g}"
         return f"{self.kind}:{short if exact(short) == self.p else repr(float(self.p))}"
 
@@ -109,6 +121,8 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     kind, _, value = text.rpartition(":")
     kind = kind or "unstructured"
     kind = kind.replace("-", "_")
+    if kind == "depth":
+        return _depth(spec, value)
     if kind not in FRACTION_KINDS:
         raise ValueError(
             f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
@@ -122,6 +136,28 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     return Sparsity(kind, p=p)
 
 
+def _depth(spec: str, value: str) -> Sparsity:
+    """``depth:6`` (blocks) or ``depth:0.2`` (a fraction of them)."""
+    try:
+        number = exact(value)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number of blocks or a fraction") from None
+    if number >= 1:
+        if number.denominator != 1:
+            raise ValueError(f"sparsity: {spec!r}: give a whole number of blocks or a fraction in (0, 1)")
+        return Sparsity("depth", n=int(number))
+    return Sparsity("depth", p=number)
+
+
+def depth_count(pattern: Sparsity, blocks: int) -> int:
+    """Blocks ``depth:k`` removes from a model of ``blocks``: k, or ceil(p blocks) for a fraction; refused
+    when none would be left."""
+    k = pattern.n or math.ceil(pattern.p * blocks)
+    if k >= blocks:
+        raise ValueError(f"{pattern} removes {k} of the model's {blocks} blocks, which leaves none")
+    return k
+
+
 def check_alpha(pattern: Sparsity, alpha: float | Fraction) -> None:
     """The outlier-row fraction ``alpha`` suits ``pattern``: in [0, 1), and 0 for unstructured sparsity
     (outlier rows exist for n:m and structured, Alg. 8 and 2) and for neurons (a removed neuron is a whole
@@ -133,6 +169,8 @@ def check_alpha(pattern: Sparsity, alpha: float | Fraction) -> None:
             f"alpha {float(alpha):g} keeps outlier rows dense, which n:m and structured sparsity do (Alg. 8, "
             f"2); with unstructured sparsity {pattern} set alpha to 0 or leave it out"
         )
+    if alpha and pattern.kind == "depth":
+        raise ValueError(f"{pattern} removes whole blocks, which have no outlier rows: set alpha 0")
     if alpha and pattern.kind in COMPACT_KINDS:
         what = "neurons" if pattern.kind == "neurons" else "heads"
         raise ValueError(

@@ -169,7 +169,7 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
         for part in path[1:]:
             value = value.get(part) if isinstance(value, dict) else None
         raise ValueError(f"--{'-'.join(path).replace('_', '-')} {value!r}: {text}") from None
-    if recipe.sparsity.kind != "nm" and recipe.sparsity.p == 0:
+    if recipe.sparsity.kind not in ("nm", "depth") and recipe.sparsity.p == 0:
         raise ValueError(f"--sparsity {sparsity!r}: prunes nothing; give a fraction above 0 (e.g. 0.5)")
     unused = [name for name in ("blocksize", "damp") if name in given and not _uses(recipe, name)]
     if unused:
@@ -425,7 +425,10 @@ class Plan:
         """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``."""
         from thanos.stages.card import pattern_text
 
-        label = f"{LABELS[self.recipe.method].label} {pattern_text(self.recipe.sparsity, self.recipe.alpha)}"
+        pattern = pattern_text(self.recipe.sparsity, self.recipe.alpha)
+        if self.recipe.sparsity.kind == "depth":  # the blocks are chosen by their score, not the method
+            return f"Depth: {pattern} removed (lowest block score on the calibration text)"
+        label = f"{LABELS[self.recipe.method].label} {pattern}"
         if self.recipe.owl:
             label += f" (OWL per block: M {self.recipe.owl_m:g}, lambda {self.recipe.owl_lambda:g})"
         return label
@@ -474,7 +477,7 @@ def plan(
     check_device(resources.device)
     model_type, max_positions, all_layers, layers, checkpoint_dtype = model_facts(reference, recipe.exclude)
     computes_in = compute_dtype_text(resources.device, resources.compute_dtype, checkpoint_dtype)
-    if recipe.sparsity.kind in COMPACT_KINDS and Path(reference).is_dir():
+    if recipe.sparsity.kind in (*COMPACT_KINDS, "depth") and Path(reference).is_dir():
         check_structure(reference, recipe)
     calib = _calibration(calibration, max_positions, recipe.needs_calibration)
     if recipe.recover is not None:
@@ -514,14 +517,18 @@ def plan(
 
 
 def check_structure(reference: str, recipe: Recipe) -> None:
-    """Refuse, before any step runs, a model whose neurons (``neurons:p``) or heads (``heads:p``,
-    ``kv_heads:p``) cannot be removed, or whose code cannot hold the heads left, naming the model type and
-    why."""
+    """Refuse, before any step runs, a model whose neurons (``neurons:p``), heads (``heads:p``,
+    ``kv_heads:p``) or blocks (``depth:k``) cannot be removed, or whose code cannot hold what is left,
+    naming the model type and why."""
     from thanos.models import open_layout
 
     try:
         model_dir, layout, checkpoint = open_layout(reference)
-        if recipe.sparsity.kind == "neurons":
+        if recipe.sparsity.kind == "depth":
+            from thanos.stages.depth import check_depth
+
+            check_depth(model_dir, layout.model_type, recipe.sparsity, layout.num_blocks)
+        elif recipe.sparsity.kind == "neurons":
             from thanos.models.neurons import mlp_layout
 
             mlp_layout(layout, checkpoint)
@@ -866,16 +873,9 @@ def print_summary(
     if compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
         original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
         _print(stream, f"  {run_plan.label}")
-        if compact.get("structure") == "heads":
-            shape = (
-                f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
-                f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
-            )
-        else:
-            shape = (
-                f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
-                f"({compact['width_key']})"
-            )
+        from thanos.stages.card import shape_text
+
+        shape = shape_text(compact)
         _print(
             stream,
             f"  compact: {shape}; {kept:,} of {original:,} parameters "

@@ -39,6 +39,7 @@ from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipe import Recipe
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
+from thanos.stages.depth import Removal, removal
 from thanos.stages.owl_plan import owl_blocks
 from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
@@ -144,8 +145,12 @@ def assemble(
     owl: str | os.PathLike | None = None,
     max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
     record: RunRecord | None = None,
+    depth: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
+
+    ``depth``: a ``depth:k`` recipe's ``depth.json`` (``thanos.stages.depth``): the model is written without
+    the blocks it removes, the others renumbered; no layer is pruned (``pruned_root`` is not read).
 
     ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``): the report's ``owl`` holds it, with
     the sparsity of every block counted on the written weights beside the planned one.
@@ -165,10 +170,16 @@ def assemble(
     names = sorted(sources)
     provenance = calibration_provenance(record.calibration)
     config = json.loads((model_dir / "config.json").read_text())
-    check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
-
-    replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
-    compact = None
+    compact: Compaction | Removal | None = None
+    if depth is not None:
+        if info:
+            check_unchanged(model_dir, info.get("fingerprint"), str(model_info))
+        replace, layers = {}, []
+        compact = removal(model_dir, names, depth, info or None)
+        names = [name for name in names if name in compact.rename]
+    else:
+        check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
+        replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     if recipe.compact:
         compact = compaction(model_dir, pruned_root, names, info, recipe.sparsity)
     fused = fused_parts(replace, info)
@@ -194,6 +205,8 @@ def assemble(
         report = _report(recipe, record, model_facts, layers, (total, removed), provenance)
         if compact is not None:
             report["compact"] = compact.facts
+        if depth is not None:
+            report["depth"] = json.loads(Path(depth).read_text())
         if owl_report is not None:
             report["owl"] = owl_report
         if recipe.recover is not None:
@@ -343,7 +356,7 @@ def tensor_sizes(
     names: list[str],
     sources: dict[str, Path],
     replace: dict[str, Path],
-    compact: Compaction | None = None,
+    compact: Compaction | Removal | None = None,
     fused: FusedParts | None = None,
 ) -> dict[str, int]:
     """Bytes of every output tensor (compacted, with ``compact``), from the headers only; a pruned layer
@@ -359,7 +372,7 @@ def tensor_sizes(
         for expert, transposed, file in (fused or {}).get(name, []):
             rows, columns = shape[1:]
             check_replacement(file, f"{name}[{expert}]", [columns, rows] if transposed else shape[1:], dtype)
-        if compact is not None:
+        if isinstance(compact, Compaction):
             shape = compact.shape(name, shape)
         sizes[name] = math.prod(shape) * DTYPE_BYTES.get(dtype, 2)
     return sizes
@@ -406,12 +419,13 @@ def write_shards(
     sources: dict[str, Path],
     replace: dict[str, Path],
     sizes: dict[str, int],
-    compact: Compaction | None = None,
+    compact: Compaction | Removal | None = None,
     fused: FusedParts | None = None,
 ) -> None:
     """The weights as safetensors shards, one shard in memory at a time: a single ``model.safetensors``,
     or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them); with
-    ``compact``, the removed neurons cut out; a ``fused`` tensor with its pruned experts written into
+    ``compact``, the removed neurons cut out (a ``Removal``: each tensor written under its new name); a
+    ``fused`` tensor with its pruned experts written into
     their slices (in the input's layout)."""
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
@@ -427,8 +441,11 @@ def write_shards(
                 with open_safetensors(file) as handle:
                     W = handle.get_tensor("weight")
                 tensors[name][expert] = W.T if transposed else W
-            if compact is not None:
+            if isinstance(compact, Compaction):
                 tensors[name] = compact.apply(name, tensors[name])
+            elif isinstance(compact, Removal):
+                tensors[compact.rename[name]] = tensors.pop(name)
+                name = compact.rename[name]
             weight_map[name] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
         del tensors

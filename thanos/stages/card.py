@@ -115,6 +115,8 @@ def pattern_text(pattern: Sparsity, alpha: float | None, summary: SparsitySummar
         text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
     elif pattern.kind == "heads":
         text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
+    elif pattern.kind == "depth":
+        text = f"whole blocks: {pattern.n}" if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
     elif pattern.kind == "kv_heads":
         text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
     else:
@@ -179,9 +181,37 @@ DENSE_TEXT = (
 )
 
 
+def shape_text(compact: dict[str, Any]) -> str:
+    """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
+    (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
+    3, 5, ...)``."""
+    if compact.get("structure") == "depth":
+        removed = ", ".join(map(str, compact["removed_blocks"]))
+        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed})"
+    if compact.get("structure") == "heads":
+        return (
+            f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
+            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
+        )
+    return (
+        f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
+        f"({compact['width_key']})"
+    )
+
+
 def _compact_text(compact: dict[str, Any]) -> str:
     """What a compact (neurons or heads removed) model is, for the card."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    if compact.get("structure") == "depth":
+        removed = ", ".join(map(str, compact["removed_blocks"]))
+        return (
+            f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
+            f"{compact['original_blocks']} decoder blocks (blocks {removed} of the base model are gone, "
+            f"chosen by the lowest {compact['metric']} on the calibration text; the others renumbered; "
+            "`num_hidden_layers` and every per-block setting in `config.json` follow), "
+            f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer); the model loads "
+            "wherever the base model loads, as a shallower dense model of the same architecture."
+        )
     if compact.get("structure") == "heads":
         return (
             "The removed attention heads are cut out of the matrices: every block keeps "
@@ -204,8 +234,13 @@ def _compact_text(compact: dict[str, Any]) -> str:
 
 def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
     """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
-    removed = compact["removed_per_block"]
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
+    if compact.get("structure") == "depth":
+        blocks, removed_blocks = compact["original_blocks"], compact["removed_blocks"]
+        which = ", ".join(map(str, removed_blocks))
+        count = len(removed_blocks)
+        return f"| removed | {count} of the {blocks} blocks ({which}): {before - after:,} parameters |"
+    removed = compact["removed_per_block"]
     if compact.get("structure") == "heads":
         heads = compact["original_heads"]
         groups = compact["original_kv_heads"] - compact["kept_kv_heads"]

@@ -72,6 +72,7 @@ class RecipeFiles:
     chain_dir: Path | None = None
     owl: Path | None = None
     model_dir: Path | None = None
+    depth: Path | None = None  # a depth:k recipe's choice of blocks (it prunes no layer)
 
     recovered: bool = False  # the recipe recovers its blocks: the model is assembled from them
 
@@ -99,6 +100,7 @@ class RecipeFiles:
             chain_dir=path(layout.chain_dir(model, recipe.name), sequential),
             owl=path(layout.owl(model, recipe.name), recipe.owl),
             model_dir=Path(layout.model_dir(model, recipe.name)),
+            depth=path(layout.depth(model, recipe.name), recipe.sparsity.kind == "depth"),
             recovered=recipe.recover is not None,
         )
 
@@ -325,6 +327,26 @@ class _Run:
             lambda: owl(self.model, hessians, self.recipe, output, info),
         )
 
+    def depth(self) -> None:
+        """A ``depth:k`` recipe's choice of blocks, from the dense chain's inputs of every block and the
+        last block's output (``thanos.stages.depth``)."""
+        from thanos.stages.depth import depth_plan
+
+        output = self.files.depth
+        assert output is not None
+        stores = [self.dense_store("inputs", block) for block in range(self.num_blocks + 1)]
+        inputs = {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "reads": [mtime(p) for p in stores],
+        }
+        self.steps.run(
+            f"score every block ({self.recipe.name})",
+            output,
+            inputs,
+            lambda: depth_plan(stores, self.recipe.sparsity, output),
+        )
+
     def chain(self, reads: list[Path]) -> None:
         """Capture, prune and propagate every block (``thanos.stages.chain``: it resumes by itself)."""
         from thanos.stages.chain import ChainPaths, chain
@@ -356,7 +378,7 @@ class _Run:
         return {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
-            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl)],
+            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl, files.depth)],
             "format": MODEL_DIR_FORMAT,
             "max_shard_size": self.options.max_shard_size,
         }
@@ -395,6 +417,7 @@ class _Run:
                 files.owl,
                 options.max_shard_size,
                 options.record,
+                files.depth,
             ),  # fmt: skip
             _has_report,
         )
@@ -446,9 +469,13 @@ def run_recipe(
     layout = open_layout(model, info)[1]
     run.num_blocks, run.compute_dtype = layout.num_blocks, resolved_compute_dtype(layout.dtype, options)
     run.owl()
-    reads = run.chain_reads()
-    steps.owned = True  # the chain and what follows are this call's own work
-    run.chain(reads)
+    if files.depth is not None:  # whole blocks removed: scored on the dense chain, nothing pruned
+        run.depth()
+        steps.owned = True
+    else:
+        reads = run.chain_reads()
+        steps.owned = True  # the chain and what follows are this call's own work
+        run.chain(reads)
     run.assemble()
     run.drop_layers()
     return steps

@@ -1,0 +1,162 @@
+"""Whole blocks removed (``depth:k``): the counts, the block scores, every row of the tested matrix written
+without blocks to the logits of the same model with those blocks skipped in memory, the config's per-block
+settings, the refusals, and ``thanos prune-model --sparsity depth:1`` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_model, write_corpus
+from test_compact import stored_parameters
+from transformers import AutoModelForCausalLM
+
+from thanos.data.storage import Activations
+from thanos.demo.tested_models import TESTED_MODELS
+from thanos.demo.tiny import build_tiny_model
+from thanos.models.generic import find_layers
+from thanos.pruning.sparsity import depth_count, parse_sparsity
+from thanos.recipe import Recipe, from_name
+from thanos.stages.assemble import assemble
+from thanos.stages.depth import DepthError, check_depth, choose, shortened_config
+from thanos.stages.model_info import model_info
+
+
+def test_depth_counts_and_names() -> None:
+    assert str(parse_sparsity("depth:6")) == "depth:6" and parse_sparsity("depth:6").n == 6
+    assert depth_count(parse_sparsity("depth:6"), 30) == 6
+    assert (
+        depth_count(parse_sparsity("depth:0.2"), 30) == 6
+        and depth_count(parse_sparsity("depth:0.21"), 30) == 7
+    )
+    with pytest.raises(ValueError, match="removes 30 of the model's 30 blocks, which leaves none"):
+        depth_count(parse_sparsity("depth:30"), 30)
+    with pytest.raises(ValueError, match="whole number of blocks"):
+        parse_sparsity("depth:1.5")
+    assert Recipe(None, "thanos", "depth:6").name == "thanos_depth6"
+    assert from_name("thanos_depth6")["sparsity"] == "depth:6"
+    assert from_name("wanda_d20")["sparsity"] == "depth:0.2"
+    with pytest.raises(ValueError, match="removes whole blocks, which have no outlier rows"):
+        Recipe("r", "thanos", "depth:2", alpha=0.1)
+
+
+def test_choose_takes_the_lowest_scores_later_blocks_first_on_ties() -> None:
+    assert choose([0.3, 0.1, 0.2, 0.1, 0.5], 2) == [1, 3]
+    assert choose([0.3, 0.1, 0.2, 0.1, 0.5], 1) == [3]
+
+
+def test_config_settings_follow_the_kept_blocks() -> None:
+    config = {
+        "num_hidden_layers": 4,
+        "layer_types": ["sliding", "full", "sliding", "full"],
+        "mlp_only_layers": [0, 3],
+        "first_k_dense_replace": 2,
+        "max_window_layers": 3,
+        "hidden_size": 4,
+    }
+    new = shortened_config("x", config, [0, 2, 3])
+    assert new == {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding", "sliding", "full"],
+        "mlp_only_layers": [0, 2],
+        "first_k_dense_replace": 1,
+        "max_window_layers": 2,
+        "hidden_size": 4,
+    }
+    with pytest.raises(DepthError, match="'x': cannot remove whole blocks .*decoder_sparse_step = 2"):
+        shortened_config("x", {"num_hidden_layers": 4, "decoder_sparse_step": 2}, [0, 1])
+
+
+def skipped_logits(model_dir: Path, removed: list[int], ids: torch.Tensor) -> torch.Tensor:
+    """The dense model's logits with the ``removed`` blocks skipped in memory: each returns its input."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    _, layers = find_layers(model, model.config.num_hidden_layers)
+
+    def skip(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> object:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    for block in removed:
+        layers[block].register_forward_hook(skip, with_kwargs=True)
+    with torch.inference_mode():
+        return model(ids).logits
+
+
+@pytest.mark.parametrize("model_type", list(TESTED_MODELS))
+def test_fewer_blocks_give_the_logits_of_the_blocks_skipped(tmp_path: Path, model_type: str) -> None:
+    """Every row of the tested matrix: the model written without a block (renumbered, config changed) and
+    the dense model with that block skipped in memory give the same logits (fp32, <= 1e-5), loaded with
+    plain from_pretrained. A dense-first mixture of experts loses its dense block."""
+    blocks = 4
+    model = build_tiny_model(
+        tmp_path / model_type, model_type, num_blocks=blocks, max_position_embeddings=64, jitter=0.1
+    )
+    config = json.loads((model / "config.json").read_text())
+    removed = [0] if config.get("first_k_dense_replace") else [1]
+    check_depth(model, model_type, parse_sparsity("depth:1"), blocks)
+    info = tmp_path / "model_info.json"
+    model_info(model, info)
+    depth = tmp_path / "depth.json"
+    kept = [b for b in range(blocks) if b not in removed]
+    plan = {"num_blocks": blocks, "metric": "influence", "scores": {"influence": [0.0] * blocks}}
+    depth.write_text(json.dumps(plan | {"removed": removed, "kept": kept}))
+    recipe = Recipe("d", "magnitude", "depth:1")
+    report = assemble(model, tmp_path / "unused", recipe, tmp_path / "out", info, depth=depth)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["num_hidden_layers"] == blocks - 1
+    if "layer_types" in config:
+        assert written["layer_types"] == [config["layer_types"][b] for b in kept]
+    facts = report["compact"]
+    assert facts["removed_blocks"] == removed and facts["kept_blocks"] == blocks - 1
+    assert (
+        facts["parameters"]["kept"] == stored_parameters(tmp_path / "out") < facts["parameters"]["original"]
+    )
+    assert (
+        "Whole blocks are removed: the model keeps 3 of its 4" in (tmp_path / "out" / "README.md").read_text()
+    )
+    ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        short = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()(ids).logits
+    reference = skipped_logits(model, removed, ids)
+    assert (short - reference).abs().max() <= 1e-5
+    assert not torch.allclose(reference, skipped_logits(model, [], ids), atol=1e-3)  # the block mattered
+
+
+def test_prune_model_removes_the_lowest_influence_block(tmp_path: Path) -> None:
+    """``thanos prune-model --sparsity depth:1``: depth.json scores every block from the dense chain's
+    stores (influence: 1 - mean cosine of a block's input and output), the lowest is removed, the card and
+    summary say so; a second run resumes with nothing to do; depth:3 of 3 blocks is refused up front."""
+    model = make_tiny_model(tmp_path, "llama", num_blocks=3)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    work = tmp_path / "work"
+    command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "thanos"]
+    command += ["--sparsity", "depth:1", "--calibration", str(corpus), "--nsamples", "8", "--seqlen", "32"]
+    command += ["--device", "cpu", "--workdir", str(work), "--keep", "all", "--out", str(tmp_path / "out")]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    plan_file = next(work.glob("results/*/thanos_depth1/depth.json"))
+    plan = json.loads(plan_file.read_text())
+    stores = sorted(
+        plan_file.parents[1].glob("chains/dense/inputs_*"), key=lambda p: int(p.stem.split("_")[1])
+    )
+    assert len(stores) == 4
+    x, y = Activations(stores[1]).read(0, 8).float(), Activations(stores[2]).read(0, 8).float()
+    influence = 1 - torch.nn.functional.cosine_similarity(x.flatten(0, 1), y.flatten(0, 1), dim=1).mean()
+    assert abs(plan["scores"]["influence"][1] - float(influence)) < 1e-5
+    lowest = min(range(3), key=lambda b: plan["scores"]["influence"][b])
+    assert plan["removed"] == [lowest] and plan["kept"] == [b for b in range(3) if b != lowest]
+    assert f"compact: blocks 3 -> 2 (removed {lowest})" in run.stderr
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
+    assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    refused = subprocess.run(
+        [*command[:9], "depth:3", *command[10:-1], str(tmp_path / "out3")], capture_output=True, text=True
+    )
+    assert (
+        refused.returncode != 0 and "removes 3 of the model's 3 blocks, which leaves none" in refused.stderr
+    )
