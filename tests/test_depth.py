@@ -160,3 +160,54 @@ def test_prune_model_removes_the_lowest_influence_block(tmp_path: Path) -> None:
     assert (
         refused.returncode != 0 and "removes 3 of the model's 3 blocks, which leaves none" in refused.stderr
     )
+
+
+def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
+    """``--sparsity neurons:0.3+depth:1``: depth runs first, then neurons on the shortened model; the output
+    has both (fewer blocks, a narrower MLP) and loads; a part that removes no structure is refused."""
+    from thanos import prune_model
+
+    model = make_tiny_model(tmp_path, "llama", num_blocks=3, intermediate_size=96)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    options = {"calibration": str(corpus), "nsamples": 8, "seqlen": 32, "device": "cpu"}
+    report = prune_model(
+        model, "thanos", "neurons:0.3+depth:1", out=tmp_path / "out", workdir=tmp_path / "work", **options
+    )
+    assert [part["sparsity"] for part in report["parts"]] == ["depth:1", "neurons:0.3"]
+    assert report["parts"][1]["model"] == report["parts"][0]["out"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["intermediate_size"] == 72
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
+        "combined",
+        "part1-depth1",
+        "part2-neurons0.3",
+    ]
+    with torch.inference_mode():
+        AutoModelForCausalLM.from_pretrained(tmp_path / "out")(torch.tensor([[5, 6, 7]]))
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert f"the last part of the combined recipe `depth:1+neurons:0.3` on `{model}`" in card
+    assert f"--model {model} --method thanos --sparsity depth:1+neurons:0.3" in card
+    before, after = (
+        report["parts"][0]["compact"]["parameters"]["original"],
+        report["compact"]["parameters"]["kept"],
+    )
+    assert f"Against the base model: {after:,} of {before:,} parameters" in card
+    with pytest.raises(ValueError, match=r"0.5.*cannot be combined; a combined recipe joins depth:K"):
+        prune_model(model, "thanos", "0.5+depth:1", out=tmp_path / "out2", **options)
+    with pytest.raises(ValueError, match="each of depth, heads and neurons at most once"):
+        prune_model(model, "thanos", "heads:0.5+kv_heads:0.5", out=tmp_path / "out2", **options)
+
+
+def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
+    """12 blocks without block 3: block 10 becomes block 9 while the checkpoint's own block 9 (sorted after
+    block 10 by name) becomes block 8; every block is written once, and the logits are those of the skip."""
+    model = build_tiny_model(tmp_path / "llama12", num_blocks=12, max_position_embeddings=64, jitter=0.1)
+    depth = tmp_path / "depth.json"
+    kept = [b for b in range(12) if b != 3]
+    plan = {"num_blocks": 12, "metric": "influence", "scores": {"influence": [0.0] * 12}}
+    depth.write_text(json.dumps(plan | {"removed": [3], "kept": kept}))
+    assemble(model, tmp_path / "unused", Recipe("d", "magnitude", "depth:1"), tmp_path / "out", depth=depth)
+    ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        short = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()(ids).logits
+    assert (short - skipped_logits(model, [3], ids)).abs().max() <= 1e-5

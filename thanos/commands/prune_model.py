@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written "
         "smaller), heads:0.33 (attention query heads of each key/value group, model written smaller), "
-        "kv_heads:0.25 (whole key/value groups)",
+        "kv_heads:0.25 (whole key/value groups), depth:6 or depth:0.2 (whole blocks), or structures "
+        "joined with + (depth:4+neurons:0.3: blocks first, then heads, then neurons, each on the model the "
+        "previous part wrote)",
     )
     parser.add_argument("--out", required=True, help="output directory (new, empty, or a previous result)")
     parser.add_argument(

@@ -86,6 +86,10 @@ def estimate(
         return sum(4 * c**2 for c in cols)
 
     shared = own_blocks = block_stores = 0
+    if recipe.sparsity.kind == "depth":  # the dense inputs of every block and the last one's output
+        return _depth_estimate(
+            layout, checkpoint, model_dir, recipe, nsamples * seqlen * 4 + activations * (blocks + 1)
+        )
     if recipe.needs_calibration:
         shared = nsamples * seqlen * 4 + activations + hessians(0)
         every_dense = recipe.owl or not recipe.sequential  # the dense chain's stores of every block
@@ -111,6 +115,23 @@ def estimate(
     layers = pruned * (2 if recipe.recover is not None else 1)
     model = weights + _other_files(model_dir)
     return DiskEstimate(shared, block_stores, own_blocks, activations, layers, model)
+
+
+def _depth_estimate(
+    layout: ModelLayout, checkpoint: Checkpoint, model_dir: Path, recipe: Recipe, shared: int
+) -> DiskEstimate:
+    """A ``depth:k`` recipe: the shared stores, no block's own, no pruned layer; the model without the k
+    smallest blocks' tensors (which go is decided later: the model is at most this large)."""
+    from thanos.pruning.sparsity import depth_count
+
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    itemsize = weights / max(1, sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names()))
+    sizes = sorted(
+        sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names(layout.block_prefix(block)))
+        for block in range(layout.num_blocks)
+    )
+    removed = sum(sizes[: depth_count(recipe.sparsity, layout.num_blocks)])
+    return DiskEstimate(shared, 0, 0, 0, 0, int(weights - removed * itemsize) + _other_files(model_dir))
 
 
 def _firsts(layout: ModelLayout, block: int) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from thanos.files.layout import DENSE, Layout, store_name
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import ConfigError, Recipe, select_layers
 from thanos.report.labels import LABELS
+from thanos.runner.combined import combined_parts, prune_combined
 from thanos.runner.disk import DiskEstimate
 from thanos.runner.progress import clock_text
 from thanos.stages.engine import Calibration, RecipeFiles
@@ -169,6 +171,12 @@ def build_recipe(method: str, sparsity: str | float, **options: Any) -> Recipe:
         for part in path[1:]:
             value = value.get(part) if isinstance(value, dict) else None
         raise ValueError(f"--{'-'.join(path).replace('_', '-')} {value!r}: {text}") from None
+    if recipe.sparsity.kind == "depth" and recipe.recover is not None:
+        raise ValueError(
+            f"--recover with --sparsity {sparsity}: removing whole blocks prunes no weight of the kept "
+            "ones, so there is nothing to recover; combine it with a width (depth:4+neurons:0.3 --recover "
+            "recovers the neurons part)"
+        )
     if recipe.sparsity.kind not in ("nm", "depth") and recipe.sparsity.p == 0:
         raise ValueError(f"--sparsity {sparsity!r}: prunes nothing; give a fraction above 0 (e.g. 0.5)")
     unused = [name for name in ("blocksize", "damp") if name in given and not _uses(recipe, name)]
@@ -326,6 +334,9 @@ def prune_model(
             f"model: give a Hugging Face model directory or hub id, not a loaded {type(model).__name__}; "
             "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
         )
+    if combined_parts(sparsity) is not None:  # depth:4+neurons:0.3: one run per part (thanos.runner.combined)
+        arguments = {name: value for name, value in locals().items() if name in PARAMETERS}
+        return prune_combined(prune_model.__wrapped__, arguments)
     recipe = build_recipe(
         method,
         sparsity,
@@ -359,6 +370,9 @@ def prune_model(
     report, evaluation, summary, before = run(run_plan, stream, started)
     print_summary(run_plan, report, evaluation, summary, before, stream, started)
     return {**report, "out": str(run_plan.out), "workdir": str(run_plan.workdir), "evaluation": evaluation}
+
+
+PARAMETERS = tuple(inspect.signature(prune_model).parameters)
 
 
 class RunFailed(RuntimeError):
@@ -427,7 +441,7 @@ class Plan:
 
         pattern = pattern_text(self.recipe.sparsity, self.recipe.alpha)
         if self.recipe.sparsity.kind == "depth":  # the blocks are chosen by their score, not the method
-            return f"Depth: {pattern} removed (lowest block score on the calibration text)"
+            return f"Depth: {pattern} removed (the lowest block influence on the calibration text)"
         label = f"{LABELS[self.recipe.method].label} {pattern}"
         if self.recipe.owl:
             label += f" (OWL per block: M {self.recipe.owl_m:g}, lambda {self.recipe.owl_lambda:g})"
@@ -795,6 +809,10 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     files = run_plan.files
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
+    from thanos.runner.combined import COMBINED
+
+    if (combined := COMBINED.get()) is not None:  # the last part of a combined recipe
+        how["combined"] = combined
     record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
     resources = run_plan.resources
     needed = resources.keep == "needed"

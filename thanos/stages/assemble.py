@@ -436,17 +436,17 @@ def write_shards(
         for name in shard:
             source, key = (replace[name], "weight") if name in replace else (sources[name], name)
             with open_safetensors(source) as handle:
-                tensors[name] = handle.get_tensor(key).contiguous()
+                tensor = handle.get_tensor(key).contiguous()
             for expert, transposed, file in (fused or {}).get(name, []):
                 with open_safetensors(file) as handle:
                     W = handle.get_tensor("weight")
-                tensors[name][expert] = W.T if transposed else W
+                tensor[expert] = W.T if transposed else W
             if isinstance(compact, Compaction):
-                tensors[name] = compact.apply(name, tensors[name])
-            elif isinstance(compact, Removal):
-                tensors[compact.rename[name]] = tensors.pop(name)
-                name = compact.rename[name]
-            weight_map[name] = shard_name
+                tensor = compact.apply(name, tensor)
+            # a kept block's new name may be a removed or later block's old one: never written over
+            written = compact.rename[name] if isinstance(compact, Removal) else name
+            tensors[written] = tensor
+            weight_map[written] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
         del tensors
     if len(shards) > 1:

@@ -116,7 +116,8 @@ def pattern_text(pattern: Sparsity, alpha: float | None, summary: SparsitySummar
     elif pattern.kind == "heads":
         text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
     elif pattern.kind == "depth":
-        text = f"whole blocks: {pattern.n}" if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
+        count = f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
+        text = count if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
     elif pattern.kind == "kv_heads":
         text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
     else:
@@ -148,8 +149,10 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
     recipe = Recipe.from_report(report["recipe"])
     if not recipe.sequential:
         return None
-    args = ["thanos", "prune-model", "--model", str(report["model"]["path"])]
-    args += ["--method", recipe.method, "--sparsity", str(recipe.sparsity)]
+    combined = (report.get("workflow") or {}).get("combined") or {}
+    model, sparsity = combined.get("base_model", report["model"]["path"]), combined.get("sparsity")
+    args = ["thanos", "prune-model", "--model", str(model)]
+    args += ["--method", recipe.method, "--sparsity", sparsity or str(recipe.sparsity)]
     # alpha and B always (a later version's defaults may differ), the rest where they are not the default
     options = {"alpha": recipe.alpha, "blocksize": recipe.blocksize}
     options |= {"damp": recipe.damp} if recipe.damp != DEFAULT_DAMP else {}
@@ -287,6 +290,32 @@ def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
     return lines or ["Not evaluated."]
 
 
+def combined_lines(report: dict[str, Any]) -> list[str]:
+    """For the last part of a combined recipe (``depth:4+neurons:0.3``): the parts before it and the
+    parameters against the base model."""
+    combined = (report.get("workflow") or {}).get("combined")
+    if not combined:
+        return []
+    parts = [
+        *combined["parts"],
+        {"sparsity": str(report["recipe"]["sparsity"]), "compact": report.get("compact")},
+    ]
+    steps = "; then ".join(
+        f"`{part['sparsity']}`" + (f" ({shape_text(part['compact'])})" if part.get("compact") else "")
+        for part in parts
+    )
+    first, last = parts[0].get("compact") or {}, parts[-1].get("compact") or {}
+    text = (
+        f"It is the last part of the combined recipe `{combined['sparsity']}` on `{combined['base_model']}`, "
+        f"each part run on the model the previous one wrote: {steps}."
+    )
+    if first.get("parameters") and last.get("parameters"):
+        before, after = first["parameters"]["original"], last["parameters"]["kept"]
+        fewer = 100 * (1 - after / before)
+        text += f" Against the base model: {after:,} of {before:,} parameters ({fewer:.1f} % fewer)."
+    return ["", text]
+
+
 def model_card(
     report: dict[str, Any],
     summary: SparsitySummary,
@@ -312,6 +341,7 @@ def model_card(
         + " "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(sparsity, alpha)) else []),
+        *combined_lines(report),
         "",
         *_facts(report, summary, spec.label, pattern, alpha),
         "",
