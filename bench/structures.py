@@ -4,7 +4,8 @@ perplexity on held-out text.
 
 Every output is ``thanos prune-model --method thanos --sparsity S`` (compact: written smaller) calibrated on
 ``--nsamples`` x ``--seqlen`` tokens of ``DATA/calib.jsonl``, for S in ``--recipes`` (default: neurons:0.3,
-heads:0.33, depth:6 and depth:4+neurons:0.3, about a quarter fewer parameters on SmolLM2-135M). Speed and
+heads:0.33, depth:6, depth:4+neurons:0.3, about a quarter fewer parameters on SmolLM2-135M, and
+heads:0.33+neurons:0.3; ``@recover`` adds ``--recover`` with its defaults, here to the combination). Speed and
 perplexity are measured as ``bench/compact.py`` measures them (alternating rounds, the median of the per-round
 ratios to dense; the first ``--ppl-windows`` windows of 512 tokens of ``DATA/test.jsonl``).
 
@@ -31,20 +32,29 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from compact import perplexities, safetensors_facts, speeds  # noqa: E402
 
-RECIPES = ("neurons:0.3", "heads:0.33", "depth:6", "depth:4+neurons:0.3")
+RECIPES = (
+    "neurons:0.3",
+    "heads:0.33",
+    "depth:6",
+    "depth:4+neurons:0.3",
+    "heads:0.33+neurons:0.3",
+    "depth:4+neurons:0.3@recover",
+)
 
 
 def prune_all(args: argparse.Namespace) -> dict[str, dict]:
     from thanos import prune_model
 
     outputs = {}
-    for sparsity in args.recipes:
-        out = Path(args.work) / "out" / sparsity.replace(":", "").replace("+", "_")
+    for name in args.recipes:
+        sparsity, _, extra = name.partition("@")
+        out = Path(args.work) / "out" / name.replace(":", "").replace("+", "_").replace("@", "_")
         started = time.perf_counter()
         report = prune_model(
             args.model,
             "thanos",
             sparsity,
+            recover=True if extra == "recover" else None,
             out=out,
             calibration=str(Path(args.data) / "calib.jsonl"),
             nsamples=args.nsamples,
@@ -54,8 +64,8 @@ def prune_all(args: argparse.Namespace) -> dict[str, dict]:
             workdir=Path(args.work) / "workdir",
             stream=io.StringIO(),
         )
-        print(f"pruned {sparsity}: {time.perf_counter() - started:.0f} s", flush=True)
-        outputs[sparsity] = {"dir": out, "report": report}
+        print(f"pruned {name}: {time.perf_counter() - started:.0f} s", flush=True)
+        outputs[name] = {"dir": out, "report": report}
     return outputs
 
 

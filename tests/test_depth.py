@@ -211,3 +211,12 @@ def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
     with torch.inference_mode():
         short = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()(ids).logits
     assert (short - skipped_logits(model, [3], ids)).abs().max() <= 1e-5
+
+
+def test_the_workflow_refuses_depth_recipes_naming_prune_model() -> None:
+    from thanos.recipe import ConfigError, expand
+
+    with pytest.raises(ConfigError, match=r"recipes\.d\.sparsity: depth:4 .*runs with `thanos prune-model"):
+        expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})
+    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.sparsities\[1\]: depth:0.2"):
+        expand({"recipe_grid": [{"methods": ["wanda"], "sparsities": [0.5, "depth:0.2"]}]})

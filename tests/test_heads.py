@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, write_corpus
+from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from test_compact import logits, prune_with_magnitude, stored_parameters
 
 from thanos.demo.tested_models import TESTED_MODELS
@@ -207,3 +207,17 @@ def test_llama_cpp_converts_a_model_with_fewer_heads(tmp_path: Path) -> None:
         shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
     assert shapes["blk.0.attn_q.weight"][1] == kept * report["compact"]["head_dim"]
     assert Fraction(kept, report["compact"]["original_heads"]) == Fraction(1, 2)
+
+
+def test_workflow_prunes_heads(tmp_path: Path) -> None:
+    """A heads recipe in the workflow (Thanos, the recipe's job): the published model has the kept heads."""
+    model = make_tiny_model(tmp_path, "mistral")
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipes = {"h50": {"method": "thanos", "sparsity": "heads:0.5"}}
+    snakemake(tmp_path / "run", workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes))
+    out = tmp_path / "run" / "results" / "tiny" / "h50" / "model"
+    config = json.loads((out / "config.json").read_text())
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (2, 2, 8)
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert [entry["layer"] for entry in report["layers"]] == ["self_attn.o_proj"] * 2
+    assert report["compact"]["kept_heads"] == 2

@@ -539,8 +539,13 @@ def check_structure(reference: str, recipe: Recipe) -> None:
     try:
         model_dir, layout, checkpoint = open_layout(reference)
         if recipe.sparsity.kind == "depth":
+            from thanos.pruning.sparsity import depth_count
             from thanos.stages.depth import check_depth
 
+            try:
+                depth_count(recipe.sparsity, layout.num_blocks)
+            except ValueError as err:  # the count, not the model: named by its option
+                raise ValueError(f"--sparsity {recipe.sparsity}: {err}") from err
             check_depth(model_dir, layout.model_type, recipe.sparsity, layout.num_blocks)
         elif recipe.sparsity.kind == "neurons":
             from thanos.models.neurons import mlp_layout
@@ -550,10 +555,15 @@ def check_structure(reference: str, recipe: Recipe) -> None:
             from thanos.models.heads import attention_layout, check_expressible
 
             attention = attention_layout(model_dir, layout, checkpoint)
-            attention.removed(recipe.sparsity)
+            try:
+                attention.removed(recipe.sparsity)
+            except ValueError as err:  # the count, not the model: named by its option
+                raise ValueError(f"--sparsity {recipe.sparsity}: {err}") from err
             if recipe.compact:
                 check_expressible(model_dir, attention, recipe.sparsity)
     except ValueError as err:
+        if str(err).startswith("--sparsity"):
+            raise
         raise ValueError(f"--model {reference}: {err}") from None
 
 
