@@ -220,3 +220,20 @@ def test_the_workflow_refuses_depth_recipes_naming_prune_model() -> None:
         expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})
     with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.sparsities\[1\]: depth:0.2"):
         expand({"recipe_grid": [{"methods": ["wanda"], "sparsities": [0.5, "depth:0.2"]}]})
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_a_model_with_fewer_blocks(tmp_path: Path) -> None:
+    """llama.cpp's converter reads the shortened model: its block count is the kept one, every block there."""
+    from test_output import converted_to_gguf
+
+    model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=3, tokenizer="llama")
+    depth = tmp_path / "depth.json"
+    plan = {"num_blocks": 3, "metric": "influence", "scores": {"influence": [0.0] * 3}}
+    depth.write_text(json.dumps(plan | {"removed": [1], "kept": [0, 2]}))
+    assemble(model, tmp_path / "unused", Recipe("d", "magnitude", "depth:1"), tmp_path / "short", depth=depth)
+    with converted_to_gguf(tmp_path / "short", tmp_path / "short.gguf") as (_, reader):
+        field = reader.fields["llama.block_count"]
+        assert int(field.parts[field.data[0]][0]) == 2
+        names = {t.name for t in reader.tensors}
+    assert "blk.1.attn_q.weight" in names and "blk.2.attn_q.weight" not in names
