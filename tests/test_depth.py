@@ -182,6 +182,10 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
         "part1-depth1",
         "part2-neurons0.3",
     ]
+    from thanos.runner.workdirs import scan
+
+    listed = {w.path.name: w for w in scan(tmp_path / "work")}  # the intermediate models too
+    assert listed["combined"].recipes == ["depth:1+neurons:0.3"] and listed["combined"].bytes > 0
     with torch.inference_mode():
         AutoModelForCausalLM.from_pretrained(tmp_path / "out")(torch.tensor([[5, 6, 7]]))
     card = (tmp_path / "out" / "README.md").read_text()

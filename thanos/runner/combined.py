@@ -10,7 +10,8 @@ written:
 2. ``heads`` (or ``kv_heads``) next, then ``neurons``: within a block the attention feeds the MLP, so the
    MLP's neurons are chosen, and corrected, on the inputs the pruned attention gives it.
 
-The intermediate models are written under the working directory root (``combined/``); the last part
+The intermediate models are written under the working directory root (``combined/``, which ``thanos
+workdirs`` lists and deletes like a working directory); the last part
 writes ``out``, with the card, the report and the evaluations. The returned report lists every part.
 ``recover`` applies to the width parts (a depth part prunes no weight of the blocks it keeps).
 """
@@ -54,7 +55,7 @@ def prune_combined(run_one: Callable[..., dict[str, Any]], arguments: dict[str, 
     """Run every part of ``arguments['sparsity']`` with ``run_one`` (``prune_model``'s own function), each
     on the previous part's model; the last writes ``out`` and evaluates."""
     from thanos.runner.one_recipe import _print, model_reference, model_slug
-    from thanos.runner.workdirs import default_root
+    from thanos.runner.workdirs import default_root, record_run
 
     parts = combined_parts(arguments["sparsity"])
     assert parts is not None
@@ -64,6 +65,14 @@ def prune_combined(run_one: Callable[..., dict[str, Any]], arguments: dict[str, 
     root = Path(given).expanduser().resolve() if given else default_root()
     calibration = [arguments[key] for key in ("calibration", "nsamples", "seqlen", "seed", "text_field")]
     _print(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
+    # the intermediate models: listed (and deleted) by ``thanos workdirs`` like a working directory
+    (root / "combined").mkdir(parents=True, exist_ok=True)
+    calibration_record = {
+        "source": str(arguments["calibration"]),
+        "nsamples": arguments["nsamples"],
+        "seqlen": arguments["seqlen"],
+    }
+    record_run(root / "combined", reference, calibration_record, "+".join(parts))
     model, steps = reference, []
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
