@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_tiny_model, write_corpus
-from test_compact import stored_parameters
+from test_compact import NO_NEURONS, OPTIONS, logits, prune_with_magnitude, stored_parameters
+from test_heads import ROWS as HEADS_ROWS
 from transformers import AutoModelForCausalLM
 
 from thanos.data.storage import Activations
@@ -241,3 +242,37 @@ def test_llama_cpp_converts_a_model_with_fewer_blocks(tmp_path: Path) -> None:
         assert int(field.parts[field.data[0]][0]) == 2
         names = {t.name for t in reader.tensors}
     assert "blk.1.attn_q.weight" in names and "blk.2.attn_q.weight" not in names
+
+
+@pytest.mark.parametrize("model_type", [t for t in HEADS_ROWS if t not in NO_NEURONS])
+def test_depth_heads_and_neurons_combined_on_the_dense_rows(tmp_path: Path, model_type: str) -> None:
+    """Every dense row where all three structures come out: a block removed, then heads, then neurons, each
+    on the model the previous step wrote (as a combined recipe runs them); the last step's compact model
+    gives the logits of its zero-filled one, and its config holds all three changes."""
+    model = build_tiny_model(
+        tmp_path / model_type, model_type, num_blocks=3, max_position_embeddings=64, jitter=0.1,
+        **OPTIONS.get(model_type, {}),
+    )  # fmt: skip
+    depth = tmp_path / "depth.json"
+    plan = {"num_blocks": 3, "metric": "influence", "scores": {"influence": [0.0] * 3}}
+    depth.write_text(json.dumps(plan | {"removed": [1], "kept": [0, 2]}))
+    short = tmp_path / "short"
+    assemble(model, tmp_path / "unused", Recipe("d", "magnitude", "depth:1"), short, depth=depth)
+    prune_with_magnitude(short, tmp_path / "heads", "heads:0.5")
+    fewer_heads = tmp_path / "fewer-heads"
+    assemble(short, tmp_path / "heads", Recipe("h", "magnitude", "heads:0.5"), fewer_heads)
+    prune_with_magnitude(fewer_heads, tmp_path / "neurons", "neurons:0.3")
+    recipe = {"name": "n", "method": "magnitude", "sparsity": "neurons:0.3"}
+    assemble(fewer_heads, tmp_path / "neurons", Recipe.from_dict(recipe), tmp_path / "all")
+    assemble(
+        fewer_heads, tmp_path / "neurons", Recipe.from_dict(recipe | {"compact": False}), tmp_path / "zeros"
+    )
+    original = json.loads((model / "config.json").read_text())
+    config = json.loads((tmp_path / "all" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2
+    assert config["num_attention_heads"] == original["num_attention_heads"] // 2
+    width = next(key for key in ("intermediate_size", "ffn_dim") if key in original)
+    assert config[width] < original[width]
+    ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(4))
+    assert (logits(tmp_path / "all", ids) - logits(tmp_path / "zeros", ids)).abs().max() <= 1e-5
+    assert stored_parameters(tmp_path / "all") < stored_parameters(short) < stored_parameters(model)
