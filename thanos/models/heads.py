@@ -117,13 +117,10 @@ def attention_layout(model_dir: str | Path, layout: ModelLayout, checkpoint: Any
     other two), checked on every block."""
     model_type = layout.model_type
     config = json.loads((Path(model_dir) / "config.json").read_text())
-    config = config.get("text_config", config) if "num_attention_heads" not in config else config
     heads, kv_heads, head_dim, keys = head_config(model_type, config)
     found = None
     for block in range(layout.num_blocks):
-        attention = _block_layout(
-            model_type, layout.block_layers(block), checkpoint, layout.block_prefix(block)
-        )
+        attention = _block_layout(model_type, layout.block_layers(block))
         attention = _checked(
             model_type, attention, (heads, kv_heads, head_dim), keys, checkpoint, layout.block_prefix(block)
         )
@@ -135,7 +132,7 @@ def attention_layout(model_dir: str | Path, layout: ModelLayout, checkpoint: Any
     return found
 
 
-def _block_layout(model_type: str, layers: list[str], checkpoint: Any, prefix: str) -> tuple[str, ...]:
+def _block_layout(model_type: str, layers: list[str]) -> tuple[str, ...]:
     """(query, key, value, output) of one block, by their names."""
     for layer in layers:
         if layer.rpartition(".")[2] in FUSED:
