@@ -65,14 +65,14 @@ def prune_combined(run_one: Callable[..., dict[str, Any]], arguments: dict[str, 
     root = Path(given).expanduser().resolve() if given else default_root()
     calibration = [arguments[key] for key in ("calibration", "nsamples", "seqlen", "seed", "text_field")]
     _print(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
-    # the intermediate models: listed (and deleted) by ``thanos workdirs`` like a working directory
-    (root / "combined").mkdir(parents=True, exist_ok=True)
-    calibration_record = {
-        "source": str(arguments["calibration"]),
-        "nsamples": arguments["nsamples"],
-        "seqlen": arguments["seqlen"],
-    }
-    record_run(root / "combined", reference, calibration_record, "+".join(parts))
+    if not arguments.get("dry_run"):  # the intermediate models: listed and deleted by ``thanos workdirs``
+        (root / "combined").mkdir(parents=True, exist_ok=True)
+        calibration_record = {
+            "source": str(arguments["calibration"]),
+            "nsamples": arguments["nsamples"],
+            "seqlen": arguments["seqlen"],
+        }
+        record_run(root / "combined", reference, calibration_record, "+".join(parts))
     model, steps = reference, []
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
