@@ -118,18 +118,13 @@ def attention_layout(model_dir: str | Path, layout: ModelLayout, checkpoint: Any
     model_type = layout.model_type
     config = json.loads((Path(model_dir) / "config.json").read_text())
     heads, kv_heads, head_dim, keys = head_config(model_type, config)
-    found = None
-    for block in range(layout.num_blocks):
-        attention = _block_layout(model_type, layout.block_layers(block))
-        attention = _checked(
-            model_type, attention, (heads, kv_heads, head_dim), keys, checkpoint, layout.block_prefix(block)
-        )
-        if found is not None and attention != found:
-            raise _refuse(model_type, f"block {block}'s attention differs from block 0's")
-        found = attention
-    if found is None:
-        raise _refuse(model_type, "it has no blocks")
-    return found
+
+    def find(block: int) -> AttentionLayout:
+        roles = _block_layout(model_type, layout.block_layers(block))
+        sizes = (heads, kv_heads, head_dim)
+        return _checked(model_type, roles, sizes, keys, checkpoint, layout.block_prefix(block))
+
+    return layout.same_in_every_block(find, "attention", lambda why: _refuse(model_type, why))
 
 
 def _block_layout(model_type: str, layers: list[str]) -> tuple[str, ...]:

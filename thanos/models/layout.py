@@ -12,10 +12,12 @@ the workflow's ``model_info.json`` (``to_info``); the prune, owl and compact job
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 Groups = dict[str, tuple[str, ...]]  # group (named after its first layer) -> its layers, in pruning order
 
@@ -55,6 +57,21 @@ class ModelLayout:
         """Prunable linear layers of a block, relative to the block, in pruning order (of every kind of
         block, when the blocks differ: ``block_layers``)."""
         return _layers(self.groups)
+
+    def same_in_every_block(
+        self, find: Callable[[int], T], what: str, refuse: Callable[[str], Exception]
+    ) -> T:
+        """``find(block)``, which must be the same for every block (block 0's); otherwise, or without blocks,
+        ``refuse(why)`` is raised (``what``: the part compared, named in ``why``)."""
+        found = None
+        for block in range(self.num_blocks):
+            current = find(block)
+            if found is not None and current != found:
+                raise refuse(f"block {block}'s {what} differs from block 0's")
+            found = current
+        if found is None:
+            raise refuse("it has no blocks")
+        return found
 
     def check_block(self, block: int) -> None:
         if not 0 <= block < self.num_blocks:

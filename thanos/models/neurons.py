@@ -86,16 +86,12 @@ def mlp_layout(layout: ModelLayout, checkpoint: Any) -> MLPLayout:
     ``checkpoint``."""
     model_type = layout.model_type
     key, width = mlp_width(model_type, layout.mlp_config)
-    mlp = None
-    for block in range(layout.num_blocks):
+
+    def find(block: int) -> MLPLayout:
         prefix = layout.block_prefix(block)
-        found = _block_layout(model_type, key, width, layout.block_layers(block), checkpoint, prefix)
-        if mlp is not None and found != mlp:
-            raise _refuse(model_type, f"block {block}'s MLP differs from block 0's")
-        mlp = found
-    if mlp is None:
-        raise _refuse(model_type, "it has no blocks")
-    return mlp
+        return _block_layout(model_type, key, width, layout.block_layers(block), checkpoint, prefix)
+
+    return layout.same_in_every_block(find, "MLP", lambda why: _refuse(model_type, why))
 
 
 def _block_layout(

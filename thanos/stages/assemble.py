@@ -39,7 +39,7 @@ from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipe import Recipe
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
-from thanos.stages.depth import Removal, removal
+from thanos.stages.depth import removal
 from thanos.stages.owl_plan import owl_blocks
 from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
@@ -170,13 +170,13 @@ def assemble(
     names = sorted(sources)
     provenance = calibration_provenance(record.calibration)
     config = json.loads((model_dir / "config.json").read_text())
-    compact: Compaction | Removal | None = None
+    compact = None
     if depth is not None:
         if info:
             check_unchanged(model_dir, info.get("fingerprint"), str(model_info))
         replace, layers = {}, []
         compact = removal(model_dir, names, depth, info or None)
-        names = [name for name in names if name in compact.rename]
+        names = [name for name in names if compact.keeps(name)]
     else:
         check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
         replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
@@ -356,7 +356,7 @@ def tensor_sizes(
     names: list[str],
     sources: dict[str, Path],
     replace: dict[str, Path],
-    compact: Compaction | Removal | None = None,
+    compact: Compaction | None = None,
     fused: FusedParts | None = None,
 ) -> dict[str, int]:
     """Bytes of every output tensor (compacted, with ``compact``), from the headers only; a pruned layer
@@ -372,7 +372,7 @@ def tensor_sizes(
         for expert, transposed, file in (fused or {}).get(name, []):
             rows, columns = shape[1:]
             check_replacement(file, f"{name}[{expert}]", [columns, rows] if transposed else shape[1:], dtype)
-        if isinstance(compact, Compaction):
+        if compact is not None:
             shape = compact.shape(name, shape)
         sizes[name] = math.prod(shape) * DTYPE_BYTES.get(dtype, 2)
     return sizes
@@ -419,14 +419,13 @@ def write_shards(
     sources: dict[str, Path],
     replace: dict[str, Path],
     sizes: dict[str, int],
-    compact: Compaction | Removal | None = None,
+    compact: Compaction | None = None,
     fused: FusedParts | None = None,
 ) -> None:
     """The weights as safetensors shards, one shard in memory at a time: a single ``model.safetensors``,
     or several shards and ``model.safetensors.index.json`` (as ``save_pretrained`` writes them); with
-    ``compact``, the removed neurons cut out (a ``Removal``: each tensor written under its new name); a
-    ``fused`` tensor with its pruned experts written into
-    their slices (in the input's layout)."""
+    ``compact``, the removed neurons or heads cut out and each tensor written under its new name; a
+    ``fused`` tensor with its pruned experts written into their slices (in the input's layout)."""
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
         shard_name = (
@@ -441,10 +440,10 @@ def write_shards(
                 with open_safetensors(file) as handle:
                     W = handle.get_tensor("weight")
                 tensor[expert] = W.T if transposed else W
-            if isinstance(compact, Compaction):
-                tensor = compact.apply(name, tensor)
             # a kept block's new name may be a removed or later block's old one: never written over
-            written = compact.rename[name] if isinstance(compact, Removal) else name
+            written = name
+            if compact is not None:
+                tensor, written = compact.apply(name, tensor), compact.written_name(name)
             tensors[written] = tensor
             weight_map[written] = shard_name
         save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})

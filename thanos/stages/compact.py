@@ -36,12 +36,21 @@ from thanos.pruning.sparsity import NEURON_MULTIPLE, Sparsity
 
 @dataclass
 class Compaction:
-    """The plan: ``index`` maps a tensor name to (dimension, kept indices); ``settings`` are the config
-    values that change; ``facts`` go to the report."""
+    """The plan: ``index`` maps a tensor name to (dimension, kept indices); ``rename`` (None: every tensor
+    kept under its name) maps each kept tensor's name to the one it is written under, the tensors it leaves
+    out are not written (``thanos.stages.depth``: removed blocks); ``settings`` are the config values that
+    change; ``facts`` go to the report."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     index: dict[str, tuple[int, torch.Tensor]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    rename: dict[str, str] | None = None
+
+    def keeps(self, name: str) -> bool:
+        return self.rename is None or name in self.rename
+
+    def written_name(self, name: str) -> str:
+        return name if self.rename is None else self.rename[name]
 
     def shape(self, name: str, shape: list[int]) -> list[int]:
         if name not in self.index:
@@ -61,13 +70,13 @@ class Compaction:
         return json.dumps(config, indent=2) + "\n"
 
     def parameters(self, checkpoint: Any, names: list[str]) -> dict[str, int]:
-        """The model's parameters before and after."""
-        original = sum(math.prod(checkpoint.shape(name)) for name in names)
-        removed = 0
-        for name in self.index:
+        """The model's parameters (its tensor ``names``) before and after."""
+        original = kept = 0
+        for name in names:
             shape = checkpoint.shape(name)
-            removed += math.prod(shape) - math.prod(self.shape(name, shape))
-        return {"original": original, "kept": original - removed}
+            original += math.prod(shape)
+            kept += math.prod(self.shape(name, shape)) if self.keeps(name) else 0
+        return {"original": original, "kept": kept}
 
 
 def compaction(
@@ -94,7 +103,7 @@ def compaction(
     return plan
 
 
-def removed_columns(root: Path, block: int, layer: str, width: int, first: int | None) -> torch.Tensor:
+def kept_columns(root: Path, block: int, layer: str, width: int, first: int | None) -> torch.Tensor:
     """The kept columns of ``layer`` in block ``block`` (of ``width``): its stats' ``removed_columns``,
     checked to be recorded, zero in the weight and as many as block 0's (``first``)."""
     stats_file = root / pruned_block_name(block) / pruned_layer_name(layer, "json")
@@ -127,7 +136,7 @@ def _neurons_plan(layout: Any, model_layout: Any, root: Path, names: list[str]) 
     kept = torch.arange(width)
     for block in range(model_layout.num_blocks):
         prefix = model_layout.block_prefix(block)
-        kept = removed_columns(root, block, layout.output, width, first)
+        kept = kept_columns(root, block, layout.output, width, first)
         first = width - int(kept.numel())
         plan.index[f"{prefix}{layout.output}.weight"] = (1, kept)
         for feeder in layout.feeders:
@@ -159,7 +168,7 @@ def _heads_plan(attention: Any, model_layout: Any, root: Path, names: list[str])
     kept_groups = torch.arange(attention.kv_heads)
     for block in range(model_layout.num_blocks):
         prefix = model_layout.block_prefix(block)
-        kept = removed_columns(root, block, attention.output, width, first)
+        kept = kept_columns(root, block, attention.output, width, first)
         first = width - int(kept.numel())
         kept_heads = kept[::d] // d
         if kept.numel() % d or not torch.equal(

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ import torch
 from thanos.data.storage import Activations
 from thanos.files.atomic import write_json
 from thanos.pruning.sparsity import Sparsity, depth_count
+from thanos.stages.compact import Compaction
 
 log = logging.getLogger(__name__)
 
@@ -128,33 +127,20 @@ def shortened_config(model_type: str, config: dict[str, Any], kept: list[int]) -
     return new
 
 
-@dataclass
-class Removal:
-    """The assembly's plan: ``rename`` maps each kept tensor's name to its new one (removed blocks' tensors
-    are not in it); ``settings``: the config values that change; ``facts`` go to the report."""
-
-    rename: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    def config(self, text: str) -> str:
-        return json.dumps(json.loads(text) | self.settings, indent=2) + "\n"
-
-
 def removal(
     model_dir: str | Path, names: list[str], depth_file: str | Path, model_info: Any = None
-) -> Removal:
-    """The plan to write the model at ``model_dir`` (its tensor ``names``) without the blocks that
-    ``depth_file`` (depth.json) removes."""
+) -> Compaction:
+    """The assembly's plan (``Compaction``: its ``rename``) to write the model at ``model_dir`` (its tensor
+    ``names``) without the blocks that ``depth_file`` (depth.json) removes."""
     from thanos.models import open_layout
 
     model_dir, layout, checkpoint = open_layout(model_dir, model_info)
-    plan = json.loads(Path(depth_file).read_text())
-    if plan["num_blocks"] != layout.num_blocks:
+    choice = json.loads(Path(depth_file).read_text())
+    if choice["num_blocks"] != layout.num_blocks:
         raise ValueError(
-            f"{depth_file}: planned for {plan['num_blocks']} blocks, the model has {layout.num_blocks}"
+            f"{depth_file}: planned for {choice['num_blocks']} blocks, the model has {layout.num_blocks}"
         )
-    kept = list(plan["kept"])
+    kept = list(choice["kept"])
     prefixes = [layout.block_prefix(block) for block in range(layout.num_blocks)]
     new_prefix = {prefixes[block]: layout.block_prefix(i) for i, block in enumerate(kept)}
     rename = {}
@@ -167,19 +153,18 @@ def removal(
     config = json.loads((Path(model_dir) / "config.json").read_text())
     settings = shortened_config(layout.model_type, config, kept)
     settings = {key: value for key, value in settings.items() if config.get(key) != value}
-    parameters = sum(math.prod(checkpoint.shape(name)) for name in names)
-    kept_parameters = sum(math.prod(checkpoint.shape(name)) for name in rename)
-    facts = {
+    plan = Compaction(settings, rename=rename)
+    plan.facts = {
         "structure": "depth",
         "model_type": layout.model_type,
         "original_blocks": layout.num_blocks,
         "kept_blocks": len(kept),
-        "removed_blocks": plan["removed"],
-        "metric": plan["metric"],
-        "scores": plan["scores"][plan["metric"]],
-        "parameters": {"original": parameters, "kept": kept_parameters},
+        "removed_blocks": choice["removed"],
+        "metric": choice["metric"],
+        "scores": choice["scores"][choice["metric"]],
+        "parameters": plan.parameters(checkpoint, names),
     }
-    return Removal(rename, settings, facts)
+    return plan
 
 
 def check_depth(model_dir: str | Path, model_type: str, pattern: Sparsity, blocks: int) -> None:
