@@ -166,6 +166,18 @@ def speeds(args: argparse.Namespace, models: dict[str, Path]) -> dict[str, dict]
     return result
 
 
+def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The calibration and the measurements' options (what ``speeds`` and ``perplexities`` read, with
+    ``--data``), shared with ``bench/structures.py``."""
+    parser.add_argument("--nsamples", type=int, default=32)
+    parser.add_argument("--seqlen", type=int, default=256)
+    parser.add_argument("--ppl-windows", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prefill", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -175,13 +187,7 @@ def main() -> None:
     parser.add_argument("--work", required=True, help="working directory (outputs, workflow intermediates)")
     parser.add_argument("--fractions", default="0.2,0.3,0.5", help="fractions of MLP neurons removed")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--nsamples", type=int, default=32)
-    parser.add_argument("--seqlen", type=int, default=256)
-    parser.add_argument("--ppl-windows", type=int, default=16)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--prefill", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
+    add_measure_arguments(parser)
     parser.add_argument("--skip-ppl", action="store_true", help="reuse the perplexities of an earlier run")
     args = parser.parse_args()
     args.fractions = [float(f) for f in args.fractions.split(",")]

@@ -30,7 +30,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from compact import perplexities, safetensors_facts, speeds  # noqa: E402
+from compact import add_measure_arguments, perplexities, safetensors_facts, speeds  # noqa: E402
 
 RECIPES = (
     "neurons:0.3",
@@ -113,13 +113,7 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="demo data directory (python -m thanos demo-data)")
     parser.add_argument("--work", required=True, help="working directory (outputs, intermediates)")
     parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated --sparsity values")
-    parser.add_argument("--nsamples", type=int, default=32)
-    parser.add_argument("--seqlen", type=int, default=256)
-    parser.add_argument("--ppl-windows", type=int, default=16)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--prefill", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
+    add_measure_arguments(parser)
     args = parser.parse_args()
     args.recipes = args.recipes.split(",")
 
