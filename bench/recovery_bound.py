@@ -2,8 +2,9 @@
 reconstruction variants and whole-model distillation, in one process, in fp32 (an experiment beside the
 pipeline, for Llama-family checkpoints: it runs the decoder layers of ``transformers`` directly).
 
-Given the dense model and a pruned model written by ``thanos prune-model`` (a compact ``neurons:p`` model
-trains every weight; its zeros are not tracked here), it
+Given the dense model and a compact pruned model written by ``thanos prune-model`` (``neurons:p``,
+``heads:p``: every weight it holds is kept, so every weight is trained; a model with zeros inside its
+matrices is refused, as this trains them), it
 
 - trains the pruned model's blocks one after the other as ``--recover`` does (each block's linear weights
   by Adam, the learning rate decayed linearly to 0, to the dense model's outputs of that block, the inputs
@@ -12,7 +13,7 @@ trains every weight; its zeros are not tracked here), it
   its mean square in the targets (``--loss featnorm``), ``--group`` consecutive blocks trained together;
 - or, with ``--distill-epochs`` (and ``--no-blockwise``), distils the whole model at once: the pruned
   model's next-token distribution trained to the dense model's (KL divergence on the calibration windows
-  the block-wise runs train on), which no block-wise method can exceed on the same tokens by much;
+  the block-wise runs train on): what training the whole model at once reaches on the same tokens;
 
 then prints the perplexity on the held-out text and the gap closed,
 ``(ln p_pruned - ln p_recovered) / (ln p_pruned - ln p_dense)``.
@@ -24,6 +25,7 @@ then prints the perplexity on the held-out text and the gap closed,
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
@@ -159,10 +161,23 @@ def main() -> None:
     parser.add_argument("--distill-epochs", type=int, default=0)
     parser.add_argument("--distill-lr", type=float, default=3e-4)
     args = parser.parse_args()
+    record = args.pruned / "sparsity.json"
+    if not record.is_file() or "compact" not in json.loads(record.read_text()):
+        raise SystemExit(
+            f"{args.pruned}: not a compact model written by thanos prune-model (its sparsity.json has no "
+            "'compact'); this bench trains every weight, so it takes neurons:p or heads:p models only "
+            "(bench/recovery.py measures the others with their zeros kept)"
+        )
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(args.dense)
     dense = AutoModelForCausalLM.from_pretrained(args.dense, dtype=torch.float32).eval()
     pruned = AutoModelForCausalLM.from_pretrained(args.pruned, dtype=torch.float32).eval()
+    blocks = (len(pruned.model.layers), len(dense.model.layers))
+    if not args.no_blockwise and blocks[0] != blocks[1]:
+        raise SystemExit(
+            f"{args.pruned} has {blocks[0]} blocks, the dense model {blocks[1]}: "
+            "block-wise training pairs block l with block l; pass --no-blockwise --distill-epochs N"
+        )
     dense.requires_grad_(False)
     pruned.requires_grad_(False)
     documents, _ = load_source(args.calibration)
