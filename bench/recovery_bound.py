@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -36,17 +37,13 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from thanos.data.calibration import load_source, sample_windows
-from thanos.evaluation.perplexity import load_eval_text, tokenize_windows
+from thanos.evaluation.perplexity import load_eval_text, tokenize_windows, window_nll
+from thanos.pruning.recovery import batched, recover_block, split_windows
 
 
 def perplexity(model: nn.Module, windows: torch.Tensor) -> float:
-    total, count = 0.0, 0
-    with torch.inference_mode():
-        for w in windows:
-            logits = model(input_ids=w[None], use_cache=False).logits[0, :-1]
-            total += float(F.cross_entropy(logits.float(), w[1:], reduction="sum"))
-            count += w.numel() - 1
-    return math.exp(total / count)
+    nll = window_nll(model, windows, "cpu", progress=False)
+    return math.exp(nll / (windows.shape[0] * (windows.shape[1] - 1)))
 
 
 def run(layers: list[nn.Module], X: torch.Tensor, rotary: nn.Module) -> torch.Tensor:
@@ -65,41 +62,42 @@ def over(layers: list[nn.Module], X: torch.Tensor, rotary: nn.Module) -> torch.T
 def train_group(
     trained: list[nn.Module], X: torch.Tensor, Y: torch.Tensor, rotary: nn.Module, args: argparse.Namespace
 ) -> tuple[float, float]:
-    """``trained``'s weights fitted to ``Y`` from ``X``; the best epoch on the last eighth kept; return the
-    held-out loss before and after."""
+    """``trained``'s weights fitted to ``Y`` from ``X`` by the pipeline's ``recover_block`` (the last eighth
+    of the windows held out); return the held-out loss before and after. ``--loss featnorm``: outputs and
+    targets divided by each feature's root mean square in the training targets (the held-out loss too)."""
     ntrain = X.shape[0] - X.shape[0] // 8
-    params = [
-        p
-        for layer in trained
+    weights = {
+        f"{i}.{name}": p
+        for i, layer in enumerate(trained)
         for name, p in layer.named_parameters()
         if name.endswith("proj.weight") or (args.norms and "norm" in name)
-    ]
-    for p in params:
+    }
+    for p in weights.values():
         p.requires_grad_(True)
-    scale = Y[:ntrain].pow(2).mean(dim=(0, 1)).clamp_min(1e-6) if args.loss == "featnorm" else 1.0
-    held = float(torch.mean((over(trained, X[ntrain:], rotary) - Y[ntrain:]) ** 2))
-    before = best_loss = held
-    steps = args.epochs * math.ceil(ntrain / args.batch_size)
-    optimizer = torch.optim.Adam(params, lr=args.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / steps))
-    best = [p.detach().clone() for p in params]
-    for epoch in range(1, args.epochs + 1):
+    scale = Y[:ntrain].pow(2).mean(dim=(0, 1)).clamp_min(1e-6).sqrt() if args.loss == "featnorm" else 1.0
+    train_idx, val_idx = split_windows(X.shape[0], X.shape[0] // 8)
+
+    def pairs(indices: list[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in batched(indices, args.batch_size):
+            yield X[batch], Y[batch] / scale
+
+    def train(epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = torch.randperm(ntrain, generator=torch.Generator().manual_seed(epoch))
-        for i in range(0, ntrain, args.batch_size):
-            batch = order[i : i + args.batch_size]
-            loss = torch.mean((run(trained, X[batch], rotary) - Y[batch]) ** 2 / scale)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-        held = float(torch.mean((over(trained, X[ntrain:], rotary) - Y[ntrain:]) ** 2))
-        if held < best_loss:
-            best_loss, best = held, [p.detach().clone() for p in params]
-    with torch.no_grad():
-        for p, b in zip(params, best, strict=True):
-            p.copy_(b)
-            p.requires_grad_(False)
-    return before, best_loss
+        return pairs(order.tolist())
+
+    result = recover_block(
+        lambda X: run(trained, X, rotary) / scale,
+        weights,
+        {name: torch.ones_like(p, dtype=torch.bool) for name, p in weights.items()},  # compact: all kept
+        train,
+        len(batched(train_idx, args.batch_size)),
+        lambda: pairs(val_idx),
+        args.epochs,
+        args.lr,
+    )
+    for p in weights.values():
+        p.requires_grad_(False)
+    return result.loss_before, result.loss_after
 
 
 def blockwise(dense: nn.Module, pruned: nn.Module, calib: torch.Tensor, args: argparse.Namespace) -> None:
