@@ -16,7 +16,7 @@ PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 MAX_README_LINES = 300
 
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.M | re.S)
-CODE_SPAN = re.compile(r"`[^`\n]*`")
+CODE_SPAN = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")  # a span may wrap lines, not paragraphs
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
 EXTERNAL = ("http://", "https://", "mailto:")
