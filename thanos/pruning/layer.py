@@ -212,27 +212,92 @@ def prune_layer(
     weight = weight.detach()
     H = None if hessian is None else hessian.detach().to(device=weight.device, dtype=torch.float32)
     B = None if blocksize is None else min(blocksize, b)
-
-    # Memory: besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b
-    # buffer, freed before the result is assembled) and the masks; no second fp32 copy of the weight.
     n_outliers = outlier_count(alpha_q, c)
+    kernel_options = {
+        "pattern": pattern,
+        "blocksize": B,
+        "alpha": alpha_q,
+        "row_batch_bytes": row_batch_bytes,
+        "heads": heads,
+    }
+    pruned = _prune_rows(spec, weight, H, n_outliers, damp, name, kernel_options)
+    if weight.is_cuda:
+        torch.cuda.synchronize(weight.device)
+    seconds = time.perf_counter() - started
+    objective = None if H is None else _objective(pruned.weight, weight, H)
+    stats = PruneStats(
+        method=spec.name,
+        sparsity=str(pattern),
+        achieved_sparsity=float(pruned.mask.sum()) / (c * b),
+        objective=objective,
+        seconds=seconds,
+        device=str(weight.device),
+        outlier_rows=n_outliers,
+        blocksize=B,
+        alpha=float(alpha_q),
+        damp=pruned.damp,
+        damp_retries=pruned.damp_retries,
+        dead_columns=0 if pruned.dead is None else int(pruned.dead.sum()),
+        shape=(c, b),
+    )
+    options = {"blocksize": blocksize, "alpha": float(alpha_q), "damp": damp}
+    return PruneResult(
+        weight=pruned.weight, mask=pruned.mask, stats=stats, options=options, columns=pruned.columns
+    )
+
+
+@dataclass
+class _PrunedRows:
+    """What ``_prune_rows`` hands back: the pruned weight and its mask, and how H's inverse was formed."""
+
+    weight: torch.Tensor  # the whole layer, pruned, in the input's dtype
+    mask: torch.Tensor  # bool, True where a weight was removed
+    columns: torch.Tensor | None  # the removed columns of a compact pattern (neurons, heads, kv_heads)
+    dead: torch.Tensor | None  # H's dead columns (zero diagonal), zeroed; None without the inverse
+    damp: float | None  # damping used for the inverse (after retries)
+    damp_retries: int
+
+
+def _rows_to_prune(
+    weight: torch.Tensor, H: torch.Tensor | None, n_outliers: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices of the rows to prune, those rows in fp32): every row but the ``n_outliers`` outlier rows
+    kept dense (ranked by h_i). The fp32 rows are a copy: the only fp32 copy of the weight made."""
     dense_rows = (
         masks.outlier_rows(weight.to(torch.float32), H, n_outliers)
         if n_outliers
-        else torch.zeros(c, dtype=torch.bool, device=weight.device)
+        else torch.zeros(weight.shape[0], dtype=torch.bool, device=weight.device)
     )
     rows = torch.nonzero(~dense_rows).squeeze(1)
     sub = weight[rows].to(torch.float32) if n_outliers else weight.to(torch.float32, copy=True)
+    return rows, sub
 
+
+def _prune_rows(
+    spec: methods.Method,
+    weight: torch.Tensor,
+    H: torch.Tensor | None,
+    n_outliers: int,
+    damp: float,
+    name: str | None,
+    kernel_options: dict[str, Any],
+) -> _PrunedRows:
+    """The method's kernel on every row but the outlier rows, merged back into the layer.
+
+    ``kernel_options``: the ``Problem``'s pattern, blocksize, alpha, row_batch_bytes and heads. Memory:
+    besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b buffer,
+    freed before the result is assembled) and the masks; no second fp32 copy of the weight."""
+    rows, sub = _rows_to_prune(weight, H, n_outliers)
     factor = None
     if spec.updates_weights and rows.numel():
         factor = inverse_cholesky(H, damp=damp, name=name)
         sub[:, factor.dead] = 0.0
 
     U = None if factor is None else factor.U
-    sub, sub_mask = _run(spec, Problem(sub, H, U, pattern, B, alpha_q, row_batch_bytes, heads))
+    sub, sub_mask = _run(spec, Problem(sub, H, U, **kernel_options))
     del U
-    columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if pattern.kind in COMPACT_KINDS else None
+    compact = kernel_options["pattern"].kind in COMPACT_KINDS
+    columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if compact else None
     dead = None if factor is None else factor.dead
     damp_used, retries = (None, 0) if factor is None else (factor.damp, factor.retries)
     del factor  # the b x b inverse factor
@@ -240,7 +305,7 @@ def prune_layer(
         sub_mask[:, dead] = True  # zeroed above: removed weights, whatever the kernel chose
 
     if n_outliers:
-        mask = torch.zeros(c, b, dtype=torch.bool, device=weight.device)
+        mask = torch.zeros(weight.shape, dtype=torch.bool, device=weight.device)
         mask[rows] = sub_mask
         out = weight.clone()
         out[rows] = sub.to(weight.dtype)
@@ -249,27 +314,7 @@ def prune_layer(
         out = sub.to(weight.dtype)
     del sub, sub_mask
     out[mask] = 0
-    if weight.is_cuda:
-        torch.cuda.synchronize(weight.device)
-    seconds = time.perf_counter() - started
-    objective = None if H is None else _objective(out, weight, H)
-    stats = PruneStats(
-        method=spec.name,
-        sparsity=str(pattern),
-        achieved_sparsity=float(mask.sum()) / (c * b),
-        objective=objective,
-        seconds=seconds,
-        device=str(weight.device),
-        outlier_rows=n_outliers,
-        blocksize=B,
-        alpha=float(alpha_q),
-        damp=damp_used,
-        damp_retries=retries,
-        dead_columns=0 if dead is None else int(dead.sum()),
-        shape=(c, b),
-    )
-    options = {"blocksize": blocksize, "alpha": float(alpha_q), "damp": damp}
-    return PruneResult(weight=out, mask=mask, stats=stats, options=options, columns=columns)
+    return _PrunedRows(out, mask, columns, dead, damp_used, retries)
 
 
 def _run(method: methods.Method, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
