@@ -16,13 +16,14 @@ LAYERS = (
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
+    "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
-    "report",  # how a method is shown (the model card names it), tables, figures, orderings
     "models",  # the adapter (the generic one), the layout read by name, checkpoints
     "stages",  # one function per pipeline stage: assembly with its model card, publishing
     "evaluation",  # perplexity, zero-shot
     "demo",  # the offline demo's corpus, task and model; tiny models of the tested types
     "jobs",  # what a job and the workflow's parse import: the job worker, GPU slots, granularity, job logs
+    "report",  # results/ collected: the paper's tables, figures, orderings
     "runner",  # the Snakemake run in this process, its progress, one recipe in one call
     "commands",  # one module per `python -m thanos` command
     "cli",

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from thanos import METHODS, prune_layer
+from thanos.labels import LABELS
 from thanos.pruning import methods
 from thanos.pruning.kernels import Problem
 from thanos.pruning.sparsity import exact, neuron_count, parse_sparsity, structured_count
-from thanos.report.labels import LABELS
 
 C, B = 24, 32
 PATTERNS = {
@@ -114,7 +114,7 @@ def test_torch_free_modules() -> None:
     """What the workflow's config parsing and the CLI parsers import loads without torch."""
     code = (
         "import sys; import thanos.pruning.methods, thanos.recipe, thanos.files.layout; "
-        "import thanos.commands._args, thanos.report.labels; "
+        "import thanos.commands._args, thanos.labels; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -14,15 +14,15 @@ import pytest
 from matplotlib.colors import LogNorm
 
 from thanos.cli import main
-from thanos.report.collect import collect, collect_layers, pattern_label
+from thanos.labels import pattern_label
+from thanos.report.collect import collect, collect_layers
 from thanos.report.figures import (
-    OBJECTIVE_LABEL,
     alpha_ablation_figures,
     objective_heatmap_figures,
     ppl_vs_sparsity_figures,
     pruning_time_figures,
-    shared_log_limits,
 )
+from thanos.report.layer_figures import OBJECTIVE_LABEL, shared_log_limits
 from thanos.report.tables import Row, Table, build_tables
 
 LAYERS = ["self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj"]

@@ -1,7 +1,8 @@
-"""Reporting: how a method is shown (labels), scan results/ (collect), the paper's tables (tables) and
-figures (figures), and the check of the paper's orderings (orderings).
+"""Reporting: scan results/ (collect), the paper's tables (tables) and figures (figures: perplexity_figures,
+layer_figures, plotting), and the check of the paper's orderings (orderings).
 
-Imports: ``thanos.pruning`` and ``thanos.files`` (recipe names, the results layout). ``labels`` imports
-nothing and loads without pandas (the model card and ``thanos prune-model`` name methods with it). This
-``__init__`` imports nothing.
+Imports: ``thanos.labels`` (the words every table and figure shows), ``thanos.pruning`` and
+``thanos.files`` (recipe names, the results layout), ``thanos.recipe``. ``labels`` is only
+``thanos.labels``' ``LABELS`` named here for an older import; it loads without pandas. This ``__init__``
+imports nothing.
 """

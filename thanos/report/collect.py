@@ -17,16 +17,15 @@ from typing import Any
 import pandas as pd
 
 from thanos.files.layout import DENSE, NOT_MODELS
+from thanos.labels import pattern_label, row_label, shown_alpha, variant_label
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity
 from thanos.recipe import Recipe, from_name
-from thanos.report.labels import LABELS
 
 log = logging.getLogger(__name__)
 
 # the dense model first, then the methods in their registry order (thanos/pruning/methods.py)
 METHOD_ORDER = {DENSE: 0} | {name: i for i, name in enumerate(methods.names(), start=1)}
-METHOD_NAMES = {DENSE: "Dense"} | {name: shown.label for name, shown in LABELS.items()}
 KIND_ORDER = {
     "dense": 0,
     "unstructured": 1,
@@ -223,18 +222,6 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "seconds", "objective", "device"])
 
 
-def _alpha_in_label(method: str) -> bool:
-    return method in LABELS and LABELS[method].alpha_in_label
-
-
-def method_label(method: str, alpha: float | None = None) -> str:
-    """Display name: ``Thanos (α=0.1)`` for Thanos with a known alpha, else the method's name."""
-    name = METHOD_NAMES.get(method, method)
-    if _alpha_in_label(method) and alpha is not None and not math.isnan(alpha):
-        return f"{name} (α={alpha:g})"
-    return name
-
-
 def as_float(value: Any) -> float:
     """``float(value)``, NaN for None or anything that is not a number."""
     try:
@@ -248,62 +235,11 @@ def sortable(value: float | None) -> float:
     return -1.0 if value is None or math.isnan(value) else value
 
 
-def shown_alpha(method: str, alpha: float) -> float:
-    """The alpha a label shows: always Thanos's (a hyper-parameter of every Thanos recipe), another
-    method's only when it keeps outlier rows (alpha > 0); NaN when nothing is shown."""
-    return alpha if _alpha_in_label(method) or (not math.isnan(alpha) and alpha > 0) else math.nan
-
-
-def recipe_label(method: str, alpha_shown: float) -> str:
-    """``Thanos (α=0.1)``, ``SparseGPT``, ``Wanda (α=0.1)``: the method with the alpha it shows."""
-    label = method_label(method, alpha_shown)
-    if not _alpha_in_label(method) and not math.isnan(alpha_shown):
-        label += f" (α={alpha_shown:g})"
-    return label
-
-
-def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
-    """``Unstructured 50%``, ``Structured 30%``, ``4:8``, ``Dense``."""
-    if kind == "dense":
-        return "0%"
-    if kind == "nm":
-        return str(sparsity)
-    if kind in ("unstructured", "structured"):
-        return f"{kind.capitalize()} {fraction * 100:g}%"
-    if kind == "neurons":
-        return f"MLP neurons {fraction * 100:g}%"
-    if kind == "heads":
-        return f"Heads {fraction * 100:g}%"
-    if kind == "kv_heads":
-        return f"KV groups {fraction * 100:g}%"
-    return str(sparsity)
-
-
-def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
-    """A pattern as a title says it: ``Semi-structured 2:4``, else as ``pattern_label``."""
-    label = pattern_label(kind, fraction, sparsity)
-    return f"Semi-structured {label}" if kind == "nm" else label
-
-
 def pattern_sort_key(kind: str, fraction: float, m: float) -> tuple:
     """Paper order: unstructured, structured, then n:m (4:8 before 2:4), by fraction within each."""
     fraction = -1.0 if math.isnan(fraction) else fraction
     m = 0.0 if math.isnan(m) else m
     return (KIND_ORDER.get(kind, 9), fraction, -m)
-
-
-def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
-    """u50, s30, 2-4 (the recipe-name convention of the workflow)."""
-    if kind == "nm":
-        return str(sparsity).replace(":", "-")
-    return f"{kind[0]}{fraction * 100:g}"
-
-
-def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
-    """The recipe label; Thanos n:m with alpha > 0 says what it is: ``Thanos (2:4 + 10% dense rows)``."""
-    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
-        return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
-    return recipe_label(method, alpha_shown)
 
 
 def is_owl(profile: Any) -> bool:
@@ -340,10 +276,9 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     owl = [is_owl(p) for p in pruned["profile"]]
-    pruned["label"] = [f"{lab} + OWL" if o else lab for lab, o in zip(pruned["label"], owl, strict=True)]
     recovered = [is_recovered(r) for r in pruned["recovered"]]
     pruned["label"] = [
-        f"{lab} + recovery" if r else lab for lab, r in zip(pruned["label"], recovered, strict=True)
+        variant_label(lab, o, r) for lab, o, r in zip(pruned["label"], owl, recovered, strict=True)
     ]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):

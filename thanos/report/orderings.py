@@ -21,14 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.report.collect import (
-    METHOD_NAMES,
-    collect,
-    pattern_label,
-    pattern_sort_key,
-    recipe_label,
-    shown_alpha,
-)
+from thanos.labels import METHOD_NAMES, method_alpha_label, pattern_label, shown_alpha
+from thanos.report.collect import collect, pattern_sort_key
 
 UNSTRUCTURED_CHAIN = ("thanos", "sparsegpt", "wanda", "magnitude")
 HEADER = ("Model", "Pattern", "Ordering", "Result", "Perplexities")
@@ -84,7 +78,7 @@ def _thanos_alpha_best_claim(model: str, pattern: str, rows: pd.DataFrame) -> Cl
     others = rows[~is_alpha].sort_values("ppl")
     runner_up = others.iloc[0]
     label, other_label = (
-        recipe_label(r["method"], shown_alpha(r["method"], float(r["alpha"])))
+        method_alpha_label(r["method"], shown_alpha(r["method"], float(r["alpha"])))
         for r in (best_alpha, runner_up)
     )
     holds = bool(best_alpha["ppl"] < runner_up["ppl"])

@@ -24,14 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.report.collect import (
-    TASK_LABELS,
-    as_float,
-    collect,
-    labelled_recipes,
-    pattern_slug,
-    pattern_title,
-)
+from thanos.labels import pattern_slug, pattern_title
+from thanos.report.collect import TASK_LABELS, as_float, collect, labelled_recipes
 
 log = logging.getLogger(__name__)
 MISSING = "-"

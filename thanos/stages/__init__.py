@@ -19,6 +19,6 @@
 - ``publish``: an assembled model -> a verified copy in the user's output directory (``thanos prune-model``)
 
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
-Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data``, ``thanos.report`` (how the model card
-names a method), ``thanos.models`` and ``thanos.errors``.
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.recipe``, ``thanos.labels`` (the words the model
+card says a method and a pattern in), ``thanos.data``, ``thanos.models`` and ``thanos.errors``.
 """

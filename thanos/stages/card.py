@@ -24,9 +24,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.pruning.sparsity import COMPACT_KINDS, Sparsity
+from thanos.labels import LABELS, nm_note, pattern_text, shape_text
+from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
-from thanos.report.labels import LABELS
 from thanos.stages.achieved_sparsity import SIDECAR, SparsitySummary, hyper_parameter, sidecar, summarize
 
 CARD = "README.md"
@@ -105,45 +105,6 @@ def _percent(value: float) -> str:
     return f"{100 * value:.2f} %"
 
 
-def pattern_text(pattern: Sparsity, alpha: float | None, summary: SparsitySummary | None = None) -> str:
-    """``2:4 + 10 % dense rows``, ``unstructured 50 %``, ``structured 30 % (whole input columns)``."""
-    if pattern.kind == "nm":
-        text = f"{pattern.n}:{pattern.m}"
-    elif pattern.kind == "structured":
-        text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
-    elif pattern.kind == "neurons":
-        text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
-    elif pattern.kind == "heads":
-        text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
-    elif pattern.kind == "depth":
-        count = f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
-        text = count if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
-    elif pattern.kind == "kv_heads":
-        text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
-    else:
-        text = f"unstructured {100 * float(pattern.fraction):g} %"
-    if alpha and (summary is None or summary.outlier_rows > 0):
-        text += f" + {100 * alpha:g} % dense rows"
-    return text
-
-
-def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
-    """For an n:m pattern, what the chosen alpha gives (None for other patterns)."""
-    if pattern.kind != "nm":
-        return None
-    nm = f"{pattern.n}:{pattern.m}"
-    if not alpha:
-        return (
-            f"every row of every pruned layer is {nm}: n:m sparse kernels (e.g. torch's semi-structured "
-            "sparsity on NVIDIA GPUs with sparse tensor cores) can use it; alpha 0.1 (the paper's Thanos "
-            "setting) keeps 10 % of the rows dense for a lower perplexity"
-        )
-    return (
-        f"{100 * alpha:g} % of the rows are kept dense (the paper's Thanos setting, lower perplexity): the "
-        f"model is not {nm} in every row, so n:m sparse kernels cannot run it as is; alpha 0 gives exact {nm}"
-    )
-
-
 def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> str | None:
     """The ``thanos prune-model`` command giving this model (None for a dense-chain recipe)."""
     recipe = Recipe.from_report(report["recipe"])
@@ -182,24 +143,6 @@ DENSE_TEXT = (
     "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
     "loads wherever the base model loads, as a dense model."
 )
-
-
-def shape_text(compact: dict[str, Any]) -> str:
-    """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
-    (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
-    3, 5, ...)``."""
-    if compact.get("structure") == "depth":
-        removed = ", ".join(map(str, compact["removed_blocks"]))
-        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed})"
-    if compact.get("structure") == "heads":
-        return (
-            f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
-            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
-        )
-    return (
-        f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
-        f"({compact['width_key']})"
-    )
 
 
 def _compact_text(compact: dict[str, Any]) -> str:
@@ -329,7 +272,9 @@ def model_card(
     base = str(model.get("path"))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
     sparsity = Recipe.from_report(recipe).sparsity
-    pattern = pattern_text(sparsity, alpha, summary) + (" (OWL: per block)" if report.get("owl") else "")
+    pattern = pattern_text(sparsity, alpha, summary.outlier_rows) + (
+        " (OWL: per block)" if report.get("owl") else ""
+    )
     lines = [
         *_front_matter(base, recipe["method"]),
         f"# {model.get('name') or Path(base).name}: {spec.label} {pattern}",
@@ -485,4 +430,4 @@ def describe_model(
     return summary
 
 
-__all__ = ["CARD", "CITATION", "describe_model", "model_card", "nm_note", "pattern_text"]
+__all__ = ["CARD", "CITATION", "describe_model", "model_card", "nm_note", "pattern_text", "shape_text"]

@@ -1,0 +1,221 @@
+"""The words a reader sees for a method, a sparsity pattern, a recipe and a compact model's structure.
+
+Every text that names one of them for people is made here, so the model card, ``thanos prune-model``'s
+lines, the tables, the figures and the orderings check say the same thing the same way. Two registers
+stand side by side, and differ on purpose (the tests pin both):
+
+- sentences (the model card, ``thanos prune-model``): ``pattern_text`` (``unstructured 50 %``,
+  ``2:4 + 10 % dense rows``: what the pattern removes), ``nm_note``, ``shape_text`` (what a compact
+  model's shape changed) and ``recipe_label`` (``Thanos 2:4``);
+- table cells, figure titles and legends (``thanos.report``): ``method_label`` and
+  ``method_alpha_label`` (``Thanos (α=0.1)``), ``row_label``, ``variant_label`` (``+ OWL``,
+  ``+ recovery``), ``pattern_label`` (``Unstructured 50%``: a table's group header), ``pattern_title``
+  (``Semi-structured 2:4``: a table's or a panel's title), ``KIND_TITLES`` (a figure's axis) and
+  ``pattern_slug`` (``u50``, ``2-4``: a file name).
+
+How a method is shown, its label, colour, whether its label shows alpha and its paper, is ``LABELS``: what
+a method computes is ``thanos.pruning.methods``, which has one entry here per method, in the same order
+(the order of the paper's tables: baselines first, Thanos last).
+
+Imports: ``thanos.files.layout`` (the dense model's name), and for types only ``thanos.pruning.sparsity``
+and ``thanos.recipe``. Torch-free, pandas-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from thanos.files.layout import DENSE
+
+if TYPE_CHECKING:
+    from thanos.pruning.sparsity import Sparsity
+    from thanos.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class MethodLabel:
+    """``alpha_in_label``: alpha is one of the method's own hyper-parameters, so tables and figures always
+    show it (other methods show it only when it is > 0); ``reference``: the method's paper, cited by the
+    model card (Thanos: the card's BibTeX)."""
+
+    label: str
+    color: str
+    alpha_in_label: bool = False
+    reference: str = ""
+
+
+LABELS: dict[str, MethodLabel] = {
+    "magnitude": MethodLabel(label="Magnitude", color="#7f7f7f"),
+    "sparsegpt": MethodLabel(
+        label="SparseGPT",
+        color="#1f77b4",
+        reference="Frantar and Alistarh, SparseGPT: Massive Language Models Can Be Accurately Pruned in "
+        "One-Shot (ICML 2023)",
+    ),
+    "wanda": MethodLabel(
+        label="Wanda",
+        color="#2ca02c",
+        reference="Sun et al., A Simple and Effective Pruning Approach for Large Language Models (ICLR 2024)",
+    ),
+    "thanos": MethodLabel(label="Thanos", color="#d62728", alpha_in_label=True),
+}
+METHOD_NAMES = {DENSE: "Dense"} | {name: shown.label for name, shown in LABELS.items()}
+
+# --- sentences: the model card and ``thanos prune-model``
+
+
+def pattern_text(pattern: Sparsity, alpha: float | None, outlier_rows: int | None = None) -> str:
+    """``2:4 + 10 % dense rows``, ``unstructured 50 %``, ``structured 30 % (whole input columns)``: a
+    pattern in a sentence. ``outlier_rows``: the rows the written weights keep dense, where counted (the
+    model card's ``SparsitySummary.outlier_rows``); none counted drops the dense rows that alpha asked for."""
+    if pattern.kind == "nm":
+        text = f"{pattern.n}:{pattern.m}"
+    elif pattern.kind == "structured":
+        text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
+    elif pattern.kind == "neurons":
+        text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
+    elif pattern.kind == "heads":
+        text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
+    elif pattern.kind == "depth":
+        count = f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
+        text = count if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
+    elif pattern.kind == "kv_heads":
+        text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
+    else:
+        text = f"unstructured {100 * float(pattern.fraction):g} %"
+    if alpha and (outlier_rows is None or outlier_rows > 0):
+        text += f" + {100 * alpha:g} % dense rows"
+    return text
+
+
+def recipe_label(recipe: Recipe) -> str:
+    """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``, ``Depth: 6 whole
+    blocks removed (the lowest block influence on the calibration text)``: a recipe in a sentence, as
+    ``thanos prune-model``'s lines name the run."""
+    pattern = pattern_text(recipe.sparsity, recipe.alpha)
+    if recipe.sparsity.kind == "depth":  # the blocks are chosen by their score, not the method
+        return f"Depth: {pattern} removed (the lowest block influence on the calibration text)"
+    label = f"{LABELS[recipe.method].label} {pattern}"
+    if recipe.owl:
+        label += f" (OWL per block: M {recipe.owl_m:g}, lambda {recipe.owl_lambda:g})"
+    return label
+
+
+def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
+    """For an n:m pattern, what the chosen alpha gives (None for other patterns): the model card and
+    ``thanos prune-model``'s plan say it."""
+    if pattern.kind != "nm":
+        return None
+    nm = f"{pattern.n}:{pattern.m}"
+    if not alpha:
+        return (
+            f"every row of every pruned layer is {nm}: n:m sparse kernels (e.g. torch's semi-structured "
+            "sparsity on NVIDIA GPUs with sparse tensor cores) can use it; alpha 0.1 (the paper's Thanos "
+            "setting) keeps 10 % of the rows dense for a lower perplexity"
+        )
+    return (
+        f"{100 * alpha:g} % of the rows are kept dense (the paper's Thanos setting, lower perplexity): the "
+        f"model is not {nm} in every row, so n:m sparse kernels cannot run it as is; alpha 0 gives exact {nm}"
+    )
+
+
+def shape_text(compact: dict[str, Any]) -> str:
+    """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
+    (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
+    3, 5, ...)``. The model card's combined recipe and ``thanos prune-model``'s summary say it."""
+    if compact.get("structure") == "depth":
+        removed = ", ".join(map(str, compact["removed_blocks"]))
+        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed})"
+    if compact.get("structure") == "heads":
+        return (
+            f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
+            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
+        )
+    return (
+        f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
+        f"({compact['width_key']})"
+    )
+
+
+# --- table cells, figure titles and legends: ``thanos.report``
+
+KIND_TITLES = {"unstructured": "Unstructured", "nm": "Semi-structured n:m", "structured": "Structured"}
+
+
+def _alpha_in_label(method: str) -> bool:
+    return method in LABELS and LABELS[method].alpha_in_label
+
+
+def method_label(method: str, alpha: float | None = None) -> str:
+    """``Thanos (α=0.1)`` for Thanos with a known alpha, else the method's name (``Dense`` for the dense
+    model; an unknown method as it is spelt)."""
+    name = METHOD_NAMES.get(method, method)
+    if _alpha_in_label(method) and alpha is not None and not math.isnan(alpha):
+        return f"{name} (α={alpha:g})"
+    return name
+
+
+def shown_alpha(method: str, alpha: float) -> float:
+    """The alpha a label shows: always Thanos's (a hyper-parameter of every Thanos recipe), another
+    method's only when it keeps outlier rows (alpha > 0); NaN when nothing is shown."""
+    return alpha if _alpha_in_label(method) or (not math.isnan(alpha) and alpha > 0) else math.nan
+
+
+def method_alpha_label(method: str, alpha_shown: float = math.nan, blocksize: float | None = None) -> str:
+    """``Thanos (α=0.1)``, ``SparseGPT``, ``Wanda (α=0.1)``: the method with the alpha it shows
+    (``shown_alpha``); with a ``blocksize`` (a figure's lines that differ only in it) ``Thanos (α=0.1),
+    B=64``. The orderings' claims, the tables' rows (``row_label``) and the figures' legends."""
+    label = method_label(method, alpha_shown)
+    if not _alpha_in_label(method) and not math.isnan(alpha_shown):
+        label += f" (α={alpha_shown:g})"
+    if blocksize is not None and not math.isnan(blocksize):
+        label += f", B={blocksize:g}"
+    return label
+
+
+def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
+    """A table's row: ``method_alpha_label``, except that n:m with alpha > 0 says what it is: ``Thanos
+    (2:4 + 10% dense rows)``."""
+    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
+        return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
+    return method_alpha_label(method, alpha_shown)
+
+
+def variant_label(label: str, owl: bool = False, recovered: bool = False) -> str:
+    """``label`` of a recipe with OWL's per-block sparsities and/or recovery: ``Wanda + OWL``,
+    ``SparseGPT + OWL + recovery`` (tables' rows, figures' legends)."""
+    return label + (" + OWL" if owl else "") + (" + recovery" if recovered else "")
+
+
+def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
+    """``Unstructured 50%``, ``Structured 30%``, ``4:8``, ``0%`` (dense): a table's group of rows, the
+    orderings' pattern, a figure's line or panel."""
+    if kind == "dense":
+        return "0%"
+    if kind == "nm":
+        return str(sparsity)
+    if kind in ("unstructured", "structured"):
+        return f"{kind.capitalize()} {fraction * 100:g}%"
+    if kind == "neurons":
+        return f"MLP neurons {fraction * 100:g}%"
+    if kind == "heads":
+        return f"Heads {fraction * 100:g}%"
+    if kind == "kv_heads":
+        return f"KV groups {fraction * 100:g}%"
+    return str(sparsity)
+
+
+def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
+    """A pattern as a title says it (a table's, a figure panel's): ``Semi-structured 2:4``, else as
+    ``pattern_label``."""
+    label = pattern_label(kind, fraction, sparsity)
+    return f"Semi-structured {label}" if kind == "nm" else label
+
+
+def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
+    """``u50``, ``s30``, ``2-4``: a pattern in a file name (the recipe-name convention of the workflow)."""
+    if kind == "nm":
+        return str(sparsity).replace(":", "-")
+    return f"{kind[0]}{fraction * 100:g}"
