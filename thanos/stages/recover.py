@@ -20,7 +20,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,19 +70,10 @@ def recover(
     out_dir = Path(out_dir)
     with atomic_path(out_dir, is_dir=True) as tmp:
         Y = _targets(adapter, checkpoint, block, acts, targets, tmp / ".targets.zarr", compute)
-        module = adapter.load_block(checkpoint, block, pruned).to(dev, torch.float32)
-        module.requires_grad_(False)
-        before = adapter.layer_weights(module, block, layers)  # the pruned block's weights, zeros to keep
-        before = {layer: W.to("cpu", adapter.dtype, copy=True) for layer, W in before.items()}
-        weights = adapter.trained_parameters(module, layers)
-        masks = {name: W != 0 for name, W in weights.items()}  # bool: a quarter of an fp32 mask's memory
-        for W in weights.values():
-            W.requires_grad_(True)
+        module, before, weights, masks = _trainable_block(adapter, checkpoint, block, layers, pruned, dev)
 
         def pairs(indices: list[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for batch in batched(indices, options.batch_size):
-                X = torch.cat([acts.read(i, i + 1) for i in batch]).to(dev, torch.float32)
-                yield X, torch.cat([Y.read(i, i + 1) for i in batch]).to(dev, torch.float32)
+            return _window_pairs(acts, Y, indices, options.batch_size, dev)
 
         def train(epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             order = torch.randperm(len(train_idx), generator=torch.Generator().manual_seed(epoch))
@@ -91,14 +82,8 @@ def recover(
         def report(epoch: int, val: float) -> None:
             log.info("recover: block %d epoch %d/%d: validation loss %.6g", block, epoch, options.epochs, val)
 
-        def forward(X: torch.Tensor) -> torch.Tensor:
-            if compute.dtype == torch.float32:
-                return adapter.train_block(module, block, X)
-            with torch.autocast(dev.type, dtype=compute.dtype):
-                return adapter.train_block(module, block, X)
-
         result = recover_block(
-            forward,
+            _block_forward(adapter, module, block, compute),
             weights,
             masks,
             train,
@@ -109,11 +94,9 @@ def recover(
             report,
         )
         shutil.rmtree(tmp / ".targets.zarr", ignore_errors=True)
-        for path in Path(pruned_dir).iterdir():
-            if path.is_file():
-                shutil.copy2(path, tmp / path.name)
-        for layer, W in adapter.layer_weights(module, block, layers).items():
-            _write_layer(tmp, layer, W, before[layer], result.to_dict())
+        _write_block(
+            tmp, Path(pruned_dir), adapter.layer_weights(module, block, layers), before, result.to_dict()
+        )
         record = {
             "block": block,
             "recipe": recipe.name,
@@ -131,6 +114,58 @@ def recover(
         block, result.loss_before, result.loss_after, result.best_epoch, options.epochs, record["seconds"],
     )  # fmt: skip
     return record
+
+
+def _trainable_block(
+    adapter: Any, checkpoint: Any, block: int, layers: list[str], pruned: dict[str, torch.Tensor], device: Any
+) -> tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, torch.nn.Parameter], dict[str, torch.Tensor]]:
+    """The pruned block in fp32 on ``device``, every parameter frozen but the weights to train: (the
+    module, the pruned weights of ``layers`` as they were (CPU copies, the checkpoint's dtype: the zeros
+    to keep), the weights to train by parameter name, their masks (bool, True where a weight is kept))."""
+    module = adapter.load_block(checkpoint, block, pruned).to(device, torch.float32)
+    module.requires_grad_(False)
+    before = adapter.layer_weights(module, block, layers)  # the pruned block's weights, zeros to keep
+    before = {layer: W.to("cpu", adapter.dtype, copy=True) for layer, W in before.items()}
+    weights = adapter.trained_parameters(module, layers)
+    masks = {name: W != 0 for name, W in weights.items()}  # bool: a quarter of an fp32 mask's memory
+    for W in weights.values():
+        W.requires_grad_(True)
+    return module, before, weights, masks
+
+
+def _window_pairs(
+    acts: Activations, Y: Activations, indices: list[int], batch_size: int, device: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(inputs, targets) of the windows ``indices``, ``batch_size`` windows at a time, fp32 on ``device``."""
+    for batch in batched(indices, batch_size):
+        X = torch.cat([acts.read(i, i + 1) for i in batch]).to(device, torch.float32)
+        yield X, torch.cat([Y.read(i, i + 1) for i in batch]).to(device, torch.float32)
+
+
+def _block_forward(
+    adapter: Any, module: torch.nn.Module, block: int, compute: Compute
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The block's training forward, under autocast to the compute dtype where it is not float32."""
+
+    def forward(X: torch.Tensor) -> torch.Tensor:
+        if compute.dtype == torch.float32:
+            return adapter.train_block(module, block, X)
+        with torch.autocast(compute.device.type, dtype=compute.dtype):
+            return adapter.train_block(module, block, X)
+
+    return forward
+
+
+def _write_block(
+    tmp: Path, pruned_dir: Path, trained: dict[str, torch.Tensor], before: dict[str, torch.Tensor], log: dict
+) -> None:
+    """Every file of the pruned block as prune wrote it, the ``trained`` layers' weights replacing theirs
+    (``_write_layer``)."""
+    for path in pruned_dir.iterdir():
+        if path.is_file():
+            shutil.copy2(path, tmp / path.name)
+    for layer, W in trained.items():
+        _write_layer(tmp, layer, W, before[layer], log)
 
 
 def _targets(
