@@ -167,21 +167,11 @@ def assemble(
     info = json.loads(Path(model_info).read_text()) if model_info else {}
     max_bytes = parse_size(max_shard_size)
     sources = Checkpoint(model_dir).weight_map
-    names = sorted(sources)
     provenance = calibration_provenance(record.calibration)
     config = json.loads((model_dir / "config.json").read_text())
-    compact = None
-    if depth is not None:
-        if info:
-            check_unchanged(model_dir, info.get("fingerprint"), str(model_info))
-        replace, layers = {}, []
-        compact = removal(model_dir, names, depth, info or None)
-        names = [name for name in names if compact.keeps(name)]
-    else:
-        check_against_model_info(model_dir, Path(pruned_root), recipe, info, model_info)
-        replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
-    if recipe.compact:
-        compact = compaction(model_dir, pruned_root, names, info, recipe.sparsity)
+    names, replace, layers, compact = _tensors_to_write(
+        model_dir, sorted(sources), pruned_root, recipe, info, model_info, depth
+    )
     fused = fused_parts(replace, info)
     sizes = tensor_sizes(names, sources, replace, compact, fused)
     shards = shard_names(names, sizes, max_bytes)
@@ -195,13 +185,7 @@ def assemble(
         if compact is not None:
             config_file = tmp / "config.json"
             config_file.write_text(compact.config(config_file.read_text()))
-        model_facts = {
-            "name": record.model_name,
-            "path": str(model),
-            "model_type": config.get("model_type"),
-            "num_blocks": info.get("num_blocks"),
-            "dtype": info.get("dtype", config.get("torch_dtype") or config.get("dtype")),
-        }
+        model_facts = _model_facts(record, model, config, info)
         report = _report(recipe, record, model_facts, layers, (total, removed), provenance)
         if compact is not None:
             report["compact"] = compact.facts
@@ -223,6 +207,47 @@ def assemble(
         report["overall_sparsity"],
     )
     return report
+
+
+def _tensors_to_write(
+    model_dir: Path,
+    names: list[str],
+    pruned_root: str | os.PathLike,
+    recipe: Recipe,
+    info: dict[str, Any],
+    info_path: str | os.PathLike | None,
+    depth: str | os.PathLike | None,
+) -> tuple[list[str], dict[str, Path], list[dict], Compaction | None]:
+    """(the output's tensor names, {tensor name: pruned layer file}, the report's pruned layers, the
+    compaction or block removal), checked against the model info ``info`` (read from ``info_path``): a
+    ``depth`` recipe's kept tensors (no layer replaced), else every pruned layer of ``recipe`` under
+    ``pruned_root``; with a compact recipe, the compaction of the removed neurons or heads."""
+    compact = None
+    if depth is not None:
+        if info:
+            check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
+        replace, layers = {}, []
+        compact = removal(model_dir, names, depth, info or None)
+        names = [name for name in names if compact.keeps(name)]
+    else:
+        check_against_model_info(model_dir, Path(pruned_root), recipe, info, info_path)
+        replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
+    if recipe.compact:
+        compact = compaction(model_dir, pruned_root, names, info, recipe.sparsity)
+    return names, replace, layers, compact
+
+
+def _model_facts(
+    record: RunRecord, model: str | os.PathLike, config: dict[str, Any], info: dict[str, Any]
+) -> dict[str, Any]:
+    """The report's ``model``: its name, path, type, blocks and dtype."""
+    return {
+        "name": record.model_name,
+        "path": str(model),
+        "model_type": config.get("model_type"),
+        "num_blocks": info.get("num_blocks"),
+        "dtype": info.get("dtype", config.get("torch_dtype") or config.get("dtype")),
+    }
 
 
 def _report(
