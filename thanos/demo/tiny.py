@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,60 +98,88 @@ def tiny_config(
     return any_type(family, head_dim=hidden_size // num_heads, **common)
 
 
+@dataclass(frozen=True)
+class TinyArchitecture:
+    """The sizes of a tiny model: ``build_tiny_model``'s architecture keywords. None: derived
+    (``for_family``, ``for_tokenizer``)."""
+
+    hidden_size: int = 64
+    intermediate_size: int | None = None  # 2 x hidden_size
+    num_blocks: int = 2
+    num_heads: int = 4
+    num_kv_heads: int | None = None  # num_heads for Llama and OPT, half of them for the others
+    max_position_embeddings: int = 512
+    vocab_size: int | None = None  # the tokenizer's
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> TinyArchitecture:
+        """The architecture of these keywords; an unknown one is refused, named, with the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = [key for key in options if key not in known]
+        if unknown:
+            raise TypeError(
+                f"build_tiny_model() got an unexpected keyword argument {unknown[0]!r} (architecture "
+                f"keywords: {', '.join(known)})"
+            )
+        return cls(**options)
+
+    def for_family(self, family: str) -> TinyArchitecture:
+        """The heads checked and the widths given: ``family``'s key/value heads, 2 x hidden MLP."""
+        heads = self.num_heads
+        if self.hidden_size % heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {heads}")
+        kv_heads = self.num_kv_heads
+        if kv_heads is None:
+            kv_heads = heads // 2 if family not in ("llama", "opt") and heads % 2 == 0 else heads
+        if heads % kv_heads:
+            raise ValueError(f"num_heads {heads} is not a multiple of num_kv_heads {kv_heads}")
+        return replace(
+            self, intermediate_size=self.intermediate_size or 2 * self.hidden_size, num_kv_heads=kv_heads
+        )
+
+    def for_tokenizer(self, tokens: int) -> TinyArchitecture:
+        """The vocabulary given: the tokenizer's ``tokens`` unless larger; a smaller one is refused."""
+        vocab_size = self.vocab_size or tokens
+        if vocab_size < tokens:
+            raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {tokens} tokens")
+        return replace(self, vocab_size=vocab_size)
+
+
 def build_tiny_model(
     out: str | os.PathLike,
     family: str = "llama",
-    hidden_size: int = 64,
-    intermediate_size: int | None = None,
-    num_blocks: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int | None = None,
-    max_position_embeddings: int = 512,
+    *,
     dtype: str = "float32",
     seed: int = 0,
     words: Sequence[str] | None = None,
-    vocab_size: int | None = None,
     jitter: float = 0.0,
     max_shard_size: str | None = None,
     tokenizer: str = "byte-level",
+    **architecture: int | None,
 ) -> Path:
     """Write a tiny random model directory to ``out`` (atomically) and return its path.
 
-    ``intermediate_size`` defaults to 2 x ``hidden_size``; ``num_kv_heads`` to ``num_heads`` for Llama
-    and half of them for Mistral and Qwen2 (grouped-query attention); ``vocab_size`` to the tokenizer's
-    (``words``: see ``build_tokenizer``). ``jitter`` adds that much Gaussian noise to every bias and
-    norm weight (transformers initialises them to 0 and 1), so that each of them changes the output.
-    ``max_shard_size`` (e.g. ``"40KB"``) splits the weights into several safetensors shards.
-    ``tokenizer``: ``byte-level`` or ``llama`` (see ``build_tokenizer``; ``words`` applies to byte-level).
+    ``architecture``: the sizes, keywords of ``TinyArchitecture`` (``hidden_size`` 64, ``intermediate_size``
+    2 x ``hidden_size``, ``num_blocks`` 2, ``num_heads`` 4, ``num_kv_heads`` ``num_heads`` for Llama and
+    half of them for Mistral and Qwen2 (grouped-query attention), ``max_position_embeddings`` 512,
+    ``vocab_size`` the tokenizer's (``words``: see ``build_tokenizer``)); another keyword is refused.
+    ``jitter`` adds that much Gaussian noise to every bias and norm weight (transformers initialises them
+    to 0 and 1), so that each of them changes the output. ``max_shard_size`` (e.g. ``"40KB"``) splits
+    the weights into several safetensors shards. ``tokenizer``: ``byte-level`` or ``llama`` (see
+    ``build_tokenizer``; ``words`` applies to byte-level).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    if hidden_size % num_heads:
-        raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
-    if num_kv_heads is None:
-        num_kv_heads = num_heads // 2 if family not in ("llama", "opt") and num_heads % 2 == 0 else num_heads
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    sizes = TinyArchitecture.of(architecture).for_family(family)
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r} (float32, float16, bfloat16)")
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
     tokenizer = build_tokenizer(None if tokenizer == "llama" else words, tokenizer)
-    vocab_size = vocab_size or len(tokenizer)
-    if vocab_size < len(tokenizer):
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
-    config = tiny_config(
-        family,
-        hidden_size,
-        intermediate_size or 2 * hidden_size,
-        num_blocks,
-        num_heads,
-        num_kv_heads,
-        max_position_embeddings,
-        vocab_size,
-    )
+    sizes = sizes.for_tokenizer(len(tokenizer))
+    config = tiny_config(family, **asdict(sizes))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).to(torch_dtype).eval()
     if jitter:
