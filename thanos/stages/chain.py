@@ -38,6 +38,7 @@ from thanos.files.layout import (
     store_name,
 )
 from thanos.files.pruned_layers import mismatch
+from thanos.files.reads import recipe_reads
 from thanos.pruning import methods
 from thanos.recipe import Recipe
 from thanos.stages.capture import capture, propagate
@@ -189,17 +190,12 @@ class _Chain:
         self.computed["propagate"] += 1
 
     def upstream(self, num_blocks: int) -> list[str]:
-        """The inputs this chain reads from other jobs (their modification times guard reuse)."""
+        """The inputs this chain reads from other jobs (their modification times guard reuse): the model,
+        the OWL plan and the dense chain's stores it reads (``thanos.files.reads``)."""
         owl = [str(self.owl)] if self.owl else []
-        if self.dense is None:
-            return [str(self.model), *owl]
-        targets = []
-        if self.recipe.recover is not None and self.recipe.recover.target == "dense":
-            targets = [str(self.dense / store_name("inputs", b)) for b in range(1, num_blocks + 1)]
-        if self.own is None:
-            hessians = [str(self.store("hessians", b)) for b in range(num_blocks)]
-            return [str(self.model), *owl, *hessians, *targets]
-        return [str(self.model), *owl, str(self.store("inputs", 0)), str(self.store("hessians", 0)), *targets]
+        reads = recipe_reads(self.recipe, num_blocks, sequential=self.own is not None).chain
+        dense = [str(self.dense / store_name(kind, block)) for kind, block in reads] if self.dense else []
+        return [str(self.model), *owl, *dense]
 
     def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
         """Delete the previous per-block outputs when the recipe or an upstream input changed."""
@@ -276,6 +272,59 @@ class ChainPaths:
     owl: Path | None = None
 
 
+def _open_chain(
+    model: str | Path,
+    recipe: Recipe,
+    paths: ChainPaths,
+    adapter: Any,
+    checkpoint: Any,
+    batch_size: int,
+    device: str,
+    dtype: str,
+) -> _Chain:
+    """The chain of ``recipe`` on the model ``adapter`` describes (weights read by ``checkpoint``) at
+    ``paths``; a method with Hessians without ``paths.dense_dir`` is refused."""
+    calibrated = recipe.needs_hessian
+    if calibrated and paths.dense_dir is None:
+        raise ValueError(
+            f"--dense-dir is required for method {recipe.method!r} "
+            f"(only {methods.without_hessian()} run without)"
+        )
+    return _Chain(
+        model=model,
+        root=Path(paths.pruned_root),
+        dense=Path(paths.dense_dir) if calibrated else None,
+        own=Path(paths.chain_dir) if (calibrated and paths.chain_dir is not None) else None,
+        recipe=recipe,
+        layers=[
+            recipe.layers(adapter.block_layers(block), adapter.layers)
+            for block in range(int(adapter.num_blocks))
+        ],
+        shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        owl=Path(paths.owl) if paths.owl is not None else None,
+    )
+
+
+def _fingerprint(run: _Chain, model_dir: Path, num_blocks: int, compute_dtype: str) -> dict[str, Any]:
+    """What the chain's previous outputs were computed from (``PRUNED_ROOT/.chain.json``): the recipe, the
+    model's files, the chain, the options and the modification times of the upstream stores."""
+    recipe = run.recipe.to_dict()
+    return {
+        "model": str(run.model),
+        "model_files": model_fingerprint(model_dir),
+        "recipe": {key: value for key, value in recipe.items() if key not in ("name", "chain")},
+        "chain": "dense" if run.own is None else "sequential",
+        "chain_dir": None if run.own is None else str(run.own),
+        "batch_size": run.batch_size,
+        "compute_dtype": compute_dtype,
+        **({"owl": str(run.owl)} if run.owl is not None else {}),
+        "upstream": {path: mtime(path) for path in run.upstream(num_blocks)},
+    }
+
+
 def chain(
     model: str | Path,
     recipe: Recipe,
@@ -304,37 +353,9 @@ def chain(
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
     model_dir, adapter, checkpoint = open_model(model)
     num_blocks = int(adapter.num_blocks)
-    calibrated = recipe.needs_hessian
     compute = Compute.of(device, dtype, adapter.dtype)
-    if calibrated and paths.dense_dir is None:
-        raise ValueError(
-            f"--dense-dir is required for method {recipe.method!r} "
-            f"(only {methods.without_hessian()} run without)"
-        )
-    run = _Chain(
-        model=model,
-        root=Path(paths.pruned_root),
-        dense=Path(paths.dense_dir) if calibrated else None,
-        own=Path(paths.chain_dir) if (calibrated and paths.chain_dir is not None) else None,
-        recipe=recipe,
-        layers=[recipe.layers(adapter.block_layers(block), adapter.layers) for block in range(num_blocks)],
-        shape=lambda block, layer: checkpoint.shape(f"{adapter.block_prefix(block)}{layer}.weight"),
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        owl=Path(paths.owl) if paths.owl is not None else None,
-    )
-    fingerprint = {
-        "model": str(model),
-        "model_files": model_fingerprint(model_dir),
-        "recipe": {key: value for key, value in recipe.to_dict().items() if key not in ("name", "chain")},
-        "chain": "dense" if run.own is None else "sequential",
-        "chain_dir": None if run.own is None else str(run.own),
-        "batch_size": batch_size,
-        "compute_dtype": dtype_name(compute.dtype),
-        **({"owl": str(run.owl)} if run.owl is not None else {}),
-        "upstream": {path: mtime(path) for path in run.upstream(num_blocks)},
-    }
+    run = _open_chain(model, recipe, paths, adapter, checkpoint, batch_size, device, dtype)
+    fingerprint = _fingerprint(run, model_dir, num_blocks, dtype_name(compute.dtype))
     run.discard_if_changed(fingerprint)
 
     for block in range(num_blocks):

@@ -35,6 +35,7 @@ from typing import Any
 
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
+from thanos.files.reads import RecipeReads, recipe_reads
 from thanos.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
@@ -288,20 +289,14 @@ class _Run:
         self.steps.run(label, output, inputs, compute, store_complete)
         return output
 
+    def reads(self) -> RecipeReads:
+        """The stores the recipe reads (``thanos.files.reads``): sequential when it has its own chain."""
+        return recipe_reads(self.recipe, self.num_blocks, sequential=self.files.chain_dir is not None)
+
     def chain_reads(self) -> list[Path]:
-        """The dense chain's stores the recipe's chain reads: none without a Hessian; block 0's inputs and
-        Hessians (the sequential chain computes the rest); every block's Hessians (the dense chain); and
-        for recovery towards the dense model's outputs, every block's outputs (inputs 1..L)."""
-        if not self.recipe.needs_hessian:
-            return []
-        if self.files.chain_dir is None:
-            reads = [self.dense_store("hessians", block) for block in range(self.num_blocks)]
-        else:
-            reads = [self.dense_store("inputs", 0), self.dense_store("hessians", 0)]
-        recover = self.recipe.recover
-        if recover is not None and recover.target == "dense":
-            reads += [self.dense_store("inputs", block) for block in range(1, self.num_blocks + 1)]
-        return reads
+        """The dense chain's stores the recipe's chain reads (``RecipeReads.chain``), computed when out of
+        date."""
+        return [self.dense_store(kind, block) for kind, block in self.reads().chain]
 
     def owl(self) -> None:
         """An OWL recipe's per-block sparsities, from the dense chain's Hessians of every block."""
@@ -313,7 +308,7 @@ class _Run:
         if not self.steps.owned:
             self.steps.given(output)
             return
-        hessians = [self.dense_store("hessians", block) for block in range(self.num_blocks)]
+        hessians = [self.dense_store(kind, block) for kind, block in self.reads().owl]
         inputs = {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
@@ -334,7 +329,7 @@ class _Run:
 
         output = self.files.depth
         assert output is not None
-        stores = [self.dense_store("inputs", block) for block in range(self.num_blocks + 1)]
+        stores = [self.dense_store(kind, block) for kind, block in self.reads().depth]
         inputs = {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),

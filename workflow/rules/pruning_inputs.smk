@@ -2,6 +2,7 @@
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
 from thanos.files.layout import RECOVERED
+from thanos.files.reads import recipe_reads
 from thanos.files.pruned_layers import block_layers as block_layers_of
 
 
@@ -63,11 +64,12 @@ def owl_option(input):
 
 def owl_inputs(wildcards):
     """The dense chain's Hessians of every block (sequential chains: blocks >= 1 computed for OWL)."""
-    blocks = range(model_info(wildcards.model)["num_blocks"])
+    model, recipe = wildcards.model, RECIPES[wildcards.recipe]
+    reads = recipe_reads(recipe, model_info(model)["num_blocks"], PATHS.sequential)
     return {
         "info": info_path(wildcards),
         "model": model_dir_input(wildcards),
-        "hessians": [PATHS.store(wildcards.model, DENSE, "hessians", block) for block in blocks],
+        "hessians": dense_stores(model, reads.owl),
     }
 
 
@@ -129,24 +131,26 @@ def pruned_dir_option(wildcards):
     return f"--pruned-dir {quoted(block_dir)}{exclude}"
 
 
+def dense_stores(model, stores):
+    """Paths of the dense chain's stores ``(kind, block)`` of ``thanos.files.reads``."""
+    return [PATHS.store(model, DENSE, kind, block) for kind, block in stores]
+
+
 def recipe_inputs(wildcards):
-    """granularity recipe: the dense chain's stores the recipe's job reads (none without calibration):
-    block 0's inputs and Hessians (sequential: the job computes the rest), or every block's Hessians."""
+    """granularity recipe: the dense chain's stores the recipe's job reads (``recipe_reads``: none without
+    a Hessian; block 0's inputs and Hessians (sequential: the job computes the rest), or every block's
+    Hessians; and the recovery targets), the OWL plan."""
+    model, recipe = wildcards.model, RECIPES[wildcards.recipe]
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
-    if RECIPES[wildcards.recipe].owl:
-        inputs["owl"] = PATHS.owl(wildcards.model, wildcards.recipe)
-    if needs_hessian(wildcards.recipe):
-        model, recipe = wildcards.model, wildcards.recipe
-        if PATHS.sequential:
-            inputs["inputs"] = PATHS.inputs(model, recipe, 0)
-            inputs["hessians"] = PATHS.hessians(model, recipe, 0)
-        else:
-            blocks = range(model_info(model)["num_blocks"])
-            inputs["hessians"] = [PATHS.hessians(model, recipe, block) for block in blocks]
-        recover = RECIPES[recipe].recover
-        if recover is not None and recover.target == "dense":  # the dense model's outputs of every block
-            blocks = range(1, model_info(model)["num_blocks"] + 1)
-            inputs["targets"] = [PATHS.store(model, DENSE, "inputs", block) for block in blocks]
+    if recipe.owl:
+        inputs["owl"] = PATHS.owl(model, wildcards.recipe)
+    reads = recipe_reads(recipe, lambda: model_info(model)["num_blocks"], PATHS.sequential)
+    for kind in ("inputs", "hessians"):
+        stores = [(k, block) for k, block in reads.calibration if k == kind]
+        if stores:
+            inputs[kind] = dense_stores(model, stores)
+    if reads.targets:  # recovery: the dense model's outputs of every block
+        inputs["targets"] = dense_stores(model, reads.targets)
     return inputs
 
 
