@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 WIKITEXT2 = "wikitext2"
 HUB_DATASET = ("wikitext", "wikitext-2-raw-v1", "test")
 DEFAULT_SEQLEN = 2048
+PLACEMENT = ("device", "dtype", "device_map")  # load_model's keywords evaluate_perplexity passes on
 
 
 @dataclass
@@ -161,21 +162,27 @@ def evaluate_perplexity(
     source: str = WIKITEXT2,
     seqlen: int | None = None,
     batch_size: int = 1,
-    device: str = "auto",
-    dtype: str = "auto",
-    device_map: str | None = None,
     text_field: str = "text",
     progress: bool = True,
     max_windows: int | None = None,
     loaded: Any = None,
+    **placement: str | None,
 ) -> PerplexityResult:
     """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring); only the first
     ``max_windows`` windows when given (None: every window, the paper's protocol). ``loaded``: the model
-    already loaded by ``load_model`` (``thanos evaluate`` loads it once for both evaluations)."""
+    already loaded by ``load_model`` (``thanos evaluate`` loads it once for both evaluations); else it is
+    loaded with ``placement``: ``load_model``'s ``device`` ("auto"), ``dtype`` ("auto") and ``device_map``
+    (None), the only keywords taken besides those named."""
     from transformers import AutoConfig
 
     from thanos.evaluation.loading import load_model
 
+    unknown = [key for key in placement if key not in PLACEMENT]
+    if unknown:
+        raise TypeError(
+            f"evaluate_perplexity() got an unexpected keyword argument {unknown[0]!r} (placement keywords: "
+            f"{', '.join(PLACEMENT)})"
+        )
     if batch_size < 1:
         raise ValueError(f"--batch-size {batch_size}: must be at least 1")
     if max_windows is not None and max_windows < 1:
@@ -187,7 +194,7 @@ def evaluate_perplexity(
         raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
     seqlen = resolve_seqlen(config, seqlen)
     if loaded is None:
-        loaded = load_model(model_path, device=device, dtype=dtype, device_map=device_map)
+        loaded = load_model(model_path, **placement)
     windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset)
     windows = windows[:max_windows]
     start = time.perf_counter()
