@@ -1,7 +1,8 @@
 """Models: what the pipeline knows about an architecture, and the model directories it reads and writes.
 
 - ``base``, ``generic``: the adapter: blocks, linear layers and their input groups, embedding and head,
-  from the model's own transformers code, for any decoder-only causal LM;
+  from the model's own transformers code, for any decoder-only causal LM (``skeleton``: the model built
+  on the meta device; ``recording``: what each block receives; ``discovery``: a block's linear layers);
 - ``layout``: the names alone (block prefix, layers, groups, kinds of blocks), which the adapter finds and
   ``model_info.json`` holds: what the stages that read tensors by name need (``open_layout``);
 - ``experts``: mixture-of-experts experts (transformers' experts interface): their per-expert matrices as

@@ -3,20 +3,20 @@
 Nothing here names a module or a model type. Everything is found on the model itself:
 
 - the skeleton: the model's ``*ForCausalLM`` class built from its config with every parameter on the meta
-  device (no memory; buffers such as rotary frequencies are computed as usual);
+  device (no memory; buffers such as rotary frequencies are computed as usual; ``thanos.models.skeleton``);
 - the blocks: the ``nn.ModuleList`` holding ``num_hidden_layers`` modules of one class (the outermost
   one); its path is the checkpoint prefix (``model.layers.{i}.``, ``gpt_neox.layers.{i}.``, ...). Block i
   is a copy of the skeleton's layer i, given exactly its own tensors;
 - what a block receives besides the hidden states (rotary embeddings, the attention mask of its layer type
   -- full, sliding, chunked --, position ids, anything new): recorded from the model's own forward with
-  every layer replaced by a :class:`Recorder` that returns its input;
+  every layer replaced by a ``Recorder`` that returns its input (``thanos.models.recording``);
 - block 0's inputs: the model's own forward up to its first layer (Gemma's scaled embeddings, OPT's and
   GPT-2's learned positions); the head: the model's own forward after its last layer (final norm,
   ``lm_head``, tied or not, logit soft-capping), fed the last block's outputs;
 - the prunable layers of a block and which of them share an input (one Hessian): the ``nn.Linear``
   modules a forward of the block calls, in call order, grouped by the tensor they receive. Fused layers
   (``qkv_proj``, ``gate_up_proj``) are one layer; routers of mixture-of-experts blocks stay dense
-  (:data:`DENSE_LAYERS`).
+  (``DENSE_LAYERS``; ``thanos.models.discovery``).
 
 Only the tensors a stage uses are read: the embedding part reads the parameters of the modules the forward
 calls before block 0, the head those called after the last block, a block its own.
@@ -24,11 +24,9 @@ calls before block 0, the head those called after the last block, a block its ow
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,6 +34,7 @@ from torch import nn
 
 from thanos.models.base import ModelAdapter, block_output, module_from_state
 from thanos.models.checkpoint import Checkpoint
+from thanos.models.discovery import DENSE_LAYERS, DISCOVERY_TOKENS, discover_groups, routers
 from thanos.models.experts import (
     Conversion,
     ExpertLayer,
@@ -46,17 +45,33 @@ from thanos.models.experts import (
 )
 from thanos.models.layout import ModelLayout
 from thanos.models.neurons import mlp_config
+from thanos.models.recording import Recorder, RecordingPlan, StopForward, tree_map
+from thanos.models.skeleton import (
+    StructureError,
+    build_skeleton,
+    find_layers,
+    params_on_meta,
+    set_tensor,
+    tensor_aliases,
+)
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# linear layers never pruned: routers of mixture-of-experts blocks (they pick experts; a handful of
-# parameters) -- Mixtral/Qwen-MoE `mlp.gate`, `router`, Qwen2-MoE `shared_expert_gate`
-DENSE_LAYERS = (r"(^|\.)gate$", r"(^|\.)router(\.|$)", r"shared_expert_gate$")
-# mixture-of-experts experts run transformers' reference loop over the experts (exact, any device and dtype,
-# also on the meta device where grouped_mm needs bf16)
-EXPERTS = {"experts_implementation": "eager"}
-DISCOVERY_TOKENS = 4  # tokens of the forward that discovers a block's linear layers
+# the names this module has always offered, some now defined beside it
+__all__ = [
+    "DENSE_LAYERS",
+    "DISCOVERY_TOKENS",
+    "GenericAdapter",
+    "GenericEmbedding",
+    "GenericHead",
+    "Recorder",
+    "StructureError",
+    "discover_groups",
+    "find_layers",
+    "params_on_meta",
+    "routers",
+]
 
 
 def _signature(block: nn.Module) -> tuple:
@@ -75,141 +90,12 @@ class _Kind:
     module_name: dict[str, str]
 
 
-class StructureError(ValueError):
-    """The model cannot be run block by block: names the model type and why; adds what is supported."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(
-            f"{message}; supported: decoder-only causal LMs of the installed transformers made of repeated "
-            "layers with nn.Linear projections (the tested types: the README's table of supported models)"
-        )
-
-
-class _Stop(Exception):
-    """Ends the skeleton's forward at a recorder (the rest of the model is not needed)."""
-
-
-@dataclass
-class _Plan:
-    """What the recorders do during one skeleton forward."""
-
-    stop_at: int | None = None  # raise _Stop when this layer is called
-    replace_last: torch.Tensor | None = None  # the last layer returns this (the head's input)
-    as_tuple: bool = False  # layers return (hidden,) instead of a tensor
-    calls: dict[int, tuple[torch.Tensor, tuple, dict]] = field(default_factory=dict)
-
-
-class Recorder(nn.Module):
-    """Stands in for decoder layer ``index``: records its call and returns its hidden-states input."""
-
-    def __init__(self, index: int, last: int) -> None:
-        super().__init__()
-        self.index, self.last = index, last
-        self.plan = _Plan()
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if args:
-            hidden, rest = args[0], args[1:]
-        else:
-            hidden, rest = kwargs.pop("hidden_states"), ()
-        self.plan.calls[self.index] = (hidden, rest, kwargs)
-        if self.plan.stop_at == self.index:
-            raise _Stop
-        if self.index == self.last and self.plan.replace_last is not None:
-            hidden = self.plan.replace_last
-        return (hidden,) if self.plan.as_tuple else hidden
-
-
-@contextlib.contextmanager
-def params_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on the meta device and their buffers as usual (rotary
-    frequencies, masks): a model of any size costs nothing, and its buffers are right."""
-    register = nn.Module.register_parameter
-
-    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None and not param.is_meta:  # one on meta already is kept: ties stay ties
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register  # type: ignore[method-assign]
-
-
-def _build(config: PretrainedConfig) -> nn.Module:
-    """The model's own ``*ForCausalLM`` with its parameters on the meta device."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    if getattr(config, "is_encoder_decoder", False):
-        raise StructureError(
-            f"model_type {config.model_type!r} is an encoder-decoder model: only decoder-only causal LMs "
-            "are pruned block by block"
-        )
-    try:
-        with params_on_meta(), no_init_weights():  # the weights come from the checkpoint
-            try:
-                model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **EXPERTS)
-            except ValueError as err:
-                if "sdpa" not in str(err).lower() and "attention" not in str(err).lower():
-                    raise
-                model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", **EXPERTS)
-            model.tie_weights()  # skipped with the initialisation
-    except ValueError as err:
-        text = " ".join(str(err).split())[:300]
-        raise StructureError(
-            f"model_type {config.model_type!r}: transformers cannot build it as a causal LM ({text}); remote "
-            "code (trust_remote_code) is not run"
-        ) from err
-    return model.eval()
-
-
-def find_layers(model: nn.Module, count: int) -> tuple[str, nn.ModuleList]:
-    """The decoder layers: the outermost ``nn.ModuleList`` of ``count`` modules of one class."""
-    found = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == count and count > 0:
-            if len({type(layer) for layer in module}) == 1:
-                found.append((name.count("."), name, module))
-    if not found:
-        raise StructureError(
-            f"no list of {count} decoder layers in {type(model).__name__}: the model cannot be pruned block "
-            "by block (decoder-only models built from repeated layers are supported)"
-        )
-    _, name, layers = min(found, key=lambda item: item[:2])
-    return name, layers
-
-
-def _set_tensor(root: nn.Module, names: list[str], value: torch.Tensor) -> None:
-    """Give the parameter (or buffer) known by ``names`` (aliases of one tied tensor) the value ``value``;
-    the aliases stay one object."""
-    param = None
-    for name in names:
-        owner, _, leaf = name.rpartition(".")
-        module = root.get_submodule(owner)
-        if leaf in module._parameters:
-            param = param if param is not None else nn.Parameter(value, requires_grad=False)
-            module._parameters[leaf] = param
-        else:
-            module._buffers[leaf] = value
-
-
-def _aliases(model: nn.Module) -> dict[int, list[str]]:
-    """Every name of every parameter, by identity: tied weights (``lm_head`` and the embeddings) share."""
-    names: dict[int, list[str]] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(param), []).append(name)
-    return names
-
-
 class GenericAdapter(ModelAdapter):
     """Any decoder-only causal LM of the installed transformers (see the module docstring)."""
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
-        self.skeleton = _build(config)
+        self.skeleton = build_skeleton(config)
         self.layers_path, layers = find_layers(self.skeleton, int(config.num_hidden_layers))
         self._blocks = list(layers)  # the model's own layers (meta parameters, real buffers)
         # every tensor name as the modules say it (read before the layers become recorders)
@@ -316,12 +202,12 @@ class GenericAdapter(ModelAdapter):
     def _free_params(self) -> None:
         """Every parameter of the skeleton as zeros that take no memory (a stride-0 view of one zero):
         enough for a forward that records the layers' calls; the embedding and head load real ones."""
-        for ids in _aliases(self.skeleton).values():
+        for ids in tensor_aliases(self.skeleton).values():
             param = self.skeleton.get_parameter(ids[0])
             if param.is_meta:
-                _set_tensor(self.skeleton, ids, torch.zeros((), dtype=param.dtype).expand(param.shape))
+                set_tensor(self.skeleton, ids, torch.zeros((), dtype=param.dtype).expand(param.shape))
 
-    def _forward(self, plan: _Plan, model: nn.Module | None = None, **inputs: Any) -> Any:
+    def _forward(self, plan: RecordingPlan, model: nn.Module | None = None, **inputs: Any) -> Any:
         """The forward of ``model`` (default: the skeleton; copies share its recorders) under ``plan``;
         None when a recorder stopped it."""
         for rec in self._recorders:
@@ -329,7 +215,7 @@ class GenericAdapter(ModelAdapter):
         try:
             with torch.inference_mode():
                 return (model or self.skeleton)(**inputs, use_cache=False)
-        except _Stop:
+        except StopForward:
             return None
 
     def _layer_returns_tuple(self, hidden: torch.Tensor) -> bool:
@@ -338,7 +224,7 @@ class GenericAdapter(ModelAdapter):
         forward stops there); a one-layer model is run to its logits instead."""
         if self._as_tuple is None:
             probe = torch.zeros((2, DISCOVERY_TOKENS, hidden.shape[-1]), dtype=hidden.dtype)
-            plan = _Plan(stop_at=1 if len(self._recorders) > 1 else None, replace_last=probe)
+            plan = RecordingPlan(stop_at=1 if len(self._recorders) > 1 else None, replace_last=probe)
             out = self._forward(plan, inputs_embeds=torch.zeros_like(probe))
             shapes = [call[0].shape for call in plan.calls.values()]
             if out is not None:
@@ -348,7 +234,7 @@ class GenericAdapter(ModelAdapter):
 
     def _record(self, stop_at: int, hidden: torch.Tensor) -> tuple[torch.Tensor, tuple, dict]:
         try:
-            plan = _Plan(stop_at=stop_at, as_tuple=self._layer_returns_tuple(hidden))
+            plan = RecordingPlan(stop_at=stop_at, as_tuple=self._layer_returns_tuple(hidden))
             self._forward(plan, inputs_embeds=torch.zeros_like(hidden))
         except Exception as err:  # noqa: BLE001 - any failure means the same: no block-by-block run
             text = " ".join(str(err).split())[:200]
@@ -426,7 +312,9 @@ class GenericAdapter(ModelAdapter):
         model = copy.deepcopy(self.skeleton, {id(p): p for p in self.skeleton.parameters()})
         modules = called()
         wanted = [
-            ids for ids in _aliases(model).values() if any(name.rpartition(".")[0] in modules for name in ids)
+            ids
+            for ids in tensor_aliases(model).values()
+            if any(name.rpartition(".")[0] in modules for name in ids)
         ]
         for ids in wanted:
             disk = self.disk_names(checkpoint)
@@ -436,11 +324,11 @@ class GenericAdapter(ModelAdapter):
                     f"{checkpoint.model_dir}: no tensor {' or '.join(ids)} in the checkpoint (model_type "
                     f"{self.model_type!r}); it names its tensors differently from the model's modules"
                 )
-            _set_tensor(model, ids, checkpoint.tensor(source))
+            set_tensor(model, ids, checkpoint.tensor(source))
         for name, _ in model.named_buffers():
             source = self.disk_names(checkpoint).get(name, name)
             if source in checkpoint and name.rpartition(".")[0] in modules:
-                _set_tensor(model, [name], checkpoint.tensor(source))
+                set_tensor(model, [name], checkpoint.tensor(source))
         for i, rec in enumerate(self._recorders):  # the copy's recorders are its own
             model.get_submodule(self.layers_path)._modules[str(i)] = rec
         return model.eval()
@@ -470,7 +358,7 @@ class GenericAdapter(ModelAdapter):
             ids = torch.zeros((1, DISCOVERY_TOKENS), dtype=torch.long)
             as_tuple = self._layer_returns_tuple(torch.zeros((1, 1, self.hidden_size), dtype=self.dtype))
             # "before" stops at the first layer: the head (lm_head of free parameters) is not run for it
-            plan = _Plan(stop_at=0 if phase == "before" else None, as_tuple=as_tuple)
+            plan = RecordingPlan(stop_at=0 if phase == "before" else None, as_tuple=as_tuple)
             self._forward(plan, input_ids=ids)
         finally:
             for handle in handles:
@@ -495,7 +383,7 @@ class GenericAdapter(ModelAdapter):
         if key not in self._kwargs:  # recorded on the CPU (where the skeleton lives), then moved
             _, args, kwargs = self._record(block, torch.zeros(hidden.shape, dtype=hidden.dtype))
             move = lambda v: v.to(hidden.device) if isinstance(v, torch.Tensor) else v  # noqa: E731
-            self._kwargs[key] = (_tree_map(move, args), _tree_map(move, kwargs))
+            self._kwargs[key] = (tree_map(move, args), tree_map(move, kwargs))
         return self._kwargs[key]
 
     def block_kwargs(self, block: int, hidden: torch.Tensor) -> dict[str, Any]:
@@ -538,7 +426,7 @@ class GenericAdapter(ModelAdapter):
         args, kwargs = self.block_call(block, hidden)
         # arguments recorded under inference mode cannot be saved for backward: plain copies of them
         plain = lambda v: v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v  # noqa: E731
-        return block_output(module(hidden, *_tree_map(plain, args), **_tree_map(plain, kwargs)))
+        return block_output(module(hidden, *tree_map(plain, args), **tree_map(plain, kwargs)))
 
 
 class GenericEmbedding(nn.Module):
@@ -553,7 +441,7 @@ class GenericEmbedding(nn.Module):
         self.adapter = adapter
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        plan = _Plan(stop_at=0)
+        plan = RecordingPlan(stop_at=0)
         self.adapter._forward(plan, self.model, input_ids=input_ids)
         return plan.calls[0][0]
 
@@ -568,7 +456,7 @@ class GenericHead(nn.Module):
         self.adapter = adapter
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        plan = _Plan(replace_last=hidden, as_tuple=self.adapter._layer_returns_tuple(hidden))
+        plan = RecordingPlan(replace_last=hidden, as_tuple=self.adapter._layer_returns_tuple(hidden))
         seen: list[torch.Tensor] = []
         handle = self.model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.append(a[0]))
         try:
@@ -576,90 +464,3 @@ class GenericHead(nn.Module):
         finally:
             handle.remove()
         return seen[-1], out.logits
-
-
-def routers(block: nn.Module) -> list[str]:
-    """The routers of a block's mixture-of-experts modules, whatever their name: the ``nn.Linear`` layers
-    beside an experts module (in the module that holds it) with one output per expert."""
-    found = []
-    for path, experts in find_experts(block).items():
-        owner = path.rpartition(".")[0]
-        for name, linear in block.get_submodule(owner).named_modules(prefix=owner):
-            inside = name == path or name.startswith(f"{path}.")
-            if isinstance(linear, nn.Linear) and not inside and linear.out_features == experts.num_experts:
-                found.append(name)
-    return found
-
-
-class _Silent(nn.Module):
-    """Stands in for a mixture-of-experts experts module while a block's linear layers are discovered."""
-
-    def forward(self, hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return torch.zeros_like(hidden)
-
-
-def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str, ...]]:
-    """The prunable linear layers of ``block`` grouped by the input they share, in call order.
-
-    One forward of the block, on the meta device (shapes only, no memory), with a pre-hook on every
-    ``nn.Linear``: layers handed the same tensor share a group, named after its first member. Layers
-    matching :data:`DENSE_LAYERS` and mixture-of-experts routers (:func:`routers`) are left out (never
-    pruned). Mixture-of-experts experts are not
-    ``nn.Linear`` (``thanos.models.experts`` finds their matrices)."""
-    module = adapter.new_block(block).to("meta")
-    dense = set(routers(module))
-    # experts route data-dependently (no forward on the meta device) and hold no nn.Linear: silenced
-    for path in find_experts(module):
-        owner, _, leaf = path.rpartition(".")
-        module.get_submodule(owner)._modules[leaf] = _Silent()
-    hidden = torch.zeros((1, DISCOVERY_TOKENS, adapter.hidden_size), dtype=adapter.dtype)
-    args, kwargs = adapter.block_call(block, hidden)
-    to_meta = lambda value: value.to("meta") if isinstance(value, torch.Tensor) else value  # noqa: E731
-    args, kwargs = _tree_map(to_meta, args), _tree_map(to_meta, kwargs)
-    calls: list[tuple[str, torch.Tensor]] = []
-    handles = []
-    for name, linear in module.named_modules():
-        skip = name in dense or any(re.search(p, name) for p in DENSE_LAYERS)
-        if isinstance(linear, nn.Linear) and not skip:
-            handles.append(linear.register_forward_pre_hook(lambda m, a, n=name: calls.append((n, a[0]))))
-    try:
-        with torch.inference_mode():
-            module(hidden.to("meta"), *args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - any failure means the same: the block cannot be traced
-        raise StructureError(
-            f"model_type {adapter.model_type!r}: a forward of block {block} on the meta device failed "
-            f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
-        ) from err
-    finally:
-        for handle in handles:
-            handle.remove()
-    groups: dict[str, list[str]] = {}
-    inputs: list[tuple[torch.Tensor, str]] = []
-    for name, x in calls:
-        if any(name in members for members in groups.values()):
-            continue  # called again (e.g. shared across steps): one entry
-        group = next((g for seen, g in inputs if seen is x), None)
-        if group is None:
-            group = name
-            inputs.append((x, group))
-            groups[group] = []
-        groups[group].append(name)
-    if not groups:
-        conv1d = any(type(m).__name__ == "Conv1D" for m in module.modules())
-        why = (
-            "its projections are GPT-2-style Conv1D modules (transposed weights), not nn.Linear"
-            if conv1d
-            else "recurrent or state-space layers without linear projections cannot be pruned here"
-        )
-        raise StructureError(
-            f"model_type {adapter.model_type!r}: block {block} calls no nn.Linear to prune: {why}"
-        )
-    return {group: tuple(members) for group, members in groups.items()}
-
-
-def _tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return type(value)(_tree_map(fn, v) for v in value)
-    if isinstance(value, dict):
-        return {k: _tree_map(fn, v) for k, v in value.items()}
-    return fn(value)
