@@ -22,9 +22,10 @@ from thanos.models import open_layout, open_model
 from thanos.models.neurons import NeuronsError, mlp_layout
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import neuron_count, parse_sparsity
-from thanos.recipe import ConfigError, Recipe, expand, from_name
+from thanos.recipe import ConfigError, Recipe, from_name
 from thanos.stages.assemble import assemble
 from thanos.stages.prune import prune
+from thanos.workflow_config import expand
 
 # model_type -> tiny-model options: phi3's fused qkv_proj has 2 x 64 rows at the tiny default sizes, the
 # width of its MLP: an MLP width of 96 keeps its layers apart (the default is refused, see below)

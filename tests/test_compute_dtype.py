@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from thanos.data.storage import Activations, Hessians, read_tokens
 from thanos.evaluation.loading import load_model
 from thanos.models import get_adapter, load_config
-from thanos.runner.one_recipe import prune_model
+from thanos.runner.api import prune_model
 from thanos.stages.common import Compute, compute_dtype, cpu_multiplies_natively
 
 CPU = torch.device("cpu")

@@ -225,7 +225,8 @@ def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
 
 
 def test_the_workflow_refuses_depth_recipes_naming_prune_model() -> None:
-    from thanos.recipe import ConfigError, expand
+    from thanos.recipe import ConfigError
+    from thanos.workflow_config import expand
 
     with pytest.raises(ConfigError, match=r"recipes\.d\.sparsity: depth:4 .*runs with `thanos prune-model"):
         expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})

@@ -20,7 +20,7 @@ from conftest import make_tiny_model, write_corpus
 
 from thanos.files.layout import Layout
 from thanos.recipe import Recipe
-from thanos.runner.one_recipe import prune_model
+from thanos.runner.api import prune_model
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
 from thanos.stages.provenance import path_bytes
 

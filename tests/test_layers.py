@@ -16,6 +16,8 @@ LAYERS = (
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
+    "workflow_config",  # the workflow's config as recipes (torch-free; a module)
+    "reads",  # which stores a recipe reads: asked by the rules, the engine, the chain and the disk check
     "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
     "models",  # the adapter (the generic one), the layout read by name, checkpoints

@@ -14,7 +14,8 @@ import torch
 from conftest import snakemake, workflow_config
 
 from thanos.pruning import owl
-from thanos.recipe import ConfigError, Recipe, expand, from_name
+from thanos.recipe import ConfigError, Recipe, from_name
+from thanos.workflow_config import expand
 
 TINY = {"hidden_size": 32, "num_blocks": 3, "num_heads": 4}
 MODELS = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from thanos.runner.one_recipe import build_recipe, default_workdir, model_slug
+from thanos.runner.request import RecipeOptions
+from thanos.runner.workdirs import default_workdir, model_slug
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
@@ -508,6 +509,12 @@ def test_a_foreign_out_directory_is_refused(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2 and "is not empty and is not a previous result" in run.stderr
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def build_recipe(method, sparsity, **options):
+    """The recipe ``prune_model`` builds of these keywords."""
+    (recipe,) = RecipeOptions(method, sparsity, **options).recipes()
+    return recipe
 
 
 def test_the_recipe_is_built_once_and_named_by_what_differs_from_the_defaults():

@@ -1,11 +1,11 @@
-"""Which stores a recipe reads (thanos/files/reads.py): the one answer the workflow's recipe job, the engine,
+"""Which stores a recipe reads (thanos/reads.py): the one answer the workflow's recipe job, the engine,
 the chain stage and prune-model's disk check share."""
 
 from __future__ import annotations
 
 import pytest
 
-from thanos.files.reads import recipe_reads
+from thanos.reads import recipe_reads
 from thanos.recipe import Recipe
 
 BLOCK0 = (("inputs", 0), ("hessians", 0))

@@ -14,7 +14,8 @@ from thanos.cli import build_parser
 from thanos.commands import _args
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
-from thanos.recipe import ConfigError, Recipe, expand, from_name
+from thanos.recipe import ConfigError, Recipe, from_name
+from thanos.workflow_config import expand
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -231,7 +232,7 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     unquoted 2:4 is 124) says to quote it; a real Snakemake run of such a config stops with that line."""
     from conftest import snakemake
 
-    from thanos.recipe import schema_problems
+    from thanos.workflow_config import schema_problems
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     base = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM
 from thanos.jobs.granularity import choose_granularity
 from thanos.pruning.recovery import recover_block, split_windows
 from thanos.recipe import ConfigError, Recipe
-from thanos.runner.one_recipe import prune_model
+from thanos.runner.api import prune_model
 
 REPO = Path(__file__).resolve().parents[1]
 CALIBRATION = {"nsamples": 12, "seqlen": 32, "device": "cpu"}

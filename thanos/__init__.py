@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the names __getattr__ provides, for type checkers and edito
     from thanos.pruning.layer import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
     from thanos.pruning.sparsity import Sparsity, parse_sparsity  # noqa: F401
     from thanos.recipe import Recipe  # noqa: F401
-    from thanos.runner.one_recipe import prune_model  # noqa: F401
+    from thanos.runner.api import prune_model  # noqa: F401
 
 _HOMES = {
     "HessianAccumulator": "thanos.pruning.hessian",
@@ -30,7 +30,7 @@ _HOMES = {
     "PruneStats": "thanos.pruning.layer",
     "layer_objective": "thanos.pruning.layer",
     "prune_layer": "thanos.pruning.layer",
-    "prune_model": "thanos.runner.one_recipe",
+    "prune_model": "thanos.runner.api",
     "Recipe": "thanos.recipe",
     "Sparsity": "thanos.pruning.sparsity",
     "parse_sparsity": "thanos.pruning.sparsity",

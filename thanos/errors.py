@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 
 class PathError(ValueError):
@@ -55,3 +58,96 @@ def describe(err: BaseException) -> str:
         text = f"{type(err).__name__}: {err}; {hint}: the traceback is in the job's log (or rerun with -v)"
     text = " ".join(text.split())
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option an error names: ``name`` as a Python keyword (``seqlen``; ``recover.epochs`` within a
+    keyword's dict) and, where the error is about what was given, ``value`` as shown (``'3:2'``, ``512``)."""
+
+    name: str
+    value: str | None = None
+
+
+class Words(Protocol):
+    """How a front (the command line, Python) names its options."""
+
+    def name(self, option: str) -> str: ...
+
+    def given(self, option: str, value: str) -> str: ...
+
+
+class FlagWords:
+    """The command line's words: ``--seqlen 512``, ``--recover-epochs 0``; ``flags`` names the options whose
+    flag is not ``--`` and the name with dashes (``{"disk_check": "--no-disk-check"}``)."""
+
+    def __init__(self, flags: dict[str, str] | None = None) -> None:
+        self.flags = flags or {}
+
+    def name(self, option: str) -> str:
+        return self.flags.get(option) or "--" + option.replace(".", "-").replace("_", "-")
+
+    def given(self, option: str, value: str) -> str:
+        return f"{self.name(option)} {value}"
+
+
+class KeywordWords:
+    """Python's words: ``seqlen=512``, ``recover['epochs']=0``; ``flags`` names the options whose keyword is
+    written with its value (``{"disk_check": "disk_check=False"}``)."""
+
+    def __init__(self, flags: dict[str, str] | None = None) -> None:
+        self.flags = flags or {}
+
+    def name(self, option: str) -> str:
+        if option in self.flags:
+            return self.flags[option]
+        head, _, tail = option.partition(".")
+        return f"{head}[{tail!r}]" if tail else head
+
+    def given(self, option: str, value: str) -> str:
+        return f"{self.name(option)}={value}"
+
+
+class OptionError(ValueError):
+    """Bad input named by its options, for each front to word: ``subject``, the options at fault (with the
+    values given), then ``problem``, text and the options it names (what to give instead).
+
+    ``str(err)`` is the command line's words (``--seqlen 4096 exceeds ...; give --seqlen 512 or less``);
+    ``err.words(KeywordWords())`` Python's (``seqlen=4096 exceeds ...; give seqlen=512 or less``)."""
+
+    def __init__(
+        self,
+        subject: Option | Sequence[Option],
+        *problem: str | Option,
+        words: Words | None = None,
+        join: str = " with ",
+    ) -> None:
+        self.subject = (subject,) if isinstance(subject, Option) else tuple(subject)
+        self.problem = problem
+        self.join = join  # between the subject's options: ``--recover with --sparsity depth:6``
+        self.front: Words = words or FlagWords()
+        super().__init__(self.words(self.front))
+
+    def words(self, words: Words) -> str:
+        """The error in ``words``: the subject's options joined, a colon unless the problem
+        continues the sentence (it starts with a space), then the problem."""
+        named = [_word(words, option) for option in self.subject]
+        text = "".join(part if isinstance(part, str) else _word(words, part) for part in self.problem)
+        if not named:  # about the run as a whole (the disk), naming options only in what to do
+            return text
+        return self.join.join(named) + (text if text.startswith(" ") else f": {text}")
+
+    def worded(self, words: Words) -> OptionError:
+        """The same error in ``words`` (the same class, so an ``except`` of the caller still catches it)."""
+        return type(self)(self.subject, *self.problem, words=words, join=self.join)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _word(words: Words, option: Option) -> str:
+    return words.name(option.name) if option.value is None else words.given(option.name, option.value)
+
+
+class MissingOption(OptionError, FileNotFoundError):
+    """An option names a file or directory that does not exist."""

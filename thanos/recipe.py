@@ -1,6 +1,6 @@
 """The recipe: a method, a sparsity pattern and its options, parsed and checked once, defaults filled.
 
-A ``Recipe`` is what crosses every boundary: the workflow's config expands into recipes (``expand``),
+A ``Recipe`` is what crosses every boundary: the workflow's config expands into recipes (``thanos.workflow_config.expand``),
 ``prune_model`` builds one from its keywords, a job takes one as JSON text (``--recipe``, ``to_json``) and a
 stage takes ``recipe: Recipe``. Constructing one checks it (errors name the config key), so a recipe that
 exists is valid, and fills every unset option by one policy, the method's defaults
@@ -21,7 +21,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import InitVar, dataclass, fields, replace
+from dataclasses import InitVar, dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -48,14 +48,22 @@ class Recovery:
     (the best epoch on them is kept). ``target``: ``dense``, the dense model's outputs of the block, or
     ``block``, the dense block applied to the block's own inputs (the pruned chain's)."""
 
-    epochs: int = 2
-    lr: float = 3e-3
-    batch_size: int = 4
-    holdout: float = 0.125
-    target: str = "dense"
+    epochs: int = field(default=2, metadata={"help": "passes over the calibration windows"})
+    lr: float = field(default=3e-3, metadata={"help": "Adam's learning rate, decayed linearly to 0"})
+    batch_size: int = field(default=4, metadata={"help": "windows per step"})
+    holdout: float = field(
+        default=0.125, metadata={"help": "fraction of the windows held out to pick the best epoch"}
+    )
+    target: str = field(
+        default="dense",
+        metadata={
+            "help": "dense: the dense model's outputs of each block; block: the dense block on the pruned "
+            "chain's inputs"
+        },
+    )
 
     @classmethod
-    def parse(cls, key: str, value: Any) -> Recovery | None:
+    def parse(cls, key: str, value: Any, field: str = "recover") -> Recovery | None:
         """``recover`` as a config or a call gives it: None/false (none), true (the defaults), a mapping of
         options or a ``Recovery``; every option checked, the error naming ``key.option``."""
         if value is None or value is False:
@@ -65,23 +73,22 @@ class Recovery:
         if isinstance(value, Recovery):
             value = value.to_dict()
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected true, false or {{epochs, lr, batch_size, holdout, target}}")
-        _check_fields(key, value, cls, "option")
+            raise invalid(key, field, "expected true, false or {epochs, lr, batch_size, holdout, target}")
+        _check_fields(f"{key}.{field}", value, cls, "option")
         options = {name: option for name, option in value.items() if option is not None}
         for name in ("epochs", "batch_size"):
             number = options.get(name, 1)
             if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-                raise ConfigError(f"{key}.{name}: expected a whole number >= 1, got {number!r}")
+                raise invalid(key, f"{field}.{name}", f"expected a whole number >= 1, got {number!r}")
         for name, low, high in (("lr", 0, None), ("holdout", 0, 1)):
             number = options.get(name, getattr(cls, name))
-            _check_number(f"{key}.{name}", number)
+            _check_number(key, f"{field}.{name}", number)
             if not (number > low and (high is None or number < high)):
                 bounds = f"> {low}" + (f" and < {high}" if high is not None else "")
-                raise ConfigError(f"{key}.{name}: expected a number {bounds}, got {number!r}")
+                raise invalid(key, f"{field}.{name}", f"expected a number {bounds}, got {number!r}")
         if options.get("target", "dense") not in RECOVERY_TARGETS:
-            raise ConfigError(
-                f"{key}.target: {options['target']!r} is not one of {', '.join(RECOVERY_TARGETS)}"
-            )
+            targets = ", ".join(RECOVERY_TARGETS)
+            raise invalid(key, f"{field}.target", f"{options['target']!r} is not one of {targets}")
         return cls(**{name: float(v) if name in ("lr", "holdout") else v for name, v in options.items()})
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,7 +118,19 @@ class Recovery:
 
 
 class ConfigError(ValueError):
-    """A recipe or config value that is not valid; the message names the key."""
+    """A recipe or config value that is not valid; the message names the key (``recipes.r1.alpha: ...``).
+    ``field`` is the recipe's field at fault (``alpha``, ``recover.epochs``; None: the entry as a whole) and
+    ``problem`` what is wrong with it, for a front that names fields in its own words (``prune_model``)."""
+
+    def __init__(self, message: str, field: str | None = None, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problem = message if problem is None else problem
+
+
+def invalid(key: str, field: str, problem: str) -> ConfigError:
+    """``key.field: problem`` as a ``ConfigError`` that knows its field."""
+    return ConfigError(f"{key}.{field}: {problem}", field, problem)
 
 
 @dataclass(frozen=True)
@@ -141,43 +160,45 @@ class Recipe:
 
     def __post_init__(self, key: str) -> None:
         set_ = object.__setattr__  # frozen: the parsed values and defaults are set once, here
-        try:
-            spec = methods.get(self.method, key=f"{key}.method")
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        pattern = _sparsity(f"{key}.sparsity", self.sparsity)
+        spec = methods.METHODS.get(self.method) if isinstance(self.method, str) else None
+        if spec is None:
+            choices = ", ".join(methods.METHODS)
+            raise invalid(key, "method", f"unknown method {self.method!r}; choose one of {choices}")
+        pattern = check_sparsity(key, self.sparsity)
         set_(self, "sparsity", pattern)
         for name in ("alpha", "damp", "owl_m", "owl_lambda"):
-            _check_number(f"{key}.{name}", getattr(self, name))
+            _check_number(key, name, getattr(self, name))
         alpha = spec.default_alpha(pattern.kind) if self.alpha is None else float(self.alpha)
         try:
             check_alpha(pattern, alpha)
         except ValueError as err:
-            raise ConfigError(f"{key}.alpha: {err}") from None
+            raise invalid(key, "alpha", str(err)) from None
         set_(self, "alpha", alpha)
         blocksize = spec.default_blocksize(pattern.kind) if self.blocksize is None else self.blocksize
         if blocksize is not None and (
             isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1
         ):
-            raise ConfigError(f"{key}.blocksize: expected a positive integer, got {blocksize!r}")
+            raise invalid(key, "blocksize", f"expected a positive integer, got {blocksize!r}")
         set_(self, "blocksize", blocksize)
         damp = DEFAULT_DAMP if self.damp is None else float(self.damp)
         if not damp > 0:
-            raise ConfigError(f"{key}.damp: expected a number > 0 (a fraction of mean(diag H)), got {damp}")
+            raise invalid(key, "damp", f"expected a number > 0 (a fraction of mean(diag H)), got {damp}")
         set_(self, "damp", damp)
-        set_(self, "exclude", check_exclude(f"{key}.exclude", self.exclude))
+        set_(self, "exclude", check_exclude(key, self.exclude))
         set_(self, "compact", _compact(key, pattern, self.compact))
         set_(self, "profile", self.profile or "uniform")
         for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
             set_(self, name, value)
-        set_(self, "recover", Recovery.parse(f"{key}.recover", self.recover))
+        set_(self, "recover", Recovery.parse(key, self.recover))
         if self.recover is not None and not self.needs_hessian:
-            raise ConfigError(
-                f"{key}.recover: recovery trains on the calibration windows; method {self.method} uses none "
-                "(use wanda, sparsegpt or thanos)"
+            raise invalid(
+                key,
+                "recover",
+                f"recovery trains on the calibration windows; method {self.method} uses none "
+                "(use wanda, sparsegpt or thanos)",
             )
         if self.chain not in CHAINS:
-            raise ConfigError(f"{key}.chain: {self.chain!r} is not one of {', '.join(CHAINS)}")
+            raise invalid(key, "chain", f"{self.chain!r} is not one of {', '.join(CHAINS)}")
         set_(self, "name", self.default_name() if self.name is None else self.name)
         if not isinstance(self.name, str) or not RECIPE_NAME.fullmatch(self.name) or self.name in RESERVED:
             raise ConfigError(
@@ -287,24 +308,27 @@ def _check_fields(key: str, data: dict[str, Any], cls: type, what: str) -> None:
         raise ConfigError(f"{key}: unknown {what}(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
 
 
-def _check_number(key: str, value: Any) -> None:
+def _check_number(key: str, field: str, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise invalid(key, field, f"expected a number, got {value!r}")
 
 
-def _sparsity(key: str, value: Any) -> Sparsity:
-    """A sparsity value parsed; the error names ``key`` and the forms allowed."""
+def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
+    """A sparsity value parsed; the error names ``key.field`` and the forms allowed."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-        raise ConfigError(
-            f"{key}: got {value}; quote n:m patterns in YAML ('2:4'), "
-            "an unquoted 2:4 is read as the number 124"
+        raise invalid(
+            key,
+            field,
+            f"got {value}; quote n:m patterns in YAML ('2:4'), an unquoted 2:4 is read as the number 124",
         )
     try:
         return parse_sparsity(value)
     except ValueError as err:
-        raise ConfigError(
-            f"{key}: {err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
-            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25')"
+        raise invalid(
+            key,
+            field,
+            f"{err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
+            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25')",
         ) from None
 
 
@@ -313,11 +337,12 @@ def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
     if compact is None:
         return pattern.kind in COMPACT_KINDS
     if not isinstance(compact, bool):
-        raise ConfigError(f"{key}.compact: expected true or false, got {compact!r}")
+        raise invalid(key, "compact", f"expected true or false, got {compact!r}")
     if compact and pattern.kind not in COMPACT_KINDS:
-        raise ConfigError(
-            f"{key}.compact: only neurons:p, heads:p and kv_heads:p recipes can be written compact, not "
-            f"{pattern}"
+        raise invalid(
+            key,
+            "compact",
+            f"only neurons:p, heads:p and kv_heads:p recipes can be written compact, not {pattern}",
         )
     return compact
 
@@ -326,43 +351,41 @@ def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any)
     """OWL's M and lambda (defaults filled) for ``profile: owl``, None for uniform; OWL sets per-block
     unstructured sparsity only, and its M and lambda are positive numbers."""
     if profile is not None and profile not in PROFILES:
-        raise ConfigError(f"{key}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+        raise invalid(key, "profile", f"{profile!r} is not one of {', '.join(PROFILES)}")
     given = {"owl_m": owl_m, "owl_lambda": owl_lambda}
     for name, value in given.items():
         if value is None:
             continue
         if profile != "owl":
-            raise ConfigError(
-                f"{key}.{name}: set only with profile: owl (got profile {profile or 'uniform'})"
-            )
+            raise invalid(key, name, f"set only with profile: owl (got profile {profile or 'uniform'})")
         if not value > 0:
-            raise ConfigError(f"{key}.{name}: expected a number > 0, got {value!r}")
+            raise invalid(key, name, f"expected a number > 0, got {value!r}")
     if profile != "owl":
         return {name: None for name in given}
     if pattern.kind != "unstructured":
-        raise ConfigError(
-            f"{key}.profile: owl sets a sparsity per block, which only unstructured sparsity allows; "
+        raise invalid(
+            key,
+            "profile",
+            "owl sets a sparsity per block, which only unstructured sparsity allows; "
             f"{pattern} is fixed by definition (n:m keeps m - n of every m weights in every block, "
-            "structured removes whole columns): use an unstructured sparsity or profile uniform"
+            "structured removes whole columns): use an unstructured sparsity or profile uniform",
         )
     if owl_lambda is not None and not owl_lambda < 0.5:
-        raise ConfigError(
-            f"{key}.owl_lambda: {owl_lambda} spans the sparsities over 2 lambda >= 1; use < 0.5"
-        )
+        raise invalid(key, "owl_lambda", f"{owl_lambda} spans the sparsities over 2 lambda >= 1; use < 0.5")
     return {name: float(OWL_DEFAULTS[name] if value is None else value) for name, value in given.items()}
 
 
 def check_exclude(key: str, value: Any) -> tuple[str, ...]:
-    """A list of regular expressions (None or empty: nothing excluded); the error names ``key``."""
+    """A list of regular expressions (None or empty: nothing excluded); the error names ``key.exclude``."""
     if value is None or (isinstance(value, list | tuple) and not value):
         return ()
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of regular expressions, got {value!r}")
+        raise invalid(key, "exclude", f"expected a list of regular expressions, got {value!r}")
     for pattern in value:
         try:
             re.compile(pattern)
         except re.error as err:
-            raise ConfigError(f"{key}: {pattern!r} is not a regular expression ({err})") from None
+            raise invalid(key, "exclude", f"{pattern!r} is not a regular expression ({err})") from None
     return tuple(value)
 
 
@@ -423,86 +446,3 @@ def from_name(name: str) -> dict[str, Any] | None:
         return None
     found = {"method": match["method"], "sparsity": sparsity, "alpha": alpha}
     return found | {"profile": "owl"} if "_owl" in name[match.end() :] else found
-
-
-def expand(config: dict[str, Any]) -> dict[str, Recipe]:
-    """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
-    A grid entry names its recipes by ``Recipe.default_name``, with the alpha always shown when the entry
-    lists several alphas."""
-    chain = config.get("chain") or "sequential"
-    recipes: dict[str, Recipe] = {}
-    for i, entry in enumerate(config.get("recipe_grid") or []):
-        key = f"recipe_grid[{i}]"
-        alphas = entry.get("alpha") or [None]
-        options = {
-            name: entry[name]
-            for name in ("blocksize", "damp", "exclude", "profile", "recover", *OWL_DEFAULTS)
-            if name in entry
-        }
-        for j, method in enumerate(entry["methods"]):
-            try:
-                methods.get(method, key=f"{key}.methods[{j}]")
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            for k, sparsity in enumerate(entry["sparsities"]):
-                if _sparsity(f"{key}.sparsities[{k}]", sparsity).kind == "depth":
-                    raise ConfigError(
-                        f"{key}.sparsities[{k}]: {sparsity} (whole blocks removed) runs with `thanos "
-                        "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
-                    )
-                for alpha in alphas:
-                    recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
-                    if len(alphas) > 1:
-                        recipe = replace(recipe, name=recipe.default_name(always=("alpha",)))
-                    if recipe.name in recipes:
-                        raise ConfigError(
-                            f"{key} makes recipe {recipe.name!r} a second time: "
-                            "list each method x sparsity x alpha once"
-                        )
-                    recipes[recipe.name] = recipe
-    for name, entry in (config.get("recipes") or {}).items():
-        if str(entry.get("sparsity", "")).strip().lower().startswith("depth"):
-            raise ConfigError(
-                f"recipes.{name}.sparsity: {entry['sparsity']} (whole blocks removed) runs with `thanos "
-                "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
-            )
-        if name in recipes:
-            raise ConfigError(
-                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
-            )
-        recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
-    if not recipes:
-        raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
-    return recipes
-
-
-def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """What in ``config`` the workflow's JSON schema refuses, one line per problem naming the key
-    (``recipes.r1.sparsity: ...``) in words instead of the schema's dump; an n:m pattern YAML read as a
-    number (an unquoted ``2:4`` is 124 in YAML 1.1's base 60) says to quote it."""
-    from jsonschema import Draft202012Validator
-
-    problems = []
-    validator = Draft202012Validator(schema)
-    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        key = ".".join(map(str, error.absolute_path)) or "the config"
-        value = error.instance
-        if "sparsit" in key and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
-            n, m = divmod(value, 60)
-            problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
-            continue
-        if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
-            text = (
-                'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
-                '"heads:0.33", "kv_heads:0.25"'
-            )
-        elif error.validator in ("oneOf", "anyOf"):
-            forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")
-            text = f"{value!r} is none of the allowed forms ({forms})"
-        elif error.validator == "additionalProperties":
-            allowed = ", ".join(sorted(error.schema.get("properties", {})))
-            text = f"{error.message}; the keys allowed here: {allowed}"
-        else:
-            text = error.message
-        problems.append(f"{key}: {text}" if key != "the config" else text)
-    return problems

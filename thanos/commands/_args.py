@@ -4,9 +4,8 @@ and offline mode of the evaluations, and text sources. Torch-free, like every ``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
-
-from thanos.pruning import methods
 
 if TYPE_CHECKING:
     from thanos.recipe import Recipe
@@ -30,36 +29,24 @@ def positive(text: str) -> int:
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:
     """The recipe: ``--recipe JSON`` (``thanos.recipe.Recipe.to_json``, what the workflow's jobs pass), or
-    --method, --sparsity and the optional options by hand; ``recipe(args)`` builds the ``Recipe``."""
+    --method, --sparsity and the optional options by hand, as ``thanos prune-model`` takes them (the fields
+    of ``thanos.runner.request.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
     group = parser.add_argument_group("recipe (--recipe JSON, or --method and --sparsity with options)")
     group.add_argument(
         "--recipe", default=None, metavar="JSON", help='the recipe as JSON: {"method": ..., "sparsity": ...}'
     )
-    group.add_argument("--method", default=None, choices=methods.names(), help="pruning method")
-    group.add_argument(
-        "--sparsity",
-        default=None,
-        help="e.g. 0.5, unstructured:0.5, 2:4, structured:0.3, neurons:0.3, heads:0.33, kv_heads:0.25",
-    )
-    group.add_argument("--blocksize", type=int, default=None, help="B (default: the method's)")
-    group.add_argument(
-        "--alpha", type=float, default=None, help="outlier-row fraction (default: the method's)"
-    )
-    group.add_argument(
-        "--damp", type=float, default=None, help="damping fraction of mean(diag H) (default 0.01)"
-    )
-    add_exclude(group)
+    for name in RECIPE_OPTIONS:
+        add_option(group, name)
 
 
-def add_exclude(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--exclude",
-        action="append",
-        default=None,
-        metavar="REGEX",
-        help="leave dense the layers this regular expression matches (searched in the layer's name within "
-        "its block, e.g. 'self_attn' or 'mlp\\.down_proj'); repeatable. Routers and lm_head are never pruned",
-    )
+def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str) -> None:
+    """The recipe option ``name`` as ``thanos prune-model`` declares it (``RecipeOptions``' field), not
+    required."""
+    from thanos.runner.request import RecipeOptions
+
+    field = next(field for field in dataclasses.fields(RecipeOptions) if field.name == name)
+    given = {key: value for key, value in field.metadata["argparse"].items() if key != "required"}
+    parser.add_argument(f"--{name}", default=None, help=field.metadata["help"], **given)
 
 
 def add_owl(parser: argparse.ArgumentParser) -> None:

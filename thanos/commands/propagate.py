@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pruned-dir", default=None, help="directory of block l's pruned layers (omit: dense)"
     )
     parser.add_argument("--out", required=True, help="output inputs_{l+1}.zarr")
-    _args.add_exclude(parser)
+    _args.add_option(parser, "exclude")
     _args.add_batch_size(parser, 8, "samples")
     _args.add_device(parser)
     _args.add_compute_dtype(parser)

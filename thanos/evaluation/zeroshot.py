@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from thanos.errors import PathError
+from thanos.errors import MissingOption, Option, OptionError, PathError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,9 @@ def parse_tasks(tasks: str | list[str] | tuple[str, ...] | None) -> list[str]:
         tasks = tasks.split(",")
     names = [t.strip() for t in tasks if t.strip()]
     if not names:
-        raise ValueError("--tasks is empty; give comma-separated lm-eval task names, e.g. piqa,boolq")
+        raise OptionError(
+            Option("tasks"), " is empty; give comma-separated lm-eval task names, e.g. piqa,boolq"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -47,7 +49,7 @@ def _include_paths(include_path: str | list[str] | None) -> list[str]:
     paths = [p for p in (s.strip() for s in paths) if p]
     for p in paths:
         if not Path(p).is_dir():
-            raise FileNotFoundError(f"--include-path {p}: not a directory of lm-eval task YAMLs")
+            raise MissingOption(Option("include_path", p), "not a directory of lm-eval task YAMLs")
     return paths
 
 
@@ -106,14 +108,19 @@ def task_manager(tasks: list[str], include_path: str | list[str] | None = None) 
         for name in unknown:
             close = difflib.get_close_matches(name, manager.all_tasks, n=3)
             hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        where = f" or under --include-path {','.join(paths)}" if paths else ""
+        where: tuple[str | Option, ...] = (
+            (" or under ", Option("include_path", ",".join(paths))) if paths else ()
+        )
         unreadable = _unreadable_yamls(paths)
         if unreadable:
-            where += f" (task files that could not be read there: {'; '.join(unreadable)})"
-        raise ValueError(
-            f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task{where}. "
-            "List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass "
-            "--include-path DIR with a task YAML defining the task"
+            where += (f" (task files that could not be read there: {'; '.join(unreadable)})",)
+        raise OptionError(
+            Option("tasks"),
+            f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task",
+            *where,
+            ". List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass ",
+            Option("include_path", "DIR"),
+            " with a task YAML defining the task",
         )
     return manager
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from thanos.errors import Option, OptionError
+
 if TYPE_CHECKING:
     from thanos.models.checkpoint import Checkpoint
     from thanos.models.layout import ModelLayout
@@ -190,19 +192,37 @@ def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int, need_
     pruned layers are deleted)."""
     free_work, device_work = free_bytes(workdir)
     free_out, device_out = free_bytes(out)
+    where, there = Option("workdir", str(workdir)), Option("out", str(out))
     if device_work == device_out:
         short = need_together > free_work
-        needs = f"{size_text(need_together)} in --workdir {workdir} and --out {out} together"
+        needs: tuple[str | Option, ...] = (
+            f"{size_text(need_together)} in ",
+            where,
+            " and ",
+            there,
+            " together",
+        )
         free = free_work
     else:
         short = need_workdir > free_work or need_out > free_out
-        needs = f"{size_text(need_workdir)} in --workdir {workdir} ({size_text(free_work)} free) and "
-        needs += f"{size_text(need_out)} for --out {out}"
+        needs = (f"{size_text(need_workdir)} in ", where, f" ({size_text(free_work)} free) and ")
+        needs += (f"{size_text(need_out)} for ", there)
         free = free_out if need_workdir <= free_work else free_work
     if short:
-        raise ValueError(
-            f"not enough disk space: the run needs about {needs}, {size_text(free)} free; free some space "
-            "(`thanos workdirs` lists the working directories of earlier runs and deletes them), give "
-            "--workdir or --out on a larger disk, or --keep needed if --keep all was given "
-            "(--no-disk-check runs anyway)"
+        raise OptionError(
+            (),
+            "not enough disk space: the run needs about ",
+            *needs,
+            f", {size_text(free)} free; free some space (`thanos workdirs` lists the working directories of "
+            "earlier runs and deletes them), give ",
+            Option("workdir"),
+            " or ",
+            Option("out"),
+            " on a larger disk, or ",
+            Option("keep", "needed"),
+            " if ",
+            Option("keep", "all"),
+            " was given (",
+            Option("disk_check"),
+            " runs anyway)",
         )

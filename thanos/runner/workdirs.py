@@ -9,8 +9,10 @@ version) is listed by what its ``results/`` holds.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,23 @@ def default_root() -> Path:
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos"
     )
     return Path(root).expanduser().resolve()
+
+
+def slug(text: str) -> str:
+    """A name usable as a workflow model name and a directory name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return name if name and name[0].isalnum() else f"m{name}"
+
+
+def model_slug(reference: str) -> str:
+    """A model's name in the working directory: a local directory's name, a hub id with ``--`` for ``/``."""
+    return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
+
+
+def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
+    """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
+    key = hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
+    return default_root() / f"{model_slug(model)}-{key}"
 
 
 def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: str) -> None:

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from thanos.errors import Option, OptionError
+
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -33,10 +35,12 @@ def resolve_device(spec: str = "auto") -> torch.device:
         index = device.index or 0
         if index >= count:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            raise ValueError(
-                f"--device {spec}: {count} CUDA device(s) visible"
-                + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
-                + "; use --device cpu or auto"
+            shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+            raise OptionError(
+                Option("device", spec),
+                f"{count} CUDA device(s) visible{shown}; use ",
+                Option("device", "cpu"),
+                " or auto",
             )
         return device
     raise ValueError(f"--device: unknown {spec!r}; use {DEVICE_CHOICES}")

@@ -35,7 +35,7 @@ from typing import Any
 
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
-from thanos.files.reads import RecipeReads, recipe_reads
+from thanos.reads import RecipeReads, recipe_reads
 from thanos.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
@@ -290,7 +290,7 @@ class _Run:
         return output
 
     def reads(self) -> RecipeReads:
-        """The stores the recipe reads (``thanos.files.reads``): sequential when it has its own chain."""
+        """The stores the recipe reads (``thanos.reads``): sequential when it has its own chain."""
         return recipe_reads(self.recipe, self.num_blocks, sequential=self.files.chain_dir is not None)
 
     def chain_reads(self) -> list[Path]:

@@ -20,7 +20,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from thanos.errors import PathError
+from thanos.errors import Option, OptionError, PathError
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
 
@@ -30,11 +30,12 @@ MARKER = digests.REPORT
 def check_out(out: Path) -> None:
     """Refuse an output that is a file, or a non-empty directory that is not a previous pruned model."""
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory")
+        raise OptionError(Option("out", str(out)), " is a file; give a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise ValueError(
-            f"--out {out} is not empty and is not a previous result (no {MARKER}); give a new or empty "
-            "directory (a previous result of thanos prune-model is replaced)"
+        raise OptionError(
+            Option("out", str(out)),
+            f" is not empty and is not a previous result (no {MARKER}); give a new or empty directory (a "
+            "previous result of thanos prune-model is replaced)",
         )
 
 

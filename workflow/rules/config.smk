@@ -13,7 +13,8 @@ from snakemake.utils import validate
 
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
-from thanos.recipe import ConfigError, expand, schema_problems
+from thanos.recipe import ConfigError
+from thanos.workflow_config import expand, schema_problems
 from thanos.jobs.devices import resolve_devices
 from thanos.jobs.granularity import ALIASES, choose_granularity
 

@@ -2,7 +2,7 @@
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
 from thanos.files.layout import RECOVERED
-from thanos.files.reads import recipe_reads
+from thanos.reads import recipe_reads
 from thanos.files.pruned_layers import block_layers as block_layers_of
 
 
@@ -132,7 +132,7 @@ def pruned_dir_option(wildcards):
 
 
 def dense_stores(model, stores):
-    """Paths of the dense chain's stores ``(kind, block)`` of ``thanos.files.reads``."""
+    """Paths of the dense chain's stores ``(kind, block)`` of ``thanos.reads``."""
     return [PATHS.store(model, DENSE, kind, block) for kind, block in stores]
 
 

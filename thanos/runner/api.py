@@ -1,0 +1,87 @@
+"""The public ``thanos.prune_model``: its keywords become one ``PruneRequest`` (``thanos.runner.request``),
+which ``execute`` runs, as ``thanos prune-model`` does with its options. Bad input is refused in Python's
+words (``sparsity='3:2': ...``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from thanos.errors import OptionError
+from thanos.recipe import Recipe
+from thanos.runner.combined import prune_combined
+from thanos.runner.one_recipe import prune_one
+from thanos.runner.request import DEFAULT_NSAMPLES, PYTHON, PruneRequest, build_request
+
+
+def prune_model(
+    model: str | Path,
+    method: str | Recipe,
+    sparsity: str | float | None = None,
+    *,
+    out: str | Path,
+    calibration: str | Path = "c4",
+    alpha: float | None = None,
+    blocksize: int | None = None,
+    damp: float | None = None,
+    nsamples: int = DEFAULT_NSAMPLES,
+    seqlen: int | None = None,
+    seed: int = 0,
+    text_field: str = "text",
+    workdir: str | Path | None = None,
+    device: str = "auto",
+    compute_dtype: str = "auto",
+    evaluate: str | Sequence[str] = (),
+    ppl_source: str | Path = "wikitext2",
+    tasks: Sequence[str] | None = None,
+    include_path: str | Path | None = None,
+    cores: int | None = None,
+    exclude: Sequence[str] | None = None,
+    compact: bool | None = None,
+    stream: TextIO | None = None,
+    profile: str | None = None,
+    owl_m: float | None = None,
+    owl_lambda: float | None = None,
+    overwrite: bool = False,
+    recover: bool | dict[str, Any] | None = None,
+    keep: str = "needed",
+    disk_check: bool = True,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
+    loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``; rerunning the same call resumes.
+
+    ``method``: magnitude, wanda, sparsegpt or thanos, with ``sparsity``: 0.5, "2:4", "4:8",
+    "structured:0.3", "neurons:0.3", "heads:0.33", "kv_heads:0.25", "depth:6" or structures joined with "+"
+    ("depth:4+neurons:0.3"); or a ``thanos.Recipe`` (then no ``sparsity`` nor recipe keywords).
+    The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
+    ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
+    ``compact``, ``recover`` (True or {epochs, lr, batch_size, holdout, target}). The calibration:
+    ``calibration`` ("c4" or a local text/jsonl/parquet file or directory), ``nsamples`` windows of
+    ``seqlen`` tokens (default min(2048, the model's positions)), ``seed``, ``text_field``. Where it runs:
+    ``device``, ``compute_dtype``, ``cores``, ``workdir``, ``keep`` ("needed" or "all"), ``disk_check``.
+    The evaluation: ``evaluate`` ("ppl" and/or "zeroshot"), ``ppl_source``, ``tasks``, ``include_path``.
+    ``overwrite`` replaces an ``out`` holding another result; ``dry_run`` checks everything and returns
+    without running. Each keyword is the same-named option of ``thanos prune-model`` (``--help`` says more;
+    docs/library.md). Progress goes to ``stream`` (stderr).
+
+    Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
+    added (a dry run: ``out``, ``workdir`` and ``disk``). Bad input raises ``thanos.errors.OptionError``
+    (a ValueError) naming the keyword; a failed or interrupted step raises
+    ``thanos.runner.one_recipe.RunFailed`` (finished steps are kept)."""
+    options = dict(locals())  # every keyword, as given
+    for name in ("model", "method", "sparsity", "stream"):
+        del options[name]
+    try:
+        request = build_request(model, method, sparsity, options)
+        return execute(request, stream if stream is not None else sys.stderr)
+    except OptionError as err:
+        raise err.worded(PYTHON) from None
+
+
+def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
+    """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
+    previous part's model (``thanos.runner.combined``)."""
+    return prune_combined(request, stream) if request.combined else prune_one(request, stream)

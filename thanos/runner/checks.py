@@ -1,0 +1,387 @@
+"""The checks before the first step: what a request points at (the model, the output, the calibration and
+evaluation sources, the device, the disk), checked against the world, into the ``Plan`` the run follows.
+What is wrong is refused here naming its option (``thanos.errors.OptionError``), before anything is
+written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from thanos.data.storage import dtype_name
+from thanos.data.textdata import check_files
+from thanos.errors import MissingOption, Option, OptionError
+from thanos.evaluation.zeroshot import task_manager
+from thanos.files.layout import Layout, store_name
+from thanos.labels import recipe_label
+from thanos.models.checkpoint import Checkpoint
+from thanos.models.heads import attention_layout, check_expressible
+from thanos.models.layout import ModelLayout
+from thanos.models.neurons import mlp_layout
+from thanos.pruning.sparsity import COMPACT_KINDS, depth_count
+from thanos.reads import recipe_reads
+from thanos.recipe import ConfigError, Recipe, select_layers
+from thanos.runner.disk import DiskEstimate, check_free, estimate
+from thanos.runner.request import Evaluation, PruneRequest, Resources
+from thanos.runner.workdirs import default_workdir, model_slug
+from thanos.stages.common import Compute, resolve_device
+from thanos.stages.depth import check_depth
+from thanos.stages.engine import Calibration, RecipeFiles
+from thanos.stages.provenance import path_bytes
+from thanos.stages.publish import check_out
+
+HUB_SOURCES = {"calibration": "c4", "ppl_source": "wikitext2"}  # the option: its hub dataset's name
+MAX_SEQLEN = 2048
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one recipe's run does, every input checked before anything is written."""
+
+    recipe: Recipe
+    reference: str  # the model: an absolute local directory or a hub id
+    model_type: str
+    out: Path
+    workdir: Path
+    calibration: Calibration
+    evaluation: Evaluation  # its sources checked and resolved
+    resources: Resources
+    left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
+    computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
+    disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
+    part_of: dict[str, Any] | None = None  # the last part of a combined recipe: the whole (its report's)
+
+    @property
+    def files(self) -> RecipeFiles:
+        """Where the run's stages write: the workflow's layout under ``WORKDIR/results``."""
+        return RecipeFiles.of(Layout(str(self.workdir / "results")), model_slug(self.reference), self.recipe)
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "logs" / f"{self.recipe.name}.log"
+
+    @property
+    def model_root(self) -> Path:
+        return self.workdir / "results" / model_slug(self.reference) / self.recipe.name
+
+    @property
+    def label(self) -> str:
+        """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``."""
+        return recipe_label(self.recipe)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model a request names, opened once for every check: its reference (an absolute local
+    directory or a hub id), its config's facts and, for a local directory, its layout and checkpoint."""
+
+    reference: str
+    model_type: str
+    max_positions: int
+    layers: list[str]  # the layers of a block
+    dtype: torch.dtype  # the checkpoint's
+    layout: ModelLayout | None = None  # None: a hub id (its weights are not here yet)
+    checkpoint: Checkpoint | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.layout is not None
+
+
+def plan(request: PruneRequest) -> Plan:
+    """Check the model, the output, the calibration and evaluation sources of a request of one recipe:
+    what is wrong is refused here, naming the option, before anything is written."""
+
+    recipe, resources = request.recipe, request.resources
+    out = Path(request.output.out).expanduser().resolve()
+    reference = model_reference(request.model)
+    check_out_beside(out, reference, recipe, request.output.overwrite)
+    check_out(out)
+    check_device(resources.device)
+    model = open_model(reference)
+    try:
+        layers = select_layers(model.layers, recipe.exclude)
+    except ConfigError as err:
+        raise OptionError(Option("exclude"), str(err)) from None
+    computes_in = compute_dtype_text(resources.device, resources.compute_dtype, model.dtype)
+    if recipe.sparsity.kind in (*COMPACT_KINDS, "depth") and model.local:
+        check_structure(model, recipe)
+    calibration = checked_calibration(request, model.max_positions, recipe)
+    evaluation = checked_evaluation(request.evaluation)
+    workdir = resources.workdir
+    workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calibration)
+    run_plan = Plan(
+        recipe,
+        reference,
+        model.model_type,
+        out,
+        workdir,
+        Calibration(**calibration),
+        evaluation,
+        resources,
+        [layer for layer in model.layers if layer not in layers],
+        computes_in,
+        disk_estimate(model, recipe, calibration),
+        request.part_of,
+    )
+    if resources.disk_check and model.layout is not None:
+        check_disk(run_plan, model.layout.num_blocks)
+    return run_plan
+
+
+def is_local(path: str | Path) -> bool:
+    """A path the user means as a file or directory (exists, or is written like a path)."""
+    text = str(path)
+    return Path(text).expanduser().exists() or text.startswith((".", "/", "~"))
+
+
+def model_reference(model: str | Path) -> str:
+    """A local model directory as an absolute path; a hub id unchanged."""
+    if is_local(model):
+        path = Path(model).expanduser().resolve()
+        if not path.is_dir():
+            raise MissingOption(
+                Option("model", str(model)), "no such directory; give a Hugging Face model directory"
+            )
+        return str(path)
+    return str(model)
+
+
+def open_model(reference: str) -> Model:
+    """The model's facts; an unsupported one, or a local directory without config, safetensors weights or
+    tokenizer files, is refused here, before any step runs. Reads config.json and the weights' headers
+    (for a hub id: downloads only config.json)."""
+    from thanos import models
+
+    local = Path(reference).is_dir()
+    config = models.load_config(reference) if local else _hub_config(reference)
+    try:
+        adapter = models.get_adapter(config)
+    except ValueError as err:
+        raise OptionError(Option("model", reference), str(err)) from None
+    layout, checkpoint = (adapter.layout, models.Checkpoint(reference)) if local else (None, None)
+    if checkpoint is not None:
+        checkpoint.add_views(adapter.layout.expert_views())
+        models.check_tokenizer_files(reference)
+    facts = (config.model_type, adapter.max_positions, adapter.layers, adapter.dtype)
+    return Model(reference, *facts, layout, checkpoint)
+
+
+def _hub_config(reference: str) -> Any:
+    """A hub model's config (only config.json is downloaded)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(reference)
+    except (OSError, ValueError) as err:
+        raise MissingOption(Option("model", reference), f"cannot read its config.json ({err})") from err
+
+
+def source_reference(source: str | Path, option: str, text_field: str = "text", check: bool = True) -> str:
+    """The hub's dataset of ``option`` (``c4``, ``wikitext2``) unchanged; a local file or directory as an
+    absolute path. A local source must exist and, with ``check``, pass ``thanos.data.textdata.check_files``
+    (types, encoding, first record): its problems are named now, not by a step after the pruning."""
+
+    hub_name = HUB_SOURCES[option]
+    if str(source) == hub_name:
+        if check:
+            check_hub(option)
+        return hub_name
+    path = Path(source).expanduser().resolve()
+    if not path.exists():
+        raise MissingOption(Option(option, str(source)), f"no such file or directory (or give {hub_name!r})")
+    if check:
+        check_files(path, text_field)
+    return str(path)
+
+
+def check_hub(option: str) -> None:
+    """Refuse a hub source (``c4``, ``wikitext2``) when the hub cannot be reached from here (offline mode,
+    no network), naming the option that takes a local file instead, before anything runs."""
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
+    why = f"{offline[0]}=1" if offline else None
+    if why is None:  # one HEAD request the way the download goes (HF_ENDPOINT, proxies)
+        from huggingface_hub import constants
+        from huggingface_hub.utils import get_session
+
+        try:
+            get_session().head(constants.ENDPOINT, timeout=10)
+        except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
+            why = f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
+    if why is not None:
+        raise OptionError(
+            Option(option, HUB_SOURCES[option]),
+            f"the hub is not available ({why}); give a local text, jsonl or parquet file or directory: ",
+            Option(option, "FILE"),
+        )
+
+
+def compute_dtype_text(device: str, compute_dtype: str, checkpoint: torch.dtype) -> str:
+    """``float32`` (the checkpoint's dtype too) or ``float32 (checkpoint bfloat16)``: what the header shows;
+    an unknown or unsupported ``compute_dtype`` is refused naming it."""
+
+    try:
+        compute = Compute.of(device, compute_dtype, checkpoint)
+    except ValueError as err:
+        raise OptionError(Option("compute_dtype", compute_dtype), str(err)) from None
+    if not compute.converts:
+        return dtype_name(compute.dtype)
+    return f"{dtype_name(compute.dtype)} (checkpoint {dtype_name(checkpoint)})"
+
+
+def check_device(device: str) -> None:
+    """Refuse ``cuda``/``cuda:N`` when no such device is visible, before anything runs (the stages' own
+    check, ``thanos.stages.common.resolve_device``)."""
+    if device.startswith("cuda"):
+        resolve_device(device)
+
+
+def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recipe) -> dict[str, Any]:
+    """The calibration as the engine takes it: a checked source (when the recipe uses one), the window
+    length within the model's, room for recovery's held-out windows."""
+    options = request.calibration
+    seqlen = min(MAX_SEQLEN, max_positions) if options.seqlen is None else options.seqlen
+    if seqlen > max_positions:
+        raise OptionError(
+            Option("seqlen", str(seqlen)),
+            f" exceeds the model's {max_positions} positions; give ",
+            Option("seqlen", str(max_positions)),
+            " or less",
+        )
+    if recipe.recover is not None:
+        try:
+            recipe.recover.held_out(options.nsamples)
+        except ConfigError as err:
+            given = (
+                Option("recover.holdout", f"{recipe.recover.holdout:g}"),
+                Option("nsamples", str(options.nsamples)),
+            )
+            raise OptionError(given, str(err)) from None
+    source = source_reference(
+        options.calibration, "calibration", options.text_field, recipe.needs_calibration
+    )
+    return {
+        "source": source,
+        "nsamples": options.nsamples,
+        "seqlen": seqlen,
+        "seed": options.seed,
+        "text_field": options.text_field,
+    }
+
+
+def checked_evaluation(evaluation: Evaluation) -> Evaluation:
+    """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), the
+    directory of local lm-eval tasks and the tasks named there."""
+    ppl = source_reference(evaluation.ppl_source, "ppl_source", check="ppl" in evaluation.kinds)
+    include_path = evaluation.include_path
+    if include_path is not None:
+        include_path = str(Path(include_path).expanduser().resolve())
+        task_manager(list(evaluation.tasks or []), include_path)
+    return dataclasses.replace(evaluation, ppl_source=ppl, include_path=include_path)
+
+
+def check_structure(model: Model, recipe: Recipe) -> None:
+    """Refuse, before any step runs, a model whose neurons (``neurons:p``), heads (``heads:p``,
+    ``kv_heads:p``) or blocks (``depth:k``) cannot be removed, or whose code cannot hold what is left,
+    naming the model type and why."""
+    layout, checkpoint, model_dir = model.layout, model.checkpoint, model.reference
+    assert layout is not None
+    try:
+        if recipe.sparsity.kind == "depth":
+            _count(recipe, lambda: depth_count(recipe.sparsity, layout.num_blocks))
+            check_depth(model_dir, layout.model_type, recipe.sparsity, layout.num_blocks)
+        elif recipe.sparsity.kind == "neurons":
+            mlp_layout(layout, checkpoint)
+        else:
+            attention = attention_layout(model_dir, layout, checkpoint)
+            _count(recipe, lambda: attention.removed(recipe.sparsity))
+            if recipe.compact:
+                check_expressible(model_dir, attention, recipe.sparsity)
+    except OptionError:
+        raise
+    except ValueError as err:
+        raise OptionError(Option("model", model.reference), str(err)) from None
+
+
+def _count(recipe: Recipe, count: Any) -> None:
+    """``count()``, whose ValueError is about the count the pattern asks for, not the model: named by
+    ``sparsity``."""
+    try:
+        count()
+    except ValueError as err:
+        raise OptionError(Option("sparsity", str(recipe.sparsity)), str(err)) from err
+
+
+def disk_estimate(model: Model, recipe: Recipe, calibration: dict[str, Any]) -> DiskEstimate | None:
+    """The run's disk use (``thanos.runner.disk``) for a local model; None for a hub id (its files are not
+    here yet)."""
+
+    if model.layout is None:
+        return None
+    nsamples, seqlen = calibration["nsamples"], calibration["seqlen"]
+    return estimate(model.layout, model.checkpoint, Path(model.reference), recipe, nsamples, seqlen)
+
+
+def check_disk(run_plan: Plan, num_blocks: int) -> None:
+    """Refuse a run that would not fit: what the working directory still needs (its peak less what this
+    recipe finds there: a resumed run has written part of it, another recipe the stores it reads) and the
+    copy in ``out``."""
+    disk, files, keep = run_plan.disk, run_plan.files, run_plan.resources.keep
+    if disk is None:
+        return
+    reads = recipe_reads(run_plan.recipe, num_blocks, sequential=files.chain_dir is not None)
+    dense = files.dense_dir
+    shared = [dense / store_name(kind, block) for kind, block in reads.dense] if dense is not None else []
+    mine = [files.tokens, *shared, files.chain_dir, files.pruned_root, files.model_dir]
+    present = sum(path_bytes(path) for path in mine if path is not None)
+    check_free(
+        run_plan.workdir,
+        run_plan.out,
+        max(0, disk.peak(keep) - present),
+        disk.model,
+        max(0, disk.with_out(keep) - present),
+    )
+
+
+def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:
+    """Refuse an ``out`` that is the input model, inside it or holding it, and, unless ``overwrite``, one
+    that holds another model's or another recipe's result (the same recipe's is written again)."""
+    if Path(reference).is_dir():
+        model = Path(reference).resolve()
+        where = (
+            "is"
+            if out == model
+            else "is inside"
+            if model in out.parents
+            else "holds"
+            if out in model.parents
+            else ""
+        )
+        if where:
+            raise OptionError(
+                Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
+            )
+    report = out / "pruning_report.json"
+    if overwrite or not report.is_file():
+        return
+    try:
+        previous = json.loads(report.read_text())
+        name, path = previous["recipe"]["name"], previous["model"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name, path = "an unreadable report", "?"
+    same_model = path == reference or not Path(reference).is_dir()
+    if name != recipe.name or not same_model:
+        raise OptionError(
+            Option("out", str(out)),
+            f" holds another pruned model ({name} of {path}); give another ",
+            Option("out"),
+            ", or ",
+            Option("overwrite"),
+            " to replace it",
+        )

@@ -1,0 +1,147 @@
+"""The console of a ``prune_model`` run: what it will do (before), how it failed, and what it wrote (after).
+Progress lines while it runs are ``thanos.runner.progress``'s."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from thanos.errors import describe
+from thanos.labels import nm_note, shape_text
+from thanos.runner.checks import Plan
+from thanos.runner.disk import free_bytes, size_text
+from thanos.runner.progress import clock_text
+from thanos.stages.provenance import path_bytes
+
+
+def say(stream: TextIO, text: str = "") -> None:
+    """One line on ``stream``, at once."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def announce(run_plan: Plan, stream: TextIO) -> None:
+    """What the run will do, before it starts: the model, the recipe, the data, where things go."""
+    recipe, calib = run_plan.recipe, run_plan.calibration
+    say(stream, f"thanos prune-model: {run_plan.reference} ({run_plan.model_type}) -> {run_plan.out}")
+    say(stream, f"  recipe {recipe.name}: {run_plan.label}")
+    if note := nm_note(recipe.sparsity, recipe.alpha):
+        say(stream, f"  {note}")
+    if recipe.recover is not None:
+        rec = recipe.recover
+        say(
+            stream,
+            f"  then recovery of every block: {rec.epochs} epoch(s), lr {rec.lr:g}, towards "
+            f"{'the dense model' if rec.target == 'dense' else 'the dense block'}, "
+            f"{rec.held_out(run_plan.calibration.nsamples)} window(s) held out",
+        )
+    if recipe.exclude:
+        shown = ", ".join(repr(p) for p in recipe.exclude)
+        dense = run_plan.left_dense
+        more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
+        say(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
+    data = f"{calib.nsamples} x {calib.seqlen} tokens of {calib.source}"
+    data = data if recipe.needs_hessian else "no calibration"
+    evaluate = ", ".join(run_plan.evaluation.kinds) or "no"
+    resources = run_plan.resources
+    say(
+        stream,
+        f"  {data} | device {resources.device}, computes in {run_plan.computes_in} | {resources.cores} cores "
+        f"| evaluate: {evaluate}",
+    )
+    say(stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
+    if (disk := run_plan.disk) is not None:
+        keep = resources.keep
+        say(
+            stream,
+            f"  disk: the workdir up to {size_text(disk.peak(keep))}, {size_text(disk.kept(keep))} after the "
+            f"run (--keep {keep}); --out {size_text(disk.model)}; "
+            f"{size_text(free_bytes(run_plan.workdir)[0])} free",
+        )
+    say(stream, f"  full log {run_plan.log_file}")
+
+
+def failed(
+    run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float, published: bool
+) -> None:
+    """What failed, the error's one line, where the full log is, how to resume."""
+
+    took = clock_text(time.monotonic() - started)
+    say(stream, f"FAILED after {took}: {step or 'the run'}")
+    say(stream, f"ERROR: {describe(err)}")
+    say(stream, f"--- the traceback and the full log: {run_plan.log_file}")
+    if published:
+        say(stream, f"the pruned model is published without this evaluation: {run_plan.out}")
+    say(stream, "fix the cause and run the same command again: finished steps are kept")
+
+
+def recovery_text(blocks: list[dict[str, Any]]) -> str:
+    """One line on what recovery did: the blocks it improved and their held-out loss, summed over blocks."""
+    improved = sum(1 for b in blocks if b["epochs_kept"])
+    before, after = sum(b["loss_before"] for b in blocks), sum(b["loss_after"] for b in blocks)
+    return (
+        f"recovery: {improved} of {len(blocks)} blocks improved; held-out reconstruction loss, summed over "
+        f"the blocks, {before:.4g} -> {after:.4g}"
+        + (f" ({100 * (after / before - 1):+.1f} %)" if before > 0 else "")
+    )
+
+
+def print_summary(
+    run_plan: Plan,
+    report: dict[str, Any],
+    evaluation: dict[str, Any] | None,
+    summary: Any,
+    before: list[str],
+    stream: TextIO,
+    started: float,
+) -> None:
+    """The closing lines: what was written, the achieved sparsity, the evaluations, how to load it."""
+    out, took = run_plan.out, clock_text(time.monotonic() - started)
+    if not before:
+        say(stream, f"unchanged (it already holds this model): {out} ({took})")
+    elif before == ["new"]:
+        say(stream, f"written: {out} ({took})")
+    else:
+        say(stream, f"written again: {out} ({took}); what was there had changed: {'; '.join(before)}")
+    if compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
+        original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
+        say(stream, f"  {run_plan.label}")
+        shape = shape_text(compact)
+        say(
+            stream,
+            f"  compact: {shape}; {kept:,} of {original:,} parameters "
+            f"({100 * (1 - kept / original):.1f} % fewer)",
+        )
+    else:
+        say(
+            stream,
+            f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "
+            f"({100 * summary.global_sparsity:.2f} % of all parameters)",
+        )
+    if recovery := report.get("recovery"):
+        say(stream, f"  {recovery_text(recovery['blocks'])}")
+    dense = (evaluation or {}).get("dense", {})
+    if evaluation and "perplexity" in evaluation:
+        result = evaluation["perplexity"]
+        beside = f"; the dense model {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
+        say(
+            stream,
+            f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']}{beside})",
+        )
+    if evaluation and "zeroshot" in evaluation:
+        beside = (
+            f" (the dense model {100 * dense['zeroshot']['mean_acc']:.2f} %)" if "zeroshot" in dense else ""
+        )
+        say(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
+    say(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
+    say(stream, f"  {disk_text(run_plan)}")
+
+
+def disk_text(run_plan: Plan) -> str:
+    """What the run left on disk: ``--out`` and the working directory, and how to clean it."""
+
+    out, work = path_bytes(run_plan.out), path_bytes(run_plan.workdir)
+    return (
+        f"disk: --out {size_text(out)}; workdir {size_text(work)} (--keep {run_plan.resources.keep}; "
+        "`thanos workdirs` lists the working directories and deletes them)"
+    )

@@ -1,0 +1,423 @@
+"""One ``prune_model`` request, as both fronts give it: ``thanos.prune_model``'s keywords and ``thanos
+prune-model``'s options are the fields below, declared once (help texts included), and both build one frozen
+``PruneRequest`` (model, recipe, calibration, resources, evaluation, output), checked once here: the
+values themselves (types, ranges, choices, the recipe). What the values point at (the model, the files, the
+disk) is checked by ``thanos.runner.checks`` before the first step.
+
+A bad value raises ``thanos.errors.OptionError`` naming its option; each front words it in its own
+vocabulary: ``PYTHON`` (``seqlen=4096``, ``recover['epochs']=0``) or ``FLAGS`` (``--seqlen 4096``,
+``--recover-epochs 0``). Torch-free: the command's ``--help`` imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from thanos.errors import FlagWords, KeywordWords, Option, OptionError
+from thanos.pruning import methods
+from thanos.pruning.sparsity import parse_sparsity
+from thanos.recipe import DEFAULT_DAMP, ConfigError, Recipe, Recovery
+
+EVALUATIONS = ("ppl", "zeroshot")
+KEEP = ("needed", "all")  # what the working directory keeps (``thanos.runner.disk``)
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # ``thanos.stages.common.COMPUTE_DTYPES`` without torch
+DEFAULT_NSAMPLES = 128
+# a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``)
+ORDER = {"depth": 0, "heads": 1, "kv_heads": 1, "neurons": 2}
+
+# the options whose words are not the keyword's name (a flag that sets False; a keyword's dict's entries)
+PYTHON = KeywordWords({"disk_check": "disk_check=False"})
+FLAGS = FlagWords({"disk_check": "--no-disk-check"})
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def option(help: str, **argparse_options: Any) -> dict[str, Any]:
+    """A field's metadata: its help text and how the command line takes it (``argparse`` keywords;
+    ``flag=None``: Python only)."""
+    return {"help": help, "argparse": argparse_options}
+
+
+@dataclass(frozen=True)
+class RecipeOptions:
+    """How to prune: the method, the pattern and the method's options (``thanos.recipe.Recipe``)."""
+
+    method: str = field(metadata=option("pruning method", required=True, choices=list(methods.METHODS)))
+    sparsity: str | float = field(
+        metadata=option(
+            "0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written "
+            "smaller), heads:0.33 (attention query heads of each key/value group, model written smaller), "
+            "kv_heads:0.25 (whole key/value groups), depth:6 or depth:0.2 (whole blocks), or structures "
+            "joined with + (depth:4+neurons:0.3: blocks first, then heads, then neurons, each on the model "
+            "the previous part wrote)",
+            required=True,
+        )
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=option(
+            "fraction of rows kept dense (outliers). Default 0 for n:m, so the model is exactly n:m (2:4 "
+            "kernels can run it); --alpha 0.1 is the paper's Thanos n:m setting (lower perplexity, not n:m "
+            "in every row). Default 0.1 for Thanos structured, else 0",
+            type=float,
+        ),
+    )
+    blocksize: int | None = field(
+        default=None,
+        metadata=option("B (default: Thanos 128 unstructured / 512 n:m, SparseGPT 128)", type=positive),
+    )
+    damp: float | None = field(
+        default=None,
+        metadata=option(f"damping, fraction of mean(diag H) (default {DEFAULT_DAMP})", type=float),
+    )
+    profile: str | None = field(
+        default=None,
+        metadata=option(
+            "uniform (default): every block at --sparsity; owl: a sparsity per block by its outlier ratio "
+            "(OWL, Yin et al. 2024), the same overall sparsity, unstructured only",
+            choices=["uniform", "owl"],
+        ),
+    )
+    owl_m: float | None = field(
+        default=None, metadata=option("OWL's outlier threshold M (default 5)", type=float)
+    )
+    owl_lambda: float | None = field(default=None, metadata=option("OWL's lambda (default 0.08)", type=float))
+    exclude: Sequence[str] | None = field(
+        default=None,
+        metadata=option(
+            "leave dense the layers this regular expression matches (searched in the layer's name within "
+            "its block, e.g. 'self_attn' or 'mlp\\.down_proj'); repeatable. Routers and lm_head are never "
+            "pruned",
+            action="append",
+            metavar="REGEX",
+        ),
+    )
+    compact: bool | None = field(
+        default=None,
+        metadata=option(
+            "neurons:P, heads:P, kv_heads:P only: write the model without the removed neurons or heads "
+            "(default); --no-compact writes zeros in the original shape",
+            action=argparse.BooleanOptionalAction,
+        ),
+    )
+    recover: bool | dict[str, Any] | None = field(
+        default=None,
+        metadata=option(
+            "recover every pruned block: its kept weights trained to match the dense block's outputs "
+            "(zeros kept); the --recover-* options set how",
+            action="store_true",
+        ),
+    )
+
+    def recipes(self) -> tuple[Recipe, ...]:
+        """The recipe, or a combined pattern's parts (``depth:4+neurons:0.3``) in the order they run, each
+        checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned)."""
+        parts = combined_parts(self.sparsity)
+        if parts is None:
+            return (self._recipe(self.sparsity, self.recover),)
+        return tuple(self._recipe(part, None if part.startswith("depth") else self.recover) for part in parts)
+
+    def _recipe(self, sparsity: str | float, recover: Any) -> Recipe:
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        options = {name: value for name, value in given.items() if value is not None}
+        options |= {"sparsity": sparsity, "exclude": list(self.exclude or ()), "recover": recover}
+        try:
+            recipe = Recipe(None, **options, key="prune-model")
+        except ConfigError as err:
+            raise _named(err, given) from None
+        return _checked(recipe, sparsity, options)
+
+
+def _named(err: ConfigError, given: dict[str, Any]) -> OptionError:
+    """The recipe's error as an ``OptionError`` naming the option at fault with the value given."""
+    if err.field is None:
+        return OptionError(Option("sparsity", repr(given["sparsity"])), err.problem)
+    path = err.field.split(".")  # recover.epochs: the entry of the recover dict
+    value = given.get(path[0])
+    for part in path[1:]:
+        value = value.get(part) if isinstance(value, dict) else None
+    return OptionError(Option(err.field, repr(value)), err.problem)
+
+
+def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Recipe:
+    """Refuse what a valid recipe still cannot run with from here: recovery of a depth recipe, a pattern
+    that prunes nothing, a block size or damping the method does not use."""
+    if recipe.sparsity.kind == "depth" and recipe.recover is not None:
+        raise OptionError(
+            (Option("recover"), Option("sparsity", str(sparsity))),
+            "removing whole blocks prunes no weight of the kept ones, so there is nothing to recover; "
+            "combine it with a width (depth:4+neurons:0.3 ",
+            Option("recover"),
+            " recovers the neurons part)",
+        )
+    if recipe.sparsity.kind not in ("nm", "depth") and recipe.sparsity.p == 0:
+        raise OptionError(
+            Option("sparsity", repr(sparsity)), "prunes nothing; give a fraction above 0 (e.g. 0.5)"
+        )
+    method = methods.get(recipe.method)
+    uses = {
+        "damp": method.updates_weights,
+        "blocksize": method.default_blocksize(recipe.sparsity.kind) is not None,
+    }
+    unused = [name for name in ("blocksize", "damp") if given.get(name) is not None and not uses[name]]
+    if unused:
+        them = "them; leave them" if len(unused) > 1 else "it; leave it"
+        problem = f"{recipe.method} {sparsity} does not use {them} out"
+        raise OptionError(tuple(Option(name) for name in unused), problem, join=" and ")
+    return recipe
+
+
+def combined_parts(sparsity: Any) -> list[str] | None:
+    """The parts of a combined pattern (``depth:4+neurons:0.3``) in the order they run; None for one
+    pattern. Refused: a part that removes no structure (unstructured, n:m, structured), a kind twice."""
+    if not isinstance(sparsity, str) or "+" not in sparsity:
+        return None
+    try:
+        parts = [parse_sparsity(part) for part in sparsity.split("+")]
+    except ValueError as err:
+        raise OptionError(Option("sparsity", repr(sparsity)), str(err)) from None
+    for part in parts:
+        if part.kind not in ORDER:
+            raise OptionError(
+                Option("sparsity", repr(sparsity)),
+                f"{part} cannot be combined; a combined recipe joins depth:K, heads:P (or kv_heads:P) and "
+                "neurons:P with '+', e.g. depth:4+neurons:0.3",
+            )
+    ranks = [ORDER[part.kind] for part in parts]
+    if len(set(ranks)) != len(ranks):
+        raise OptionError(Option("sparsity", repr(sparsity)), "each of depth, heads and neurons at most once")
+    return [str(part) for part in sorted(parts, key=lambda part: ORDER[part.kind])]
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """The calibration windows: ``nsamples`` windows of ``seqlen`` tokens sampled with ``seed`` from
+    ``calibration``."""
+
+    calibration: str = field(
+        default="c4",
+        metadata=option("c4 (the hub, default) or a local text/jsonl/parquet file or directory"),
+    )
+    nsamples: int = field(
+        default=DEFAULT_NSAMPLES,
+        metadata=option(f"calibration windows (default {DEFAULT_NSAMPLES})", type=positive),
+    )
+    seqlen: int | None = field(
+        default=None,
+        metadata=option("tokens per window (default min(2048, the model's max positions))", type=positive),
+    )
+    seed: int = field(default=0, metadata=option("calibration sampling seed (default 0)", type=int))
+    text_field: str = field(default="text", metadata=option("jsonl/parquet field holding the text"))
+
+    def __post_init__(self) -> None:
+        for name in ("nsamples", "seqlen"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise OptionError(Option(name, repr(value)), "expected a whole number >= 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise OptionError(Option("seed", repr(self.seed)), "expected a whole number")
+        object.__setattr__(self, "calibration", str(self.calibration))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Where and how the run computes, and what it keeps on disk."""
+
+    device: str = field(default="auto", metadata=option("auto (CUDA if visible), cpu, cuda, cuda:N"))
+    compute_dtype: str = field(
+        default="auto",
+        metadata=option(
+            "the dtype the blocks are computed in (default auto: the checkpoint's dtype where the device "
+            "multiplies it natively (a GPU; a CPU with AVX512_BF16 or AMX), else float32: bf16 on an AVX2 "
+            "CPU runs at a quarter of its fp32 rate); Hessians are float32 and the stores and written "
+            "weights keep the checkpoint's dtype",
+            choices=list(DTYPES),
+        ),
+    )
+    cores: int | None = field(default=None, metadata=option("CPU cores to use (default: all)", type=positive))
+    workdir: str | Path | None = field(
+        default=None, metadata=option("where intermediates go (default: see below)")
+    )
+    keep: str = field(
+        default="needed",
+        metadata=option(
+            "what the workdir keeps: needed (default: what a resume and another recipe on the same "
+            "calibration need; each block's own inputs and Hessians go once the block is done, the pruned "
+            "layers once the model is assembled) or all (every intermediate)",
+            choices=list(KEEP),
+        ),
+    )
+    disk_check: bool = field(
+        default=True,
+        metadata=option(
+            "run even when the estimated disk use exceeds the free space",
+            flag="--no-disk-check",
+            action="store_false",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.keep not in KEEP:
+            raise OptionError(Option("keep", repr(self.keep)), f"choose {' or '.join(KEEP)}")
+        if not isinstance(self.device, str) or not DEVICE.fullmatch(self.device):
+            raise OptionError(Option("device", repr(self.device)), "choose auto, cpu, cuda or cuda:N")
+        cores = self.cores
+        if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
+            raise OptionError(Option("cores", repr(cores)), "expected a whole number >= 1")
+        object.__setattr__(self, "cores", cores or os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluations of the published model (and of the dense one beside it)."""
+
+    evaluate: str | Sequence[str] = field(
+        default=(), metadata=option("ppl and/or zeroshot, comma-separated (default none)", default="")
+    )
+    ppl_source: str | Path = field(
+        default="wikitext2", metadata=option("perplexity text: wikitext2 (the hub, default) or a local file")
+    )
+    tasks: str | Sequence[str] | None = field(
+        default=None, metadata=option("zero-shot lm-eval tasks, comma-separated (default: the paper's 7)")
+    )
+    include_path: str | Path | None = field(
+        default=None, metadata=option("directory of local lm-eval task YAMLs (for --tasks defined there)")
+    )
+
+    def __post_init__(self) -> None:
+        kinds = _words(self.evaluate)
+        unknown = [kind for kind in kinds if kind not in EVALUATIONS]
+        if unknown:
+            raise OptionError(Option("evaluate", ",".join(unknown)), f"choose from {', '.join(EVALUATIONS)}")
+        object.__setattr__(self, "evaluate", tuple(kinds))
+        if self.tasks is not None:
+            object.__setattr__(self, "tasks", _words(self.tasks))
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.evaluate)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the pruned model is published."""
+
+    out: str | Path = field(
+        metadata=option("output directory (new, empty, or a previous result)", required=True)
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata=option(
+            "replace an --out that holds another model's or another recipe's result", action="store_true"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class PruneRequest:
+    """One ``prune_model`` call: the model, the recipe (several for a combined pattern, in the order they
+    run), where the calibration comes from, where it runs, what is evaluated, where it is published.
+    ``part_of``: for the last part of a combined recipe, what its report records of the whole (the pattern,
+    the base model, the parts before it)."""
+
+    model: str = field(metadata=option("Hugging Face model directory or hub id", required=True))
+    recipes: tuple[Recipe, ...]
+    sparsity: str  # the pattern as given: ``depth:4+neurons:0.3`` for a combined recipe
+    calibration: CalibrationOptions
+    resources: Resources
+    evaluation: Evaluation
+    output: Output
+    dry_run: bool = field(
+        default=False,
+        metadata=option(
+            "check everything and print what the run would do and the disk it needs; run nothing",
+            action="store_true",
+        ),
+    )
+    part_of: dict[str, Any] | None = None
+
+    @property
+    def recipe(self) -> Recipe:
+        """The one recipe of a request that is not combined."""
+        if len(self.recipes) != 1:
+            raise ValueError(f"{self.sparsity} is a combined recipe: run its parts (thanos.runner.combined)")
+        return self.recipes[0]
+
+    @property
+    def combined(self) -> bool:
+        return len(self.recipes) > 1
+
+
+GROUPS = {  # the request's groups as the command's --help shows them
+    "output": Output,
+    "recipe": RecipeOptions,
+    "recovery (each pruned block's kept weights trained to match the dense block's outputs; zeros "
+    "kept)": Recovery,
+    "calibration": CalibrationOptions,
+    "where and how it runs": Resources,
+    "evaluation of the pruned model (and of the dense model beside it)": Evaluation,
+}
+
+
+def build_request(
+    model: Any, method: str | Recipe, sparsity: str | float | None, options: dict[str, Any]
+) -> PruneRequest:
+    """The request of ``prune_model``'s keywords (``options``: the keywords after ``sparsity``; those not
+    given take their defaults). ``method`` may be a ``Recipe`` (then ``sparsity`` and the recipe's own
+    keywords are not given)."""
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"model: give a Hugging Face model directory or hub id, not a loaded {type(model).__name__}; "
+            "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
+        )
+    recipe_fields = {f.name for f in dataclasses.fields(RecipeOptions)} - {"method", "sparsity"}
+    if isinstance(method, Recipe):
+        mixed = ["sparsity"] if sparsity is not None else []
+        mixed += sorted(name for name in recipe_fields if options.get(name) is not None)
+        if mixed:
+            raise OptionError(
+                [Option(name) for name in mixed],
+                "the Recipe given as the method holds the recipe; set them in the Recipe",
+                join=", ",
+            )
+        recipes, pattern = (method,), str(method.sparsity)
+    else:
+        recipe_options = RecipeOptions(method, sparsity, **{n: options.get(n) for n in recipe_fields})  # type: ignore[arg-type]
+        recipes, pattern = recipe_options.recipes(), str(sparsity)
+    return PruneRequest(
+        str(model),
+        recipes,
+        pattern,
+        _group(CalibrationOptions, options),
+        _group(Resources, options),
+        _group(Evaluation, options),
+        _group(Output, options),
+        bool(options.get("dry_run", False)),
+    )
+
+
+def _group(cls: type, options: dict[str, Any]) -> Any:
+    """``cls`` with the ``options`` that are its fields (None: the field's default)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in options.items() if name in names and value is not None})
+
+
+def _words(value: str | Sequence[str]) -> list[str]:
+    """A comma-separated text or a sequence, as a list of stripped non-empty words."""
+    if isinstance(value, str):
+        value = value.split(",")
+    return [word.strip() for word in value if str(word).strip()]

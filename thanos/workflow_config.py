@@ -1,0 +1,94 @@
+"""The workflow's config as recipes: ``expand`` makes the named ``Recipe`` of every ``recipe_grid`` and
+``recipes`` entry, ``schema_problems`` says in words what the JSON schema refuses. Torch-free: the
+workflow's parse (workflow/rules/config.smk) imports it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from thanos.pruning import methods
+from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
+
+
+def expand(config: dict[str, Any]) -> dict[str, Recipe]:
+    """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
+    A grid entry names its recipes by ``Recipe.default_name``, with the alpha always shown when the entry
+    lists several alphas."""
+    chain = config.get("chain") or "sequential"
+    recipes: dict[str, Recipe] = {}
+    for i, entry in enumerate(config.get("recipe_grid") or []):
+        key = f"recipe_grid[{i}]"
+        alphas = entry.get("alpha") or [None]
+        options = {
+            name: entry[name]
+            for name in ("blocksize", "damp", "exclude", "profile", "recover", *OWL_DEFAULTS)
+            if name in entry
+        }
+        for j, method in enumerate(entry["methods"]):
+            try:
+                methods.get(method, key=f"{key}.methods[{j}]")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            for k, sparsity in enumerate(entry["sparsities"]):
+                if check_sparsity(key, sparsity, f"sparsities[{k}]").kind == "depth":
+                    raise ConfigError(
+                        f"{key}.sparsities[{k}]: {sparsity} (whole blocks removed) runs with `thanos "
+                        "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
+                    )
+                for alpha in alphas:
+                    recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
+                    if len(alphas) > 1:
+                        recipe = replace(recipe, name=recipe.default_name(always=("alpha",)))
+                    if recipe.name in recipes:
+                        raise ConfigError(
+                            f"{key} makes recipe {recipe.name!r} a second time: "
+                            "list each method x sparsity x alpha once"
+                        )
+                    recipes[recipe.name] = recipe
+    for name, entry in (config.get("recipes") or {}).items():
+        if str(entry.get("sparsity", "")).strip().lower().startswith("depth"):
+            raise ConfigError(
+                f"recipes.{name}.sparsity: {entry['sparsity']} (whole blocks removed) runs with `thanos "
+                "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
+            )
+        if name in recipes:
+            raise ConfigError(
+                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
+            )
+        recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
+    if not recipes:
+        raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
+    return recipes
+
+
+def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What in ``config`` the workflow's JSON schema refuses, one line per problem naming the key
+    (``recipes.r1.sparsity: ...``) in words instead of the schema's dump; an n:m pattern YAML read as a
+    number (an unquoted ``2:4`` is 124 in YAML 1.1's base 60) says to quote it."""
+    from jsonschema import Draft202012Validator
+
+    problems = []
+    validator = Draft202012Validator(schema)
+    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(map(str, error.absolute_path)) or "the config"
+        value = error.instance
+        if "sparsit" in key and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
+            n, m = divmod(value, 60)
+            problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
+            continue
+        if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
+            text = (
+                'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
+                '"heads:0.33", "kv_heads:0.25"'
+            )
+        elif error.validator in ("oneOf", "anyOf"):
+            forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")
+            text = f"{value!r} is none of the allowed forms ({forms})"
+        elif error.validator == "additionalProperties":
+            allowed = ", ".join(sorted(error.schema.get("properties", {})))
+            text = f"{error.message}; the keys allowed here: {allowed}"
+        else:
+            text = error.message
+        problems.append(f"{key}: {text}" if key != "the config" else text)
+    return problems
