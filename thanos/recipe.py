@@ -1,11 +1,12 @@
 """The recipe: a method, a sparsity pattern and its options, parsed and checked once, defaults filled.
 
-A ``Recipe`` is what crosses every boundary: the workflow's config expands into recipes (``thanos.workflow_config.expand``),
-``prune_model`` builds one from its keywords, a job takes one as JSON text (``--recipe``, ``to_json``) and a
-stage takes ``recipe: Recipe``. Constructing one checks it (errors name the config key), so a recipe that
-exists is valid, and fills every unset option by one policy, the method's defaults
-(``thanos.pruning.methods``): n:m is exact n:m (alpha 0) for every method, Thanos structured keeps 10 % of
-the rows dense (alpha 0.1), Thanos's block size is 128 unstructured and 512 n:m, damping 0.01.
+A ``Recipe`` is what crosses every boundary: the workflow's config expands into recipes
+(``thanos.workflow_config.expand``), ``prune_model`` builds one from its keywords, a job takes one as JSON
+text (``--recipe``, ``to_json``) and a stage takes ``recipe: Recipe``. Constructing one checks it (errors
+name the config key and the field), so a recipe that exists is valid, and fills every unset option by one
+policy, the method's defaults (``thanos.pruning.methods``): n:m is exact n:m (alpha 0) for every method,
+Thanos structured keeps 10 % of the rows dense (alpha 0.1), Thanos's block size is 128 unstructured and 512
+n:m, damping 0.01.
 
 One naming function, ``Recipe.default_name``: ``{method}_{pattern}`` and then only the options that differ
 from those defaults (``thanos_2-4``, ``thanos_2-4_a0.1``, ``sparsegpt_u50_B64``, ``wanda_u70_owl``,
