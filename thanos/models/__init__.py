@@ -9,11 +9,14 @@
   the checkpoint stores them, the routed tokens' inputs, the weight conversions of a block;
 - ``neurons``: where a block's MLP neurons live (its output projection and feeders), for ``neurons:p``;
 - ``checkpoint``: lazy reading of a checkpoint's tensors, one block at a time; model directories;
+- ``handle``: a model opened once (``ModelHandle``: its directory, layout, checkpoint, adapter built on first
+  use), which the engine passes to every stage (``as_handle``: a path or hub id made one);
 - ``card``: what a pruned model directory says about itself (config metadata, model card);
 - ``real``: real models from the hub, cut to a few blocks, for the real-LLM workflow.
 
 Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.data`` and ``thanos.errors``.
 
+>>> model = as_handle(model_dir, "results/m/model_info.json")  # model.layout, .checkpoint, .adapter
 >>> model_dir, adapter, checkpoint = open_model(model_dir)
 >>> model_dir, layout, checkpoint = open_layout(model_dir, "results/m/model_info.json")
 """
@@ -29,6 +32,7 @@ from thanos.errors import PathError
 from thanos.models.base import ModelAdapter
 from thanos.models.checkpoint import Checkpoint, resolve_model_path
 from thanos.models.generic import GenericAdapter
+from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.layout import ModelLayout
 
 if TYPE_CHECKING:
@@ -107,57 +111,30 @@ def get_adapter(config: PretrainedConfig) -> ModelAdapter:
     return GenericAdapter(config)
 
 
-_OPENED: dict[tuple, ModelAdapter] = {}
-
-
-def open_model(path_or_hub_id: str | Path) -> tuple[Path, ModelAdapter, Checkpoint]:
-    """Resolve a model argument to (local dir, adapter, lazy checkpoint).
-
-    The adapter is built once per process and model directory (and kept while its config.json is
-    unchanged): stages called one after another share it."""
-    model_dir = resolve_model_path(path_or_hub_id)
-    key = _config_key(model_dir)
-    adapter = _OPENED.get(key) if key else None
-    if adapter is None:
-        adapter = get_adapter(load_config(model_dir))
-        if key:
-            _OPENED[key] = adapter
-    checkpoint = Checkpoint(model_dir)
-    checkpoint.add_views(adapter.layout.expert_views())
-    return model_dir, adapter, checkpoint
+def open_model(path_or_hub_id: str | Path | ModelHandle) -> tuple[Path, ModelAdapter, Checkpoint]:
+    """(local dir, adapter, lazy checkpoint) of a model argument (``as_handle``; the adapter is built once
+    per process and model directory, kept while its config.json is unchanged)."""
+    handle = as_handle(path_or_hub_id)
+    return handle.path, handle.adapter, handle.checkpoint
 
 
 def open_layout(
-    path_or_hub_id: str | Path, model_info: str | Path | Mapping[str, Any] | None = None
+    path_or_hub_id: str | Path | ModelHandle, model_info: str | Path | Mapping[str, Any] | None = None
 ) -> tuple[Path, ModelLayout, Checkpoint]:
-    """Resolve a model argument to (local dir, layout, lazy checkpoint), for stages that only read tensors
-    by name. ``model_info``: the workflow's ``model_info.json`` (or its content), which holds the layout:
-    nothing of transformers is imported. Without one (or with one of an earlier version) the layout is the
-    adapter's (``open_model``: built once per process)."""
-    model_dir = resolve_model_path(path_or_hub_id)
-    if isinstance(model_info, str | Path):
-        model_info = json.loads(Path(model_info).read_text(encoding="utf-8"))
-    layout = ModelLayout.from_info(model_info) if model_info else None
-    if layout is None:
-        layout = open_model(model_dir)[1].layout
-    checkpoint = Checkpoint(model_dir)
-    checkpoint.add_views(layout.expert_views())
-    return model_dir, layout, checkpoint
-
-
-def _config_key(model_dir: Path) -> tuple | None:
-    """What identifies an opened model: its directory and its config.json's stat (None: no config)."""
-    config_file = model_dir / "config.json"
-    if not config_file.is_file():
-        return None
-    stat = config_file.stat()
-    return str(model_dir.resolve()), stat.st_mtime_ns, stat.st_size
+    """(local dir, layout, lazy checkpoint) of a model argument, for stages that only read tensors by name.
+    ``model_info``: the workflow's ``model_info.json`` (or its content), which holds the layout: nothing of
+    transformers is imported. Without one (or with one of an earlier version) the layout is the adapter's
+    (``ModelHandle.layout``)."""
+    handle = as_handle(path_or_hub_id, model_info)
+    return handle.path, handle.layout, handle.checkpoint
 
 
 __all__ = [
     "Checkpoint",
     "ModelAdapter",
+    "ModelHandle",
     "ModelLayout",
+    "as_handle",
     "check_tokenizer_files",
     "get_adapter",
     "load_config",

@@ -1,14 +1,17 @@
-"""One recipe in one call, and where the workflow's files are.
+"""The front hall: one recipe in one call, ``thanos.prune_model`` and ``thanos prune-model``.
 
-- ``one_recipe``: ``thanos.prune_model`` and ``thanos prune-model``: one model, one recipe, one call, every
-  stage in this process (``thanos.stages.engine``), then the evaluations, the publish and the summary;
-- ``progress``: what the terminal shows of that run, and the log file that gets the rest;
-- ``workdir_lock``: one run at a time in a working directory;
-- ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a clone, or the installed copy).
+- ``request``: the request both fronts build (its fields declare the command's options once), checked once;
+- ``checks``: the checks before the first step (the model, the output, the sources, the disk) -> the ``Plan``;
+- ``console``: what the terminal shows before, on failure and after (``progress``: while it runs, and the
+  run's log file);
+- ``one_recipe``: one recipe run, every stage in this process (``thanos.stages.engine``), the publish and
+  the evaluations (``evaluations``); ``combined``: a combined recipe, one request per part;
+- ``api``: the public ``prune_model`` and ``execute``;
+- ``disk``, ``workdirs``, ``workdir_lock``: the disk estimate, the working directories, one run per working
+  directory; ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a clone, or the installed copy).
 
 What a job and the workflow's parse import (the job worker, the GPU slot pool, granularity, failed jobs'
 logs) is ``thanos.jobs``.
 
-Imports: every layer below (``pruning``, ``files``, ``data``, ``report``, ``models``, ``stages``,
-``evaluation``, ``demo``, ``jobs``). This ``__init__`` imports nothing.
+Imports: every layer below. This ``__init__`` imports nothing.
 """

@@ -38,10 +38,9 @@ class Evaluations:
     @functools.cached_property
     def _dense_identity(self) -> Any:
         """The dense model's files (read once: for a hub id, resolving it asks the hub)."""
-        from thanos.files.fingerprint import model_fingerprint
-        from thanos.models.checkpoint import resolve_model_path
+        from thanos.models import ModelHandle
 
-        return model_fingerprint(resolve_model_path(self.reference))
+        return ModelHandle.open(self.reference).fingerprint
 
     def _variants(self) -> list[tuple[str, str, Path, Any]]:
         """(name, model, eval directory, the model's identity) of the pruned and the dense model."""

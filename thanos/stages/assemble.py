@@ -34,7 +34,8 @@ from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, unfinished
-from thanos.models.checkpoint import INDEX_FILE, Checkpoint, resolve_model_path
+from thanos.models.checkpoint import INDEX_FILE
+from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipe import Recipe
 from thanos.stages.card import describe_model
@@ -137,7 +138,7 @@ def shard_names(names: list[str], sizes: dict[str, int], max_bytes: int) -> list
 
 
 def assemble(
-    model: str | os.PathLike,
+    model: str | os.PathLike | ModelHandle,
     pruned_root: str | os.PathLike,
     recipe: Recipe,
     out: str | os.PathLike,
@@ -163,14 +164,15 @@ def assemble(
     layer it lists must have a pruned file of ``recipe`` (``check_against_model_info``).
     """
     record = record or RunRecord()
-    model_dir = resolve_model_path(model)
+    handle = as_handle(model, model_info)
+    model_dir = handle.path
     info = json.loads(Path(model_info).read_text()) if model_info else {}
     max_bytes = parse_size(max_shard_size)
-    sources = Checkpoint(model_dir).weight_map
+    sources = handle.weight_map
     provenance = calibration_provenance(record.calibration)
     config = json.loads((model_dir / "config.json").read_text())
     names, replace, layers, compact = _tensors_to_write(
-        model_dir, sorted(sources), pruned_root, recipe, info, model_info, depth
+        handle, sorted(sources), pruned_root, recipe, info, model_info, depth
     )
     fused = fused_parts(replace, info)
     sizes = tensor_sizes(names, sources, replace, compact, fused)
@@ -185,7 +187,7 @@ def assemble(
         if compact is not None:
             config_file = tmp / "config.json"
             config_file.write_text(compact.config(config_file.read_text()))
-        model_facts = _model_facts(record, model, config, info)
+        model_facts = _model_facts(record, handle.reference, config, info)
         report = _report(recipe, record, model_facts, layers, (total, removed), provenance)
         if compact is not None:
             report["compact"] = compact.facts
@@ -210,7 +212,7 @@ def assemble(
 
 
 def _tensors_to_write(
-    model_dir: Path,
+    model: ModelHandle,
     names: list[str],
     pruned_root: str | os.PathLike,
     recipe: Recipe,
@@ -225,15 +227,15 @@ def _tensors_to_write(
     compact = None
     if depth is not None:
         if info:
-            check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
+            check_unchanged(model.path, info.get("fingerprint"), str(info_path))
         replace, layers = {}, []
-        compact = removal(model_dir, names, depth, info or None)
+        compact = removal(model, names, depth, info or None)
         names = [name for name in names if compact.keeps(name)]
     else:
-        check_against_model_info(model_dir, Path(pruned_root), recipe, info, info_path)
+        check_against_model_info(model.path, Path(pruned_root), recipe, info, info_path)
         replace, layers = pruned_tensors(Path(pruned_root), names, info, recipe)
     if recipe.compact:
-        compact = compaction(model_dir, pruned_root, names, info, recipe.sparsity)
+        compact = compaction(model, pruned_root, names, info, recipe.sparsity)
     return names, replace, layers, compact
 
 

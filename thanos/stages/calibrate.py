@@ -9,7 +9,7 @@ import numpy as np
 
 from thanos.data.calibration import load_source, sample_windows
 from thanos.data.storage import write_tokens
-from thanos.models import get_adapter, load_config, load_tokenizer, resolve_model_path
+from thanos.models import ModelHandle, as_handle, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def distinct_windows(tokens: np.ndarray) -> int:
 
 
 def calibrate(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     source: str | Path,
     out: str | Path,
     nsamples: int = DEFAULT_NSAMPLES,
@@ -36,14 +36,14 @@ def calibrate(
 
     ``seqlen`` defaults to min(2048, the model's max positions); a larger explicit value is refused.
     """
-    model_dir = resolve_model_path(model)
-    adapter = get_adapter(load_config(model_dir))
+    handle = as_handle(model)
+    adapter = handle.adapter
     if seqlen is None:
         seqlen = min(DEFAULT_SEQLEN, adapter.max_positions)
     elif seqlen > adapter.max_positions:
         limit = adapter.max_positions
         raise ValueError(f"--seqlen {seqlen} exceeds the model's max_position_embeddings {limit}")
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(handle.path)
     documents, provenance = load_source(source, text_field)
     log.info("calibrate: %d x %d tokens from %s (seed %d)", nsamples, seqlen, provenance["source"], seed)
     tokens = sample_windows(documents, tokenizer, nsamples, seqlen, seed, source=provenance["source"])

@@ -17,7 +17,7 @@ import torch
 
 from thanos.data.safetensors_io import load_safetensors
 from thanos.data.storage import Activations, dtype_name, read_tokens, write_activations, write_hessians
-from thanos.models import Checkpoint, ModelAdapter, open_model
+from thanos.models import Checkpoint, ModelAdapter, ModelHandle, as_handle
 from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
 from thanos.recipe import select_layers
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def embed(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     tokens: str | Path,
     out: str | Path,
     batch_size: int = 8,
@@ -36,7 +36,8 @@ def embed(
 ) -> None:
     """Block 0 inputs: the embedding part of the model (token embeddings, plus positions for OPT), computed
     in ``dtype`` (``thanos.stages.common.compute_dtype``) and stored in the embeddings' own dtype."""
-    _, adapter, checkpoint = open_model(model)
+    handle = as_handle(model)
+    adapter, checkpoint = handle.adapter, handle.checkpoint
     ids, attrs = read_tokens(tokens)
     if ids.ndim != 2 or ids.size == 0:
         raise ValueError(
@@ -75,10 +76,11 @@ def embed(
 
 
 def open_block(
-    model: str | Path, block: int, inputs: str | Path
+    model: str | Path | ModelHandle, block: int, inputs: str | Path
 ) -> tuple[ModelAdapter, Checkpoint, Activations]:
     """The model's adapter and lazy checkpoint, and block ``block``'s input store checked against them."""
-    _, adapter, checkpoint = open_model(model)
+    handle = as_handle(model)
+    adapter, checkpoint = handle.adapter, handle.checkpoint
     adapter.check_block(block)
     acts = Activations(inputs)
     acts.check(adapter.hidden_size, block)
@@ -86,7 +88,7 @@ def open_block(
 
 
 def capture(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     block: int,
     inputs: str | Path,
     out: str | Path,
@@ -225,7 +227,7 @@ def load_pruned(pruned_dir: str | Path, layers: list[str]) -> dict[str, torch.Te
 
 
 def propagate(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     block: int,
     inputs: str | Path,
     out: str | Path,

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files.atomic import write_json
-from thanos.files.fingerprint import model_fingerprint
 from thanos.files.layout import (
     RECOVERED,
     RECOVERY_RECORD,
@@ -38,6 +37,7 @@ from thanos.files.layout import (
     store_name,
 )
 from thanos.files.pruned_layers import mismatch
+from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
 from thanos.reads import recipe_reads
 from thanos.recipe import Recipe
@@ -61,7 +61,7 @@ class _Chain:
     ``dense``). ``dense`` is None only for methods that need no Hessian.
     """
 
-    model: str | Path
+    model: ModelHandle
     root: Path
     dense: Path | None
     own: Path | None
@@ -195,7 +195,7 @@ class _Chain:
         owl = [str(self.owl)] if self.owl else []
         reads = recipe_reads(self.recipe, num_blocks, sequential=self.own is not None).chain
         dense = [str(self.dense / store_name(kind, block)) for kind, block in reads] if self.dense else []
-        return [str(self.model), *owl, *dense]
+        return [self.model.reference, *owl, *dense]
 
     def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
         """Delete the previous per-block outputs when the recipe or an upstream input changed."""
@@ -273,17 +273,11 @@ class ChainPaths:
 
 
 def _open_chain(
-    model: str | Path,
-    recipe: Recipe,
-    paths: ChainPaths,
-    adapter: Any,
-    checkpoint: Any,
-    batch_size: int,
-    device: str,
-    dtype: str,
+    model: ModelHandle, recipe: Recipe, paths: ChainPaths, batch_size: int, device: str, dtype: str
 ) -> _Chain:
-    """The chain of ``recipe`` on the model ``adapter`` describes (weights read by ``checkpoint``) at
-    ``paths``; a method with Hessians without ``paths.dense_dir`` is refused."""
+    """The chain of ``recipe`` on ``model`` (its adapter names the layers, its checkpoint has their shapes)
+    at ``paths``; a method with Hessians without ``paths.dense_dir`` is refused."""
+    adapter, checkpoint = model.adapter, model.checkpoint
     calibrated = recipe.needs_hessian
     if calibrated and paths.dense_dir is None:
         raise ValueError(
@@ -308,13 +302,13 @@ def _open_chain(
     )
 
 
-def _fingerprint(run: _Chain, model_dir: Path, num_blocks: int, compute_dtype: str) -> dict[str, Any]:
+def _fingerprint(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, Any]:
     """What the chain's previous outputs were computed from (``PRUNED_ROOT/.chain.json``): the recipe, the
     model's files, the chain, the options and the modification times of the upstream stores."""
     recipe = run.recipe.to_dict()
     return {
-        "model": str(run.model),
-        "model_files": model_fingerprint(model_dir),
+        "model": run.model.reference,
+        "model_files": run.model.fingerprint,
         "recipe": {key: value for key, value in recipe.items() if key not in ("name", "chain")},
         "chain": "dense" if run.own is None else "sequential",
         "chain_dir": None if run.own is None else str(run.own),
@@ -326,7 +320,7 @@ def _fingerprint(run: _Chain, model_dir: Path, num_blocks: int, compute_dtype: s
 
 
 def chain(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     recipe: Recipe,
     paths: ChainPaths,
     out: str | Path,
@@ -347,15 +341,15 @@ def chain(
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
     """
     from thanos.data.storage import dtype_name
-    from thanos.models import open_model
     from thanos.stages.common import Compute
 
     single_arena()  # else zarr's worker threads keep freed Hessian-sized buffers: RSS grows per block
-    model_dir, adapter, checkpoint = open_model(model)
+    handle = as_handle(model)
+    adapter = handle.adapter
     num_blocks = int(adapter.num_blocks)
     compute = Compute.of(device, dtype, adapter.dtype)
-    run = _open_chain(model, recipe, paths, adapter, checkpoint, batch_size, device, dtype)
-    fingerprint = _fingerprint(run, model_dir, num_blocks, dtype_name(compute.dtype))
+    run = _open_chain(handle, recipe, paths, batch_size, device, dtype)
+    fingerprint = _fingerprint(run, num_blocks, dtype_name(compute.dtype))
     run.discard_if_changed(fingerprint)
 
     for block in range(num_blocks):

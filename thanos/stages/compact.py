@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,9 @@ from thanos.files.layout import pruned_block_name, pruned_layer_name
 from thanos.models.heads import attention_layout
 from thanos.models.neurons import mlp_layout
 from thanos.pruning.sparsity import NEURON_MULTIPLE, Sparsity
+
+if TYPE_CHECKING:
+    from thanos.models import ModelHandle
 
 
 @dataclass
@@ -80,19 +83,20 @@ class Compaction:
 
 
 def compaction(
-    model_dir: str | Path,
+    model: str | Path | ModelHandle,
     pruned_root: str | Path,
     names: list[str],
     model_info: dict[str, Any] | None = None,
     pattern: Sparsity | None = None,
 ) -> Compaction:
-    """Plan the compaction of the model at ``model_dir`` pruned under ``pruned_root`` with ``pattern``
-    (neurons, heads or kv_heads; None: neurons) (``names``: the checkpoint's tensor names; ``model_info``:
-    the content of its ``model_info.json``, whose layout names the layers); refused, naming the block, when a
-    block's removed columns are not recorded, not zero, or not as many as block 0's."""
-    from thanos.models import open_layout
+    """Plan the compaction of ``model`` (a directory, hub id or handle) pruned under ``pruned_root`` with
+    ``pattern`` (neurons, heads or kv_heads; None: neurons) (``names``: the checkpoint's tensor names;
+    ``model_info``: the content of its ``model_info.json``, whose layout names the layers); refused, naming
+    the block, when a block's removed columns are not recorded, not zero, or not as many as block 0's."""
+    from thanos.models import as_handle
 
-    model_dir, model_layout, checkpoint = open_layout(model_dir, model_info)
+    handle = as_handle(model, model_info)
+    model_dir, model_layout, checkpoint = handle.path, handle.layout, handle.checkpoint
     root = Path(pruned_root)
     if pattern is not None and pattern.kind in ("heads", "kv_heads"):
         attention = attention_layout(model_dir, model_layout, checkpoint)

@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,9 @@ from thanos.data.storage import Activations
 from thanos.files.atomic import write_json
 from thanos.pruning.sparsity import Sparsity, depth_count
 from thanos.stages.compact import Compaction
+
+if TYPE_CHECKING:
+    from thanos.models import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +131,14 @@ def shortened_config(model_type: str, config: dict[str, Any], kept: list[int]) -
 
 
 def removal(
-    model_dir: str | Path, names: list[str], depth_file: str | Path, model_info: Any = None
+    model: str | Path | ModelHandle, names: list[str], depth_file: str | Path, model_info: Any = None
 ) -> Compaction:
-    """The assembly's plan (``Compaction``: its ``rename``) to write the model at ``model_dir`` (its tensor
-    ``names``) without the blocks that ``depth_file`` (depth.json) removes."""
-    from thanos.models import open_layout
+    """The assembly's plan (``Compaction``: its ``rename``) to write ``model`` (a directory, hub id or
+    handle; its tensor ``names``) without the blocks that ``depth_file`` (depth.json) removes."""
+    from thanos.models import as_handle
 
-    model_dir, layout, checkpoint = open_layout(model_dir, model_info)
+    handle = as_handle(model, model_info)
+    model_dir, layout, checkpoint = handle.path, handle.layout, handle.checkpoint
     choice = json.loads(Path(depth_file).read_text())
     if choice["num_blocks"] != layout.num_blocks:
         raise ValueError(

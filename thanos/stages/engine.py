@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
@@ -39,6 +39,9 @@ from thanos.reads import RecipeReads, recipe_reads
 from thanos.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import mtime, remove, store_complete
+
+if TYPE_CHECKING:
+    from thanos.models import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -218,24 +221,29 @@ class Steps:
 
 @dataclass
 class _Run:
-    """One ``run_recipe`` call: the model, its files and the steps, with one method per stage."""
+    """One ``run_recipe`` call: the model (opened once, passed to every stage), its files and the steps,
+    with one method per stage."""
 
-    model: str
+    model: ModelHandle
     recipe: Recipe
     files: RecipeFiles
     calibration: Calibration | None
     options: RunOptions
     steps: Steps
-    model_files: Any = None  # the model directory's fingerprint (the records' ``model``)
     num_blocks: int = 0
     compute_dtype: str = ""  # the dtype the blocks are computed in, resolved (the records hold it)
+
+    @property
+    def model_files(self) -> Any:
+        """The model directory's fingerprint (the records' ``model``)."""
+        return self.model.fingerprint
 
     def model_info(self) -> None:
         from thanos.stages.model_info import model_info
 
         output = self.files.model_info
         assert output is not None
-        inputs = {"model": self.model, "files": self.model_files}
+        inputs = {"model": self.model.reference, "files": self.model_files}
         self.steps.run("read the model's structure", output, inputs, lambda: model_info(self.model, output))
 
     def tokens(self) -> Path:
@@ -434,7 +442,7 @@ def resolved_compute_dtype(checkpoint: str, options: RunOptions) -> str:
 
 
 def run_recipe(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     recipe: Recipe,
     files: RecipeFiles,
     calibration: Calibration | None = None,
@@ -442,26 +450,25 @@ def run_recipe(
     on_step: OnStep | None = None,
 ) -> Steps:
     """Run every stage of ``recipe`` on ``model`` that is missing or out of date; return the steps run and
-    kept.
+    kept. ``model`` is opened once (``thanos.models.ModelHandle``, with ``files.model_info``; a handle is
+    used as it is) and that handle is passed to every stage.
 
     ``calibration`` None: the upstream outputs (model info, calibration tokens, the dense chain's stores,
     OWL's plan) were written by the workflow's own jobs; they are checked complete, never computed here.
     ``on_step(label, seconds)``: called when a step starts (seconds None) and when it is done.
     """
-    from thanos.files.fingerprint import model_fingerprint
-    from thanos.models import open_layout
-    from thanos.models.checkpoint import resolve_model_path
+    from thanos.models import ModelHandle
 
     single_arena()  # before any zarr worker thread allocates (``thanos.stages.memory``): flat RSS in depth
     options = options or RunOptions()
     steps = Steps(on_step, owned=calibration is not None)
-    model = str(model)
-    fingerprint = model_fingerprint(resolve_model_path(model))
-    run = _Run(model, recipe, files, calibration, options, steps, fingerprint)
+    # the model opened once: its layout is read from model_info.json once the model-info step has
+    # written it (the adapter's where there is none)
+    handle = model if isinstance(model, ModelHandle) else ModelHandle.open(model, files.model_info)
+    run = _Run(handle, recipe, files, calibration, options, steps)
     if steps.owned:
         run.model_info()
-    info = files.model_info if files.model_info is not None and files.model_info.is_file() else None
-    layout = open_layout(model, info)[1]
+    layout = handle.layout
     run.num_blocks, run.compute_dtype = layout.num_blocks, resolved_compute_dtype(layout.dtype, options)
     run.owl()
     if files.depth is not None:  # whole blocks removed: scored on the dense chain, nothing pruned

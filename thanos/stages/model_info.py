@@ -9,19 +9,22 @@ weight, and reads every tensor once and refuses one holding NaN or Inf, naming i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from thanos.models import ModelHandle
 
 
-def model_info(model: str | Path, out: str | Path) -> dict[str, Any]:
+def model_info(model: str | Path | ModelHandle, out: str | Path) -> dict[str, Any]:
     """Check ``model`` and write its ``model_info.json`` to ``out`` atomically; return it without the
     fingerprint."""
     from thanos.files.atomic import write_json
-    from thanos.files.fingerprint import model_fingerprint
-    from thanos.models import open_model
+    from thanos.models import as_handle
 
-    model_dir, adapter, checkpoint = open_model(model)
-    info = adapter.layout.to_info() | {"path": str(model_dir)}
-    fingerprint = model_fingerprint(model_dir)
+    handle = as_handle(model)
+    adapter, checkpoint = handle.adapter, handle.checkpoint
+    info = adapter.layout.to_info() | {"path": str(handle.path)}
+    fingerprint = handle.fingerprint
     adapter.check_checkpoint(checkpoint)
     checkpoint.check_finite()
     write_json(out, info | {"fingerprint": fingerprint})

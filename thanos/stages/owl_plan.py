@@ -15,12 +15,15 @@ import math
 import os
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thanos.files.atomic import write_json
 from thanos.pruning import owl as owl_rule
 from thanos.pruning.sparsity import Sparsity
 from thanos.recipe import Recipe
+
+if TYPE_CHECKING:
+    from thanos.models import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ CITATION = (
 
 
 def compute(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     hessians: list[str | Path] | None,
     recipe: Recipe,
     xnorms: dict[int, dict[str, Any]] | None = None,
@@ -46,13 +49,14 @@ def compute(
     ``model_info``: the model's ``model_info.json`` (its layout: no transformers import).
     """
     from thanos.data.storage import Hessians
-    from thanos.models import open_layout
+    from thanos.models import as_handle
     from thanos.pruning.algorithms.masks import input_norms
 
     if not recipe.owl:
         raise ValueError(f"owl: recipe {recipe.name} has profile {recipe.profile}, not owl")
     target, m, lam = recipe.sparsity.p, recipe.owl_m, recipe.owl_lambda
-    _, layout, checkpoint = open_layout(model, model_info)
+    handle = as_handle(model, model_info)
+    layout, checkpoint = handle.layout, handle.checkpoint
     num_blocks = int(layout.num_blocks)
     if xnorms is None:
         if hessians is None or len(hessians) != num_blocks:
@@ -113,7 +117,7 @@ def compute(
 
 
 def owl(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     hessians: list[str | Path],
     recipe: Recipe,
     out: str | Path,

@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
-from thanos.models import open_layout
+from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
 from thanos.pruning.layer import PruneStats, prune_layer
 from thanos.pruning.sparsity import Sparsity
@@ -43,7 +43,7 @@ class BlockInputs:
     ``owl.json`` (``thanos.stages.owl_plan``): the block is pruned at its sparsity there (exact, removed /
     parameters), and the stats record the profile and the target. ``model_info``: the model's
     ``model_info.json``, whose layout names the layers (no transformers import); without it the adapter
-    finds them (``thanos.models.open_layout``)."""
+    finds them (``thanos.models.ModelHandle``); a model given as a handle has its own."""
 
     hessians: str | Path | None = None
     owl: str | Path | None = None
@@ -51,7 +51,7 @@ class BlockInputs:
 
 
 def prune(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     block: int,
     recipe: Recipe,
     out_dir: str | Path,
@@ -62,7 +62,8 @@ def prune(
     """Prune ``layers`` of block ``block`` with ``recipe`` (all of the block's that its ``exclude`` leaves
     when None), reading ``inputs``, and return their stats."""
     hessians, owl = inputs.hessians, inputs.owl
-    model_dir, layout, checkpoint = open_layout(model, inputs.model_info)
+    handle = as_handle(model, inputs.model_info)
+    model_dir, layout, checkpoint = handle.path, handle.layout, handle.checkpoint
     prefix = layout.block_prefix(block)
     layers = _checked_layers(layout, block, recipe, layers)
     store = _hessians(hessians, block, recipe)

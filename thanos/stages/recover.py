@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Activations, dtype_name, write_activations
 from thanos.files.atomic import atomic_path
 from thanos.files.layout import RECOVERY_RECORD, pruned_layer_name
+from thanos.models import ModelHandle
 from thanos.pruning.recovery import batched, recover_block, split_windows
 from thanos.recipe import Recipe
 from thanos.stages.capture import load_pruned, open_block
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def recover(
-    model: str | Path,
+    model: str | Path | ModelHandle,
     block: int,
     recipe: Recipe,
     pruned_dir: str | Path,
