@@ -79,6 +79,23 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
     assert Path(snakefile).parent.name == "_workflow"
     helped = run([bindir / "thanos", "prune-model", "--help"], env=env, cwd=tmp_path)
     assert "examples:" in helped.stdout and "thanos prune-model --model" in helped.stdout
+    # the packaged workflow, run from a directory of the user's: its files, a dry run of a config there
+    where = run([bindir / "thanos", "workflow", "--where"], env=env, cwd=tmp_path).stdout.strip()
+    assert Path(where) == Path(snakefile).parent
+    lost = subprocess.run(
+        [bindir / "thanos", "workflow", "-n"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert lost.returncode == 2 and "no --configfile was given; give --configfile FILE" in lost.stderr
+    config = {
+        "models": {"tiny": {"path": "models/tiny", "tiny": {"family": "llama", "hidden_size": 32}}},
+        "calibration": {"source": "calib.txt", "nsamples": 2, "seqlen": 16},
+        "recipes": {"wanda_u50": {"method": "wanda", "sparsity": 0.5}},
+    }
+    (tmp_path / "mine.yaml").write_text(json.dumps(config))
+    planned = run([bindir / "thanos", "workflow", "-n", "--configfile", "mine.yaml"], env=env, cwd=tmp_path)
+    assert "make_tiny_model" in planned.stdout and "This was a dry-run" in planned.stdout, planned.stdout[
+        -2000:
+    ]
 
 
 @pytest.mark.slow

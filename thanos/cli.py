@@ -77,7 +77,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(f"thanos.commands.{module_name}")
         cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run, _traceback=getattr(module, "TRACEBACK", True))
+        passthrough = getattr(module, "PASSTHROUGH", False)  # the arguments it does not know go to a tool
+        cmd.set_defaults(
+            _run=module.run, _traceback=getattr(module, "TRACEBACK", True), _passthrough=passthrough
+        )
     return parser
 
 
@@ -123,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = None
     try:
-        args = build_parser(command).parse_args(argv)
+        parser = build_parser(command)
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "_passthrough", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args._extra = extra
         args._run(args)
     except KeyboardInterrupt:
         _last_line("ERROR: interrupted; what was finished is kept: run the same command again to resume")

@@ -1,0 +1,53 @@
+"""Run the Snakemake workflow this package carries (``Snakefile`` and ``workflow/``: the repository's in a
+clone, the wheel's copy in an installed package) in the current directory: ``thanos workflow --cores 2
+--configfile my.yaml`` is ``snakemake -s <the Snakefile> --directory . --cores 2 --configfile my.yaml``. Every
+argument after ``workflow`` goes to Snakemake; the results, logs and ``.snakemake/`` are written here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# every argument this command does not know is Snakemake's (``thanos.cli``)
+PASSTHROUGH = True
+TRACEBACK = False  # its own error (no config) names the fix
+
+HELP = "run the packaged Snakemake workflow in this directory: thanos workflow --cores 2 --configfile C.yaml"
+
+EPILOG = """\
+examples:
+  thanos workflow --cores 2 --configfile my-models.yaml     # your config (its keys: docs/configuration.md)
+  thanos workflow --cores 2 --configfile "$(thanos workflow --where)/workflow/configs/smoke.yaml"
+  thanos workflow --profile "$(thanos workflow --where)/workflow/profiles/slurm" --configfile my.yaml
+  thanos workflow --where                                    # where the Snakefile and workflow/ are
+
+A config.yaml in this directory is read when no --configfile is given. A rerun of the same command resumes.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--where", action="store_true", help="print the directory that holds the Snakefile and workflow/"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from thanos.runner.workflow_files import snakefile, workflow_root
+
+    if args.where:
+        print(workflow_root())
+        return
+    given = args._extra
+    if not any(arg.startswith("--configfile") for arg in given) and not Path("config.yaml").is_file():
+        raise ValueError(
+            f"no config: {Path.cwd() / 'config.yaml'} does not exist and no --configfile was given; give "
+            f"--configfile FILE (examples: {workflow_root() / 'workflow' / 'configs'}; keys: "
+            "docs/configuration.md)"
+        )
+    command = [sys.executable, "-m", "snakemake", "-s", str(snakefile()), "--directory", os.getcwd(), *given]
+    raise SystemExit(subprocess.call(command))
