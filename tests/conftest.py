@@ -8,11 +8,13 @@ and norms. Other test files use it directly or through the ``tiny_model`` fixtur
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,3 +201,56 @@ def pruned_in_memory(model: Path, pruned: Path, out: Path) -> torch.nn.Module:
         save_file(state, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
         shutil.copy(model / "config.json", tmp)
         return AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+
+
+# What makes a test end-to-end (``slow``): it starts a pipeline in processes of its own, the real Snakemake or
+# a whole ``thanos prune-model`` / ``thanos workflow`` run. ``-m "not slow"`` is the unit suite, the
+# specification that runs in minutes; an unmarked test that starts one (or whose fixture does) fails,
+# naming the mark to add.
+PIPELINE_COMMANDS = ("prune-model", "workflow")
+
+
+def _pipeline(args: Any) -> str | None:
+    """The command line of ``args`` when it starts a pipeline, else None."""
+    argv = [str(arg) for arg in (args if isinstance(args, list | tuple) else str(args).split())]
+    names = [Path(arg).name for arg in argv]
+    module = names[names.index("-m") + 1 : names.index("-m") + 3] if "-m" in names else []
+    thanos = module[1:] if module[:1] == ["thanos"] else names[1:2] if names[:1] == ["thanos"] else []
+    if "snakemake" in names or module[:1] == ["snakemake"] or set(thanos) & set(PIPELINE_COMMANDS):
+        return " ".join(argv)[:300]
+    return None
+
+
+@contextlib.contextmanager
+def _watching_pipelines(item: pytest.Item) -> Iterator[None]:
+    """Fail ``item``'s phase if it started a pipeline without being marked ``slow``."""
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    started: list[str] = []
+    original = subprocess.Popen.__init__
+
+    def watched(self: subprocess.Popen, args: Any, *rest: Any, **options: Any) -> None:
+        if (command := _pipeline(args)) is not None:
+            started.append(command)
+        original(self, args, *rest, **options)
+
+    subprocess.Popen.__init__ = watched  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+    if started:
+        pytest.fail(f"starts a pipeline ({started[0]}) and is not marked: add @pytest.mark.slow", False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    with _watching_pipelines(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    with _watching_pipelines(item):
+        return (yield)
