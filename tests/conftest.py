@@ -254,3 +254,22 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 def pytest_runtest_call(item: pytest.Item) -> Any:
     with _watching_pipelines(item):
         return (yield)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``cli(*args, cwd=DIR, env={...})``: ``python -m thanos ARGS`` run in this process (``thanos.cli.main``,
+    the command's own code, without a process start), as a finished process: returncode, stdout, stderr."""
+    from thanos.cli import main
+
+    def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as patched:
+            patched.chdir(cwd)
+            for name, value in (env or {}).items():
+                patched.setenv(name, value)
+            capsys.readouterr()
+            code = main([str(arg) for arg in args])
+            out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+    return run

@@ -302,11 +302,11 @@ def test_a_failing_step_names_its_error_and_the_fixed_rerun_resumes(inputs, tmp_
 # --- checks made before any step runs (fast) ----------------------------------------------------------
 
 
-def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
+def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path, cli):
     from transformers import GPT2Config
 
     GPT2Config(n_layer=2, n_embd=32, n_head=4).save_pretrained(tmp_path / "gpt2")
-    run = thanos(
+    run = cli(
         "prune-model", "--model", tmp_path / "gpt2", "--method", "thanos", "--sparsity", "2:4",
         "--out", tmp_path / "out", "--workdir", tmp_path / "work", cwd=tmp_path,
     )  # fmt: skip
@@ -339,14 +339,14 @@ def test_unsupported_architecture_is_refused_before_anything_runs(tmp_path):
         (["--out", "m/sub"], "is inside the input model"),
     ],
 )
-def test_bad_arguments_name_the_option(tmp_path, args, message):
+def test_bad_arguments_name_the_option(tmp_path, args, message, cli):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     base = {"--model": str(tmp_path / "m"), "--method": "thanos", "--sparsity": "2:4", "--out": "out"}
     base |= dict(zip(args[::2], args[1::2], strict=True))
     flat = [x for pair in base.items() for x in pair]
-    run = thanos("prune-model", *flat, "--workdir", tmp_path / "w", cwd=tmp_path)
+    run = cli("prune-model", *flat, "--workdir", tmp_path / "w", cwd=tmp_path)
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
     assert "Traceback" not in run.stderr  # piped, as in CI or under nohup: the one line alone
     assert not (tmp_path / "w").exists() and not (tmp_path / "m" / "sub").exists()
@@ -362,7 +362,7 @@ def test_bad_arguments_name_the_option(tmp_path, args, message):
         ("empty", "no config.json in the model directory (the directory is empty)"),
     ],
 )
-def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage, message):
+def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage, message, cli):
     from thanos.demo.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
@@ -380,7 +380,7 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
     else:
         shutil.rmtree(model)
         model.mkdir()
-    run = thanos(
+    run = cli(
         "prune-model", "--model", model, "--method", "wanda", "--sparsity", "0.5",
         "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path,
     )  # fmt: skip
@@ -389,7 +389,7 @@ def test_a_broken_model_directory_is_named_before_anything_runs(tmp_path, damage
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 
-def test_bad_text_data_is_named_before_any_step(tmp_path):
+def test_bad_text_data_is_named_before_any_step(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
@@ -410,30 +410,30 @@ def test_bad_text_data_is_named_before_any_step(tmp_path):
             "no text files",
         ),
     ):
-        run = thanos("prune-model", *common, *args, "--workdir", tmp_path / "w", cwd=tmp_path)
+        run = cli("prune-model", *common, *args, "--workdir", tmp_path / "w", cwd=tmp_path)
         assert run.returncode == 2 and message in run.stderr.splitlines()[-1], run.stderr[-2000:]
         assert not (tmp_path / "w").exists()
 
 
-def test_hub_sources_offline_are_refused_naming_the_flag_that_takes_a_file(tmp_path):
+def test_hub_sources_offline_are_refused_naming_the_flag_that_takes_a_file(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "calib.txt").write_text("some text\n")
-    env = os.environ | {"HF_HUB_OFFLINE": "1"}
     common = ["prune-model", "--model", "m", "--method", "wanda", "--sparsity", "0.5", "--out", "o"]
+    offline = {"HF_HUB_OFFLINE": "1"}
     for extra, flag in (
         ([], "--calibration c4"),
         (["--calibration", "calib.txt", "--evaluate", "ppl"], "--ppl-source wikitext2"),
     ):
-        run = thanos(*common, *extra, "--workdir", "w", cwd=tmp_path, env=env)
+        run = cli(*common, *extra, "--workdir", "w", cwd=tmp_path, env=offline)
         line = run.stderr.splitlines()[-1]
         assert run.returncode == 2 and line.startswith(
             f"ERROR: {flag}: the hub is not available (HF_HUB_OFFLINE=1)"
         )
         assert line.endswith(f"{flag.split()[0]} FILE") and not (tmp_path / "w").exists()
     magnitude = [*common[:4], "magnitude", *common[5:]]
-    magnitude = thanos(*magnitude, "--device", "cpu", "--workdir", "w", cwd=tmp_path, env=env)
+    magnitude = cli(*magnitude, "--device", "cpu", "--workdir", "w", cwd=tmp_path, env=offline)
     assert magnitude.returncode == 0, magnitude.stderr[-2000:]  # no calibration: c4 is never asked for
 
 
@@ -481,6 +481,7 @@ def test_python_errors_name_the_parameters(tmp_path, options, message):
     assert str(err.value).startswith(message) and "--" not in str(err.value), str(err.value)
 
 
+@pytest.mark.slow
 def test_another_models_result_is_replaced_only_with_overwrite(first, inputs, tmp_path):
     out, workdir, _ = first
     other = tmp_path / "other"
@@ -497,13 +498,13 @@ def test_another_models_result_is_replaced_only_with_overwrite(first, inputs, tm
     assert json.loads((other / "pruning_report.json").read_text())["recipe"]["name"] == RECIPE
 
 
-def test_a_foreign_out_directory_is_refused(tmp_path):
+def test_a_foreign_out_directory_is_refused(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 
     build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
-    run = thanos(
+    run = cli(
         "prune-model", "--model", tmp_path / "m", "--method", "wanda", "--sparsity", "0.5",
         "--out", tmp_path / "out", "--workdir", tmp_path / "w", cwd=tmp_path,
     )  # fmt: skip

@@ -211,9 +211,17 @@ def test_tables_without_results(tmp_path):
     assert main(["tables", "--results", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "t")]) == 2
 
 
-def test_figures_from_partial_results(results, tmp_path):
-    out = tmp_path / "figures"
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory) -> tuple[Path, Path]:
+    """(the results, their figures drawn by one process): drawn once for the tests that read them."""
+    root = tmp_path_factory.mktemp("figures")
+    results, out = fake_results(root / "results"), root / "figures"
     assert main(["figures", "--results", str(results), "--out-dir", str(out)]) == 0
+    return results, out
+
+
+def test_figures_from_partial_results(figures):
+    out = figures[1]
     stems = {p.stem for p in out.glob("*.png")}
     assert stems == {p.stem for p in out.glob("*.pdf")}
     # Figure 1: only tiny-a sweeps unstructured sparsity; no other (model, kind) has two sparsities
@@ -235,11 +243,11 @@ def test_figures_from_partial_results(results, tmp_path):
         assert head.startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF"), path
 
 
-def test_figures_drawn_by_several_processes_are_the_same(results, tmp_path):
+def test_figures_drawn_by_several_processes_are_the_same(figures, tmp_path):
     """--processes 3: the processes share the figures out (each saves the next one not yet taken); the
     files are those one process writes, the PNGs byte for byte (a PDF records its creation time)."""
-    one, three = tmp_path / "one", tmp_path / "three"
-    assert main(["figures", "--results", str(results), "--out-dir", str(one)]) == 0
+    results, one = figures
+    three = tmp_path / "three"
     assert main(["figures", "--results", str(results), "--out-dir", str(three), "--processes", "3"]) == 0
     names = sorted(p.name for p in one.iterdir())
     assert len(names) > 6 and names == sorted(p.name for p in three.iterdir())
