@@ -186,6 +186,7 @@ def test_compact_is_refused_for_other_patterns(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
     """The real workflow: Thanos, Wanda and magnitude neuron removal, compact, and Thanos written with zeros;
     Thanos' compact model gives the zero-filled one's logits."""
@@ -211,6 +212,7 @@ def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
     assert not torch.equal(logits(results / "t30" / "model", ids), logits(results / "m30" / "model", ids))
 
 
+@pytest.mark.slow
 def test_workflow_per_layer_jobs_prune_neurons(tmp_path: Path) -> None:
     """granularity layer (one job per layer): the layers a neurons recipe leaves alone are jobs too."""
     model = make_tiny_model(tmp_path, "qwen2", intermediate_size=96)
@@ -224,6 +226,7 @@ def test_workflow_per_layer_jobs_prune_neurons(tmp_path: Path) -> None:
     assert [entry["layer"] for entry in report["layers"]] == ["mlp.down_proj"] * 2
 
 
+@pytest.mark.slow
 def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path, "opt", intermediate_size=96)
     corpus = write_corpus(tmp_path / "calib.jsonl")

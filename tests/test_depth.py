@@ -127,6 +127,7 @@ def test_fewer_blocks_give_the_logits_of_the_blocks_skipped(tmp_path: Path, mode
     assert not torch.allclose(reference, skipped_logits(model, [], ids), atol=1e-3)  # the block mattered
 
 
+@pytest.mark.slow
 def test_prune_model_removes_the_lowest_influence_block(tmp_path: Path) -> None:
     """``thanos prune-model --sparsity depth:1``: depth.json scores every block from the dense chain's
     stores (influence: 1 - mean cosine of a block's input and output), the lowest is removed, the card and

@@ -143,6 +143,7 @@ def test_a_chain_whose_own_stores_were_deleted_resumes_to_the_same_bytes(tmp_pat
     assert _digest(files.model_dir / weights) == _digest(reference.model_dir / weights)
 
 
+@pytest.mark.slow
 def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     import thanos.runner.disk as disk
 

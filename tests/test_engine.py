@@ -38,6 +38,7 @@ def _run(model: Path, corpus: Path, recipe: Recipe, root: Path):
     return files, steps
 
 
+@pytest.mark.slow
 def test_the_engine_writes_the_workflows_bytes_and_a_rerun_computes_nothing(setup, tmp_path):
     import torch
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from test_zeroshot import _toy_task as toy_task
 
@@ -38,6 +39,7 @@ def test_evaluate_equals_the_two_commands(tmp_path):
     assert _without_timing(tmp_path / "z.json") == _without_timing(tmp_path / "z2.json")
 
 
+@pytest.mark.slow
 def test_workflow_evaluates_each_model_in_one_job(tmp_path):
     text = write_corpus(tmp_path / "text.jsonl", docs=60)
     task_dir = toy_task(tmp_path / "tasks", 12)[0]

@@ -271,6 +271,7 @@ def test_achieved_sparsity_counts_dead_columns(sparsity: str) -> None:
         assert result.stats.achieved_sparsity == pytest.approx(zeros / result.weight.numel()), method
 
 
+@pytest.mark.slow
 def test_models_sharing_a_tiny_path_with_different_specs_are_refused(tmp_path: Path) -> None:
     models = {
         "small": {"path": "models/tiny", "tiny": {"family": "llama", **TINY}},

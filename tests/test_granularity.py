@@ -49,6 +49,7 @@ def _dry_run(tmp_path: Path, config: dict, *args: str) -> str:
     return res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("device", "args", "expected"),
     [

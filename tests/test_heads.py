@@ -167,6 +167,7 @@ def test_models_whose_heads_cannot_be_removed_are_refused(tmp_path: Path, model_
         )
 
 
+@pytest.mark.slow
 def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
     """``thanos prune-model --sparsity heads:0.5`` as a user runs it; an OPT model is refused up front."""
     model = make_tiny_model(tmp_path, "qwen3")
@@ -209,6 +210,7 @@ def test_llama_cpp_converts_a_model_with_fewer_heads(tmp_path: Path) -> None:
     assert Fraction(kept, report["compact"]["original_heads"]) == Fraction(1, 2)
 
 
+@pytest.mark.slow
 def test_workflow_prunes_heads(tmp_path: Path) -> None:
     """A heads recipe in the workflow (Thanos, the recipe's job): the published model has the kept heads."""
     model = make_tiny_model(tmp_path, "mistral")

@@ -119,6 +119,7 @@ def test_fused_experts_in_the_checkpoint_are_refused_naming_why(tmp_path: Path) 
     assert not (tmp_path / "i.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt_oss", "granitemoe"])
 def test_experts_stored_fused_are_pruned_per_expert_and_written_back_fused(
     tmp_path: Path, family: str

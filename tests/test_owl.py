@@ -161,6 +161,7 @@ def _direct_norms(model_dir: Path, tokens: Path) -> dict[int, dict[str, torch.Te
     }
 
 
+@pytest.mark.slow
 def test_owl_json_agrees_with_the_dense_activations(run):
     """The artifact (from the dense chain's Hessian stores) and a direct computation (the dense HF model's
     activations in memory) give the same outliers and sparsities."""
@@ -198,6 +199,7 @@ def _written_zeros(model_dir: Path) -> dict[int, tuple[int, int]]:
     return {block: (w, z) for block, (w, z) in found.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_written_model_has_the_target_sparsity(run, recipe):
     """Per block, the written zeros are OWL's count (floor per layer: within one weight per layer for
@@ -226,6 +228,7 @@ def test_written_model_has_the_target_sparsity(run, recipe):
     assert "Sparsity per block (OWL)" in (model_dir / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_owl_change_reruns_its_recipe_only(run, text):
     changed = RECIPES | {
         "thanos_u70": {"method": "thanos", "sparsity": 0.7},
@@ -248,6 +251,7 @@ def test_owl_change_reruns_its_recipe_only(run, text):
     assert rows.get("total") == 2 + TINY["num_blocks"] + 2 * later + 1, rows
 
 
+@pytest.mark.slow
 def test_owl_with_nm_is_refused_by_the_workflow(tmp_path, text):
     recipes = {"wanda_owl": {"method": "wanda", "sparsity": "2:4", "profile": "owl"}}
     proc = snakemake(tmp_path, workflow_config(text, MODELS, recipes), "-n", check=False)
@@ -255,6 +259,7 @@ def test_owl_with_nm_is_refused_by_the_workflow(tmp_path, text):
     assert "recipes.wanda_owl.profile: owl sets a sparsity per block" in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_report_rows_keep_owl_beside_uniform(run):
     from thanos.report.collect import collect, labelled_recipes
 
@@ -325,6 +330,7 @@ def test_orderings_compare_uniform_recipes_only():
     assert claim.verdict == "holds" and "SparseGPT 50.000" in claim.detail, claim
 
 
+@pytest.mark.slow
 def test_dense_chain_owl_reuses_the_recipes_hessians(run, tmp_path, text):
     """With ``chain: dense`` the OWL rule reads the Hessian stores the recipes prune with: no extra capture
     or propagate job (one per dense block, shared), and the owl.json equals the sequential run's (the dense

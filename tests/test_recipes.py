@@ -227,6 +227,7 @@ def test_schema_leaves_methods_and_recipe_names_to_the_package():
     assert schema["properties"]["granularity"]["enum"] == ["auto", *GRANULARITIES, *ALIASES]
 
 
+@pytest.mark.slow
 def test_the_schemas_problems_are_named_in_words(tmp_path):
     """What the schema refuses is one line per key, in words: an n:m pattern YAML read as a number (an
     unquoted 2:4 is 124) says to quote it; a real Snakemake run of such a config stops with that line."""

@@ -74,6 +74,7 @@ def test_an_epoch_that_makes_it_worse_is_not_kept() -> None:
         assert torch.equal(W.detach(), before[name])
 
 
+@pytest.mark.slow
 def test_options_that_make_no_sense_are_refused_naming_them(tmp_path: Path) -> None:
     for options, message in (
         ({"epochs": -1}, "recover.epochs: expected a whole number >= 1"),

@@ -304,6 +304,7 @@ def test_recipe_change_reruns_only_that_recipe(e2e, text):
     assert counts.get("total") == 5, counts  # + the `all` target
 
 
+@pytest.mark.slow
 def test_dry_run_default_config(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
@@ -315,6 +316,7 @@ def test_dry_run_default_config(tmp_path):
     assert "demo_data" in proc.stdout and "train_demo" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("recipes", "message"),
     [
@@ -330,6 +332,7 @@ def test_config_errors_name_the_key(tmp_path, text, recipes, message):
     assert message in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_recipe_name_made_twice_is_refused(tmp_path, text):
     grid = [{"methods": ["thanos"], "sparsities": ["0.5"]}]
     config = workflow_config(
@@ -343,6 +346,7 @@ def test_recipe_name_made_twice_is_refused(tmp_path, text):
     assert "recipes.thanos_u50: recipe_grid already makes a recipe of that name" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_granularity_chain_is_the_old_name_of_recipe(tmp_path, text):
     recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
     models = {"m": {"path": "models/m", "tiny": {"family": "llama", **TINY}}}
@@ -351,6 +355,7 @@ def test_granularity_chain_is_the_old_name_of_recipe(tmp_path, text):
     assert "granularity: 'chain' is the old name of 'recipe'" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_eval_gpus_needs_a_gpu_device(tmp_path, text):
     recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
     config = workflow_config(text, {"m": {"path": "nowhere"}}, recipes, eval_gpus=2)  # device: cpu

@@ -122,6 +122,7 @@ def test_missing_include_path(setup, tmp_path):
         evaluate_zeroshot(str(model), tasks=tasks.TASK_NAME, include_path=str(tmp_path / "none"))
 
 
+@pytest.mark.slow
 def test_prune_model_evaluates_local_tasks(setup, tmp_path):
     """``prune-model --evaluate zeroshot --tasks T --include-path DIR``: a task defined in a local YAML, for
     the pruned and the dense model; a task found nowhere is refused before anything runs."""
