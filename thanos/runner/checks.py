@@ -97,7 +97,6 @@ class Model:
 def plan(request: PruneRequest) -> Plan:
     """Check the model, the output, the calibration and evaluation sources of a request of one recipe:
     what is wrong is refused here, naming the option, before anything is written."""
-
     recipe, resources = request.recipe, request.resources
     out = Path(request.output.out).expanduser().resolve()
     reference = model_reference(request.model)
@@ -187,7 +186,6 @@ def source_reference(source: str | Path, option: str, text_field: str = "text", 
     """The hub's dataset of ``option`` (``c4``, ``wikitext2``) unchanged; a local file or directory as an
     absolute path. A local source must exist and, with ``check``, pass ``thanos.data.textdata.check_files``
     (types, encoding, first record): its problems are named now, not by a step after the pruning."""
-
     hub_name = HUB_SOURCES[option]
     if str(source) == hub_name:
         if check:
@@ -225,7 +223,6 @@ def check_hub(option: str) -> None:
 def compute_dtype_text(device: str, compute_dtype: str, checkpoint: torch.dtype) -> str:
     """``float32`` (the checkpoint's dtype too) or ``float32 (checkpoint bfloat16)``: what the header shows;
     an unknown or unsupported ``compute_dtype`` is refused naming it."""
-
     try:
         compute = Compute.of(device, compute_dtype, checkpoint)
     except ValueError as err:
@@ -321,7 +318,6 @@ def _count(recipe: Recipe, count: Any) -> None:
 def disk_estimate(model: Model, recipe: Recipe, calibration: dict[str, Any]) -> DiskEstimate | None:
     """The run's disk use (``thanos.runner.disk``) for a local model; None for a hub id (its files are not
     here yet)."""
-
     if model.layout is None:
         return None
     nsamples, seqlen = calibration["nsamples"], calibration["seqlen"]

@@ -65,7 +65,6 @@ def failed(
     run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float, published: bool
 ) -> None:
     """What failed, the error's one line, where the full log is, how to resume."""
-
     took = clock_text(time.monotonic() - started)
     say(stream, f"FAILED after {took}: {step or 'the run'}")
     say(stream, f"ERROR: {describe(err)}")
@@ -139,7 +138,6 @@ def print_summary(
 
 def disk_text(run_plan: Plan) -> str:
     """What the run left on disk: ``--out`` and the working directory, and how to clean it."""
-
     out, work = path_bytes(run_plan.out), path_bytes(run_plan.workdir)
     return (
         f"disk: --out {size_text(out)}; workdir {size_text(work)} (--keep {run_plan.resources.keep}; "

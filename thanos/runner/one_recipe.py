@@ -76,7 +76,6 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
 
     A failed or interrupted step says what failed and how to resume, then raises ``RunFailed``; a failed
     evaluation leaves the published model in place (without it) and says so."""
-
     evaluations = _evaluations(run_plan)
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
@@ -113,7 +112,7 @@ def _guarded(
         say(stream, f"interrupted after {took}: finished steps are kept; run the same command to resume")
         raise RunFailed("interrupted", interrupted=True) from None
     except Exception as err:
-        log.exception("%s failed", progress.current)
+        log.exception("%s failed", progress.current or "the run")
         console.failed(run_plan, progress.current, err, stream, started, published)
         raise RunFailed(str(err)) from err
 
@@ -121,7 +120,6 @@ def _guarded(
 @contextlib.contextmanager
 def _threads(run_plan: Plan) -> Iterator[None]:
     """torch uses ``--cores`` threads for the duration."""
-
     before = torch.get_num_threads()
     torch.set_num_threads(run_plan.resources.cores)
     try:
@@ -132,7 +130,6 @@ def _threads(run_plan: Plan) -> Iterator[None]:
 
 def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     """The engine's steps; returns the steps run and kept."""
-
     files = run_plan.files
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
@@ -153,7 +150,6 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
 
 def _card(run_plan: Plan, evaluation: dict[str, Any] | None) -> tuple[dict[str, Any], Any, str]:
     """(report, sparsity summary, model card) of the assembled model."""
-
     model_dir = run_plan.files.model_dir
     report = json.loads((model_dir / "pruning_report.json").read_text())
     summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
@@ -165,7 +161,6 @@ def publish_result(
 ) -> tuple[dict, dict | None, Any, list[str]]:
     """Publish the assembled model to ``out`` with its model card (``evaluation`` in it): (report,
     evaluation, sparsity summary, what ``publish`` found changed in ``out``)."""
-
     report, summary, card = _card(run_plan, evaluation)
     return report, evaluation, summary, publish(run_plan.files.model_dir, run_plan.out, {CARD: card})
 
@@ -173,7 +168,6 @@ def publish_result(
 def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[str]) -> Published:
     """Rewrite the published model's card with ``evaluation`` (the weights are not copied again); ``before``:
     what the publish found changed in ``out``."""
-
     report, summary, card = _card(run_plan, evaluation)
     update_texts(run_plan.files.model_dir, run_plan.out, {CARD: card})
     return report, evaluation, summary, before
@@ -181,7 +175,6 @@ def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[
 
 def _evaluations(run_plan: Plan) -> Any:
     """The evaluations the plan asks for, of its pruned model and of the dense model beside it."""
-
     evaluation, root = run_plan.evaluation, run_plan.model_root
     return Evaluations(
         run_plan.files.model_dir, root / "eval", run_plan.reference, root.parent / DENSE / "eval",
