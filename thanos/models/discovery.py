@@ -6,7 +6,7 @@ mixture-of-experts blocks stay dense (:data:`DENSE_LAYERS`, :func:`routers`).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -15,8 +15,19 @@ from thanos.models.experts import find_experts
 from thanos.models.recording import tree_map
 from thanos.models.skeleton import StructureError
 
-if TYPE_CHECKING:
-    from thanos.models.generic import GenericAdapter
+
+class Discoverable(Protocol):
+    """What discovery asks of an adapter (``thanos.models.generic.GenericAdapter``): a block of the model's
+    own code, and the call that runs it."""
+
+    model_type: str
+    hidden_size: int
+    dtype: torch.dtype
+
+    def new_block(self, block: int) -> nn.Module: ...
+
+    def block_call(self, block: int, hidden: torch.Tensor) -> tuple[tuple, dict]: ...
+
 
 # linear layers never pruned: routers of mixture-of-experts blocks (they pick experts; a handful of
 # parameters) -- Mixtral/Qwen-MoE `mlp.gate`, `router`, Qwen2-MoE `shared_expert_gate`
@@ -44,7 +55,7 @@ class _Silent(nn.Module):
         return torch.zeros_like(hidden)
 
 
-def discover_groups(adapter: GenericAdapter, block: int) -> dict[str, tuple[str, ...]]:
+def discover_groups(adapter: Discoverable, block: int) -> dict[str, tuple[str, ...]]:
     """The prunable linear layers of ``block`` grouped by the input they share, in call order.
 
     One forward of the block, on the meta device (shapes only, no memory), with a pre-hook on every
