@@ -88,16 +88,26 @@ def wheel(tmp_path_factory) -> Path:
     return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
 
 
-# The end-to-end files, longest first. pytest-xdist's loadfile scheduling hands files
-# to the workers in collection order: starting these first lets the fast files fill in at the end instead
-# of one long file running alone after everything else.
+# The end-to-end files, longest first (their durations on 2 cores). pytest-xdist's loadfile scheduling hands
+# files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by default it would
+# start the files with the most tests first, leaving the SLURM file, two tests, latency-bound, to run alone
+# at the end): starting these first lets the fast files fill in at the end.
 LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
     "test_prune_model.py",
     "test_faults.py",
+    "test_matrix.py",
+    "test_owl.py",
+    "test_recovery.py",
+    "test_disk.py",
+    "test_exclude.py",
+    "test_real_model.py",
     "test_smoke.py",
     "test_readme_commands.py",
+    "test_depth.py",
+    "test_compact.py",
+    "test_heads.py",
     "test_packaging.py",
 )
 
