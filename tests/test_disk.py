@@ -68,7 +68,8 @@ def test_the_estimate_is_within_20_percent_of_what_the_run_takes(tmp_path, famil
     else:
         model = make_tiny_model(tmp_path, family, num_blocks=3)
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=60)
-    for keep in ("all", "needed"):
+    # the demo shape checks the arithmetic on larger stores; --keep needed's deletions: the tiny models
+    for keep in ("all",) if family == "demo-shaped" else ("all", "needed"):
         report, terminal = _prune(model, corpus, tmp_path, keep, keep=keep)
         peak, after = _estimate(terminal)
         measured = path_bytes(report["workdir"])

@@ -6,6 +6,7 @@ before any step runs (bad arguments, unsupported architecture, a foreign --out).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -479,6 +480,31 @@ def test_python_errors_name_the_parameters(tmp_path, options, message):
     with pytest.raises(ValueError) as err:
         prune_model(model, call.pop("method"), call.pop("sparsity"), out=tmp_path / "out", **call)
     assert str(err.value).startswith(message) and "--" not in str(err.value), str(err.value)
+
+
+def test_a_recipe_object_stands_for_the_method_and_its_keywords(tmp_path):
+    """``prune_model(model, Recipe(...))``: the recipe as built (the same plan as its keywords give); the
+    recipe's keywords beside it are refused, named in Python's words."""
+    from thanos import Recipe, prune_model
+    from thanos.demo.tiny import build_tiny_model
+    from thanos.errors import OptionError
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    (tmp_path / "calib.txt").write_text("a few words of calibration text\n")
+    common = {"calibration": tmp_path / "calib.txt", "dry_run": True, "stream": io.StringIO()}
+    recipe = Recipe(None, "thanos", "2:4", alpha=0.1)
+    planned = prune_model(model, recipe, out=tmp_path / "a", workdir=tmp_path / "w", **common)
+    keywords = prune_model(
+        model, "thanos", "2:4", alpha=0.1, out=tmp_path / "a", workdir=tmp_path / "w", **common
+    )
+    assert planned == keywords and planned["disk"]["model"] > 0
+    with pytest.raises(OptionError) as mixed:
+        prune_model(model, recipe, "2:4", alpha=0.2, out=tmp_path / "b", **common)
+    assert (
+        str(mixed.value)
+        == "sparsity, alpha: the Recipe given as the method holds the recipe; set them in the Recipe"
+    )
+    assert not (tmp_path / "b").exists() and not (tmp_path / "w").exists()
 
 
 @pytest.mark.slow
