@@ -633,3 +633,19 @@ def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(firs
     assert (evaluated / "model.safetensors").stat().st_ino == weights  # the card alone was rewritten
     report = json.loads((evaluated / "pruning_report.json").read_text())
     assert report["files"]["README.md"]["bytes"] == len(card.encode())
+
+
+def test_an_option_error_is_worded_by_each_front_and_crosses_processes():
+    """One error, its parts kept: the command line's words, Python's, and the same after pickling."""
+    import pickle
+
+    from thanos.errors import Option, OptionError
+    from thanos.runner.request import FLAGS, PYTHON
+
+    err = OptionError(
+        (Option("recover.holdout", "0.5"), Option("nsamples", "2")), "none left; give ", Option("disk_check")
+    )
+    assert err.words(FLAGS) == "--recover-holdout 0.5 with --nsamples 2: none left; give --no-disk-check"
+    python = err.worded(PYTHON)
+    assert str(python) == "recover['holdout']=0.5 with nsamples=2: none left; give disk_check=False"
+    assert str(pickle.loads(pickle.dumps(python))) == str(python)

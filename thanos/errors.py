@@ -144,6 +144,13 @@ class OptionError(ValueError):
     def __str__(self) -> str:
         return self.args[0]
 
+    def __reduce__(self) -> tuple:  # pickled (another process) as its parts, not its text
+        return _rebuild, (type(self), self.subject, self.problem, self.front, self.join)
+
+
+def _rebuild(cls: type[OptionError], subject: tuple, problem: tuple, front: Words, join: str) -> OptionError:
+    return cls(subject, *problem, words=front, join=join)
+
 
 def _word(words: Words, option: Option) -> str:
     return words.name(option.name) if option.value is None else words.given(option.name, option.value)
