@@ -7,24 +7,17 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from thanos.runner.request import DTYPES, RecipeOptions, positive  # noqa: F401 - positive: the commands' type
+
 if TYPE_CHECKING:
     from thanos.recipe import Recipe
 
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
-# the dtypes a model is computed in (thanos.stages.common.COMPUTE_DTYPES, named here without torch)
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+DTYPE_CHOICES = DTYPES  # the dtypes a model is computed in, named without torch
 DTYPE_AUTO = (
     "auto: the checkpoint's dtype where the device multiplies it natively (a GPU; a CPU with AVX512_BF16 or "
     "AMX), else float32"
 )
-
-
-def positive(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +35,6 @@ def add_recipe(parser: argparse.ArgumentParser) -> None:
 def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str) -> None:
     """The recipe option ``name`` as ``thanos prune-model`` declares it (``RecipeOptions``' field), not
     required."""
-    from thanos.runner.request import RecipeOptions
-
     field = next(field for field in dataclasses.fields(RecipeOptions) if field.name == name)
     given = {key: value for key, value in field.metadata["argparse"].items() if key != "required"}
     parser.add_argument(f"--{name}", default=None, help=field.metadata["help"], **given)

@@ -24,9 +24,9 @@ from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Recipe, Recovery
+from thanos.runner.disk import KEEP  # what the working directory keeps
 
 EVALUATIONS = ("ppl", "zeroshot")
-KEEP = ("needed", "all")  # what the working directory keeps (``thanos.runner.disk``)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # ``thanos.stages.common.COMPUTE_DTYPES`` without torch
 DEFAULT_NSAMPLES = 128
@@ -47,8 +47,8 @@ def positive(text: str) -> int:
 
 
 def option(help: str, **argparse_options: Any) -> dict[str, Any]:
-    """A field's metadata: its help text and how the command line takes it (``argparse`` keywords;
-    ``flag=None``: Python only)."""
+    """A field's metadata: its help text and how the command line takes it (``argparse`` keywords; ``flag``:
+    the option's flag where it is not ``--`` and the field's name with dashes)."""
     return {"help": help, "argparse": argparse_options}
 
 
