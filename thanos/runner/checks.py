@@ -155,18 +155,20 @@ def model_reference(model: str | Path) -> str:
 def open_model(reference: str) -> Model:
     """The model's facts; an unsupported one, or a local directory without config, safetensors weights or
     tokenizer files, is refused here, before any step runs. Reads config.json and the weights' headers
-    (for a hub id: downloads only config.json)."""
+    (for a hub id: downloads only config.json). A local model's adapter is the one the run's stages use
+    (``thanos.models.handle``: built once per process)."""
     from thanos import models
+    from thanos.models.handle import ModelHandle
 
     local = Path(reference).is_dir()
     config = models.load_config(reference) if local else _hub_config(reference)
+    handle = ModelHandle.open(reference) if local else None
     try:
-        adapter = models.get_adapter(config)
+        adapter = handle.adapter if handle is not None else models.get_adapter(config)
     except ValueError as err:
         raise OptionError(Option("model", reference), str(err)) from None
-    layout, checkpoint = (adapter.layout, models.Checkpoint(reference)) if local else (None, None)
-    if checkpoint is not None:
-        checkpoint.add_views(adapter.layout.expert_views())
+    layout, checkpoint = (handle.layout, handle.checkpoint) if handle is not None else (None, None)
+    if handle is not None:
         models.check_tokenizer_files(reference)
     facts = (config.model_type, adapter.max_positions, adapter.layers, adapter.dtype)
     return Model(reference, *facts, layout, checkpoint)
