@@ -128,10 +128,13 @@ def test_fewer_blocks_give_the_logits_of_the_blocks_skipped(tmp_path: Path, mode
 
 
 @pytest.mark.slow
-def test_prune_model_removes_the_lowest_influence_block(tmp_path: Path) -> None:
+def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path) -> None:
     """``thanos prune-model --sparsity depth:1``: depth.json scores every block from the dense chain's
-    stores (influence: 1 - mean cosine of a block's input and output), the lowest is removed, the card and
-    summary say so; a second run resumes with nothing to do; depth:3 of 3 blocks is refused up front."""
+    stores (influence: 1 - mean cosine of a block's input and output; replaced: the relative error of the
+    map fitted in place of the block), the block of the lowest replaced error is removed and its map folded
+    into the block before, the card and summary say so; a second run resumes with nothing to do;
+    ``--no-block-map`` removes the lowest-influence block without a map; depth:3 of 3 blocks is refused
+    up front."""
     model = make_tiny_model(tmp_path, "llama", num_blocks=3)
     corpus = write_corpus(tmp_path / "calib.jsonl")
     work = tmp_path / "work"
@@ -149,13 +152,27 @@ def test_prune_model_removes_the_lowest_influence_block(tmp_path: Path) -> None:
     x, y = Activations(stores[1]).read(0, 8).float(), Activations(stores[2]).read(0, 8).float()
     influence = 1 - torch.nn.functional.cosine_similarity(x.flatten(0, 1), y.flatten(0, 1), dim=1).mean()
     assert abs(plan["scores"]["influence"][1] - float(influence)) < 1e-5
-    lowest = min(range(3), key=lambda b: plan["scores"]["influence"][b])
-    assert plan["removed"] == [lowest] and plan["kept"] == [b for b in range(3) if b != lowest]
-    assert f"compact: blocks 3 -> 2 (removed {lowest})" in run.stderr
+    replaced = plan["scores"]["replaced"]
+    assert replaced[0] is None  # no block before block 0 to fold a map into
+    lowest = min((1, 2), key=lambda b: replaced[b])
+    assert plan["metric"] == "replaced" and plan["removed"] == [lowest]
+    (entry,) = plan["maps"]
+    assert (
+        entry["folded_into"] == lowest - 1 and entry["error"] == replaced[lowest] < entry["error_without_map"]
+    )
+    assert f"(removed {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
     assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan
     again = subprocess.run(command, capture_output=True, text=True)
     assert again.returncode == 0 and "nothing to do" in again.stderr
+    plain = subprocess.run(
+        [*command[:-1], str(tmp_path / "plain"), "--no-block-map"], capture_output=True, text=True
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain_plan = json.loads(next(work.glob("results/*/thanos_depth1_nomap/depth.json")).read_text())
+    by_influence = min(range(3), key=lambda b: (plan["scores"]["influence"][b], -b))
+    assert plain_plan["metric"] == "influence" and plain_plan["removed"] == [by_influence]
+    assert "maps" not in plain_plan
     refused = subprocess.run(
         [*command[:9], "depth:3", *command[10:-1], str(tmp_path / "out3")], capture_output=True, text=True
     )

@@ -92,10 +92,16 @@ def pattern_text(pattern: Sparsity, alpha: float | None, outlier_rows: int | Non
 
 def recipe_label(recipe: Recipe) -> str:
     """``Thanos 2:4``, ``Wanda unstructured 70 % (OWL per block: M 5, lambda 0.08)``, ``Depth: 6 whole
-    blocks removed (the lowest block influence on the calibration text)``: a recipe in a sentence, as
-    ``thanos prune-model``'s lines name the run."""
+    blocks removed, replaced by a linear map ...``: a recipe in a sentence, as ``thanos prune-model``'s
+    lines name the run."""
     pattern = pattern_text(recipe.sparsity, recipe.alpha)
-    if recipe.sparsity.kind == "depth":  # the blocks are chosen by their score, not the method
+    # depth: the blocks are chosen by a score, not by the method
+    if recipe.sparsity.kind == "depth" and recipe.block_map:
+        return (
+            f"Depth: {pattern} removed, replaced by a linear map fitted on the calibration text (the run of "
+            "blocks the map replaces best)"
+        )
+    if recipe.sparsity.kind == "depth":
         return f"Depth: {pattern} removed (the lowest block influence on the calibration text)"
     label = f"{LABELS[recipe.method].label} {pattern}"
     if recipe.owl:
@@ -124,10 +130,12 @@ def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
 def shape_text(compact: dict[str, Any]) -> str:
     """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
     (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
-    3, 5, ...)``. The model card's combined recipe and ``thanos prune-model``'s summary say it."""
+    12, ..., 17; replaced by a linear map in block 11)``. The model card's combined recipe and ``thanos prune-model``'s summary say it."""
     if compact.get("structure") == "depth":
         removed = ", ".join(map(str, compact["removed_blocks"]))
-        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed})"
+        folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
+        maps = f"; replaced by a linear map in block {', '.join(map(str, folded))}" if folded else ""
+        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
     if compact.get("structure") == "heads":
         return (
             f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "

@@ -141,7 +141,8 @@ class Recipe:
 
     ``chain`` (sequential or dense) is the workflow's: it decides which inputs calibrate each block.
     ``compact`` (neurons:p, heads:p, kv_heads:p only): write the model without the removed neurons or heads
-    (their default).
+    (their default). ``block_map`` (depth:k only): replace each run of removed blocks by a linear map fitted
+    on the calibration activations and folded into the block before it (their default).
     """
 
     name: str | None
@@ -156,6 +157,7 @@ class Recipe:
     owl_m: float | None = None
     owl_lambda: float | None = None
     recover: Recovery | None = None  # recovery of every pruned block (``Recovery``), none by default
+    block_map: bool | None = None  # depth:k only: each run of removed blocks replaced by a fitted map
     chain: str = "sequential"
     key: InitVar[str] = "recipe"  # the config key errors name
 
@@ -187,6 +189,7 @@ class Recipe:
         set_(self, "damp", damp)
         set_(self, "exclude", check_exclude(key, self.exclude))
         set_(self, "compact", _compact(key, pattern, self.compact))
+        set_(self, "block_map", _block_map(key, pattern, self.block_map))
         set_(self, "profile", self.profile or "uniform")
         for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
             set_(self, name, value)
@@ -250,8 +253,8 @@ class Recipe:
         """``{method}_{pattern}`` (``u50``, ``2-4``, ``s30``, ``n30``), then each option that differs from
         the method's default, or is named in ``always``: ``_a{alpha}``, ``_B{blocksize}``,
         ``_damp{damp}``, ``_owl`` (``-m{M}``, ``-l{lambda}``), ``_x`` and a digest of the ``exclude``
-        patterns, ``_zeros`` (neurons:p written in the original shape). Different recipes of one model
-        get different names."""
+        patterns, ``_zeros`` (neurons:p written in the original shape), ``_nomap`` (depth:k without maps).
+        Different recipes of one model get different names."""
         spec, kind = methods.get(self.method), self.sparsity.kind
         name = f"{self.method}_{pattern_tag(self.sparsity)}"
         if "alpha" in always or self.alpha != spec.default_alpha(kind):
@@ -270,6 +273,8 @@ class Recipe:
             name += "_x" + hashlib.sha256(json.dumps(list(self.exclude)).encode()).hexdigest()[:8]
         if kind in COMPACT_KINDS and not self.compact:
             name += "_zeros"
+        if kind == "depth" and not self.block_map:
+            name += "_nomap"
         if self.recover is not None:
             name += self.recover.tag()
         return name
@@ -346,6 +351,17 @@ def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
             f"only neurons:p, heads:p and kv_heads:p recipes can be written compact, not {pattern}",
         )
     return compact
+
+
+def _block_map(key: str, pattern: Sparsity, block_map: Any) -> bool | None:
+    """``block_map`` is a boolean, for depth recipes only (true by default); None for the others."""
+    if block_map is None:
+        return True if pattern.kind == "depth" else None
+    if not isinstance(block_map, bool):
+        raise invalid(key, "block_map", f"expected true or false, got {block_map!r}")
+    if pattern.kind != "depth":
+        raise invalid(key, "block_map", f"only depth:k recipes replace removed blocks by maps, not {pattern}")
+    return block_map
 
 
 def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any) -> dict[str, float | None]:

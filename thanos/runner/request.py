@@ -114,6 +114,14 @@ class RecipeOptions:
             action=argparse.BooleanOptionalAction,
         ),
     )
+    block_map: bool | None = field(
+        default=None,
+        metadata=option(
+            "depth:K only: replace each run of removed blocks by a linear map fitted on the calibration "
+            "activations, folded into the block before it (default); --no-block-map leaves them out",
+            action=argparse.BooleanOptionalAction,
+        ),
+    )
     recover: bool | dict[str, Any] | None = field(
         default=None,
         metadata=option(
@@ -125,16 +133,27 @@ class RecipeOptions:
 
     def recipes(self) -> tuple[Recipe, ...]:
         """The recipe, or a combined pattern's parts (``depth:4+neurons:0.3``) in the order they run, each
-        checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned)."""
+        checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned), and only a
+        depth part takes ``block_map``."""
         parts = combined_parts(self.sparsity)
         if parts is None:
-            return (self._recipe(self.sparsity, self.recover),)
-        return tuple(self._recipe(part, None if part.startswith("depth") else self.recover) for part in parts)
+            return (self._recipe(self.sparsity, self.recover, self.block_map),)
+        return tuple(
+            self._recipe(part, None, self.block_map)
+            if part.startswith("depth")
+            else self._recipe(part, self.recover)
+            for part in parts
+        )
 
-    def _recipe(self, sparsity: str | float, recover: Any) -> Recipe:
+    def _recipe(self, sparsity: str | float, recover: Any, block_map: bool | None = None) -> Recipe:
         given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         options = {name: value for name, value in given.items() if value is not None}
-        options |= {"sparsity": sparsity, "exclude": list(self.exclude or ()), "recover": recover}
+        options |= {
+            "sparsity": sparsity,
+            "exclude": list(self.exclude or ()),
+            "recover": recover,
+            "block_map": block_map,
+        }
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:

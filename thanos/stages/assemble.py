@@ -40,7 +40,7 @@ from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipe import Recipe
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
-from thanos.stages.depth import removal
+from thanos.stages.depth import map_tensors, removal
 from thanos.stages.owl_plan import owl_blocks
 from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
@@ -228,7 +228,7 @@ def _tensors_to_write(
     if depth is not None:
         if info:
             check_unchanged(model.path, info.get("fingerprint"), str(info_path))
-        replace, layers = {}, []
+        replace, layers = map_tensors(depth), []
         compact = removal(model, names, depth, info or None)
         names = [name for name in names if compact.keeps(name)]
     else:

@@ -145,6 +145,29 @@ DENSE_TEXT = (
 )
 
 
+CHOSEN_BY = {
+    "influence": "chosen by the lowest block influence on the calibration text",
+    "relative": "chosen by the lowest relative change on the calibration text",
+    "replaced": "chosen as the run of blocks a fitted linear map reproduces best on the calibration text",
+}
+
+
+def _maps_text(maps: list[dict[str, Any]]) -> str:
+    """The card's sentences on the maps that replace the removed runs of blocks."""
+    folded = [entry for entry in maps if "folded_into" in entry]
+    text = "".join(
+        f" Blocks {entry['blocks'][0]}-{entry['blocks'][1]} are replaced by a linear map fitted by least "
+        f"squares on the calibration activations, folded into the MLP output projection of block "
+        f"{entry['folded_into']} (no parameter added)."
+        for entry in folded
+    )
+    return text + "".join(
+        f" Blocks {entry['blocks'][0]}-{entry['blocks'][1]} are left out without a map: {entry['why']}."
+        for entry in maps
+        if "folded_into" not in entry and entry.get("why")
+    )
+
+
 def _compact_text(compact: dict[str, Any]) -> str:
     """What a compact (neurons or heads removed) model is, for the card."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
@@ -153,10 +176,11 @@ def _compact_text(compact: dict[str, Any]) -> str:
         return (
             f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
             f"{compact['original_blocks']} decoder blocks (blocks {removed} of the base model are gone, "
-            f"chosen by the lowest {compact['metric']} on the calibration text; the others renumbered; "
+            f"{CHOSEN_BY.get(compact['metric'], compact['metric'])}; the others renumbered; "
             "`num_hidden_layers` and every per-block setting in `config.json` follow), "
             f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer); the model loads "
             "wherever the base model loads, as a shallower dense model of the same architecture."
+            + _maps_text(compact.get("maps") or [])
         )
     if compact.get("structure") == "heads":
         return (

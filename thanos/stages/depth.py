@@ -5,11 +5,16 @@ block l and of block l + 1 (its output), which the dense chain stores anyway (``
 
 - ``influence`` (ShortGPT's block influence, Men et al. 2024): BI_l = 1 - E_t[cos(x_l,t, x_l+1,t)], how much
   the block turns the residual stream, averaged over every calibration token;
-- ``relative``: E_t[||x_l+1,t - x_l,t|| / ||x_l,t||], how much it changes its length.
+- ``relative``: E_t[||x_l+1,t - x_l,t|| / ||x_l,t||], how much it changes its length;
+- ``replaced`` (with maps): every run of k consecutive blocks s .. s + k - 1 (s >= 1) by the relative error
+  of the linear map fitted in its place (``thanos.stages.block_maps``): how well the model without the run
+  still writes the run's output, as ReplaceMe replaces one run.
 
-The k blocks of the lowest score of ``DEFAULT_METRIC`` are removed (docs/compact.md compares the two on
-SmolLM2). ``depth.json`` holds both scores, the metric used, the removed and the kept blocks: an artifact
-of its own, read by the assembly, the report and the card.
+With maps (``block_map``, the default) the run of the lowest ``replaced`` error goes (``DEFAULT_METRIC``);
+without, the k single blocks of the lowest influence (``DEFAULT_BLOCKS``; docs/structures.md compares them
+on SmolLM2). ``depth.json`` holds the scores, the metric used, the removed and the kept blocks and the maps
+(each run's map, the block it is folded into, its errors, or why none): an artifact of its own, read by the
+assembly (which writes the folded weights), the report and the card.
 
 **Written without them.** The kept blocks' tensors are renamed to consecutive block numbers, the removed
 ones' left out; ``config.json`` gets ``num_hidden_layers`` and every per-block setting of the kept blocks:
@@ -41,8 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-METRICS = ("influence", "relative")
-DEFAULT_METRIC = "influence"
+METRICS = ("influence", "relative", "replaced")
+DEFAULT_BLOCKS = "influence"  # the metric of single blocks, where no map can be fitted
+DEFAULT_METRIC = "replaced"
+MAPS_DIR = "depth_maps"
 BLOCKS_KEY = "num_hidden_layers"
 # per-block settings given as a period or a count: what the kept blocks' setting becomes, or None: refused
 PERIODIC = ("sliding_window_pattern", "decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
@@ -57,9 +64,9 @@ def _refuse(model_type: str, why: str) -> DepthError:
 
 
 def block_scores(stores: Sequence[str | Path], samples: int = 4) -> dict[str, list[float]]:
-    """Each metric of ``METRICS`` for blocks 0..L-1 from the dense activation stores ``inputs_0 ..
+    """``influence`` and ``relative`` for blocks 0..L-1 from the dense activation stores ``inputs_0 ..
     inputs_L`` (L + 1 stores), a few samples in memory at a time, in fp32."""
-    scores: dict[str, list[float]] = {metric: [] for metric in METRICS}
+    scores: dict[str, list[float]] = {"influence": [], "relative": []}
     for before_path, after_path in zip(stores[:-1], stores[1:], strict=True):
         before, after = Activations(before_path), Activations(after_path)
         cos = rel = 0.0
@@ -84,15 +91,35 @@ def choose(scores: Sequence[float], k: int) -> list[int]:
 
 
 def depth_plan(
-    stores: Sequence[str | Path], pattern: Sparsity, out: str | Path, metric: str = DEFAULT_METRIC
+    stores: Sequence[str | Path],
+    pattern: Sparsity,
+    out: str | Path,
+    metric: str | None = None,
+    model: ModelHandle | None = None,
+    block_map: bool = False,
 ) -> dict:
-    """Score every block (``block_scores``) and write ``out`` (depth.json): the scores, the metric, the
-    removed and the kept blocks."""
+    """Score every block (``block_scores``), choose the removed ones by ``metric`` and write ``out``
+    (depth.json): the scores, the metric, the removed and the kept blocks, and with ``block_map`` the
+    maps that replace each run of removed blocks (``thanos.stages.block_maps``, files in ``MAPS_DIR``
+    beside ``out``). ``metric`` defaults to ``DEFAULT_METRIC`` with maps, ``DEFAULT_BLOCKS`` without;
+    ``replaced`` and ``block_map`` need the ``model``."""
+    from thanos.stages.block_maps import replace_runs, run_candidates
+
+    metric = metric or (DEFAULT_METRIC if block_map else DEFAULT_BLOCKS)
+    if metric not in METRICS:
+        raise ValueError(f"unknown depth metric {metric!r}; choose one of {', '.join(METRICS)}")
     blocks = len(stores) - 1
     k = depth_count(pattern, blocks)
-    scores = block_scores(stores)
-    removed = choose(scores[metric], k)
-    plan = {
+    scores: dict[str, list[float | None]] = dict(block_scores(stores))
+    best = None
+    if metric == "replaced":
+        assert model is not None, "the replaced metric fits maps on the model's blocks"
+        scores["replaced"], best = run_candidates(model, stores, k)
+        if best is None:
+            log.info("depth: no map can be folded into this model's blocks; choosing by %s", DEFAULT_BLOCKS)
+            metric = DEFAULT_BLOCKS
+    removed = list(range(best.first, best.last + 1)) if best is not None else choose(scores[metric], k)
+    plan: dict[str, Any] = {
         "pattern": str(pattern),
         "num_blocks": blocks,
         "metric": metric,
@@ -100,9 +127,23 @@ def depth_plan(
         "removed": removed,
         "kept": [block for block in range(blocks) if block not in removed],
     }
+    if block_map:
+        assert model is not None, "the maps are fitted on the model's blocks"
+        plan["maps"] = replace_runs(model, stores, removed, Path(out).parent / MAPS_DIR, best)
     write_json(Path(out), plan)
     log.info("depth: removing blocks %s of %d (lowest %s)", removed, blocks, metric)
     return plan
+
+
+def map_tensors(depth_file: str | Path) -> dict[str, Path]:
+    """The tensors a depth.json's maps replace: {original tensor name: file holding it as ``weight``}."""
+    depth_file = Path(depth_file)
+    choice = json.loads(depth_file.read_text())
+    return {
+        name: depth_file.parent / file
+        for entry in choice.get("maps") or []
+        for name, file in (entry.get("tensors") or {}).items()
+    }
 
 
 def shortened_config(model_type: str, config: dict[str, Any], kept: list[int]) -> dict[str, Any]:
@@ -166,6 +207,10 @@ def removal(
         "removed_blocks": choice["removed"],
         "metric": choice["metric"],
         "scores": choice["scores"][choice["metric"]],
+        "maps": [
+            {key: entry[key] for key in ("blocks", "folded_into", "why") if key in entry}
+            for entry in choice.get("maps") or []
+        ],
         "parameters": plan.parameters(checkpoint, names),
     }
     return plan

@@ -347,7 +347,9 @@ class _Run:
             f"score every block ({self.recipe.name})",
             output,
             inputs,
-            lambda: depth_plan(stores, self.recipe.sparsity, output),
+            lambda: depth_plan(
+                stores, self.recipe.sparsity, output, model=self.model, block_map=bool(self.recipe.block_map)
+            ),
         )
 
     def chain(self, reads: list[Path]) -> None:

@@ -1,0 +1,228 @@
+"""Removed blocks replaced by a fitted linear map (``depth:k`` with ``block_map``): the fit is the
+least-squares optimum, the map folds into the output projection exactly, every row of the tested models
+written with it gives the logits of the in-memory model with the map applied between the kept blocks (or,
+where no map can be folded, says why and gives those of the blocks skipped), and the refusals are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_compact import OPTIONS
+from test_depth import skipped_logits
+from transformers import AutoModelForCausalLM
+
+from thanos.data.storage import write_activations
+from thanos.demo.tested_models import TESTED_MODELS
+from thanos.demo.tiny import build_tiny_model
+from thanos.models import ModelHandle
+from thanos.models.generic import find_layers
+from thanos.models.neurons import mlp_layout
+from thanos.pruning.block_map import MapFit, fold
+from thanos.pruning.sparsity import parse_sparsity
+from thanos.recipe import ConfigError, Recipe
+from thanos.stages.assemble import assemble
+from thanos.stages.block_maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, runs
+from thanos.stages.depth import depth_plan
+from thanos.stages.model_info import model_info
+
+POST_MLP_NORM = ("gemma2", "gemma3_text", "olmo2")  # a norm between the MLP and the residual: no fold
+MIXTURES = (
+    "mixtral",
+    "qwen3_moe",
+    "gpt_oss",
+    "granitemoe",
+    "glm4_moe",
+    "deepseek_v3",
+    "qwen3_next",
+)
+
+
+def outlier_features(tokens: int, width: int, seed: int) -> torch.Tensor:
+    """Activations as LLMs make them: a few features 10-100x larger than the rest."""
+    generator = torch.Generator().manual_seed(seed)
+    scale = torch.ones(width)
+    scale[torch.randperm(width, generator=generator)[:3]] = torch.tensor([10.0, 40.0, 100.0])
+    return torch.randn(tokens, width, generator=generator) * scale
+
+
+def test_the_fit_is_the_least_squares_optimum_and_its_error_is_exact() -> None:
+    d, tokens = 24, 300
+    M = outlier_features(tokens, d, 0)
+    Y = outlier_features(tokens, d, 1)
+    X = (
+        Y
+        + M @ torch.randn(d, d, generator=torch.Generator().manual_seed(2))
+        + 0.1 * outlier_features(tokens, d, 3)
+    )
+    fit = MapFit(d)
+    for part in range(3):  # accumulated in batches of tokens
+        rows = slice(100 * part, 100 * (part + 1))
+        fit.add(M[rows], Y[rows], X[rows])
+    T = fit.solve()
+    reference = torch.linalg.lstsq(M.double(), (X - Y).double()).solution
+    assert torch.allclose(T.double(), reference, rtol=1e-4, atol=1e-5)
+    residual = (M.double() @ T.double() + Y.double() - X.double()).square().sum() / X.double().square().sum()
+    assert abs(fit.error(T) - float(residual)) <= 1e-6
+    assert fit.error(T) < fit.identity_error()  # the map does better than leaving the blocks out
+    W, b = torch.randn(d, 40), torch.randn(d)
+    A = torch.randn(7, 40)
+    folded, folded_bias = fold(W, T, b)
+    assert torch.allclose(A @ folded.T + folded_bias, (A @ W.T + b) @ T, atol=1e-4)
+    with pytest.raises(ValueError, match="no token was added"):
+        MapFit(4).solve()
+
+
+def test_runs_group_consecutive_blocks() -> None:
+    assert runs([5, 1, 2, 7, 8, 9]) == [(1, 2), (5, 5), (7, 9)]
+    assert runs([]) == []
+
+
+def dense_stores(model_dir: Path, ids: torch.Tensor, root: Path) -> list[Path]:
+    """``inputs_0 .. inputs_L`` as the dense chain stores them, recorded from the whole model's forward
+    (each block's input, and the last block's output)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    blocks = model.config.num_hidden_layers
+    _, layers = find_layers(model, blocks)
+    seen: dict[int, torch.Tensor] = {}
+
+    def record(block: int):
+        def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+            seen[block] = args[0] if args else kwargs["hidden_states"]
+
+        return hook
+
+    def last(module: torch.nn.Module, args: tuple, output: object) -> None:
+        seen[blocks] = output[0] if isinstance(output, tuple) else output
+
+    hooks = [layer.register_forward_pre_hook(record(b), with_kwargs=True) for b, layer in enumerate(layers)]
+    hooks.append(layers[-1].register_forward_hook(last))
+    with torch.inference_mode():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    stores = []
+    for block in range(blocks + 1):
+        path = root / f"inputs_{block}"
+        with write_activations(
+            path, ids.shape[0], ids.shape[1], seen[block].shape[-1], torch.float32, block
+        ) as w:
+            w.write(0, seen[block])
+        stores.append(path)
+    return stores
+
+
+def mapped_logits(
+    model_dir: Path, removed: list[int], maps: dict[int, torch.Tensor], layer: str, ids: torch.Tensor
+):
+    """The dense model's logits with the ``removed`` blocks skipped and the output of ``layer`` of each block
+    p in ``maps`` multiplied by its map: the map applied between the kept blocks, in memory."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    _, layers = find_layers(model, model.config.num_hidden_layers)
+
+    def skip(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> object:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    for block in removed:
+        layers[block].register_forward_hook(skip, with_kwargs=True)
+    for block, T in maps.items():
+        layers[block].get_submodule(layer).register_forward_hook(lambda m, a, out, T=T: out @ T)
+    with torch.inference_mode():
+        return model(ids).logits
+
+
+@pytest.mark.parametrize("model_type", list(TESTED_MODELS))
+def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
+    tmp_path: Path, model_type: str
+) -> None:
+    """Every row of the tested models, two of four blocks removed: with a map, the written model (same
+    architecture, fewer blocks, parameters no more than without the map) gives the logits of the dense model
+    with the removed blocks skipped and the map applied to the MLP output of the block before them (fp32,
+    1e-5); the map is the least-squares optimum on the stored activations. Where no map can be folded
+    (a mixture of experts, a norm after the MLP), depth.json says why and the blocks are simply left out."""
+    blocks = 4
+    model = build_tiny_model(
+        tmp_path / model_type, model_type, num_blocks=blocks, max_position_embeddings=64, jitter=0.1,
+        **OPTIONS.get(model_type, {}),
+    )  # fmt: skip
+    ids = torch.randint(4, 120, (12, 24), generator=torch.Generator().manual_seed(0))
+    stores = dense_stores(model, ids, tmp_path)
+    handle = ModelHandle.open(model)
+    plan = depth_plan(
+        stores, parse_sparsity("depth:2"), tmp_path / "r" / "depth.json", "replaced", handle, True
+    )
+    info = tmp_path / "model_info.json"
+    model_info(model, info)
+    recipe = Recipe("d", "thanos", "depth:2")
+    assemble(model, tmp_path / "unused", recipe, tmp_path / "out", info, depth=tmp_path / "r" / "depth.json")
+    test_ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        short = (
+            AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32)
+            .eval()(test_ids)
+            .logits
+        )
+    if model_type in MIXTURES:
+        assert plan["metric"] == "influence"  # no map to score runs by: single blocks chosen instead
+        assert all(e["map"] is None for e in plan["maps"])
+        assert {e["why"] for e in plan["maps"]} <= {NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION}
+        assert NO_OUTPUT_PROJECTION in {e["why"] for e in plan["maps"]}
+        assert (short - skipped_logits(model, plan["removed"], test_ids)).abs().max() <= 1e-5
+        return
+    (entry,) = plan["maps"]  # one run of two blocks, after block 0
+    if model_type in POST_MLP_NORM:
+        assert entry["map"] is None and "not its MLP output plus the rest" in entry["why"]
+        assert (short - skipped_logits(model, plan["removed"], test_ids)).abs().max() <= 1e-5
+        return
+    layer = mlp_layout(handle.layout, handle.checkpoint).output
+    before = entry["folded_into"]
+    assert before == plan["removed"][0] - 1 and entry["error"] < entry["error_without_map"]
+    T = load_file(str(tmp_path / "r" / entry["map"]))["map"]
+    reference = mapped_logits(model, plan["removed"], {before: T}, layer, test_ids)
+    assert (short - reference).abs().max() <= 1e-5
+    assert not torch.allclose(reference, skipped_logits(model, plan["removed"], test_ids), atol=1e-3)
+    # the least-squares optimum on the stored activations: M from the block's own forward on its inputs
+    dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    _, layers = find_layers(dense, blocks)
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(module: torch.nn.Module, args: tuple, out: object) -> None:
+            seen[name] = out[0] if isinstance(out, tuple) else out
+
+        return hook
+
+    layers[before].get_submodule(layer).register_forward_hook(keep("M"))
+    layers[before].register_forward_hook(keep("out"))
+    with torch.inference_mode():
+        dense(ids)
+    M = seen["M"].reshape(seen["out"].shape)  # OPT runs its MLP on (tokens, hidden)
+    M, Y = M.flatten(0, 1), (seen["out"] - M).flatten(0, 1)
+    from thanos.data.storage import Activations
+
+    X = Activations(stores[plan["removed"][-1] + 1]).read(0, 12).flatten(0, 1)
+    optimum = torch.linalg.lstsq(M.double(), (X - Y).double()).solution
+    assert torch.allclose(T.double(), optimum, rtol=1e-3, atol=1e-4 * float(optimum.abs().max()))
+
+
+def test_a_run_from_block_0_and_the_option_on_other_recipes_are_named(tmp_path: Path) -> None:
+    """A run that starts at block 0 has no block to fold a map into: left out, and depth.json says so; the
+    option is refused, named, on recipes that remove no block and when not a boolean."""
+    from thanos.stages.block_maps import replace_runs
+
+    model = build_tiny_model(tmp_path / "llama", num_blocks=3, max_position_embeddings=64, jitter=0.1)
+    ids = torch.randint(4, 120, (8, 24), generator=torch.Generator().manual_seed(0))
+    stores = dense_stores(model, ids, tmp_path)
+    (entry,) = replace_runs(ModelHandle.open(model), stores, [0], tmp_path / "maps")
+    assert entry == {"blocks": [0, 0], "map": None, "why": NO_BLOCK_BEFORE}
+    assert not (tmp_path / "maps").exists()
+    with pytest.raises(ConfigError, match="block_map: only depth:k recipes replace removed blocks by maps"):
+        Recipe("r", "thanos", "neurons:0.3", block_map=True)
+    with pytest.raises(ConfigError, match="block_map: expected true or false, got 'yes'"):
+        Recipe("r", "thanos", "depth:1", block_map="yes")
+    assert Recipe(None, "thanos", "depth:1", block_map=False).name == "thanos_depth1_nomap"
+    assert Recipe(None, "thanos", "depth:1").block_map is True
+    assert "block_map" not in Recipe(None, "thanos", "2:4").to_dict()

@@ -1,0 +1,87 @@
+"""A run of removed blocks replaced by one linear map (pure functions of tensors).
+
+ReplaceMe (Shopkhoev et al., "ReplaceMe: Network Simplification via Depth Pruning and Transformer Block
+Linearization", NeurIPS 2025, arXiv:2505.02819) removes the blocks p+1 .. e and replaces them by a
+linear map T (d x d, d the hidden size) applied to the MLP output of the kept block p, fitted on
+calibration activations. With row vectors per token:
+
+- M: the MLP output of block p (what its output projection adds to the residual stream),
+- Y: the rest of block p's output (its input plus the attention output), so that block p writes Y + M,
+- X_e: the output of block e (the input of block e + 1, or of the final norm), the target,
+
+T minimises the least-squares objective (ReplaceMe's Eq. 3, its L2 variant)
+
+    T* = argmin_T || M T + Y - X_e ||_F^2 = (M^T M)^-1 M^T (X_e - Y),
+
+so that the shortened model's block p writes Y + M T where the dense model had X_e. The map adds no
+parameter: with the output projection M = A W^T + b (W: d x width, A: the neurons' activations),
+M T = A (T^T W)^T + b T, so W <- T^T W and b <- T^T b (``fold``).
+
+The normal equations are accumulated over the calibration tokens in float64 (``MapFit``), one batch at
+a time, and solved once; the fit's relative error ||M T + Y - X_e||^2 / ||X_e||^2 comes from the same
+sums (``MapFit.error``), which is how candidate runs are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class MapFit:
+    """The sums of ``T*``'s normal equations over the tokens seen: A = M^T M, B = M^T R (R = X_e - Y),
+    ||R||^2 and ||X_e||^2, in float64."""
+
+    hidden: int
+    A: torch.Tensor = field(init=False)
+    B: torch.Tensor = field(init=False)
+    rr: float = 0.0
+    xx: float = 0.0
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.A = torch.zeros(self.hidden, self.hidden, dtype=torch.float64)
+        self.B = torch.zeros(self.hidden, self.hidden, dtype=torch.float64)
+
+    def add(self, M: torch.Tensor, Y: torch.Tensor, X: torch.Tensor) -> None:
+        """Add tokens (the leading dimensions flattened): block p's MLP output ``M``, the rest of its
+        output ``Y`` and the run's output ``X``."""
+        M, R = M.reshape(-1, self.hidden).double(), (X - Y).reshape(-1, self.hidden).double()
+        self.A += M.T @ M
+        self.B += M.T @ R
+        self.rr += float(R.square().sum())
+        self.xx += float(X.double().square().sum())
+        self.tokens += M.shape[0]
+
+    def solve(self) -> torch.Tensor:
+        """T* (float32, d x d): the least-squares optimum; with M^T M singular (fewer tokens than d, or
+        dead channels), the minimum-norm one."""
+        if self.tokens == 0:
+            raise ValueError("no token was added: the map cannot be fitted")
+        try:
+            L = torch.linalg.cholesky(self.A)
+            return torch.cholesky_solve(self.B, L).float()
+        except torch.linalg.LinAlgError:
+            return torch.linalg.lstsq(self.A, self.B, driver="gelsd").solution.float()
+
+    def error(self, T: torch.Tensor) -> float:
+        """||M T + Y - X_e||^2 / ||X_e||^2 over the tokens seen:
+        (||R||^2 - 2 tr(T^T B) + tr(T^T A T)) / ||X_e||^2."""
+        T = T.double()
+        squared = self.rr - 2 * float((T * self.B).sum()) + float((T * (self.A @ T)).sum())
+        return max(squared, 0.0) / self.xx if self.xx > 0 else 0.0
+
+    def identity_error(self) -> float:
+        """The relative error with no map (T = I: the blocks simply left out)."""
+        return self.error(torch.eye(self.hidden))
+
+
+def fold(
+    W: torch.Tensor, T: torch.Tensor, b: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output projection's weight ``W`` (d x width) and bias ``b`` (d) with the map ``T`` folded in:
+    T^T W and T^T b, in float32 (the caller casts to the checkpoint's dtype)."""
+    T = T.float()
+    return T.T @ W.float(), None if b is None else T.T @ b.float()

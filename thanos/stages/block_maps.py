@@ -1,0 +1,213 @@
+"""Removed blocks replaced by a fitted linear map (``depth:k`` recipes; ``thanos.pruning.block_map``).
+
+For a run of removed blocks s .. e, the kept block p = s - 1 is run again on its stored dense inputs
+(``inputs_p``): a hook on its MLP output projection gives M, its output minus M gives Y, and the dense
+chain's ``inputs_{e+1}`` (the run's output) is the target. The map T is fitted on every calibration
+token and folded into the output projection's weight (``fold``), so that the written model has the same
+architecture, fewer blocks and no added parameter.
+
+No map is fitted, and the run is simply left out, where there is nowhere to fold it, and ``depth.json``
+says why: a run that starts at block 0 (no kept block before it), a block whose MLP has no single output
+projection (a mixture of experts), or a block whose output is not its MLP output plus the rest (a norm
+after the MLP: checked on the first samples with the map folded in).
+
+``run_candidates`` scores every run of k consecutive blocks by the relative error of its fitted map (the
+``replaced`` metric of ``thanos.stages.depth``): one pass of the kept block before each candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from thanos.data.storage import Activations
+from thanos.models import ModelHandle
+from thanos.models.neurons import NeuronsError, mlp_layout
+from thanos.pruning.block_map import MapFit, fold
+
+log = logging.getLogger(__name__)
+
+NO_OUTPUT_PROJECTION = (
+    "the blocks have no single MLP output projection to fold a map into (a mixture of experts, or an MLP "
+    "whose width is not the config's intermediate_size)"
+)
+NO_BLOCK_BEFORE = "no kept block before the run to fold a map into"
+FOLD_TOLERANCE = 1e-3  # relative error of the block's output with the map folded in, against Y + M T
+
+
+@dataclass
+class FittedRun:
+    """A run of removed blocks ``first .. last`` and its map folded into block ``before``'s ``layer``."""
+
+    first: int
+    last: int
+    before: int
+    layer: str
+    T: torch.Tensor
+    weight: torch.Tensor  # the folded output projection, float32
+    bias: torch.Tensor | None
+    error: float  # relative error with the map
+    error_without: float  # relative error with the blocks simply left out
+
+
+def runs(removed: Sequence[int]) -> list[tuple[int, int]]:
+    """The removed blocks as runs of consecutive blocks (first, last), in order."""
+    out: list[tuple[int, int]] = []
+    for block in sorted(removed):
+        if out and out[-1][1] == block - 1:
+            out[-1] = (out[-1][0], block)
+        else:
+            out.append((block, block))
+    return out
+
+
+def output_layer(handle: ModelHandle) -> str:
+    """The MLP output projection of the blocks (``mlp.down_proj``); refused (``NeuronsError``) for a model
+    without one per block."""
+    return mlp_layout(handle.layout, handle.checkpoint).output
+
+
+def fit_run(
+    handle: ModelHandle, stores: Sequence[str | Path], first: int, last: int, layer: str, samples: int = 4
+) -> FittedRun:
+    """The map of the run ``first .. last`` (first >= 1), fitted on the dense stores ``inputs_0 ..
+    inputs_L`` and folded into block ``first - 1``'s ``layer``."""
+    before = first - 1
+    module = handle.adapter.load_block(handle.checkpoint, before).float()
+    linear = handle.adapter.linear(module, layer)
+    captured: list[torch.Tensor] = []
+    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    inputs, targets = Activations(stores[before]), Activations(stores[last + 1])
+    fit = MapFit(int(linear.weight.shape[0]))
+    try:
+        for start in range(0, inputs.nsamples, samples):
+            stop = min(start + samples, inputs.nsamples)
+            captured.clear()
+            out = handle.adapter.run_block(module, before, inputs.read(start, stop).float())
+            M = captured[0].reshape(out.shape)  # OPT runs its MLP on (tokens, hidden)
+            fit.add(M, out - M, targets.read(start, stop).float())
+    finally:
+        hook.remove()
+    T = fit.solve()
+    weight, bias = fold(linear.weight.detach(), T, None if linear.bias is None else linear.bias.detach())
+    return FittedRun(first, last, before, layer, T, weight, bias, fit.error(T), fit.identity_error())
+
+
+def check_fold(
+    handle: ModelHandle, stores: Sequence[str | Path], run: FittedRun, samples: int = 2
+) -> str | None:
+    """None when block ``run.before`` with the folded weight writes Y + M T on its first stored samples;
+    else why not (its output is not linear in the MLP output: a norm after the MLP)."""
+    module = handle.adapter.load_block(handle.checkpoint, run.before).float()
+    linear = handle.adapter.linear(module, run.layer)
+    captured: list[torch.Tensor] = []
+    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    x = (
+        Activations(stores[run.before])
+        .read(0, min(samples, Activations(stores[run.before]).nsamples))
+        .float()
+    )
+    try:
+        out = handle.adapter.run_block(module, run.before, x)
+        M = captured[0].reshape(out.shape)
+        expected = out - M + M @ run.T
+        with torch.no_grad():
+            linear.weight.copy_(run.weight)
+            if run.bias is not None:
+                linear.bias.copy_(run.bias)
+        folded = handle.adapter.run_block(module, run.before, x)
+    finally:
+        hook.remove()
+    error = float((folded - expected).norm() / expected.norm().clamp_min(1e-12))
+    if error > FOLD_TOLERANCE:
+        return (
+            f"block {run.before}'s output is not its MLP output plus the rest (relative error {error:.2e} "
+            "with the map folded in: a norm after the MLP?)"
+        )
+    return None
+
+
+def replace_runs(
+    handle: ModelHandle, stores: Sequence[str | Path], removed: Sequence[int], out_dir: Path,
+    fitted: FittedRun | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """For every run of ``removed`` blocks, its map fitted (or ``fitted``, when it is that run), checked
+    and written to ``out_dir`` (``block{p}.safetensors``: ``map`` T in float32, ``weight`` the folded
+    weight in the checkpoint's dtype; ``block{p}_bias.safetensors`` for a bias). Returns depth.json's
+    ``maps`` entries: the run, the block it is folded into, its tensors and files, the relative errors
+    with and without the map, or why no map."""
+    entries: list[dict[str, Any]] = []
+    try:
+        layer: str | None = output_layer(handle)
+        no_layer = ""
+    except NeuronsError:
+        layer, no_layer = None, NO_OUTPUT_PROJECTION
+    for first, last in runs(removed):
+        entry: dict[str, Any] = {"blocks": [first, last]}
+        why = NO_BLOCK_BEFORE if first == 0 else no_layer
+        if not why:
+            assert layer is not None
+            same = fitted is not None and (fitted.first, fitted.last) == (first, last)
+            run = fitted if same else fit_run(handle, stores, first, last, layer)
+            why = check_fold(handle, stores, run) or ""
+        if why:
+            log.info("depth: blocks %d..%d left out without a map: %s", first, last, why)
+            entries.append(entry | {"map": None, "why": why})
+            continue
+        entries.append(entry | _write(handle, run, out_dir))
+    return entries
+
+
+def _write(handle: ModelHandle, run: FittedRun, out_dir: Path) -> dict[str, Any]:
+    """The run's files and its ``maps`` entry (tensor and file names relative to ``out_dir``'s parent)."""
+    prefix = handle.layout.block_prefix(run.before) + run.layer
+    checkpoint = handle.checkpoint
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weight_name = f"{prefix}.weight"
+    dtype = checkpoint.tensor(weight_name).dtype
+    file = out_dir / f"block{run.before}.safetensors"
+    save_file({"map": run.T.contiguous(), "weight": run.weight.to(dtype).contiguous()}, str(file))
+    tensors = {weight_name: f"{out_dir.name}/{file.name}"}
+    if run.bias is not None:
+        bias_file = out_dir / f"block{run.before}_bias.safetensors"
+        save_file({"weight": run.bias.to(dtype).contiguous()}, str(bias_file))
+        tensors[f"{prefix}.bias"] = f"{out_dir.name}/{bias_file.name}"
+    log.info(
+        "depth: blocks %d..%d replaced by a map folded into %s (relative error %.4f, %.4f without)",
+        run.first, run.last, weight_name, run.error, run.error_without,
+    )  # fmt: skip
+    return {
+        "map": f"{out_dir.name}/{file.name}",
+        "folded_into": run.before,
+        "tensors": tensors,
+        "error": run.error,
+        "error_without_map": run.error_without,
+    }
+
+
+def run_candidates(
+    handle: ModelHandle, stores: Sequence[str | Path], k: int
+) -> tuple[list[float | None], FittedRun | None]:
+    """Every run of ``k`` consecutive blocks s .. s + k - 1 with s >= 1 scored by its fitted map's relative
+    error (None for s = 0, and every score None where the model has no output projection to fold into);
+    the run of the lowest error (the later one on a tie), fitted. One fitted run is held at a time."""
+    blocks = len(stores) - 1
+    scores: list[float | None] = [None] * blocks
+    try:
+        layer = output_layer(handle)
+    except NeuronsError:
+        return scores, None
+    best: FittedRun | None = None
+    for first in range(1, blocks - k + 1):
+        run = fit_run(handle, stores, first, first + k - 1, layer)
+        scores[first] = run.error
+        log.info("depth: blocks %d..%d replaced: relative error %.4f", first, first + k - 1, run.error)
+        if best is None or run.error <= best.error:
+            best = run
+    return scores, best
