@@ -18,10 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-import yaml
+# The suite runs 4 workers and the processes they start (Snakemake jobs, `thanos prune-model`) on 2 cores:
+# OpenMP threads that spin while they wait burn the cores the other processes need (docs/benchmarks.md:
+# kernels 10-50x slower on a shared machine; here a prune-model run with perplexity took twice the CPU
+# seconds). Set before torch is imported (the OpenMP runtime reads it when it loads); the processes the
+# tests start inherit it. Only how idle threads wait: the same results.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from thanos.demo.tiny import FAMILIES, build_tiny_model
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+from thanos.demo.tiny import FAMILIES, build_tiny_model  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -264,6 +271,47 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 def pytest_runtest_call(item: pytest.Item) -> Any:
     with _watching_pipelines(item):
         return (yield)
+
+
+def thanos_here(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m thanos ARGS`` in ``cwd`` (``env`` added) run in this process as a new process runs it,
+    without the process start (~4 s of imports): ``thanos.cli.main``, its stdout and stderr captured, and
+    the root logger without handlers as in a new process (main's ``logging.basicConfig`` sends the log
+    records to that stderr, as the command's own does, so that a test sees what a terminal would). For the
+    runs whose test is not about the process (a rerun, a resume); usable by module-scoped fixtures, which
+    the ``cli`` fixture is not. A test whose fixture or body runs a pipeline this way is still ``slow``."""
+    import io
+    import logging
+
+    from thanos.cli import main
+
+    root = logging.getLogger()
+    handlers, level, here = root.handlers[:], root.level, os.getcwd()
+    saved = {name: os.environ.get(name) for name in env or {}}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        root.handlers = []
+        os.chdir(cwd)
+        os.environ.update(env or {})
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(arg) for arg in args])
+            except SystemExit as exit:  # the status a process ends with (a str: printed, status 1)
+                code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+                if isinstance(exit.code, str):
+                    print(exit.code, file=sys.stderr)
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+        os.chdir(here)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

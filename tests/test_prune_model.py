@@ -1,7 +1,9 @@
 """``thanos prune-model`` end to end on a tiny model (every stage in one process: real zarr stores,
 real transformers): a run, a second run that does nothing, a run killed with SIGKILL after a block
 finished and resumed (same bytes), a second recipe that reuses the calibration; and the checks made
-before any step runs (bad arguments, unsupported architecture, a foreign --out).
+before any step runs (bad arguments, unsupported architecture, a foreign --out). The first run, the killed
+one and the interrupted one are processes of their own; the reruns and resumes run in this process
+(``thanos_here``: the same ``thanos.cli.main``, without the process start).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import thanos_here
 
 from thanos.runner.request import RecipeOptions
 from thanos.runner.workdirs import default_workdir, model_slug
@@ -44,7 +47,9 @@ def inputs(tmp_path_factory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("inputs")
     model = root / "tiny-llama"
-    built = thanos("make-tiny-model", "--hidden-size", "64", "--num-blocks", "6", "--out", model, cwd=root)
+    built = thanos_here(
+        "make-tiny-model", "--hidden-size", "64", "--num-blocks", "6", "--out", model, cwd=root
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     rng = random.Random(0)
     calib = root / "calib.jsonl"
@@ -56,12 +61,17 @@ def inputs(tmp_path_factory) -> tuple[Path, Path]:
     return model, calib
 
 
-def prune(inputs, out: Path, workdir: Path, *extra: str, popen: bool = False):
+def prune(inputs, out: Path, workdir: Path, *extra: str, popen: bool = False, process: bool = False):
+    """The run of ``inputs`` into ``out``: in a process of its own (``popen``: running, ``process``:
+    finished), else in this process as a new one runs it (``thanos_here``: a rerun is not about the
+    process, and the process start is most of a rerun's seconds)."""
     model, calib = inputs
     args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4"]
     args += ["--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2"]
     args += ["--workdir", workdir, "--out", out, *extra]
-    return thanos(*args, cwd=out.parent, popen=popen)
+    if popen or process:
+        return thanos(*args, cwd=out.parent, popen=popen)
+    return thanos_here(*args, cwd=out.parent)
 
 
 def _files(directory: Path) -> dict[str, tuple[int, int]]:
@@ -70,9 +80,9 @@ def _files(directory: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def first(inputs, tmp_path_factory) -> tuple[Path, Path, str]:
-    """One complete run: (out, workdir, terminal output)."""
+    """One complete run, in a process of its own as a user starts it: (out, workdir, terminal output)."""
     root = tmp_path_factory.mktemp("first")
-    run = prune(inputs, root / "out", root / "work")
+    run = prune(inputs, root / "out", root / "work", process=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     return root / "out", root / "work", run.stdout + run.stderr
 
@@ -182,7 +192,7 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     before = {p: p.stat().st_mtime_ns for p in shared}
     model, calib = inputs
     other = out.parent / "sparsegpt-50"
-    run = thanos(
+    run = thanos_here(
         "prune-model", "--model", model, "--method", "thanos", "--sparsity", "4:8", "--alpha", "0.1",
         "--calibration", calib,
         *CALIBRATION, "--device", "cpu", "--cores", "2", "--workdir", workdir, "--out", other,
@@ -283,7 +293,7 @@ def test_a_failing_step_names_its_error_and_the_fixed_rerun_resumes(inputs, tmp_
         "--out",
         tmp_path / "o",
     ]
-    failed = thanos(*args, cwd=tmp_path)
+    failed = thanos_here(*args, cwd=tmp_path)
     assert failed.returncode == 1
     assert "FAILED after" in failed.stderr and "sample calibration tokens" in failed.stderr
     assert f"the traceback and the full log: {tmp_path / 'w' / 'logs' / 'wanda_u50.log'}" in failed.stderr
@@ -294,7 +304,7 @@ def test_a_failing_step_names_its_error_and_the_fixed_rerun_resumes(inputs, tmp_
     assert "Traceback" not in failed.stderr
     assert "run the same command again" in failed.stderr and not (tmp_path / "o").exists()
     text.write_text(calib.read_text())  # the fix
-    fixed = thanos(*args, cwd=tmp_path)
+    fixed = thanos_here(*args, cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "read the model's structure" not in fixed.stderr  # finished before the failure: kept
     assert "sample calibration tokens" in fixed.stderr and (tmp_path / "o" / "model.safetensors").is_file()
