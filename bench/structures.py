@@ -9,9 +9,9 @@ heads:0.33+neurons:0.3; ``@recover`` adds ``--recover`` with its defaults, here 
 perplexity are measured as ``bench/compact.py`` measures them (alternating rounds, the median of the per-round
 ratios to dense; the first ``--ppl-windows`` windows of 512 tokens of ``DATA/test.jsonl``).
 
-It also compares the two block scores of ``thanos.stages.depth`` for the depth recipe: the model without the
-blocks of the lowest ``influence`` (the default) and without those of the lowest ``relative`` change, both
-read from the same ``depth.json``, by perplexity.
+``@nomap`` runs a depth recipe with ``block_map=False`` (the removed blocks left out without a fitted map,
+the lowest-influence blocks); it also compares, for the depth recipe, the default choice (the run of blocks
+whose map replaces it best) with the lowest-influence blocks given maps too, by perplexity.
 
     python -m thanos real-model --out smollm2 && python -m thanos demo-data --out-dir demo-data
     OMP_WAIT_POLICY=PASSIVE python bench/structures.py --model smollm2 --data demo-data --work bench-struct
@@ -36,9 +36,10 @@ RECIPES = (
     "neurons:0.3",
     "heads:0.33",
     "depth:6",
+    "depth:6@nomap",
     "depth:4+neurons:0.3",
+    "depth:4+neurons:0.3@nomap",
     "heads:0.33+neurons:0.3",
-    "depth:4+neurons:0.3@recover",
 )
 
 
@@ -55,6 +56,7 @@ def prune_all(args: argparse.Namespace) -> dict[str, dict]:
             "thanos",
             sparsity,
             recover=True if extra == "recover" else None,
+            block_map=False if extra == "nomap" else None,
             out=out,
             calibration=str(Path(args.data) / "calib.jsonl"),
             nsamples=args.nsamples,
@@ -78,31 +80,34 @@ def shape(model_dir: Path) -> str:
 
 
 def other_metric(args: argparse.Namespace, outputs: dict[str, dict]) -> dict[str, Path]:
-    """The depth recipe's model written without the blocks of the lowest ``relative`` change instead."""
+    """The depth recipe's model with its blocks chosen otherwise, from the same stores: the k blocks of the
+    lowest influence with their maps (the run the maps replace best is the default; the lowest influence
+    without maps is the ``@nomap`` row)."""
+    from thanos.models import ModelHandle
+    from thanos.pruning.sparsity import parse_sparsity
     from thanos.recipe import Recipe
     from thanos.stages.assemble import assemble
-    from thanos.stages.depth import choose
+    from thanos.stages.depth import depth_plan
 
-    depth = next((s for s in args.recipes if s.startswith("depth") and "+" not in s), None)
+    depth = next((s for s in args.recipes if s.startswith("depth") and "+" not in s and "@" not in s), None)
     if depth is None:
         return {}
     plan_file = next(Path(args.work, "workdir").rglob(f"thanos_{depth.replace(':', '')}/depth.json"))
-    plan = json.loads(plan_file.read_text())
-    found = {}
-    for metric in ("influence", "relative"):
-        removed = choose(plan["scores"][metric], len(plan["removed"]))
-        print(f"{depth}, lowest {metric}: blocks {removed}", flush=True)
-        if metric == plan["metric"]:
-            found[f"{depth} ({metric})"] = outputs[depth]["dir"]
-            continue
-        alternative = Path(args.work) / f"depth-{metric}.json"
-        kept = [b for b in range(plan["num_blocks"]) if b not in removed]
-        alternative.write_text(json.dumps(plan | {"metric": metric, "removed": removed, "kept": kept}))
-        out = Path(args.work) / "out" / f"{depth.replace(':', '')}-{metric}"
-        if not out.is_dir():
-            assemble(args.model, plan_file.parent, Recipe("d", "thanos", depth), out, depth=alternative)
-        found[f"{depth} ({metric})"] = out
-    return found
+    stores = sorted(
+        plan_file.parents[1].glob("chains/dense/inputs_*"), key=lambda p: int(p.stem.split("_")[1])
+    )
+    work = Path(args.work) / "depth-influence-maps"
+    plan = depth_plan(
+        stores, parse_sparsity(depth), work / "depth.json", "influence", ModelHandle.open(args.model), True
+    )
+    print(f"{depth}, lowest influence with maps: blocks {plan['removed']}", flush=True)
+    out = Path(args.work) / "out" / f"{depth.replace(':', '')}-influence-maps"
+    if not out.is_dir():
+        assemble(args.model, work, Recipe("d", "thanos", depth), out, depth=work / "depth.json")
+    return {
+        f"{depth} (run the maps replace best, with maps)": outputs[depth]["dir"],
+        f"{depth} (lowest influence, with maps)": out,
+    }
 
 
 def main() -> None:

@@ -108,11 +108,8 @@ def check_fold(
     linear = handle.adapter.linear(module, run.layer)
     captured: list[torch.Tensor] = []
     hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
-    x = (
-        Activations(stores[run.before])
-        .read(0, min(samples, Activations(stores[run.before]).nsamples))
-        .float()
-    )
+    inputs = Activations(stores[run.before])
+    x = inputs.read(0, min(samples, inputs.nsamples)).float()
     try:
         out = handle.adapter.run_block(module, run.before, x)
         M = captured[0].reshape(out.shape)
@@ -195,8 +192,9 @@ def run_candidates(
     handle: ModelHandle, stores: Sequence[str | Path], k: int
 ) -> tuple[list[float | None], FittedRun | None]:
     """Every run of ``k`` consecutive blocks s .. s + k - 1 with s >= 1 scored by its fitted map's relative
-    error (None for s = 0, and every score None where the model has no output projection to fold into);
-    the run of the lowest error (the later one on a tie), fitted. One fitted run is held at a time."""
+    error (None for s = 0); the run of the lowest error (the later one on a tie), fitted. Every score is
+    None, and no run returned, where no map can be folded into the blocks (no single output projection,
+    or a norm after the MLP). One fitted run is held at a time."""
     blocks = len(stores) - 1
     scores: list[float | None] = [None] * blocks
     try:
@@ -206,6 +204,10 @@ def run_candidates(
     best: FittedRun | None = None
     for first in range(1, blocks - k + 1):
         run = fit_run(handle, stores, first, first + k - 1, layer)
+        why = check_fold(handle, stores, run) if best is None else None  # the architecture's, checked once
+        if why:
+            log.info("depth: no run can be replaced by a map: %s", why)
+            return [None] * blocks, None
         scores[first] = run.error
         log.info("depth: blocks %d..%d replaced: relative error %.4f", first, first + k - 1, run.error)
         if best is None or run.error <= best.error:
