@@ -254,19 +254,33 @@ def test_the_workflow_refuses_depth_recipes_naming_prune_model() -> None:
 
 @pytest.mark.slow
 def test_llama_cpp_converts_a_model_with_fewer_blocks(tmp_path: Path) -> None:
-    """llama.cpp's converter reads the shortened model: its block count is the kept one, every block there."""
+    """llama.cpp's converter reads the shortened model with its block replaced by a map: its block count is
+    the kept one, every block there, and the folded output projection is the written one."""
+    from safetensors.torch import load_file
+    from test_block_map import dense_stores
     from test_output import converted_to_gguf
 
+    from thanos.models import ModelHandle
+    from thanos.stages.depth import depth_plan
+
     model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=3, tokenizer="llama")
-    depth = tmp_path / "depth.json"
-    plan = {"num_blocks": 3, "metric": "influence", "scores": {"influence": [0.0] * 3}}
-    depth.write_text(json.dumps(plan | {"removed": [1], "kept": [0, 2]}))
+    ids = torch.randint(4, 120, (8, 24), generator=torch.Generator().manual_seed(0))
+    stores = dense_stores(model, ids, tmp_path)
+    depth = tmp_path / "r" / "depth.json"
+    plan = depth_plan(stores, parse_sparsity("depth:1"), depth, model=ModelHandle.open(model), block_map=True)
+    (entry,) = plan["maps"]
+    before = entry["folded_into"]
     assemble(model, tmp_path / "unused", Recipe("d", "magnitude", "depth:1"), tmp_path / "short", depth=depth)
+    name = f"model.layers.{before}.mlp.down_proj.weight"
+    written = load_file(str(tmp_path / "short" / "model.safetensors"))[name]
+    assert not torch.equal(written, load_file(str(model / "model.safetensors"))[name])  # the map is in it
     with converted_to_gguf(tmp_path / "short", tmp_path / "short.gguf") as (_, reader):
         field = reader.fields["llama.block_count"]
         assert int(field.parts[field.data[0]][0]) == 2
-        names = {t.name for t in reader.tensors}
-    assert "blk.1.attn_q.weight" in names and "blk.2.attn_q.weight" not in names
+        tensors = {t.name: t for t in reader.tensors}
+    assert "blk.1.attn_q.weight" in tensors and "blk.2.attn_q.weight" not in tensors
+    down = torch.from_numpy(tensors[f"blk.{before}.ffn_down.weight"].data.copy()).reshape(written.shape)
+    assert torch.allclose(down.float(), written.float(), rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize("model_type", [t for t in HEADS_ROWS if t not in NO_NEURONS])
