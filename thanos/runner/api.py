@@ -40,6 +40,7 @@ def prune_model(
     cores: int | None = None,
     exclude: Sequence[str] | None = None,
     compact: bool | None = None,
+    block_map: bool | None = None,
     stream: TextIO | None = None,
     profile: str | None = None,
     owl_m: float | None = None,
@@ -58,7 +59,8 @@ def prune_model(
     ("depth:4+neurons:0.3"); or a ``thanos.Recipe`` (then no ``sparsity`` nor recipe keywords).
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
-    ``compact``, ``recover`` (True or {epochs, lr, batch_size, holdout, target}). The calibration:
+    ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
+    default), ``recover`` (True or {epochs, lr, batch_size, holdout, target}). The calibration:
     ``calibration`` ("c4" or a local text/jsonl/parquet file or directory), ``nsamples`` windows of
     ``seqlen`` tokens (default min(2048, the model's positions)), ``seed``, ``text_field``. Where it runs:
     ``device``, ``compute_dtype``, ``cores``, ``workdir``, ``keep`` ("needed" or "all"), ``disk_check``.
