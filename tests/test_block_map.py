@@ -6,6 +6,7 @@ where no map can be folded, says why and gives those of the blocks skipped), and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -227,3 +228,21 @@ def test_a_run_from_block_0_and_the_option_on_other_recipes_are_named(tmp_path: 
     assert Recipe(None, "thanos", "depth:1", block_map=False).name == "thanos_depth1_nomap"
     assert Recipe(None, "thanos", "depth:1").block_map is True
     assert "block_map" not in Recipe(None, "thanos", "2:4").to_dict()
+
+
+def test_both_fronts_name_the_option_on_a_recipe_without_blocks(tmp_path: Path, cli: Any) -> None:
+    """``--no-block-map`` / ``block_map=False`` on a recipe that removes no block: refused before anything
+    runs, in each front's words, and nothing written."""
+    from thanos import prune_model
+
+    with pytest.raises(
+        ValueError, match=r"^block_map=False: only depth:k recipes replace removed blocks by maps"
+    ):
+        prune_model(tmp_path / "model", "thanos", "neurons:0.3", out=tmp_path / "out", block_map=False)
+    run = cli(
+        "prune-model", "--model", tmp_path / "model", "--method", "thanos", "--sparsity", "2:4",
+        "--out", tmp_path / "out", "--no-block-map", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "--no-block-map: only depth:k recipes replace removed blocks by maps, not 2:4" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

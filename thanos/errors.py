@@ -88,6 +88,10 @@ class FlagWords:
         return self.flags.get(option) or "--" + option.replace(".", "-").replace("_", "-")
 
     def given(self, option: str, value: str) -> str:
+        """``--seqlen 4096``; a switch as written: ``--compact`` for True, ``--no-compact`` for False."""
+        if option not in self.flags and value in ("True", "False"):
+            name = option.replace(".", "-").replace("_", "-")
+            return f"--{name}" if value == "True" else f"--no-{name}"
         return f"{self.name(option)} {value}"
 
 
