@@ -246,3 +246,30 @@ def test_both_fronts_name_the_option_on_a_recipe_without_blocks(tmp_path: Path, 
     assert run.returncode != 0
     assert "--no-block-map: only depth:k recipes replace removed blocks by maps, not 2:4" in run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replaced``: every run's map fitted on the first windows ranks the runs; the best few are fitted
+    again on every window and the lowest of those errors wins, its map the one fitted on every window."""
+    import thanos.stages.block_maps as block_maps
+
+    monkeypatch.setattr(block_maps, "PRESELECT_SAMPLES", 3)
+    monkeypatch.setattr(block_maps, "SHORTLIST", 2)
+    model = build_tiny_model(tmp_path / "llama", num_blocks=5, max_position_embeddings=64, jitter=0.1)
+    ids = torch.randint(4, 120, (10, 24), generator=torch.Generator().manual_seed(3))
+    stores = dense_stores(model, ids, tmp_path)
+    handle = ModelHandle.open(model)
+    layer = block_maps.output_layer(handle)
+    scores, errors, best = block_maps.run_candidates(handle, stores, 2)
+    quick = {
+        first: block_maps.fit_run(handle, stores, first, first + 1, layer, nsamples=3) for first in (1, 2, 3)
+    }
+    assert scores == [None, quick[1].error, quick[2].error, quick[3].error, None]
+    shortlist = sorted((1, 2, 3), key=lambda first: (scores[first], -first))[:2]
+    full = {first: block_maps.fit_run(handle, stores, first, first + 1, layer) for first in shortlist}
+    assert errors == {first: full[first].error for first in sorted(shortlist)}
+    winner = min(shortlist, key=lambda first: (full[first].error, -first))
+    assert best is not None and (best.first, best.last) == (winner, winner + 1)
+    assert torch.equal(best.T, full[winner].T) and not torch.equal(best.T, quick[winner].T)

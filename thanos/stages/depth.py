@@ -8,7 +8,8 @@ block l and of block l + 1 (its output), which the dense chain stores anyway (``
 - ``relative``: E_t[||x_l+1,t - x_l,t|| / ||x_l,t||], how much it changes its length;
 - ``replaced`` (with maps): every run of k consecutive blocks s .. s + k - 1 (s >= 1) by the relative error
   of the linear map fitted in its place (``thanos.stages.block_maps``): how well the model without the run
-  still writes the run's output, as ReplaceMe replaces one run.
+  still writes the run's output, as ReplaceMe replaces one run. Every run is ranked on the first windows,
+  the best few fitted again on all of them (``replaced_on_every_window`` in depth.json).
 
 With maps (``block_map``, the default) the run of the lowest ``replaced`` error goes (``DEFAULT_METRIC``);
 without, the k single blocks of the lowest influence (``DEFAULT_BLOCKS``; docs/structures.md compares them
@@ -111,10 +112,10 @@ def depth_plan(
     blocks = len(stores) - 1
     k = depth_count(pattern, blocks)
     scores: dict[str, list[float | None]] = dict(block_scores(stores))
-    best = None
+    best, shortlist = None, {}
     if metric == "replaced":
         assert model is not None, "the replaced metric fits maps on the model's blocks"
-        scores["replaced"], best = run_candidates(model, stores, k)
+        scores["replaced"], shortlist, best = run_candidates(model, stores, k)
         if best is None:
             log.info("depth: no map can be folded into this model's blocks; choosing by %s", DEFAULT_BLOCKS)
             metric = DEFAULT_BLOCKS
@@ -127,6 +128,8 @@ def depth_plan(
         "removed": removed,
         "kept": [block for block in range(blocks) if block not in removed],
     }
+    if best is not None:
+        plan["replaced_on_every_window"] = {str(first): error for first, error in shortlist.items()}
     if block_map:
         assert model is not None, "the maps are fitted on the model's blocks"
         plan["maps"] = replace_runs(model, stores, removed, Path(out).parent / MAPS_DIR, best)
