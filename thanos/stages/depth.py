@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,9 +131,11 @@ def depth_plan(
     }
     if best is not None:
         plan["replaced_on_every_window"] = {str(first): error for first, error in shortlist.items()}
+    maps_dir = Path(out).parent / MAPS_DIR
+    shutil.rmtree(maps_dir, ignore_errors=True)  # an earlier choice's maps
     if block_map:
         assert model is not None, "the maps are fitted on the model's blocks"
-        plan["maps"] = replace_runs(model, stores, removed, Path(out).parent / MAPS_DIR, best)
+        plan["maps"] = replace_runs(model, stores, removed, maps_dir, best)
     write_json(Path(out), plan)
     log.info("depth: removing blocks %s of %d (lowest %s)", removed, blocks, metric)
     return plan

@@ -333,7 +333,7 @@ class _Run:
     def depth(self) -> None:
         """A ``depth:k`` recipe's choice of blocks, from the dense chain's inputs of every block and the
         last block's output (``thanos.stages.depth``)."""
-        from thanos.stages.depth import depth_plan
+        from thanos.stages.depth import depth_plan, map_tensors
 
         output = self.files.depth
         assert output is not None
@@ -344,12 +344,13 @@ class _Run:
             "reads": [mtime(p) for p in stores],
         }
         self.steps.run(
-            f"score every block ({self.recipe.name})",
+            f"choose the blocks{' and fit their maps' if self.recipe.block_map else ''} ({self.recipe.name})",
             output,
             inputs,
             lambda: depth_plan(
                 stores, self.recipe.sparsity, output, model=self.model, block_map=bool(self.recipe.block_map)
             ),
+            lambda plan: plan.exists() and all(file.is_file() for file in map_tensors(plan).values()),
         )
 
     def chain(self, reads: list[Path]) -> None:
