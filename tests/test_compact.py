@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
+from conftest import make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
 from thanos.demo.tested_models import TESTED_MODELS
@@ -251,16 +250,14 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "out"),
     ]
-    run = subprocess.run(command, capture_output=True, text=True)
+    run = thanos_here(*command[3:], cwd=tmp_path)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "compact: MLP width 96 -> 72 neurons per block (ffn_dim)" in run.stderr
     assert "% of the pruned weights are zero" not in run.stderr  # removed, not zeros
     assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 72
     report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
     assert report["recipe"]["name"] == "thanos_n30" and report["compact"]["kept_width"] == 72
-    refused = subprocess.run(
-        [*command[:-1], str(tmp_path / "out2"), "--alpha", "0.1"], capture_output=True, text=True
-    )
+    refused = thanos_here(*command[3:-1], str(tmp_path / "out2"), "--alpha", "0.1", cwd=tmp_path)
     assert refused.returncode != 0 and "removes whole neurons" in refused.stderr
 
 

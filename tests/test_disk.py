@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_tiny_model, write_corpus
+from conftest import make_tiny_model, thanos_here, write_corpus
 
 from thanos.files.layout import Layout
 from thanos.recipe import Recipe
@@ -158,10 +158,9 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(tmp_path,
         _prune(model, corpus, tmp_path, "x")
     assert "disk_check=False runs anyway" in str(err.value) and "thanos workdirs" in str(err.value)
     assert not (tmp_path / "work-x").exists() and not (tmp_path / "out-x").exists()
-    refused = subprocess.run(
-        [sys.executable, "-m", "thanos", "prune-model", "--model", model, "--method", "magnitude",
-         "--sparsity", "0.5", "--out", tmp_path / "o", "--keep", "some"],
-        capture_output=True, text=True,
+    refused = thanos_here(
+        "prune-model", "--model", model, "--method", "magnitude", "--sparsity", "0.5",
+        "--out", tmp_path / "o", "--keep", "some", cwd=tmp_path,
     )  # fmt: skip
     assert refused.returncode == 2 and "--keep: invalid choice: 'some'" in refused.stderr
 

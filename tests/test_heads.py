@@ -5,14 +5,13 @@ the refusals (named), ``thanos prune-model`` and llama.cpp's converter on a mode
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
+from conftest import make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
 from test_compact import logits, prune_with_magnitude, stored_parameters
 
 from thanos.demo.tested_models import TESTED_MODELS
@@ -169,13 +168,14 @@ def test_models_whose_heads_cannot_be_removed_are_refused(tmp_path: Path, model_
 
 @pytest.mark.slow
 def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
-    """``thanos prune-model --sparsity heads:0.5`` as a user runs it; an OPT model is refused up front."""
+    """``thanos prune-model --sparsity heads:0.5`` as a user types it (run in this process); an OPT model
+    is refused up front."""
     model = make_tiny_model(tmp_path, "qwen3")
     corpus = write_corpus(tmp_path / "calib.jsonl")
     command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "thanos"]
     command += ["--sparsity", "heads:0.5", "--calibration", str(corpus), "--nsamples", "8", "--seqlen", "32"]
     command += ["--device", "cpu", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
-    run = subprocess.run(command, capture_output=True, text=True)
+    run = thanos_here(*command[3:], cwd=tmp_path)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "compact: attention heads 4 -> 2 per block (key/value heads 2 -> 2)" in run.stderr
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -184,9 +184,7 @@ def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
     assert report["recipe"]["name"] == "thanos_h50"
     assert [entry["layer"] for entry in report["layers"]] == ["self_attn.o_proj"] * 2
     opt = make_tiny_model(tmp_path / "o", "opt")
-    refused = subprocess.run(
-        [*command[:5], str(opt), *command[6:-1], str(tmp_path / "out2")], capture_output=True, text=True
-    )
+    refused = thanos_here(*command[3:5], str(opt), *command[6:-1], str(tmp_path / "out2"), cwd=tmp_path)
     assert refused.returncode != 0
     assert "model_type 'opt': cannot remove attention heads" in refused.stderr
     assert not (tmp_path / "out2").exists()

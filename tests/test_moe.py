@@ -6,13 +6,11 @@ is read and written. Real stages on tiny random models built from transformers' 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, write_corpus
+from conftest import make_tiny_model, thanos_here, write_corpus
 from transformers import AutoModelForCausalLM
 
 import thanos.stages.capture as capture_stage
@@ -101,17 +99,7 @@ def test_fused_experts_in_the_checkpoint_are_refused_naming_why(tmp_path: Path) 
     model = make_tiny_model(tmp_path, "mixtral", hidden_size=32)
     fused = tmp_path / "fused"
     AutoModelForCausalLM.from_pretrained(model).save_pretrained(fused, save_original_format=False)
-    command = [
-        sys.executable,
-        "-m",
-        "thanos",
-        "model-info",
-        "--model",
-        str(fused),
-        "--out",
-        str(tmp_path / "i.json"),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = thanos_here("model-info", "--model", fused, "--out", tmp_path / "i.json", cwd=tmp_path)
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert "no tensor model.layers.0.block_sparse_moe.experts.0.w1.weight" in last
@@ -153,11 +141,10 @@ def test_experts_stored_fused_are_pruned_per_expert_and_written_back_fused(
         assert checkpoint.shape(f"model.layers.0.{layer}.weight") == [2 * 48, 32]  # (out, in)
 
     out, work = tmp_path / "out", tmp_path / "work"
-    run = subprocess.run(
-        [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "thanos",
-         "--sparsity", "2:4", "--calibration", str(corpus), "--nsamples", "8", "--seqlen", "24",
-         "--device", "cpu", "--workdir", str(work), "--out", str(out), "--keep", "all"],
-        capture_output=True, text=True,
+    run = thanos_here(
+        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4", "--calibration", corpus,
+        "--nsamples", "8", "--seqlen", "24", "--device", "cpu", "--workdir", work, "--out", out,
+        "--keep", "all", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     from safetensors.torch import load_file

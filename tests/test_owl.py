@@ -276,14 +276,12 @@ def test_report_rows_keep_owl_beside_uniform(run):
 @pytest.mark.slow
 def test_prune_model_with_owl(tmp_path, text):
     """``thanos prune-model --profile owl``: the sequential chain plus the dense chain's Hessians; the
-    published card and sidecar state the per-block sparsities and the command that reproduces them."""
-    import subprocess
-    import sys
+    published card and sidecar state the per-block sparsities and the command that reproduces them (the
+    commands run in this process: ``thanos_here``)."""
+    from conftest import thanos_here
 
     def thanos(*args):
-        run = subprocess.run(
-            [sys.executable, "-m", "thanos", *map(str, args)], cwd=tmp_path, capture_output=True, text=True
-        )
+        run = thanos_here(*args, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         return run
 
@@ -298,12 +296,7 @@ def test_prune_model_with_owl(tmp_path, text):
     assert sidecar["profile"]["owl_lambda"] == 0.1 and len(sidecar["blocks"]) == 3
     card = (tmp_path / "out" / "README.md").read_text()
     assert "--profile owl --owl-m 5 --owl-lambda 0.1" in card
-    refused = subprocess.run(
-        [sys.executable, "-m", "thanos", *map(str, [*args[:6], "2:4", "--profile", "owl", "--out", "x"])],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    refused = thanos_here(*args[:6], "2:4", "--profile", "owl", "--out", "x", cwd=tmp_path)
     assert refused.returncode != 0 and "--profile 'owl': owl sets a sparsity per block" in refused.stderr
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, write_corpus
+from conftest import make_tiny_model, thanos_here, write_corpus
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -74,7 +74,6 @@ def test_an_epoch_that_makes_it_worse_is_not_kept() -> None:
         assert torch.equal(W.detach(), before[name])
 
 
-@pytest.mark.slow
 def test_options_that_make_no_sense_are_refused_naming_them(tmp_path: Path) -> None:
     for options, message in (
         ({"epochs": -1}, "recover.epochs: expected a whole number >= 1"),
@@ -102,10 +101,9 @@ def test_options_that_make_no_sense_are_refused_naming_them(tmp_path: Path) -> N
         with pytest.raises(ValueError, match=flag):
             prune_model(model, "thanos", 0.5, out=tmp_path / "out", recover=recover, **common)
     assert not (tmp_path / "wd").exists()  # refused before any step
-    run = subprocess.run(
-        [sys.executable, "-m", "thanos", "prune-model", "--model", model, "--method", "thanos", "--sparsity",
-         "0.5", "--recover-lr", "0", "--out", tmp_path / "o"],
-        capture_output=True, text=True, cwd=tmp_path,
+    run = thanos_here(
+        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "0.5", "--recover-lr", "0",
+        "--out", tmp_path / "o", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 2 and "--recover-lr" in run.stderr and "Traceback" not in run.stderr
 
@@ -233,7 +231,8 @@ def test_killed_mid_recovery_resumes_to_the_same_bytes(tmp_path: Path) -> None:
                 "--device", "cpu", "--cores", "2", "--recover", "--recover-epochs", "4",
                 "--workdir", str(tmp_path / workdir), "--out", str(tmp_path / out)]  # fmt: skip
 
-    reference = subprocess.run(command("reference", "wd-ref"), capture_output=True, text=True)
+    # the reference and the resume in this process (thanos_here); the killed run is a process of its own
+    reference = thanos_here(*command("reference", "wd-ref")[3:], cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
     terminal = reference.stdout + reference.stderr
     assert "then recovery of every block: 4 epoch(s), lr 0.003, towards the dense model" in terminal
@@ -254,7 +253,7 @@ def test_killed_mid_recovery_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     proc.wait()
     assert (pruned / "recovered" / "block0" / "recovery.json").is_file()
     assert not (pruned / "recovered" / "block1").exists()  # the block in flight left nothing
-    resumed = subprocess.run(command("out", "wd"), capture_output=True, text=True)
+    resumed = thanos_here(*command("out", "wd")[3:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((pruned / "chain.json").read_text())
     assert summary["reused"]["recover"] == 1 and summary["computed"]["recover"] == 2  # block 0 was kept

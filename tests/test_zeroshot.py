@@ -125,22 +125,18 @@ def test_missing_include_path(setup, tmp_path):
 @pytest.mark.slow
 def test_prune_model_evaluates_local_tasks(setup, tmp_path):
     """``prune-model --evaluate zeroshot --tasks T --include-path DIR``: a task defined in a local YAML, for
-    the pruned and the dense model; a task found nowhere is refused before anything runs."""
-    import subprocess
-    import sys
+    the pruned and the dense model; a task found nowhere is refused before anything runs (the commands
+    run in this process: ``thanos_here``)."""
+    from conftest import thanos_here
 
     model, task_dir, _ = setup
-    command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(model), "--method", "magnitude",
+    command = ["prune-model", "--model", str(model), "--method", "magnitude",
                "--sparsity", "0.5", "--device", "cpu", "--workdir", str(tmp_path / "work"),
                "--evaluate", "zeroshot", "--include-path", str(task_dir)]  # fmt: skip
-    unknown = subprocess.run(
-        [*command, "--tasks", "no_such_task", "--out", str(tmp_path / "x")], capture_output=True, text=True
-    )
+    unknown = thanos_here(*command, "--tasks", "no_such_task", "--out", tmp_path / "x", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown lm-eval task(s): 'no_such_task'" in unknown.stderr
     assert not (tmp_path / "work").exists() and not (tmp_path / "x").exists()
-    run = subprocess.run(
-        [*command, "--tasks", tasks.TASK_NAME, "--out", str(tmp_path / "out")], capture_output=True, text=True
-    )
+    run = thanos_here(*command, "--tasks", tasks.TASK_NAME, "--out", tmp_path / "out", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "zero-shot mean accuracy" in run.stderr and "(the dense model " in run.stderr
     card = (tmp_path / "out" / "README.md").read_text()
