@@ -29,6 +29,14 @@ def tiny(root: Path, model_type: str) -> Path:
     return build_tiny_model(root / model_type, model_type, max_position_embeddings=64, jitter=0.1)
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every tested type's tiny model, built once for this file: the block-by-block tests and the workflow
+    run read the same directories (none of them writes there)."""
+    root = tmp_path_factory.mktemp("models")
+    return {model_type: tiny(root, model_type) for model_type in TESTED_MODELS}
+
+
 def walk(adapter, checkpoint: Checkpoint, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list]:
     """embed -> every block alone, built from its own tensors -> head: (logits, every block's input, every
     block's {group: the input capture's hooks hand it})."""
@@ -49,9 +57,9 @@ def walk(adapter, checkpoint: Checkpoint, ids: torch.Tensor) -> tuple[torch.Tens
 
 
 @pytest.mark.parametrize("model_type", list(TESTED_MODELS))
-def test_block_by_block_gives_the_models_logits(tmp_path: Path, model_type: str) -> None:
+def test_block_by_block_gives_the_models_logits(models: dict[str, Path], model_type: str) -> None:
     """24 tokens (longer than the sliding windows of 16), batch 2, fp32: max abs difference <= 1e-5."""
-    model_dir = tiny(tmp_path, model_type)
+    model_dir = models[model_type]
     _, adapter, checkpoint = open_model(model_dir)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(1))
     logits, _, _ = walk(adapter, checkpoint, ids)
@@ -62,12 +70,12 @@ def test_block_by_block_gives_the_models_logits(tmp_path: Path, model_type: str)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_generic_adapter_reproduces_a_forward_written_by_hand(tmp_path: Path, family: str) -> None:
+def test_generic_adapter_reproduces_a_forward_written_by_hand(models: dict[str, Path], family: str) -> None:
     """On Llama, Mistral, Qwen2 and OPT the generic adapter gives bit-identical block inputs, captured
     group inputs and logits to the forward written out in ``tests/llama_oracle.py`` (what the hand-written
     adapters of earlier versions computed), the checkpoint prefix they used and their layers grouped the
     same way (groups named after their first layer instead of attn_in, attn_out, mlp_in, mlp_out)."""
-    model_dir = tiny(tmp_path, family)
+    model_dir = models[family]
     _, adapter, checkpoint = open_model(model_dir)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(2))
     logits, inputs, captured = walk(adapter, checkpoint, ids)
@@ -149,19 +157,20 @@ def has_pattern(weight: torch.Tensor, sparsity: float | str) -> bool:
 
 
 @pytest.mark.slow
-def test_matrix_through_the_workflow(tmp_path: Path) -> None:
+def test_matrix_through_the_workflow(models: dict[str, Path], tmp_path: Path) -> None:
     """SparseGPT 50 % and Thanos 2:4 on every model type of the matrix, in one Snakemake run: each
     assembled model loads with from_pretrained, has the logits of the input model carrying the pruned
     weights in memory, the requested pattern in every pruned matrix, and a sparsity.json listing exactly
-    the layers pruned and the linear layers left dense."""
-    models = {t: {"path": f"models/{t}", "tiny": {"family": t}} for t in TESTED_MODELS}
+    the layers pruned and the linear layers left dense. The inputs are the local model directories the
+    block-by-block tests read (the workflow's own tiny-model rule is run by tests/test_workflow.py)."""
+    local = {t: {"path": str(models[t])} for t in TESTED_MODELS}
     recipes = {name: {"method": m, "sparsity": s, "alpha": 0} for name, (m, s) in RECIPES.items()}
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=16)
-    snakemake(tmp_path, workflow_config(corpus, models, recipes))
+    snakemake(tmp_path, workflow_config(corpus, local, recipes))
     paths = Layout(str(tmp_path / "results"), sequential=True)
     ids = torch.randint(4, 250, (2, 24), generator=torch.Generator().manual_seed(3))
     for model_type in TESTED_MODELS:
-        model_dir = tmp_path / "models" / model_type
+        model_dir = models[model_type]
         _, adapter, checkpoint = open_model(model_dir)
         expected_layers = {
             f"{adapter.block_prefix(b)}{layer}.weight"
