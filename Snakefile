@@ -36,8 +36,10 @@ rule all:
 
 onstart:
     # a local run's `python -m thanos` jobs run in forks of one warm process: Python and its imports
-    # start once per run, not once per job (thanos/jobs/worker.py)
-    logger.info(start_job_worker(workflow.local_exec, config["threads"]))
+    # start once per run, not once per job (thanos/jobs/worker.py); the evaluation stages' imports only in
+    # a run that evaluates
+    evaluates = config["perplexity"]["enabled"] or config["zeroshot"]["enabled"]
+    logger.info(start_job_worker(workflow.local_exec, config["threads"], evaluates))
 
 
 onerror:

@@ -58,7 +58,8 @@ PRELOAD = (
     "thanos.stages.prune",
     "thanos.stages.assemble",
 )
-# imported after PRELOAD, one module at a time while no job is waiting: what the evaluation stages import
+# imported after PRELOAD, one module at a time while no job is waiting, by the worker of a run that
+# evaluates (perplexity or zero-shot enabled): what the evaluation stages import
 LATER = (
     "datasets",
     "thanos.evaluation.perplexity",
@@ -157,9 +158,10 @@ def _run_child(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(listener: socket.socket, parent: int, directory: Path) -> None:
-    """Accept jobs on ``listener`` until the process ``parent`` ends (or SIGTERM): fork one child per job.
-    Removes ``directory`` (its socket's) when it ends, also after its parent was killed."""
+def serve(listener: socket.socket, parent: int, directory: Path, later: bool = True) -> None:
+    """Accept jobs on ``listener`` until the process ``parent`` ends (or SIGTERM): fork one child per job;
+    ``later``: import LATER too while idle. Removes ``directory`` (its socket's) when it ends, also after
+    its parent was killed."""
     stopping = False
 
     def stop(_signum: int, _frame: object) -> None:
@@ -170,7 +172,7 @@ def serve(listener: socket.socket, parent: int, directory: Path) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the jobs themselves
     for name in PRELOAD:
         importlib.import_module(name)
-    later = list(LATER)
+    later = list(LATER) if later else []
     running: dict[int, socket.socket] = {}
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
@@ -242,10 +244,12 @@ def _stop(process: subprocess.Popen, directory: Path) -> None:
 
 class LocalWorker:
     """A worker process, started now (it imports torch and transformers beside the caller's own work);
-    ``env`` holds the variables that send ``python -m thanos`` jobs to it. ``stop()`` ends it (so does
-    garbage collection of this object, and the end of the process that started it)."""
+    ``env`` holds the variables that send ``python -m thanos`` jobs to it; ``later``: it imports what the
+    evaluation stages import too (LATER; a run without evaluation jobs never needs them, and a job that
+    does imports them itself). ``stop()`` ends it (so does garbage collection of this object, and the end
+    of the process that started it)."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, later: bool = True) -> None:
         directory = Path(tempfile.mkdtemp(prefix="thanos-worker-"))  # short: a socket path has <108 bytes
         path = directory / "socket"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -259,7 +263,7 @@ class LocalWorker:
             }
             process = subprocess.Popen(
                 [sys.executable, "-m", "thanos.jobs.worker", str(listener.fileno()), str(os.getpid())]
-                + [str(directory)],
+                + [str(directory), "later" if later else "no-later"],
                 pass_fds=[listener.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -276,22 +280,24 @@ class LocalWorker:
 _RUN_WORKER: list[LocalWorker] = []
 
 
-def for_this_run(local: bool, threads: int) -> str:
+def for_this_run(local: bool, threads: int, evaluates: bool = True) -> str:
     """Start a worker for the jobs of this ``snakemake`` run (the Snakefile's ``onstart``) and put it in the
     environment its jobs inherit; it ends with the run. Not for a cluster run (``local`` False: each job is
     its own process on its node), nor when ``THANOS_WORKER`` is already set (an enclosing run's worker, or
-    ``off``). Returns a line for the log."""
+    ``off``). ``evaluates``: the run has evaluation jobs (the worker imports their modules too). Returns a
+    line for the log."""
     if not local:
         return "cluster run: every job starts its own Python"
     if ENV in os.environ:
         setting = os.environ[ENV]
         plain = setting.lower() in OFF
         return f"{ENV}={setting}: " + ("every job starts its own Python" if plain else "in use")
-    worker = LocalWorker(threads)
+    worker = LocalWorker(threads, later=evaluates)
     _RUN_WORKER.append(worker)  # kept alive until the run's process ends
     os.environ.update(worker.env)
     return f"jobs run in forks of one warm worker ({ENV}={worker.env[ENV]}; {ENV}=off turns it off)"
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3]))
+    later = sys.argv[4:5] != ["no-later"]
+    serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3]), later)
