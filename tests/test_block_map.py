@@ -115,26 +115,6 @@ def dense_stores(model_dir: Path, ids: torch.Tensor, root: Path) -> list[Path]:
     return stores
 
 
-def mapped_logits(
-    model_dir: Path, removed: list[int], maps: dict[int, torch.Tensor], layer: str, ids: torch.Tensor
-):
-    """The dense model's logits with the ``removed`` blocks skipped and the output of ``layer`` of each block
-    p in ``maps`` multiplied by its map: the map applied between the kept blocks, in memory."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    _, layers = find_layers(model, model.config.num_hidden_layers)
-
-    def skip(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> object:
-        hidden = args[0] if args else kwargs["hidden_states"]
-        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
-
-    for block in removed:
-        layers[block].register_forward_hook(skip, with_kwargs=True)
-    for block, T in maps.items():
-        layers[block].get_submodule(layer).register_forward_hook(lambda m, a, out, T=T: out @ T)
-    with torch.inference_mode():
-        return model(ids).logits
-
-
 # every dense row, and two mixtures of experts (routed experts only; dense first blocks) for the refusal
 ROWS = [t for t in TESTED_MODELS if t not in MIXTURES] + ["mixtral", "deepseek_v3"]
 
@@ -187,7 +167,7 @@ def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
     before = entry["folded_into"]
     assert before == plan["removed"][0] - 1 and entry["error"] < entry["error_without_map"]
     T = load_file(str(tmp_path / "r" / entry["map"]))["map"]
-    reference = mapped_logits(model, plan["removed"], {before: T}, layer, test_ids)
+    reference = skipped_logits(model, plan["removed"], test_ids, {before: T}, layer)
     assert (short - reference).abs().max() <= 1e-5
     assert not torch.allclose(reference, skipped_logits(model, plan["removed"], test_ids), atol=1e-3)
     # the least-squares optimum on the stored activations: M from the block's own forward on its inputs

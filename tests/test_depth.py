@@ -72,8 +72,16 @@ def test_config_settings_follow_the_kept_blocks() -> None:
         shortened_config("x", {"num_hidden_layers": 4, "decoder_sparse_step": 2}, [0, 1])
 
 
-def skipped_logits(model_dir: Path, removed: list[int], ids: torch.Tensor) -> torch.Tensor:
-    """The dense model's logits with the ``removed`` blocks skipped in memory: each returns its input."""
+def skipped_logits(
+    model_dir: Path,
+    removed: list[int],
+    ids: torch.Tensor,
+    maps: dict[int, torch.Tensor] | None = None,
+    layer: str = "",
+) -> torch.Tensor:
+    """The dense model's logits with the ``removed`` blocks skipped in memory (each returns its input) and
+    the output of ``layer`` of each block p in ``maps`` multiplied by its map T: the maps applied between
+    the kept blocks."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     _, layers = find_layers(model, model.config.num_hidden_layers)
 
@@ -83,6 +91,8 @@ def skipped_logits(model_dir: Path, removed: list[int], ids: torch.Tensor) -> to
 
     for block in removed:
         layers[block].register_forward_hook(skip, with_kwargs=True)
+    for block, T in (maps or {}).items():
+        layers[block].get_submodule(layer).register_forward_hook(lambda m, a, out, T=T: out @ T)
     with torch.inference_mode():
         return model(ids).logits
 
