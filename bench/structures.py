@@ -14,7 +14,8 @@ the lowest-influence blocks); it also compares, for the depth recipe, the defaul
 whose map replaces it best) with the lowest-influence blocks given maps too, by perplexity.
 
     python -m thanos real-model --out smollm2 && python -m thanos demo-data --out-dir demo-data
-    OMP_WAIT_POLICY=PASSIVE python bench/structures.py --model smollm2 --data demo-data --work bench-struct --nsamples 64
+    OMP_WAIT_POLICY=PASSIVE python bench/structures.py --model smollm2 --data demo-data \
+        --work bench-struct --nsamples 64
 """
 
 from __future__ import annotations
