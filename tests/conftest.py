@@ -142,6 +142,23 @@ def workflow_config(source: str | Path, models: dict, recipes: dict, **over: Any
     return config | over
 
 
+_SHARED_WORKER: list[Any] = []
+
+
+def shared_worker() -> dict[str, str]:
+    """The environment that sends the ``python -m thanos`` jobs of a test's Snakemake run to one warm worker
+    of this test process (``thanos.jobs.worker``: the Snakefile's ``onstart`` uses an enclosing run's worker
+    when ``THANOS_WORKER`` is set), started on first use and ended with the process: torch and transformers
+    are imported once per pytest worker instead of once per Snakemake run. The job's own environment
+    (``OMP_NUM_THREADS``: the run's ``threads``) still sets its threads, and every job is still a fork of
+    its own. Runs a test kills (``popen``) start their own worker, which ends with them."""
+    from thanos.jobs.worker import LocalWorker
+
+    if not _SHARED_WORKER:
+        _SHARED_WORKER.append(LocalWorker(threads=1))
+    return dict(_SHARED_WORKER[0].env)
+
+
 def snakemake(
     workdir: Path,
     config: dict,
@@ -158,7 +175,8 @@ def snakemake(
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
     cmd += ["--configfile", str(workdir / "config.yaml"), "--cores", "2", "--nocolor", *extra]
-    env = {**os.environ, **(env or {})}
+    shared = {} if popen else shared_worker()  # a run the test kills starts its own worker, as users' runs do
+    env = {**os.environ, **shared, **(env or {})}
     if popen:
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
