@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, write_corpus
+from conftest import make_tiny_model, thanos_here, write_corpus
 from test_compact import NO_NEURONS, OPTIONS, logits, prune_with_magnitude, stored_parameters
 from test_heads import ROWS as HEADS_ROWS
 from transformers import AutoModelForCausalLM
@@ -173,19 +173,16 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     assert f"(removed {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
     assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan
-    again = subprocess.run(command, capture_output=True, text=True)
+    here = command[3:]  # the reruns in this process (thanos_here), as a new process runs them
+    again = thanos_here(*here, cwd=tmp_path)
     assert again.returncode == 0 and "nothing to do" in again.stderr
-    plain = subprocess.run(
-        [*command[:-1], str(tmp_path / "plain"), "--no-block-map"], capture_output=True, text=True
-    )
+    plain = thanos_here(*here[:-1], tmp_path / "plain", "--no-block-map", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr[-3000:]
     plain_plan = json.loads(next(work.glob("results/*/thanos_depth1_nomap/depth.json")).read_text())
     by_influence = min(range(3), key=lambda b: (plan["scores"]["influence"][b], -b))
     assert plain_plan["metric"] == "influence" and plain_plan["removed"] == [by_influence]
     assert "maps" not in plain_plan
-    refused = subprocess.run(
-        [*command[:9], "depth:3", *command[10:-1], str(tmp_path / "out3")], capture_output=True, text=True
-    )
+    refused = thanos_here(*here[:6], "depth:3", *here[7:-1], tmp_path / "out3", cwd=tmp_path)
     assert (
         refused.returncode != 0 and "removes 3 of the model's 3 blocks, which leaves none" in refused.stderr
     )
