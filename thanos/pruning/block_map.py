@@ -32,9 +32,10 @@ import torch
 @dataclass
 class MapFit:
     """The sums of ``T*``'s normal equations over the tokens seen: A = M^T M, B = M^T R (R = X_e - Y),
-    ||R||^2 and ||X_e||^2, in float64."""
+    ||R||^2 and ||X_e||^2, in float64 on ``device`` (where the activations are)."""
 
     hidden: int
+    device: torch.device | str = "cpu"
     A: torch.Tensor = field(init=False)
     B: torch.Tensor = field(init=False)
     rr: float = 0.0
@@ -42,8 +43,8 @@ class MapFit:
     tokens: int = 0
 
     def __post_init__(self) -> None:
-        self.A = torch.zeros(self.hidden, self.hidden, dtype=torch.float64)
-        self.B = torch.zeros(self.hidden, self.hidden, dtype=torch.float64)
+        self.A = torch.zeros(self.hidden, self.hidden, dtype=torch.float64, device=self.device)
+        self.B = torch.zeros(self.hidden, self.hidden, dtype=torch.float64, device=self.device)
 
     def add(self, M: torch.Tensor, Y: torch.Tensor, X: torch.Tensor) -> None:
         """Add tokens (the leading dimensions flattened): block p's MLP output ``M``, the rest of its
@@ -69,13 +70,13 @@ class MapFit:
     def error(self, T: torch.Tensor) -> float:
         """||M T + Y - X_e||^2 / ||X_e||^2 over the tokens seen:
         (||R||^2 - 2 tr(T^T B) + tr(T^T A T)) / ||X_e||^2."""
-        T = T.double()
+        T = T.to(self.A.device, torch.float64)
         squared = self.rr - 2 * float((T * self.B).sum()) + float((T * (self.A @ T)).sum())
         return max(squared, 0.0) / self.xx if self.xx > 0 else 0.0
 
     def identity_error(self) -> float:
         """The relative error with no map (T = I: the blocks simply left out)."""
-        return self.error(torch.eye(self.hidden))
+        return self.error(torch.eye(self.hidden, device=self.A.device))
 
 
 def fold(

@@ -32,6 +32,7 @@ from thanos.data.storage import Activations
 from thanos.models import ModelHandle
 from thanos.models.neurons import NeuronsError, mlp_layout
 from thanos.pruning.block_map import MapFit, fold
+from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -85,51 +86,56 @@ def fit_run(
     layer: str,
     nsamples: int | None = None,
     samples: int = 4,
+    device: str = "cpu",
 ) -> FittedRun:
     """The map of the run ``first .. last`` (first >= 1), fitted on the dense stores ``inputs_0 ..
-    inputs_L`` (their first ``nsamples`` windows; default all), ``samples`` windows at a time, and folded
-    into block ``first - 1``'s ``layer``."""
+    inputs_L`` (their first ``nsamples`` windows; default all), ``samples`` windows at a time, on
+    ``device`` in float32, and folded into block ``first - 1``'s ``layer`` (the results on the CPU)."""
     before = first - 1
-    module = handle.adapter.load_block(handle.checkpoint, before).float()
+    dev = resolve_device(device)
+    module = handle.adapter.load_block(handle.checkpoint, before).to(dev, torch.float32)
     linear = handle.adapter.linear(module, layer)
     captured: list[torch.Tensor] = []
     hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
     inputs, targets = Activations(stores[before]), Activations(stores[last + 1])
-    fit = MapFit(int(linear.weight.shape[0]))
+    fit = MapFit(int(linear.weight.shape[0]), dev)
     try:
         end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
         for start in range(0, end, samples):
             stop = min(start + samples, end)
             captured.clear()
-            out = handle.adapter.run_block(module, before, inputs.read(start, stop).float())
+            out = handle.adapter.run_block(module, before, inputs.read(start, stop).to(dev, torch.float32))
             M = captured[0].reshape(out.shape)  # OPT runs its MLP on (tokens, hidden)
-            fit.add(M, out - M, targets.read(start, stop).float())
+            fit.add(M, out - M, targets.read(start, stop).to(dev, torch.float32))
     finally:
         hook.remove()
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, None if linear.bias is None else linear.bias.detach())
-    return FittedRun(first, last, before, layer, T, weight, bias, fit.error(T), fit.identity_error())
+    error, without = fit.error(T), fit.identity_error()
+    bias = None if bias is None else bias.cpu()
+    return FittedRun(first, last, before, layer, T.cpu(), weight.cpu(), bias, error, without)
 
 
 def check_fold(
-    handle: ModelHandle, stores: Sequence[str | Path], run: FittedRun, samples: int = 2
+    handle: ModelHandle, stores: Sequence[str | Path], run: FittedRun, samples: int = 2, device: str = "cpu"
 ) -> str | None:
     """None when block ``run.before`` with the folded weight writes Y + M T on its first stored samples;
     else why not (its output is not linear in the MLP output: a norm after the MLP)."""
-    module = handle.adapter.load_block(handle.checkpoint, run.before).float()
+    dev = resolve_device(device)
+    module = handle.adapter.load_block(handle.checkpoint, run.before).to(dev, torch.float32)
     linear = handle.adapter.linear(module, run.layer)
     captured: list[torch.Tensor] = []
     hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
     inputs = Activations(stores[run.before])
-    x = inputs.read(0, min(samples, inputs.nsamples)).float()
+    x = inputs.read(0, min(samples, inputs.nsamples)).to(dev, torch.float32)
     try:
         out = handle.adapter.run_block(module, run.before, x)
         M = captured[0].reshape(out.shape)
-        expected = out - M + M @ run.T
+        expected = out - M + M @ run.T.to(dev)
         with torch.no_grad():
-            linear.weight.copy_(run.weight)
+            linear.weight.copy_(run.weight.to(dev))
             if run.bias is not None:
-                linear.bias.copy_(run.bias)
+                linear.bias.copy_(run.bias.to(dev))
         folded = handle.adapter.run_block(module, run.before, x)
     finally:
         hook.remove()
@@ -144,7 +150,7 @@ def check_fold(
 
 def replace_runs(
     handle: ModelHandle, stores: Sequence[str | Path], removed: Sequence[int], out_dir: Path,
-    fitted: FittedRun | None = None,
+    fitted: FittedRun | None = None, device: str = "cpu",
 ) -> list[dict[str, Any]]:  # fmt: skip
     """For every run of ``removed`` blocks, its map fitted (or ``fitted``, when it is that run), checked
     and written to ``out_dir`` (``block{p}.safetensors``: ``map`` T in float32, ``weight`` the folded
@@ -163,8 +169,8 @@ def replace_runs(
         if not why:
             assert layer is not None
             same = fitted is not None and (fitted.first, fitted.last) == (first, last)
-            run = fitted if same else fit_run(handle, stores, first, last, layer)
-            why = check_fold(handle, stores, run) or ""
+            run = fitted if same else fit_run(handle, stores, first, last, layer, device=device)
+            why = check_fold(handle, stores, run, device=device) or ""
         if why:
             log.info("depth: blocks %d..%d left out without a map: %s", first, last, why)
             entries.append(entry | {"map": None, "why": why})
@@ -201,7 +207,7 @@ def _write(handle: ModelHandle, run: FittedRun, out_dir: Path) -> dict[str, Any]
 
 
 def run_candidates(
-    handle: ModelHandle, stores: Sequence[str | Path], k: int
+    handle: ModelHandle, stores: Sequence[str | Path], k: int, device: str = "cpu"
 ) -> tuple[list[float | None], dict[int, float], FittedRun | None]:
     """Every run of ``k`` consecutive blocks s .. s + k - 1 with s >= 1 scored by its fitted map's relative
     error (None for s = 0), each fitted on the first ``PRESELECT_SAMPLES`` windows; the ``SHORTLIST`` runs
@@ -218,8 +224,10 @@ def run_candidates(
     total = Activations(stores[0]).nsamples
     quick = min(PRESELECT_SAMPLES, total)
     for first in range(1, blocks - k + 1):
-        run = fit_run(handle, stores, first, first + k - 1, layer, nsamples=quick)
-        why = check_fold(handle, stores, run) if first == 1 else None  # the architecture's, checked once
+        run = fit_run(handle, stores, first, first + k - 1, layer, nsamples=quick, device=device)
+        why = (
+            check_fold(handle, stores, run, device=device) if first == 1 else None
+        )  # the architecture's, checked once
         if why:
             log.info("depth: no run can be replaced by a map: %s", why)
             return [None] * blocks, {}, None
@@ -230,7 +238,7 @@ def run_candidates(
     best: FittedRun | None = None
     errors: dict[int, float] = {}
     for first in sorted(shortlist):
-        run = fit_run(handle, stores, first, first + k - 1, layer)
+        run = fit_run(handle, stores, first, first + k - 1, layer, device=device)
         errors[first] = run.error
         if best is None or run.error <= best.error:
             best = run

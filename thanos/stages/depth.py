@@ -99,12 +99,13 @@ def depth_plan(
     metric: str | None = None,
     model: ModelHandle | None = None,
     block_map: bool = False,
+    device: str = "cpu",
 ) -> dict:
     """Score every block (``block_scores``), choose the removed ones by ``metric`` and write ``out``
     (depth.json): the scores, the metric, the removed and the kept blocks, and with ``block_map`` the
     maps that replace each run of removed blocks (``thanos.stages.block_maps``, files in ``MAPS_DIR``
     beside ``out``). ``metric`` defaults to ``DEFAULT_METRIC`` with maps, ``DEFAULT_BLOCKS`` without;
-    ``replaced`` and ``block_map`` need the ``model``."""
+    ``replaced`` and ``block_map`` need the ``model``, whose blocks run on ``device`` to fit the maps."""
     from thanos.stages.block_maps import replace_runs, run_candidates
 
     metric = metric or (DEFAULT_METRIC if block_map else DEFAULT_BLOCKS)
@@ -116,7 +117,7 @@ def depth_plan(
     best, shortlist = None, {}
     if metric == "replaced":
         assert model is not None, "the replaced metric fits maps on the model's blocks"
-        scores["replaced"], shortlist, best = run_candidates(model, stores, k)
+        scores["replaced"], shortlist, best = run_candidates(model, stores, k, device)
         if best is None:
             log.info("depth: no map can be folded into this model's blocks; choosing by %s", DEFAULT_BLOCKS)
             metric = DEFAULT_BLOCKS
@@ -135,7 +136,7 @@ def depth_plan(
     shutil.rmtree(maps_dir, ignore_errors=True)  # an earlier choice's maps
     if block_map:
         assert model is not None, "the maps are fitted on the model's blocks"
-        plan["maps"] = replace_runs(model, stores, removed, maps_dir, best)
+        plan["maps"] = replace_runs(model, stores, removed, maps_dir, best, device)
     write_json(Path(out), plan)
     log.info("depth: removing blocks %s of %d (lowest %s)", removed, blocks, metric)
     return plan

@@ -348,7 +348,12 @@ class _Run:
             output,
             inputs,
             lambda: depth_plan(
-                stores, self.recipe.sparsity, output, model=self.model, block_map=bool(self.recipe.block_map)
+                stores,
+                self.recipe.sparsity,
+                output,
+                model=self.model,
+                block_map=bool(self.recipe.block_map),
+                device=self.options.device,
             ),
             lambda plan: plan.exists() and all(file.is_file() for file in map_tensors(plan).values()),
         )
