@@ -78,6 +78,28 @@ def output_layer(handle: ModelHandle) -> str:
     return mlp_layout(handle.layout, handle.checkpoint).output
 
 
+def _load(
+    handle: ModelHandle, block: int, layer: str, device: str
+) -> tuple[torch.nn.Module, torch.nn.Linear, torch.device]:
+    """Block ``block`` on ``device`` in float32, its ``layer`` (the MLP output projection) and the device."""
+    dev = resolve_device(device)
+    module = handle.adapter.load_block(handle.checkpoint, block).to(dev, torch.float32)
+    return module, handle.adapter.linear(module, layer), dev
+
+
+def _run(
+    handle: ModelHandle, module: torch.nn.Module, linear: torch.nn.Linear, block: int, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the block's output, its MLP output M: what ``linear`` adds to the residual stream) for ``x``."""
+    captured: list[torch.Tensor] = []
+    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    try:
+        out = handle.adapter.run_block(module, block, x)
+    finally:
+        hook.remove()
+    return out, captured[0].reshape(out.shape)  # OPT runs its MLP on (tokens, hidden)
+
+
 def fit_run(
     handle: ModelHandle,
     stores: Sequence[str | Path],
@@ -92,23 +114,14 @@ def fit_run(
     inputs_L`` (their first ``nsamples`` windows; default all), ``samples`` windows at a time, on
     ``device`` in float32, and folded into block ``first - 1``'s ``layer`` (the results on the CPU)."""
     before = first - 1
-    dev = resolve_device(device)
-    module = handle.adapter.load_block(handle.checkpoint, before).to(dev, torch.float32)
-    linear = handle.adapter.linear(module, layer)
-    captured: list[torch.Tensor] = []
-    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    module, linear, dev = _load(handle, before, layer, device)
     inputs, targets = Activations(stores[before]), Activations(stores[last + 1])
     fit = MapFit(int(linear.weight.shape[0]), dev)
-    try:
-        end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
-        for start in range(0, end, samples):
-            stop = min(start + samples, end)
-            captured.clear()
-            out = handle.adapter.run_block(module, before, inputs.read(start, stop).to(dev, torch.float32))
-            M = captured[0].reshape(out.shape)  # OPT runs its MLP on (tokens, hidden)
-            fit.add(M, out - M, targets.read(start, stop).to(dev, torch.float32))
-    finally:
-        hook.remove()
+    end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
+    for start in range(0, end, samples):
+        stop = min(start + samples, end)
+        out, M = _run(handle, module, linear, before, inputs.read(start, stop).to(dev, torch.float32))
+        fit.add(M, out - M, targets.read(start, stop).to(dev, torch.float32))
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, None if linear.bias is None else linear.bias.detach())
     error, without = fit.error(T), fit.identity_error()
@@ -121,24 +134,16 @@ def check_fold(
 ) -> str | None:
     """None when block ``run.before`` with the folded weight writes Y + M T on its first stored samples;
     else why not (its output is not linear in the MLP output: a norm after the MLP)."""
-    dev = resolve_device(device)
-    module = handle.adapter.load_block(handle.checkpoint, run.before).to(dev, torch.float32)
-    linear = handle.adapter.linear(module, run.layer)
-    captured: list[torch.Tensor] = []
-    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    module, linear, dev = _load(handle, run.before, run.layer, device)
     inputs = Activations(stores[run.before])
     x = inputs.read(0, min(samples, inputs.nsamples)).to(dev, torch.float32)
-    try:
-        out = handle.adapter.run_block(module, run.before, x)
-        M = captured[0].reshape(out.shape)
-        expected = out - M + M @ run.T.to(dev)
-        with torch.no_grad():
-            linear.weight.copy_(run.weight.to(dev))
-            if run.bias is not None:
-                linear.bias.copy_(run.bias.to(dev))
-        folded = handle.adapter.run_block(module, run.before, x)
-    finally:
-        hook.remove()
+    out, M = _run(handle, module, linear, run.before, x)
+    expected = out - M + M @ run.T.to(dev)
+    with torch.no_grad():
+        linear.weight.copy_(run.weight.to(dev))
+        if run.bias is not None:
+            linear.bias.copy_(run.bias.to(dev))
+    folded = handle.adapter.run_block(module, run.before, x)
     error = float((folded - expected).norm() / expected.norm().clamp_min(1e-12))
     if error > FOLD_TOLERANCE:
         return (
