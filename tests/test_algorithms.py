@@ -208,12 +208,14 @@ def obs_loop(W: torch.Tensor, H: torch.Tensor, mask: torch.Tensor, damp: float) 
 
 
 @pytest.mark.parametrize("pattern", ["0.5", "2:4", "structured:0.3"])
-def test_sparsegpt_equals_per_column_obs_loop(pattern: str) -> None:
-    W, _, H = layer(20, 48, 300)
-    result = prune_layer(W, H, "sparsegpt", pattern, blocksize=16)
+@pytest.mark.parametrize(("b", "blocksize"), [(48, 16), (112, 80)])
+def test_sparsegpt_equals_per_column_obs_loop(pattern: str, b: int, blocksize: int) -> None:
+    """Blocks of one leaf and of several (``sparsegpt.LEAF`` columns solved together, a shorter last one)."""
+    W, _, H = layer(20, b, 300)
+    result = prune_layer(W, H, "sparsegpt", pattern, blocksize=blocksize)
     expected = obs_loop(W, H, result.mask, damp=0.01)
     torch.testing.assert_close(result.weight.to(torch.float64), expected, rtol=1e-3, atol=1e-3)
-    if pattern == "0.5":
+    if pattern == "0.5" and b == 48:
         per_block = result.mask.reshape(20, 3, 16).sum(dim=(0, 2))
         assert per_block.tolist() == [math.floor(0.5 * 20 * 16)] * 3
 
@@ -443,15 +445,18 @@ def outlier_layer(c: int, b: int, tokens: int) -> tuple[torch.Tensor, torch.Tens
         ("1:4", 8),
     ],
 )
-@pytest.mark.parametrize("solver", ["default", "torch"])
+@pytest.mark.parametrize("solver", ["default", "torch", "batched"])
 def test_thanos_kernel_matches_the_reference_implementation(
     data: str, pattern: str, blocksize: int, solver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same masks and, to 1e-4, the same objective as the previous implementation of the block update;
     systems of 8 to 128 unknowns, both panel widths, complement systems and padding all occur. ``torch``:
-    the batched torch solver (GPU, fallback) also on CPU; ``default``: the compiled one where it builds."""
+    the CPU's torch solver (no C compiler); ``batched``: the GPU's, on the CPU; ``default``: the compiled
+    one where it builds."""
     if solver == "torch":
         monkeypatch.setattr(thanos_kernel, "native_solver", lambda: None)
+    if solver == "batched":
+        monkeypatch.setenv("THANOS_BATCHED", "1")
     W, _, H = (outlier_layer if data == "outliers" else layer)(96, 256, 600)
     result = prune_layer(W, H, "thanos", pattern, blocksize=blocksize, alpha=0.0)
     expected, mask = reference_thanos(W, H, pattern, blocksize)
@@ -462,7 +467,7 @@ def test_thanos_kernel_matches_the_reference_implementation(
 
 
 @pytest.mark.parametrize("s", [8, 24, 64, 80, 96])
-def test_solve_principal_solves_every_system(s: int) -> None:
+def test_solve_panels_solves_every_system(s: int) -> None:
     """Rows' systems Z[idx][:, idx] x = rhs with Z = blockdiag(G, I); some rows end in identity padding."""
     g = torch.Generator().manual_seed(s)
     X = torch.randn(128, 300, generator=g, dtype=torch.float64)
@@ -471,18 +476,38 @@ def test_solve_principal_solves_every_system(s: int) -> None:
     chosen = torch.stack([torch.randperm(128, generator=g)[:s] for _ in range(30)])
     idx = torch.where(real, chosen, 128 + torch.arange(s))
     rhs = torch.randn(30, s, generator=g, dtype=torch.float64) * real
-    x = thanos_kernel.solve_principal(Z.float(), idx, rhs.float())
+    x = thanos_kernel.solve_panels(Z.float(), idx, rhs.float())
     expected = torch.linalg.solve(Z[idx.unsqueeze(2), idx.unsqueeze(1)], rhs.unsqueeze(2)).squeeze(2)
     torch.testing.assert_close(x.double(), expected, rtol=1e-3, atol=1e-4)
     assert bool((x[~real] == 0).all()), "padding solves to exactly zero"
 
 
-def test_solve_principal_rejects_indefinite_systems() -> None:
+@pytest.mark.parametrize("s", [8, 24, 64, 80, 96])
+def test_solve_batched_solves_every_system(s: int) -> None:
+    """Rows' systems Z[q][:, q] x = rhs with q = idx[r, :size[r]] (the compiled solver's contract): every
+    row's solution, exactly zero beyond its size whatever idx and rhs hold there."""
+    g = torch.Generator().manual_seed(s)
+    X = torch.randn(128, 300, generator=g, dtype=torch.float64)
+    Z = X @ X.T / 300
+    size = torch.randint(0, s + 1, (30,), generator=g)
+    idx = torch.stack([torch.randperm(128, generator=g)[:s] for _ in range(30)])
+    rhs = torch.randn(30, s, generator=g, dtype=torch.float64)
+    x = thanos_kernel.solve_batched(Z.float(), idx, size, rhs.float())
+    for r in range(30):
+        q, n = idx[r, : size[r]], int(size[r])
+        expected = torch.linalg.solve(Z[q][:, q], rhs[r, :n])
+        torch.testing.assert_close(x[r, :n].double(), expected, rtol=1e-3, atol=1e-4)
+        assert bool((x[r, n:] == 0).all()), "beyond a row's size the solution is exactly zero"
+
+
+def test_torch_solvers_reject_indefinite_systems() -> None:
     Z = torch.eye(16)
     Z[3, 3] = -1.0
     idx = torch.arange(16).expand(4, -1)
     with pytest.raises(ValueError, match="positive definite.*damp"):
-        thanos_kernel.solve_principal(Z, idx, torch.ones(4, 16))
+        thanos_kernel.solve_panels(Z, idx, torch.ones(4, 16))
+    with pytest.raises(ValueError, match="positive definite.*damp"):
+        thanos_kernel.solve_batched(Z, idx, torch.full((4,), 16), torch.ones(4, 16))
 
 
 @pytest.mark.parametrize("shape", [(30, 50), (200, 300), (600, 700)])
@@ -538,14 +563,17 @@ def test_native_solver_rejects_indefinite_systems() -> None:
 def test_native_and_torch_solvers_agree(
     data: str, pattern: str, blocksize: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The compiled and the batched torch solver: equal masks, objectives within 1e-6 relative."""
+    """The compiled, the CPU's torch and the GPU's batched solver: equal masks, objectives within 1e-6."""
     native_or_skip()
     W, _, H = (outlier_layer if data == "outliers" else layer)(200, 512, 1200)
     native = prune_layer(W, H, "thanos", pattern, blocksize=blocksize)
     monkeypatch.setattr(thanos_kernel, "native_solver", lambda: None)
     torch_path = prune_layer(W, H, "thanos", pattern, blocksize=blocksize)
-    assert torch.equal(native.mask, torch_path.mask)
-    assert native.stats.objective == pytest.approx(torch_path.stats.objective, rel=1e-6)
+    monkeypatch.setenv("THANOS_BATCHED", "1")
+    batched = prune_layer(W, H, "thanos", pattern, blocksize=blocksize)
+    for other in (torch_path, batched):
+        assert torch.equal(native.mask, other.mask)
+        assert native.stats.objective == pytest.approx(other.stats.objective, rel=1e-6)
 
 
 def test_native_solver_is_built_once_and_falls_back_without_a_compiler(

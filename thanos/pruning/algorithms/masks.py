@@ -8,26 +8,39 @@ from __future__ import annotations
 import torch
 
 
+def kth(values: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th smallest value (1-based) of a 1-D tensor, exactly: ``kthvalue`` (linear time) on a CPU, a
+    sort on a GPU, where ``kthvalue`` selects within one thread block per tensor and a sort uses all of it."""
+    if values.is_cuda:
+        return torch.sort(values).values[k - 1]
+    return torch.kthvalue(values, k).values
+
+
+def bracket(flat: torch.Tensor, k: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Values lo <= hi that bracket the k-th smallest of ``flat`` with high probability: the entries
+    4 standard deviations either side of its rank in a sorted, seeded random sample of ``size`` entries."""
+    n = flat.numel()
+    generator = torch.Generator(device=flat.device).manual_seed(0)
+    idx = torch.randint(n, (size,), generator=generator, device=flat.device)
+    sample = torch.sort(flat.take(idx)).values
+    pos, margin = k * size // n, 4 * int(size**0.5)
+    return sample[max(0, pos - margin - 1)], sample[min(size, pos + margin) - 1]
+
+
 def kth_smallest(flat: torch.Tensor, k: int) -> torch.Tensor:
     """The k-th smallest value of a 1-D tensor (1-based), exactly.
 
-    A seeded random sample brackets the answer so that ``kthvalue`` runs on a few candidates only;
-    if the bracket misses, the full ``kthvalue`` decides. The result is the same either way.
+    A seeded random sample brackets the answer (``bracket``) so that the selection runs on a few
+    candidates only; if the bracket misses, the whole tensor decides. The result is the same either way.
     """
     n = flat.numel()
     if n > 1 << 18:
-        generator = torch.Generator(device=flat.device).manual_seed(0)
-        idx = torch.randint(n, (1 << 16,), generator=generator, device=flat.device)
-        sample = torch.sort(flat[idx]).values
-        pos = k * sample.numel() // n
-        margin = 4 * int(sample.numel() ** 0.5)
-        lo = sample[max(0, pos - margin)]
-        hi = sample[min(sample.numel() - 1, pos + margin)]
+        lo, hi = bracket(flat, k, 1 << 16)
         below = int((flat < lo).sum())
         candidates = flat[(flat >= lo) & (flat <= hi)]
         if below < k <= below + candidates.numel():
-            return torch.kthvalue(candidates, k - below).values
-    return torch.kthvalue(flat, k).values
+            return kth(candidates, k - below)
+    return kth(flat, k)
 
 
 def smallest(metric: torch.Tensor, k: int) -> torch.Tensor:
@@ -96,8 +109,8 @@ def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
     """``smallest(metric, k)[:, :width]`` for a 2-D ``metric``, without building the whole mask.
 
     Thanos' global residual mask (eq. 11) is needed only on its first B columns. The k-th smallest
-    value is bracketed by a seeded sample of n/16 entries (at most 2^16; ``kthvalue`` costs far more
-    than linear time on large inputs); the counts below and inside the bracket locate it exactly, and
+    value is bracketed by a seeded sample of n/16 entries (at most 2^16; ``bracket``): the selection
+    then runs on a few percent of the entries; the counts below and inside the bracket locate it exactly, and
     ties at it are resolved by flat index as in ``smallest``.
     """
     flat = metric.reshape(-1)
@@ -107,17 +120,12 @@ def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
         return torch.full_like(lead, k > 0, dtype=torch.bool)
     below, candidates = 0, flat
     if n > 1 << 15:
-        generator = torch.Generator(device=flat.device).manual_seed(0)
-        size = min(1 << 16, n >> 4)
-        sample = flat[torch.randint(n, (size,), generator=generator, device=flat.device)]
-        pos, margin = k * size // n, 4 * int(size**0.5)
-        lo = torch.kthvalue(sample, max(1, pos - margin)).values
-        hi = torch.kthvalue(sample, min(sample.numel(), pos + margin)).values
+        lo, hi = bracket(flat, k, min(1 << 16, n >> 4))
         below_lo = flat < lo
         inside = flat[(flat <= hi).logical_xor_(below_lo)]  # lo <= hi: below lo implies at most hi
         if (count := int(torch.count_nonzero(below_lo))) < k <= count + inside.numel():
             below, candidates = count, inside
-    threshold = torch.kthvalue(candidates, k - below).values
+    threshold = kth(candidates, k - below)
     below += int(torch.count_nonzero(candidates < threshold))
     equal = int(torch.count_nonzero(candidates == threshold))
     mask = lead < threshold

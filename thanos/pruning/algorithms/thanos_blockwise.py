@@ -10,9 +10,10 @@ where H_res = H[j1:, j1:] is the Hessian of the columns not yet fixed. With H^-1
 Cholesky), H_res^-1 = U[j1:, j1:]^T U[j1:, j1:], and because U is triangular the block's rows of it are
     R_blk = U[j1:j2, j1:j2]^T U[j1:j2, j1:],
 so nothing is re-inverted per block. Every R_hat is a principal submatrix of G = R_blk[:, :B]: the
-rows' systems of a block are solved together, on CPU by a compiled row solver (``native_solver``), else
-by one batched blocked Cholesky in torch (``solve_principal``), and the updates are applied as
-Delta = -Y R_blk, one matrix product.
+rows' systems of a block are solved together (``solve_systems``): on a GPU by one batched Cholesky per
+block (``solve_batched``, a handful of launches), on a CPU by a compiled row solver (``native_solver``) or,
+without a C compiler, by a batched blocked Cholesky in torch (``solve_grouped``); the updates are applied
+as Delta = -Y R_blk, one matrix product.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def panel_width(s: int) -> int:
     return 16 if s > 64 and s % 16 == 0 else 8
 
 
-def solve_principal(Z: torch.Tensor, idx: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+def solve_panels(Z: torch.Tensor, idx: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     """Solve A_i x_i = rhs_i with A_i = Z[idx_i][:, idx_i] for every row i of ``idx`` (n, s).
 
     ``Z`` is symmetric and every A_i positive definite; s is a multiple of 8. Left-looking blocked
@@ -167,11 +168,12 @@ def solve_grouped(
     rhs: torch.Tensor,
     row_batch_bytes: int,
 ) -> torch.Tensor:
-    """The torch solver of ``solve_systems``: rows grouped by size rounded up to a multiple of 8.
+    """The torch solver of ``solve_systems`` on a CPU: rows grouped by size rounded up to a multiple of 8.
 
     The padding adds identity rows with zero right-hand side, which leaves the solutions unchanged, so
-    every system is a principal submatrix of blockdiag(G, I, K) (``solve_principal``); rows are solved in
-    batches of at most ``row_batch_bytes`` (on CPU at most ``CHUNK_BYTES``).
+    every system is a principal submatrix of blockdiag(G, I, K) (``solve_panels``); rows are solved in
+    batches of at most ``min(row_batch_bytes, CHUNK_BYTES)``. Many small launches, fast on a CPU, where
+    LAPACK's batched Cholesky factors one small matrix at a time on one thread.
     """
     c, s_max = col.shape
     B = parts[0].shape[0]
@@ -185,7 +187,7 @@ def solve_grouped(
     zidx = torch.where(real, col + (B + s_pad) * complement.unsqueeze(1), B + pad)
     rhs = torch.cat([rhs, rhs.new_zeros(c, s_pad - s_max)], dim=1) * real
     x = torch.zeros_like(rhs)
-    limit = row_batch_bytes if rhs.is_cuda else min(row_batch_bytes, CHUNK_BYTES)
+    limit = min(row_batch_bytes, CHUNK_BYTES)
     for s in padded.unique().tolist():
         if s == 0:
             continue
@@ -195,9 +197,31 @@ def solve_grouped(
         step = max(1, limit // (8 * s * (s + 1)))
         for start in range(0, rows.numel(), step):
             chunk = slice(start, start + step)
-            out[chunk] = solve_principal(Z, idx[chunk], b[chunk])
+            out[chunk] = solve_panels(Z, idx[chunk], b[chunk])
         x[rows, :s] = out
     return x[:, :s_max]
+
+
+def solve_batched(Z: torch.Tensor, idx: torch.Tensor, size: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """The GPU's row solver, the compiled one's contract (``native_solver``): x_r = A_r^-1 rhs_r with
+    A_r = Z[q_r][:, q_r], q_r = idx[r, :size[r]], for every row r of ``idx`` (n, s); zero beyond size[r].
+
+    ``Z`` is symmetric and every A_r positive definite. The systems are gathered into one batch (n, s, s),
+    padded with identity rows (zero right-hand side: the solutions are unchanged, and exactly zero where
+    padded), factored by one batched Cholesky and solved together: a fixed handful of launches whatever n
+    and s.
+    """
+    s = idx.shape[1]
+    real = torch.arange(s, device=idx.device) < size.unsqueeze(1)
+    eye = torch.eye(s, dtype=Z.dtype, device=Z.device)
+    A = torch.where(
+        real.unsqueeze(2) & real.unsqueeze(1), Z.take(idx.unsqueeze(2) * Z.shape[1] + idx.unsqueeze(1)), eye
+    )
+    L, info = torch.linalg.cholesky_ex(A)
+    if bool(info.any()):
+        raise ValueError(NOT_PD)
+    z = torch.linalg.solve_triangular(L, (rhs * real).unsqueeze(2), upper=False)
+    return torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(2)  # x = L^-T L^-1 rhs
 
 
 def solve_systems(
@@ -210,25 +234,57 @@ def solve_systems(
 ) -> torch.Tensor:
     """x_r = A_r^-1 rhs_r for every row r, A_r = (G or K)[q_r, q_r] with q_r = col[r, :size[r]]; zero beyond.
 
-    ``parts`` is [G] or [G, K]; rows with ``complement`` use K. Fp32 on CPU goes to the compiled row
-    solver (``native_solver``) where one could be built, everything else to the batched torch solver
-    (``solve_grouped``); both solve the same systems exactly up to rounding.
+    ``parts`` is [G] or [G, K]; rows with ``complement`` use K. On a GPU (or with ``THANOS_BATCHED=1``, for
+    counting a GPU's launches on a CPU: ``bench/kernel_calls.py``) the rows go to ``solve_batched`` in
+    batches of at most ``row_batch_bytes`` of systems: with the default 1 GiB, one batch per block for the
+    unstructured blocks of any layer of a 70B model. On a CPU, fp32 goes to the compiled row solver
+    (``native_solver``) where one could be built, everything else to ``solve_grouped``. All solve the same
+    systems exactly up to rounding.
     """
-    solver = native_solver() if rhs.device.type == "cpu" and rhs.dtype == torch.float32 else None
-    if solver is None:
-        return solve_grouped(parts, col, size, complement, rhs, row_batch_bytes)
     B = parts[0].shape[0]
-    Z = torch.block_diag(*parts)  # K's rows and columns follow G's
-    return solver(Z, col + B * complement.unsqueeze(1), size.long(), rhs)
+    Z = parts[0]
+    if len(parts) > 1:  # blockdiag(G, K): K's rows and columns follow G's
+        Z = Z.new_zeros(2 * B, 2 * B)
+        Z[:B, :B], Z[B:, B:] = parts
+    idx = col + B * complement.unsqueeze(1)
+    if rhs.device.type == "cpu" and os.environ.get("THANOS_BATCHED") != "1":
+        solver = native_solver() if rhs.dtype == torch.float32 else None
+        if solver is None:
+            return solve_grouped(parts, col, size, complement, rhs, row_batch_bytes)
+        return solver(Z, idx, size.long(), rhs)
+    c, s = col.shape
+    step = max(1, row_batch_bytes // (4 * s * s))
+    if step >= c:
+        return solve_batched(Z, idx, size, rhs)
+    rows = [slice(i, i + step) for i in range(0, c, step)]
+    return torch.cat([solve_batched(Z, idx[r], size[r], rhs[r]) for r in rows])
+
+
+def diagonal_inverses(U: torch.Tensor, blocksize: int) -> list[torch.Tensor]:
+    """V_j = U_j^-1 for the diagonal blocks U_j = U[j1:j2, j1:j2] of the upper factor ``U``, j1 = 0, B, 2B,
+    ...: the full blocks in one batched triangular solve, a shorter last block by itself."""
+    b = U.shape[0]
+    full = b // blocksize
+    blocks = [U[j : j + blocksize, j : j + blocksize] for j in range(0, b, blocksize)]
+    eye = torch.eye(blocksize, dtype=U.dtype, device=U.device)
+    V = (
+        list(torch.linalg.solve_triangular(torch.stack(blocks[:full]), eye, upper=True).unbind())
+        if full
+        else []
+    )
+    if b % blocksize:
+        V.append(torch.linalg.solve_triangular(blocks[-1], eye[: b % blocksize, : b % blocksize], upper=True))
+    return V
 
 
 def multi_weight_update(
-    W: torch.Tensor, U: torch.Tensor, M: torch.Tensor, j1: int, row_batch_bytes: int
+    W: torch.Tensor, U: torch.Tensor, V_blk: torch.Tensor, M: torch.Tensor, j1: int, row_batch_bytes: int
 ) -> None:
-    """Apply eq. (10) to every row of ``W`` (in place) for the block mask ``M`` (c, B) at column ``j1``.
+    """Apply eq. (10) to every row of ``W`` (in place) for the block mask ``M`` (c, B) at column ``j1``;
+    ``V_blk`` is U_blk^-1 for the block's diagonal block of ``U`` (``diagonal_inverses``).
 
     Row k needs y = R_hat^-1 u with R_hat = G[q, q], G = H_res^-1 on the block. When |q| > B/2 the
-    same y comes from the complement p of q in the block (block inversion with K = G^-1):
+    same y comes from the complement p of q in the block (block inversion with K = G^-1 = V_blk V_blk^T):
         G[q, q]^-1 = K[q, q] - K[q, p] K[p, p]^-1 K[p, q],
     so no system is larger than B/2 (``solve_systems``). Then Delta = -Y R_blk for all rows in one matrix
     product; afterwards W[:, j1:j1+B][M] is exactly zero.
@@ -245,8 +301,7 @@ def multi_weight_update(
     parts = [R_blk[:, :B]]  # G
     src = u
     if bool(complement.any()):
-        V = torch.linalg.solve_triangular(U_blk, torch.eye(B, dtype=U.dtype, device=U.device), upper=True)
-        K = V @ V.T  # G^-1
+        K = V_blk @ V_blk.T  # G^-1
         v = u @ K
         parts.append(K)
         src = torch.where(complement.unsqueeze(1), v, u)
@@ -275,6 +330,7 @@ def thanos_unstructured(
     c, b = W.shape
     mask = torch.zeros_like(W, dtype=torch.bool)
     scratch = torch.empty(c * b, dtype=W.dtype, device=W.device)  # every block's metric, one allocation
+    V = diagonal_inverses(U, blocksize)
     r = k
     for j1 in range(0, b, blocksize):
         if r == 0:
@@ -284,7 +340,7 @@ def thanos_unstructured(
         torch.mul(W[:, j1:], xnorm[j1:], out=metric).abs_()  # |W_ij| ||X_j||, as ||X_j|| >= 0
         M = masks.smallest_leading(metric, r, j2 - j1)
         r -= int(torch.count_nonzero(M))
-        multi_weight_update(W, U, M, j1, row_batch_bytes)
+        multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes)
         mask[:, j1:j2] = M
     return W, mask
 
@@ -305,10 +361,11 @@ def thanos_nm(
     """
     b = W.shape[1]
     mask = torch.zeros_like(W, dtype=torch.bool)
+    V = diagonal_inverses(U, blocksize)
     for j1 in range(0, b, blocksize):
         j2 = min(j1 + blocksize, b)
         M = masks.n_of_m(W[:, j1:j2].abs() * xnorm[j1:j2], n, m)
-        multi_weight_update(W, U, M, j1, row_batch_bytes)
+        multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes)
         mask[:, j1:j2] = M
     return W, mask
 
