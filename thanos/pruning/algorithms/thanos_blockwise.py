@@ -218,10 +218,11 @@ def solve_batched(Z: torch.Tensor, idx: torch.Tensor, size: torch.Tensor, rhs: t
         real.unsqueeze(2) & real.unsqueeze(1), Z.take(idx.unsqueeze(2) * Z.shape[1] + idx.unsqueeze(1)), eye
     )
     L, info = torch.linalg.cholesky_ex(A)
-    if bool(info.any()):
-        raise ValueError(NOT_PD)
     z = torch.linalg.solve_triangular(L, (rhs * real).unsqueeze(2), upper=False)
-    return torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(2)  # x = L^-T L^-1 rhs
+    x = torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(2)  # x = L^-T L^-1 rhs
+    if bool(info.any()):  # checked after the solves are queued: a GPU waits once, at the end
+        raise ValueError(NOT_PD)
+    return x
 
 
 def solve_systems(
@@ -296,11 +297,11 @@ def multi_weight_update(
     counts = M.sum(dim=1, dtype=torch.int32)
     complement = 2 * counts > B
     size = torch.where(complement, B - counts, counts)
-    s_max = int(size.max())
+    s_max, complements = torch.stack([size.max(), complement.sum(dtype=torch.int32)]).tolist()  # one wait
     u = W[:, j1:j2] * M  # u of eq. (9) per row, zero outside q
     parts = [R_blk[:, :B]]  # G
     src = u
-    if bool(complement.any()):
+    if complements:
         K = V_blk @ V_blk.T  # G^-1
         v = u @ K
         parts.append(K)
