@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.demo.tiny import build_tiny_model
 
-    build_tiny_model(
+    out = build_tiny_model(
         args.out,
         family=args.family,
         hidden_size=args.hidden_size,
@@ -51,3 +51,5 @@ def run(args: argparse.Namespace) -> None:
         seed=args.seed,
         tokenizer=args.tokenizer,
     )
+    blocks = f"{args.num_blocks} block{'s' * (args.num_blocks != 1)}"
+    print(f"wrote {out}: a random {args.family} model, {blocks}, hidden size {args.hidden_size}")
