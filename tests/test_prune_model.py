@@ -24,6 +24,7 @@ from conftest import thanos_here
 
 from thanos.runner.request import RecipeOptions
 from thanos.runner.workdirs import default_workdir, model_slug
+from thanos.stages.outputs import store_complete
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
@@ -153,11 +154,12 @@ def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
     reference = first[0]
     out, workdir = tmp_path / "out", tmp_path / "work"
     pruned = workdir / "results" / "tiny-llama" / RECIPE / "pruned"
+    chain_dir = workdir / "results" / "tiny-llama" / "chains" / RECIPE
     proc = prune(inputs, out, workdir, popen=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if len(list((pruned / "block0").glob("*.json"))) == 7 and not (pruned / "block5").exists():
-            break  # block 0 pruned, blocks left to do
+        if store_complete(chain_dir / "inputs_1.zarr") and not (pruned / "block5").exists():
+            break  # block 0 propagated, blocks left to do
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the command, as a lost session would
@@ -165,14 +167,22 @@ def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
     killed = proc.stdout.read().decode()
     assert not out.exists() and "written" not in killed
     finished = sum(1 for b in range(6) if len(list((pruned / f"block{b}").glob("*.json"))) == 7)
+    # k: the blocks propagated before the kill (the last block whose inputs are written; --keep needed has
+    # deleted the earlier blocks' own stores)
+    k = max((b for b in range(1, 6) if store_complete(chain_dir / f"inputs_{b}.zarr")), default=0)
+    assert k >= 1 and not any(store_complete(chain_dir / f"inputs_{b}.zarr") for b in range(1, k))
 
     resumed = prune(inputs, out, workdir)
     terminal = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, terminal[-4000:]
+    done = "block 1" if k == 1 else f"blocks 1-{k}"
+    assert f"resuming: {done} of 6 done, starting at block {k + 1}" in terminal, terminal[-3000:]
     assert "resumed: " in terminal and "finished in an earlier run were kept" in terminal
     assert "sample calibration tokens" not in terminal  # finished before the kill: kept
+    assert all(f"block {b}/6 done" in terminal for b in range(k + 1, 7)), terminal[-3000:]  # none missing
     summary = json.loads((pruned / "chain.json").read_text())
-    # the chain resumed after the blocks finished before the kill (whose own stores --keep needed deleted)
+    # only the blocks not finished before the kill: at most 6 - k captures and 6 - k - 1 propagations
+    assert summary["computed"]["capture"] <= 6 - k and summary["computed"]["propagate"] <= 6 - k - 1, summary
     assert summary["reused"]["prune"] >= 7 * finished and summary["computed"]["prune"] <= 7 * (6 - finished)
     assert not (pruned / "block0").exists()  # --keep needed: the layers are in the assembled model
     for name in ("model.safetensors", "config.json"):

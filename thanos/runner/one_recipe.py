@@ -93,8 +93,9 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             published = update_card(run_plan, evaluation, published[3])
     if not steps.computed:
         progress.note("nothing to do: every step finished in an earlier run")
-    elif steps.reused:
-        progress.note(f"resumed: {len(steps.reused)} step(s) finished in an earlier run were kept")
+    elif steps.reused or progress.resumed:
+        blocks = f"; the chain's {progress.resumed.split(', starting')[0]}" if progress.resumed else ""
+        progress.note(f"resumed: {len(steps.reused)} step(s) finished in an earlier run were kept{blocks}")
     return published
 
 

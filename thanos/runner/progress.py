@@ -1,9 +1,11 @@
 """What ``thanos prune-model`` shows while it runs, and where the rest goes.
 
-``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, and one per block
+``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, one per block
 the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``, with the recovery's
-validation loss before and after for a recipe with recovery). On a terminal it also keeps a status line up
-to date: the step that runs and for how long, and the recovery's epoch and validation loss.
+validation loss before and after for a recipe with recovery, and from the second block on the time left at
+this run's rate), and the chain's ``resuming:`` record (which blocks an earlier run finished). On a terminal
+it also keeps a status line up to date: the step that runs and for how long, and the recovery's epoch and
+validation loss.
 
 ``full_log`` sends everything else to the run's log file for the duration: the package's log records,
 and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import shutil
 import sys
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done( \(recovery[^)]*\))?")
+RESUMING = re.compile(r"chain: resuming: (.*)")
 RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
 
 
@@ -47,6 +51,8 @@ class StepProgress(logging.Handler):
         self.current: str | None = None  # the step that runs
         self.current_since = 0.0
         self.block = ""
+        self.resumed = ""  # the chain's "blocks 1-5 of 8 done, starting at block 6", when it resumed
+        self._blocks: list[float] = []  # when this run's blocks of the chain step finished
         self._mutex = threading.RLock()
         self._status = ""
         self._stop = threading.Event()
@@ -68,6 +74,7 @@ class StepProgress(logging.Handler):
         with self._mutex:
             if seconds is None:
                 self.current, self.current_since, self.block = label, time.monotonic(), ""
+                self._blocks = []
                 self._refresh()
             else:
                 self.current = None
@@ -83,14 +90,28 @@ class StepProgress(logging.Handler):
                 self.block = f"block {int(block) + 1}: recovery epoch {done}/{epochs}, validation loss {loss}"
                 self._refresh()
             return
+        resuming = RESUMING.match(message)
+        if resuming is not None:
+            self.resumed = resuming.group(1)
+            self.note(f"{self.current or 'chain'}: resuming: {self.resumed}")
+            return
         match = BLOCK_DONE.match(message)
         if match is None:
             return
         with self._mutex:
-            self.block = f"block {match.group(1)}/{match.group(2)} done{match.group(3) or ''}"
+            self._blocks.append(time.monotonic())
+            done, total = int(match.group(1)), int(match.group(2))
+            self.block = f"block {done}/{total} done{match.group(3) or ''}{self._left(total - done)}"
             if not self.interactive:
                 self.note(f"{self.current or 'chain'}: {self.block}")
             self._refresh()
+
+    def _left(self, blocks: int) -> str:
+        """ ", ~1:05 left": the remaining blocks at the rate of this run's blocks, once two are done."""
+        if blocks <= 0 or len(self._blocks) < 2:
+            return ""
+        rate = (self._blocks[-1] - self._blocks[0]) / (len(self._blocks) - 1)
+        return f", ~{clock_text(math.ceil(rate * blocks))} left"
 
     def clear(self) -> None:
         """Remove the status line (before a permanent line)."""

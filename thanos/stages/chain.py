@@ -216,17 +216,25 @@ class _Chain:
         pruned = self.root / pruned_block_name(block)
         return self.recovered(block) if self.recipe.recover is not None else pruned
 
-    def finished(self, block: int, num_blocks: int) -> bool:
+    def frontier(self, num_blocks: int) -> int:
+        """Sequential chain: the last block whose inputs are written (0: none but the dense block 0's). The
+        chain went through every block before it, whatever retention deleted since."""
+        if self.own is None:
+            return 0
+        return max((b for b in range(1, num_blocks) if store_complete(self.store("inputs", b))), default=0)
+
+    def finished(self, block: int, num_blocks: int, frontier: int) -> bool:
         """Whether block ``block`` is done: its layers pruned (of this recipe and shape) and recovered, and
-        (sequential chain) the next block's inputs written. A resumed chain skips it without reading its own
-        stores, which retention may have deleted."""
+        (sequential chain) propagated: the next block's inputs written, or a later block's (``frontier``,
+        retention deletes a block's inputs once the next block is done). A resumed chain skips it without
+        reading its own stores."""
         block_dir = self.root / pruned_block_name(block)
         shape, recipe = self.shape, self.recipe.to_dict()
         if any(mismatch(block_dir, layer, recipe, shape(block, layer)) for layer in self.layers[block]):
             return False
         if self.recipe.recover is not None and not (self.recovered(block) / RECOVERY_RECORD).is_file():
             return False
-        return self.own is None or block + 1 == num_blocks or store_complete(self.store("inputs", block + 1))
+        return self.own is None or block + 1 == num_blocks or block < frontier
 
     def skip(self, block: int, num_blocks: int) -> None:
         """Count a finished block's steps as reused."""
@@ -319,6 +327,18 @@ def _fingerprint(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, 
     }
 
 
+def _blocks_text(blocks: list[int]) -> str:
+    """ "blocks 1-5", "blocks 1-3, 6", "block 2": 1-based, runs joined."""
+    runs: list[list[int]] = []
+    for block in blocks:
+        if runs and block == runs[-1][-1] + 1:
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    text = ", ".join(f"{r[0] + 1}-{r[-1] + 1}" if len(r) > 1 else f"{r[0] + 1}" for r in runs)
+    return f"block{'s' * (len(blocks) > 1)} {text}"
+
+
 def chain(
     model: str | Path | ModelHandle,
     recipe: Recipe,
@@ -352,8 +372,13 @@ def chain(
     fingerprint = _fingerprint(run, num_blocks, dtype_name(compute.dtype))
     run.discard_if_changed(fingerprint)
 
+    frontier = run.frontier(num_blocks)
+    done = [block for block in range(num_blocks) if run.finished(block, num_blocks, frontier)]
+    if done and len(done) < num_blocks:
+        log.info("chain: resuming: %s of %d done, starting at block %d", _blocks_text(done), num_blocks,
+                 min(set(range(num_blocks)) - set(done)) + 1)  # fmt: skip
     for block in range(num_blocks):
-        if run.finished(block, num_blocks):
+        if run.finished(block, num_blocks, run.frontier(num_blocks)):  # again: a recomputed block discards
             run.skip(block, num_blocks)
             run.drop_block(block, drop)
             continue
