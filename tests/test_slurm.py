@@ -14,6 +14,10 @@ A cluster with (stand-in) GPUs, `device: auto`, in order:
 
 A CPU-only cluster (no GPU gres at all), `device: cpu`, granularity recipe: every job is accepted by
 sbatch (no --gpus request), completes, and the model is byte-identical to the local run's.
+
+The file's time is mostly waiting (sbatch, the status checks, each job's Python start), so its three runs
+overlap: the local reference run and the CPU-only cluster's run start in the background before the first
+test (module fixtures), and each test waits for them only where it needs their results.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from slurm_cluster import slurm_cluster  # noqa: E402
+from conftest import shared_worker, thanos_here  # noqa: E402
+from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -111,8 +117,12 @@ SLURM_ARGS = [
     "2",  # the node has the machine's CPUs (2 on CI): no point queueing more
     "--slurm-status-command",
     "squeue",  # the test cluster has no accounting (sacct: "accounting storage is disabled")
+    # The plugin checks the jobs' status this long after a check that found a job finished, and 10 s
+    # longer after each check that found none (1 s: checks 1, 12, 33 s after a submission). A job here
+    # takes 8-14 s (two Snakemake starts and one of `python -m thanos`): 5 s puts the second check after
+    # it (15-20 s) instead of the third (33 s) on a busy machine.
     "--slurm-init-seconds-before-status-checks",
-    "1",
+    "5",
     "--seconds-between-status-checks",
     "1",
     "--latency-wait",
@@ -134,27 +144,84 @@ def _require_slurm() -> None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
 
 
+class Background:
+    """A snakemake run started now, in a process of its own (its output in ``log``); ``result()`` waits for
+    it, fails the test if it failed, and returns its output."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+    def result(self, timeout: float = 600) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            self.stop()
+        output = self.log.read_text()
+        assert self.proc.returncode == 0, output[-4000:]
+        return output
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, Path]:
-    """(tiny model directory, results of the local --cores run of the reference config)."""
+def model(tmp_path_factory) -> Path:
+    """The tiny model of every run (``thanos make-tiny-model``, in this process: ``thanos_here``)."""
     _require_slurm()
+    root = tmp_path_factory.mktemp("model")
+    built = thanos_here(
+        "make-tiny-model", "--family", "llama", "--hidden-size", "64", "--num-blocks", "2", "--num-heads",
+        "4", "--seed", "0", "--out", root / "model", cwd=root,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    return root / "model"
+
+
+@pytest.fixture(scope="module")
+def reference(model, tmp_path_factory) -> Iterator[tuple[Path, Background]]:
+    """(tiny model, the local --cores run of the reference config, started in the background; its
+    results are under ``results/local`` of its directory once ``result()`` returns). Its jobs run in this
+    pytest process's warm worker (``shared_worker``), as the other local runs of the tests do."""
     root = tmp_path_factory.mktemp("reference")
-    model = root / "model"
-    subprocess.run(
-        [sys.executable, "-m", "thanos", "make-tiny-model", "--family", "llama", "--hidden-size", "64"]
-        + ["--num-blocks", "2", "--num-heads", "4", "--seed", "0", "--out", str(model)],
-        check=True,
-        capture_output=True,
-    )
     local_cfg = _write_config(root, model, root / "local")
-    res = _snakemake(["--cores", "2", "--configfile", str(local_cfg)], dict(os.environ), root)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return model, root / "local"
+    env = dict(os.environ, **shared_worker())
+    run = Background(["--cores", "2", "--configfile", str(local_cfg)], env, root, root / "local.log")
+    yield model, run
+    run.stop()
 
 
-def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference, tmp_path):
-    model, local = reference
-    local_model = local / MODEL / RECIPE / "model"
+def _local(run: Background) -> Path:
+    """The local run's results, once it has finished."""
+    run.result()
+    return run.log.parent / "local"
+
+
+@pytest.fixture(scope="module")
+def cpu_only(model, tmp_path_factory) -> Iterator[tuple[Path, SlurmCluster, Background]]:
+    """(work directory, the CPU-only cluster, its run of the reference config with ``device: cpu``,
+    granularity recipe), started in the background before the first test, so that its jobs run while the
+    other cluster's do; the cluster lives until the file's tests are done."""
+    root = tmp_path_factory.mktemp("cpu-only")
+    # One job per recipe (granularity recipe) keeps the number of sbatch round trips small.
+    cfg = _write_config(root, model, root / "slurm", device="cpu", granularity="recipe")
+    with slurm_cluster(root / "cluster", gpus=0) as cluster:
+        run = Background(
+            [*SLURM_ARGS, "--configfile", str(cfg)], _slurm_env(cluster.env), root, root / "run.log"
+        )
+        try:
+            yield root, cluster, run
+        finally:
+            run.stop()
+
+
+def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference, cpu_only, tmp_path):
+    # cpu_only: the other cluster's run starts before this test and goes on beside it
+    model, local_run = reference
 
     # 1. Through SLURM, with one job cancelled mid-run.
     slurm_cfg = _write_config(tmp_path, model, tmp_path / "slurm")
@@ -218,6 +285,8 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
         )
 
     # 3. Byte-identical assembled model.
+    local = _local(local_run)
+    local_model = local / MODEL / RECIPE / "model"
     slurm_model = out / RECIPE / "model"
     assert _safetensors_digests(slurm_model) == _safetensors_digests(local_model)
     ppl_local = json.loads((local / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
@@ -225,28 +294,25 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
     assert ppl_slurm["ppl"] == ppl_local["ppl"]
 
 
-def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, tmp_path):
-    model, local = reference
-    # One job per recipe (granularity recipe) keeps the number of sbatch round trips small.
-    cfg = _write_config(tmp_path, model, tmp_path / "slurm", device="cpu", granularity="recipe")
-    with slurm_cluster(tmp_path / "cluster", gpus=0) as cluster:
-        assert "Gres=(null)" in cluster.run("scontrol", "show", "node").stdout
-        res = _snakemake([*SLURM_ARGS, "--configfile", str(cfg)], _slurm_env(cluster.env), tmp_path)
-        log = res.stdout + res.stderr
-        assert res.returncode == 0, log[-4000:]
-        assert "Invalid generic resource" not in log
-        submitted = _submitted(log)
-        rules = {"model_info", "calibrate", "embed", "capture", "prune_recipe", "assemble", "perplexity"}
-        assert rules <= set(submitted.values()), submitted
-        completed = {j["JobId"]: j for j in cluster.completed_jobs()}
-        for job_id, rule in submitted.items():
-            assert completed[job_id]["JobState"] == "COMPLETED", (rule, completed[job_id])
-            assert "gpu" not in cluster.job(job_id).get("TresPerJob", ""), rule
+def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
+    _, local_run = reference
+    root, cluster, run = cpu_only
+    assert "Gres=(null)" in cluster.run("scontrol", "show", "node").stdout
+    log = run.result()
+    assert "Invalid generic resource" not in log
+    submitted = _submitted(log)
+    rules = {"model_info", "calibrate", "embed", "capture", "prune_recipe", "assemble", "perplexity"}
+    assert rules <= set(submitted.values()), submitted
+    completed = {j["JobId"]: j for j in cluster.completed_jobs()}
+    for job_id, rule in submitted.items():
+        assert completed[job_id]["JobState"] == "COMPLETED", (rule, completed[job_id])
+        assert "gpu" not in cluster.job(job_id).get("TresPerJob", ""), rule
 
-    slurm_model = tmp_path / "slurm" / MODEL / RECIPE / "model"
+    local = _local(local_run)
+    slurm_model = root / "slurm" / MODEL / RECIPE / "model"
     assert _safetensors_digests(slurm_model) == _safetensors_digests(local / MODEL / RECIPE / "model")
     ppl_local = json.loads((local / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
-    ppl_slurm = json.loads((tmp_path / "slurm" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
+    ppl_slurm = json.loads((root / "slurm" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
     assert ppl_slurm["ppl"] == ppl_local["ppl"]
 
 
