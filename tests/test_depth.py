@@ -126,9 +126,10 @@ def test_fewer_blocks_give_the_logits_of_the_blocks_skipped(tmp_path: Path, mode
     assert (
         facts["parameters"]["kept"] == stored_parameters(tmp_path / "out") < facts["parameters"]["original"]
     )
-    assert (
-        "Whole blocks are removed: the model keeps 3 of its 4" in (tmp_path / "out" / "README.md").read_text()
-    )
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Whole blocks are removed: the model keeps 3 of its 4" in card and "blocksize" not in card
+    assert f"| removed | 1 of the 4 blocks (index {removed[0]}, counted from 0): " in card
+    assert json.loads((tmp_path / "out" / "sparsity.json").read_text())["structure"] == "depth"
     ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         short = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()(ids).logits
@@ -215,8 +216,16 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
     with torch.inference_mode():
         AutoModelForCausalLM.from_pretrained(tmp_path / "out")(torch.tensor([[5, 6, 7]]))
     card = (tmp_path / "out" / "README.md").read_text()
-    assert f"the last part of the combined recipe `depth:1+neurons:0.3` on `{model}`" in card
-    assert f"--model {model} --method thanos --sparsity depth:1+neurons:0.3" in card
+    assert f"the last part of the combined recipe `depth:1+neurons:0.3` on `{model.name}`" in card
+    assert f"--model {model.name} --method thanos --sparsity depth:1+neurons:0.3" in card
+    assert card.startswith("---") and f"# {model.name}: Thanos `depth:1+neurons:0.3`" in card
+    assert f"| base model | `{model.name}` (" in card and str(tmp_path) not in card  # no local path
+    facts = json.loads((tmp_path / "out" / "sparsity.json").read_text())
+    assert facts["structure"] == "depth+neurons" and facts["combined"] == {
+        "sparsity": "depth:1+neurons:0.3",
+        "parts": ["depth:1", "neurons:0.3"],
+        "base_model": model.name,
+    }
     before, after = (
         report["parts"][0]["compact"]["parameters"]["original"],
         report["compact"]["parameters"]["kept"],

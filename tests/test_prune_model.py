@@ -131,9 +131,10 @@ def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     assert "Every row of every pruned layer is 2:4: n:m sparse kernels" in card
     assert "| achieved sparsity | 50.00 % of the" in card
     assert "| self_attn.q_proj | 6 |" in card
-    assert "16 x 64 tokens from" in card and str(inputs[1]) in card
-    assert f"--sparsity 2:4 --alpha 0 --blocksize 512 --calibration {inputs[1]}" in card
-    assert f"--out {out}" in card and "@article{ilin2025thanos" in card and "arXiv:2504.05346" in card
+    assert f"16 x 64 tokens from `{inputs[1].name}`" in card
+    assert f"--sparsity 2:4 --alpha 0 --blocksize 512 --calibration {inputs[1].name}" in card
+    assert f"--out {out.name}" in card and "@article{ilin2025thanos" in card and "arXiv:2504.05346" in card
+    assert "/" + str(out.parent).strip("/") not in card and str(inputs[0].parent) not in card  # uploadable
     assert "Not evaluated" in card
 
 

@@ -1,6 +1,9 @@
 """The documented Snakemake commands, taken from README.md and the pages of docs/ themselves and run on a
 tiny workflow: the report, the default profile and the resume after SIGKILL. Each documented command is
 run as written, plus the options that point it at the test's config and working directory.
+
+One tiny run serves the three: it is killed after its first job and resumed with the documented commands
+(the resume test checks each step), and the report and profile commands then run on its finished results.
 """
 
 from __future__ import annotations
@@ -85,13 +88,34 @@ def tiny_config(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
-    """(working directory, config) of a finished tiny run with tables and figures."""
+def resumed(tmp_path_factory) -> dict:
+    """A tiny run killed with SIGKILL after its first job, then run again as docs/resuming.md says: the
+    same command (refused), the documented ``--unlock`` and ``--rerun-incomplete`` commands. Its working
+    directory, config and each step's finished process; the resumed run leaves the finished results (tables
+    and figures) that the report and profile commands are run on."""
     root = tmp_path_factory.mktemp("readme")
     config = tiny_config(root)
-    done = run(["snakemake", "--cores", "2"], root / "work", config)
+    workdir = root / "work"
+    proc = run(["snakemake", "--cores", "2"], workdir, config, popen=True)
+    info = workdir / "results" / "llama" / "model_info.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not info.exists():
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    steps = {"again": run(["snakemake", "--cores", "2"], workdir, config)}  # what docs/resuming.md says
+    steps["unlocked"] = run(readme_command("--unlock"), workdir, config)
+    steps["resumed"] = run(readme_command("--rerun-incomplete"), workdir, config)
+    return {"workdir": workdir, "config": config, **steps}
+
+
+@pytest.fixture
+def finished(resumed) -> tuple[Path, Path]:
+    """(working directory, config) of the finished tiny run (the resumed one) with tables and figures."""
+    done = resumed["resumed"]
     assert done.returncode == 0, done.stderr[-4000:]
-    return root / "work", config
+    return resumed["workdir"], resumed["config"]
 
 
 @pytest.mark.slow
@@ -124,24 +148,14 @@ def test_readme_profile_command(finished):
 
 
 @pytest.mark.slow
-def test_readme_resume_after_sigkill(tmp_path):
-    config = tiny_config(tmp_path)
-    workdir = tmp_path / "work"
-    proc = run(["snakemake", "--cores", "2"], workdir, config, popen=True)
-    info = workdir / "results" / "llama" / "model_info.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not info.exists():
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    again = run(["snakemake", "--cores", "2"], workdir, config)  # what docs/resuming.md says happens then
+def test_readme_resume_after_sigkill(resumed):
+    workdir, again = resumed["workdir"], resumed["again"]
     refused = again.stdout + again.stderr
     assert again.returncode != 0
     assert "Directory cannot be locked" in refused or "--rerun-incomplete" in refused, refused[-2000:]
-    unlocked = run(readme_command("--unlock"), workdir, config)
+    unlocked = resumed["unlocked"]
     assert unlocked.returncode == 0, unlocked.stderr[-3000:]
-    resumed = run(readme_command("--rerun-incomplete"), workdir, config)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed_run = resumed["resumed"]
+    assert resumed_run.returncode == 0, resumed_run.stderr[-3000:]
     assert (workdir / "results" / "llama" / "magnitude_u50" / "eval" / "perplexity.json").is_file()
     assert (workdir / "results" / "tables" / "perplexity.md").is_file()

@@ -6,7 +6,8 @@ stand side by side, and differ on purpose (the tests pin both):
 
 - sentences (the model card, ``thanos prune-model``): ``pattern_text`` (``unstructured 50 %``,
   ``2:4 + 10 % dense rows``: what the pattern removes), ``nm_note``, ``shape_text`` (what a compact
-  model's shape changed) and ``recipe_label`` (``Thanos 2:4``);
+  model's shape changed), ``recipe_label`` (``Thanos 2:4``) and ``public_name`` (a model or a file as an
+  uploaded card may name it: a hub id, or a local path's last part);
 - table cells, figure titles and legends (``thanos.report``): ``method_label`` and
   ``method_alpha_label`` (``Thanos (α=0.1)``), ``row_label``, ``variant_label`` (``+ OWL``,
   ``+ recovery``), ``pattern_label`` (``Unstructured 50%``: a table's group header), ``pattern_title``
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thanos.files.layout import DENSE
@@ -228,3 +230,12 @@ def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
     if kind == "nm":
         return str(sparsity).replace(":", "-")
     return f"{kind[0]}{fraction * 100:g}"
+
+
+def public_name(path: str | Path) -> str:
+    """How a model card or ``sparsity.json`` names a model or a file: a hub id as it is, a local path by its
+    last part (they are meant to be uploaded: no local directory in them)."""
+    text = str(path)
+    if not text.startswith(("/", ".", "~")) and text.count("/") <= 1 and not Path(text).exists():
+        return text
+    return Path(text).name or text

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from thanos.data.safetensors_io import open_safetensors
-from thanos.pruning.sparsity import Sparsity
+from thanos.labels import public_name
+from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.recipe import Recipe
 
 SIDECAR = "sparsity.json"
@@ -173,17 +174,39 @@ def _summary(
     return SparsitySummary(pruned_weights, pruned_zeros, parameters, zeros, per_type, dense_linear, per_layer)
 
 
-def structure(pattern: Sparsity, summary: SparsitySummary) -> str:
+def structure(pattern: Sparsity, summary: SparsitySummary | None) -> str:
     """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
-    neurons removed, ``heads`` for attention heads, else ``unstructured`` (outlier rows kept dense, or an
-    unstructured or structured recipe)."""
-    if pattern.kind == "nm" and summary.outlier_rows == 0:
+    neurons removed, ``heads`` for attention heads, ``depth`` for whole blocks, else ``unstructured``
+    (outlier rows kept dense, or an unstructured or structured recipe). ``summary`` None: a structure
+    only (an earlier part of a combined recipe)."""
+    if pattern.kind == "nm" and summary is not None and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
         return "neurons"
     if pattern.kind in ("heads", "kv_heads"):  # whole attention heads: cut out, or zero columns
         return "heads"
+    if pattern.kind == "depth":
+        return "depth"
     return "unstructured"
+
+
+def combined_sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
+    """``structure`` (``depth+neurons`` for ``depth:4+neurons:0.3``: every part's) and, for the last part of
+    a combined recipe, ``combined``: the whole recipe, its parts and the model it started from."""
+    own = structure(Recipe.from_report(report["recipe"]).sparsity, summary)
+    combined = (report.get("workflow") or {}).get("combined")
+    if not combined:
+        return {"structure": own}
+    parts = [part["sparsity"] for part in combined["parts"]]
+    earlier = [structure(parse_sparsity(part), None) for part in parts]
+    return {
+        "structure": "+".join([*earlier, own]),
+        "combined": {
+            "sparsity": combined["sparsity"],
+            "parts": [*parts, str(report["recipe"]["sparsity"])],
+            "base_model": public_name(combined["base_model"]),
+        },
+    }
 
 
 def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
@@ -194,7 +217,7 @@ def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
         "tool": {"name": "thanos-prune", "version": (report.get("versions") or {}).get("thanos")},
         "method": recipe["method"],
         "sparsity": str(recipe["sparsity"]),
-        "structure": structure(Recipe.from_report(recipe).sparsity, summary),
+        **combined_sidecar(report, summary),
         "alpha": float(hyper_parameter(report, "alpha") or 0.0),
         "recipe": recipe,
         "pruned_layers": {

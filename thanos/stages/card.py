@@ -11,7 +11,8 @@ request for sparse kernels and refuse it or need extra packages (docs/using-prun
   (``thanos.stages.achieved_sparsity``);
 - ``README.md``: a model card with the base model, method, pattern, alpha and the outlier rows kept dense,
   the achieved sparsity overall and per layer type, the calibration provenance, the evaluation if any,
-  the command that reproduces the model and the paper's BibTeX entry.
+  the command that reproduces the model and the paper's BibTeX entry. It names models and files by their
+  hub id or their directory's or file's name (``public_name``), never by a local path: a card is uploaded.
 
 Both files depend only on the report and the tensors (no dates, sorted keys): assembling the same inputs
 twice gives the same bytes.
@@ -24,7 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.labels import LABELS, nm_note, pattern_text, shape_text
+from thanos.labels import LABELS, nm_note, pattern_text, public_name, shape_text
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import SIDECAR, SparsitySummary, hyper_parameter, sidecar, summarize
@@ -105,14 +106,19 @@ def _percent(value: float) -> str:
     return f"{100 * value:.2f} %"
 
 
+def base_model(report: dict[str, Any]) -> str:
+    """The model the recipe started from: the input model, for every part of a combined recipe too."""
+    combined = (report.get("workflow") or {}).get("combined") or {}
+    return str(combined.get("base_model") or report["model"]["path"])
+
+
 def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> str | None:
     """The ``thanos prune-model`` command giving this model (None for a dense-chain recipe)."""
     recipe = Recipe.from_report(report["recipe"])
     if not recipe.sequential:
         return None
-    combined = (report.get("workflow") or {}).get("combined") or {}
-    model, sparsity = combined.get("base_model", report["model"]["path"]), combined.get("sparsity")
-    args = ["thanos", "prune-model", "--model", str(model)]
+    sparsity = ((report.get("workflow") or {}).get("combined") or {}).get("sparsity")
+    args = ["thanos", "prune-model", "--model", public_name(base_model(report))]
     args += ["--method", recipe.method, "--sparsity", sparsity or str(recipe.sparsity)]
     # alpha and B always (a later version's defaults may differ), the rest where they are not the default
     options = {"alpha": recipe.alpha, "blocksize": recipe.blocksize}
@@ -129,13 +135,13 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
         args += ["--exclude", pattern]
     calibration = report.get("calibration")
     if calibration:
-        args += ["--calibration", str(calibration["source"])]
+        args += ["--calibration", public_name(calibration["source"])]
         args += ["--nsamples", str(calibration["nsamples"]), "--seqlen", str(calibration["seqlen"])]
         if calibration.get("seed", 0) != 0:
             args += ["--seed", str(calibration["seed"])]
         if calibration.get("text_field", "text") != "text":
             args += ["--text-field", str(calibration["text_field"])]
-    args += ["--out", str(out) if out is not None else "OUT"]
+    args += ["--out", public_name(out) if out is not None else "OUT"]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -208,8 +214,11 @@ def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
     if compact.get("structure") == "depth":
         blocks, removed_blocks = compact["original_blocks"], compact["removed_blocks"]
         which = ", ".join(map(str, removed_blocks))
-        count = len(removed_blocks)
-        return f"| removed | {count} of the {blocks} blocks ({which}): {before - after:,} parameters |"
+        count, indices = len(removed_blocks), "index" if len(removed_blocks) == 1 else "indices"
+        return (
+            f"| removed | {count} of the {blocks} blocks ({indices} {which}, counted from 0): "
+            f"{before - after:,} parameters |"
+        )
     removed = compact["removed_per_block"]
     if compact.get("structure") == "heads":
         heads = compact["original_heads"]
@@ -273,7 +282,8 @@ def combined_lines(report: dict[str, Any]) -> list[str]:
     )
     first, last = parts[0].get("compact") or {}, parts[-1].get("compact") or {}
     text = (
-        f"It is the last part of the combined recipe `{combined['sparsity']}` on `{combined['base_model']}`, "
+        f"It is the last part of the combined recipe `{combined['sparsity']}` on "
+        f"`{public_name(combined['base_model'])}`, "
         f"each part run on the model the previous one wrote: {steps}."
     )
     if first.get("parameters") and last.get("parameters"):
@@ -291,17 +301,18 @@ def model_card(
 ) -> str:
     """The README.md text of a pruned model directory: front matter, what it is, its facts, the achieved
     sparsity per layer type, OWL's blocks, the evaluation, how to use and reproduce it, the citation."""
-    recipe, model = report["recipe"], report["model"]
+    recipe = report["recipe"]
     spec = LABELS[recipe["method"]]
-    base = str(model.get("path"))
+    base = public_name(base_model(report))
     alpha = float(hyper_parameter(report, "alpha") or 0.0)
     sparsity = Recipe.from_report(recipe).sparsity
     pattern = pattern_text(sparsity, alpha, summary.outlier_rows) + (
         " (OWL: per block)" if report.get("owl") else ""
     )
+    combined = ((report.get("workflow") or {}).get("combined") or {}).get("sparsity")
     lines = [
         *_front_matter(base, recipe["method"]),
-        f"# {model.get('name') or Path(base).name}: {spec.label} {pattern}",
+        f"# {base}: {spec.label} {f'`{combined}`' if combined else pattern}",
         "",
         f"`{base}` pruned with **{spec.label}** ({pattern}) by thanos-prune, a pipeline and library for "
         "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
@@ -351,13 +362,14 @@ def _facts(
     """The card's table of facts: base model, method, pattern, alpha, achieved sparsity, what is left
     dense, the calibration."""
     recipe, model = report["recipe"], report["model"]
-    base = str(model.get("path"))
+    base = public_name(base_model(report))
     rows = (
         f"{summary.outlier_rows} of {summary.rows} rows of the pruned layers kept dense"
         if summary.outlier_rows
         else "none"
     )
-    blocks = f", {model['num_blocks']} blocks" if model.get("num_blocks") else ""
+    combined = (report.get("workflow") or {}).get("combined")
+    blocks = f", {model['num_blocks']} blocks" if model.get("num_blocks") and not combined else ""
     dense = summary.dense_linear
     if len(dense) > 4:
         dense_text = f"{len(dense)} linear layers ({SIDECAR} lists them under dense_linear)"
@@ -366,11 +378,14 @@ def _facts(
     routers = [name for name in dense if name.endswith((".gate", ".router"))]
     if routers and len(dense) > 4:  # mixture of experts: say that the routers are among them
         dense_text += f", the {len(routers)} mixture-of-experts routers among them"
+    B = hyper_parameter(report, "blocksize")
+    blocksize = f", blocksize {B}" if B else ""  # the structured kernels and depth have no blocks of columns
     calibration = report.get("calibration")
     if calibration:
         checksum = f", sha256 {calibration['checksum'][:12]}..." if calibration.get("checksum") else ""
         calib = (
-            f"{calibration['nsamples']} x {calibration['seqlen']} tokens from `{calibration['source']}` "
+            f"{calibration['nsamples']} x {calibration['seqlen']} tokens from "
+            f"`{public_name(calibration['source'])}` "
             f"(seed {calibration.get('seed', 0)}{checksum}); chain {recipe.get('chain', 'sequential')}"
         )
     else:
@@ -379,8 +394,7 @@ def _facts(
         "| | |",
         "| --- | --- |",
         f"| base model | `{base}` ({model.get('model_type')}{blocks}) |",
-        f"| method | {method}, blocksize {hyper_parameter(report, 'blocksize') or '-'}, damping "
-        f"{recipe.get('damp', 0.01):g} (fraction of mean diag H) |",
+        f"| method | {method}{blocksize}, damping {recipe.get('damp', 0.01):g} (fraction of mean diag H) |",
         f"| pattern | {pattern} |",
         f"| alpha (outlier rows kept dense) | {alpha:g}: {rows} |",
         _compact_row(report["compact"], summary)
@@ -411,13 +425,14 @@ def _per_type_lines(summary: SparsitySummary) -> list[str]:
 
 def _use_and_reproduce(report: dict[str, Any], out: str | Path | None) -> list[str]:
     """How to load the model (plain transformers) and the command that makes it again."""
+    where = public_name(out) if out is not None else "THIS_DIRECTORY"
     lines = [
         "## Use",
         "",
         "```python",
         "from transformers import AutoModelForCausalLM",
         "",
-        f'model = AutoModelForCausalLM.from_pretrained("{out if out is not None else "THIS_DIRECTORY"}")',
+        f'model = AutoModelForCausalLM.from_pretrained("{where}")',
         "```",
         "",
         "No extra package is needed. `pruning_report.json` holds every hyper-parameter, per-layer statistics "
