@@ -437,6 +437,19 @@ def test_bad_text_data_is_named_before_any_step(tmp_path, cli):
         assert not (tmp_path / "w").exists()
 
 
+def test_an_unreachable_hub_is_one_line_at_once(tmp_path, cli):
+    """A hub id not in the local cache while the hub cannot be reached: one line naming --model, at once."""
+    (tmp_path / "calib.txt").write_text("some text\n")
+    args = ["prune-model", "--model", "someorg/some-model", "--method", "wanda", "--sparsity", "0.5"]
+    args += ["--calibration", "calib.txt", "--out", "o", "--workdir", "w"]
+    started = time.monotonic()
+    run = cli(*args, cwd=tmp_path, env={"HF_ENDPOINT": "http://127.0.0.1:9"})  # nothing listens there
+    assert run.returncode == 2 and time.monotonic() - started < 20, run.stderr[-2000:]
+    line = run.stderr.splitlines()[-1]
+    assert "--model someorg/some-model: not in the local cache, and the hub cannot be reached" in line
+    assert "Retrying" not in run.stderr and not (tmp_path / "w").exists()
+
+
 def test_hub_sources_offline_are_refused_naming_the_flag_that_takes_a_file(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 

@@ -175,13 +175,47 @@ def open_model(reference: str) -> Model:
 
 
 def _hub_config(reference: str) -> Any:
-    """A hub model's config (only config.json is downloaded)."""
+    """A hub model's config (only config.json is downloaded): from the local cache when it is there, else
+    from the hub, after a probe of it (5 s) so that an unreachable hub is one line at once rather than the
+    hub client's retries (~25 s of warnings)."""
     from transformers import AutoConfig
 
+    option = Option("model", reference)
+    try:
+        return AutoConfig.from_pretrained(reference, local_files_only=True)
+    except (OSError, ValueError):
+        pass
+    unreachable = _unreachable_hub()
+    if unreachable is not None:
+        raise MissingOption(
+            option,
+            f"not in the local cache, and the hub cannot be reached ({unreachable}): pass a local model "
+            "directory, or run where the hub can be reached",
+        )
     try:
         return AutoConfig.from_pretrained(reference)
     except (OSError, ValueError) as err:
-        raise MissingOption(Option("model", reference), f"cannot read its config.json ({err})") from err
+        raise MissingOption(option, f"cannot read its config.json ({err})") from err
+
+
+def _unreachable_hub(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) cannot be reached, or None."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE=1"
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = (
+        endpoint.hostname or "huggingface.co",
+        endpoint.port or (80 if endpoint.scheme == "http" else 443),
+    )
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{host}:{port}: {err.strerror or err}"
+    return None
 
 
 def source_reference(source: str | Path, option: str, text_field: str = "text", check: bool = True) -> str:
