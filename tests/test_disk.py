@@ -215,6 +215,11 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
 
     refused = _workdirs("--delete", tmp_path, root=root)  # not a working directory: nothing deleted
     assert refused.returncode == 2 and "not a working directory" in refused.stderr and model.is_dir()
+    assert (
+        "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 1
+    )  # stderr not a terminal
+    missing = _workdirs("--delete", tmp_path / "nowhere", root=root)
+    assert missing.returncode == 2 and "nowhere: no such directory" in missing.stderr
     with exclusive_workdir(small):  # a run is using it
         busy = _workdirs("--delete", small.name, large.name, root=root)
     assert busy.returncode == 2 and "a run is using it now" in busy.stderr and large.is_dir()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+TRACEBACK = False  # its errors name the directory and what to do
 HELP = "list the working directories of prune-model (size, model, recipes) and delete them"
 
 

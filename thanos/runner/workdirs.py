@@ -131,6 +131,8 @@ def in_use(path: Path) -> bool:
 
 def check_deletable(path: Path) -> None:
     """Refuse a directory that is not a working directory, or one a run is using."""
+    if not path.exists():
+        raise ValueError(f"{path}: no such directory; `thanos workdirs` lists the working directories")
     if not path.is_dir() or not is_workdir(path):
         raise ValueError(
             f"{path}: not a working directory of thanos prune-model (no {RECORD}); nothing deleted"
