@@ -170,7 +170,11 @@ def test_a_dry_run_says_the_disk_and_writes_nothing(tmp_path):
     corpus = write_corpus(tmp_path / "calib.jsonl")
     result, terminal = _prune(model, corpus, tmp_path, "dry", dry_run=True)
     assert "dry run: everything above was checked; nothing was run or written" in terminal
-    assert result["disk"]["model"] > 0 and _estimate(terminal)[0] > 0
+    assert "a run writes its full log to" in terminal and "  full log" not in terminal  # none written
+    peak, after = _estimate(terminal)
+    assert result["disk"]["model"] > 0 and peak > 0
+    for key, printed in (("peak", peak), ("after", after)):  # Python gets the totals the command prints
+        assert abs(result["disk"][key] - printed) <= 0.01 * printed + 1024, (key, result["disk"], printed)
     assert not (tmp_path / "work-dry").exists() and not (tmp_path / "out-dry").exists()
 
 

@@ -20,8 +20,9 @@ def say(stream: TextIO, text: str = "") -> None:
     stream.flush()
 
 
-def announce(run_plan: Plan, stream: TextIO) -> None:
-    """What the run will do, before it starts: the model, the recipe, the data, where things go."""
+def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
+    """What the run will do, before it starts: the model, the recipe, the data, where things go (a dry run
+    writes no log: where a run would write it)."""
     recipe, calib = run_plan.recipe, run_plan.calibration
     say(stream, f"thanos prune-model: {run_plan.reference} ({run_plan.model_type}) -> {run_plan.out}")
     say(stream, f"  recipe {recipe.name}: {run_plan.label}")
@@ -58,7 +59,7 @@ def announce(run_plan: Plan, stream: TextIO) -> None:
             f"run (--keep {keep}); --out {size_text(disk.model)}; "
             f"{size_text(free_bytes(run_plan.workdir)[0])} free",
         )
-    say(stream, f"  full log {run_plan.log_file}")
+    say(stream, f"  {'a run writes its full log to' if dry_run else 'full log'} {run_plan.log_file}")
 
 
 def failed(

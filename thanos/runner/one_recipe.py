@@ -56,13 +56,15 @@ class RunFailed(RuntimeError):
 def prune_one(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Check, announce, run and publish one recipe (``request.recipe``); the pruning report with ``out``,
     ``workdir`` and ``evaluation`` added (a dry run: ``out``, ``workdir`` and ``disk``, the estimate's
-    bytes)."""
+    bytes: its parts, and ``peak`` and ``after`` under ``--keep``, as the command prints them)."""
     run_plan = plan(request)
-    console.announce(run_plan, stream)
+    console.announce(run_plan, stream, request.dry_run)
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
-        disk = dataclasses.asdict(run_plan.disk) if run_plan.disk is not None else None
-        return {"out": str(run_plan.out), "workdir": str(run_plan.workdir), "disk": disk}
+        disk, keep = run_plan.disk, run_plan.resources.keep
+        totals = {"peak": disk.peak(keep), "after": disk.kept(keep)} if disk is not None else {}
+        parts = dataclasses.asdict(disk) if disk is not None else None
+        return {"out": str(run_plan.out), "workdir": str(run_plan.workdir), "disk": parts and parts | totals}
     started = time.monotonic()
     report, evaluation, summary, before = run(run_plan, stream, started)
     console.print_summary(run_plan, report, evaluation, summary, before, stream, started)
