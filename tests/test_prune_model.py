@@ -516,6 +516,33 @@ def test_python_errors_name_the_parameters(tmp_path, options, message):
     assert str(err.value).startswith(message) and "--" not in str(err.value), str(err.value)
 
 
+class ClosedPipe(io.StringIO):
+    """A terminal whose reader went away after the first line (``| head -1``)."""
+
+    def write(self, text: str) -> int:
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_reader_that_goes_away_stops_the_lines_not_the_run(tmp_path):
+    from thanos import prune_model
+    from thanos.demo.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    stream = ClosedPipe()
+    report = prune_model(model, "magnitude", 0.5, out=tmp_path / "o", workdir=tmp_path / "w", stream=stream)
+    assert (
+        report["overall_sparsity"] == pytest.approx(0.5, abs=0.01)
+        and (tmp_path / "o" / "config.json").is_file()
+    )
+    assert stream.getvalue().count("\n") == 1  # the first line, then nothing: the log file has the rest
+    assert (
+        "written" not in stream.getvalue()
+        and "done:" in (tmp_path / "w" / "logs" / "magnitude_u50.log").read_text()
+    )
+
+
 def test_a_recipe_object_stands_for_the_method_and_its_keywords(tmp_path):
     """``prune_model(model, Recipe(...))``: the recipe as built (the same plan as its keywords give); the
     recipe's keywords beside it are refused, named in Python's words."""

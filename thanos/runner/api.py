@@ -13,6 +13,7 @@ from thanos.errors import OptionError
 from thanos.recipe import Recipe
 from thanos.runner.combined import prune_combined
 from thanos.runner.one_recipe import prune_one
+from thanos.runner.progress import Console
 from thanos.runner.request import DEFAULT_NSAMPLES, PYTHON, PruneRequest, build_request
 
 
@@ -85,5 +86,6 @@ def prune_model(
 
 def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
-    previous part's model (``thanos.runner.combined``)."""
-    return prune_combined(request, stream) if request.combined else prune_one(request, stream)
+    previous part's model (``thanos.runner.combined``); a closed ``stream`` stops the lines, not the run."""
+    console = Console(stream)
+    return prune_combined(request, console) if request.combined else prune_one(request, console)

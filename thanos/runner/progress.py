@@ -30,6 +30,32 @@ RESUMING = re.compile(r"chain: resuming: (.*)")
 RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
 
 
+class Console:
+    """The run's terminal stream; a reader that went away (``| head`` closed the pipe) stops the lines, not
+    the run: the rest of the run's lines go to its log file only."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.closed = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.closed:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self.closed = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self.closed = True
+
+    def isatty(self) -> bool:
+        return not self.closed and self.stream.isatty()
+
+
 def clock_text(seconds: float) -> str:
     """1:05, 1:02:03."""
     seconds = int(seconds)
