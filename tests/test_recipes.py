@@ -248,6 +248,12 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     )
     assert any("'chian' was unexpected" in p and "the keys allowed here:" in p for p in problems), problems
     assert schema_problems(base, schema) == []
+    combined = base | {"recipes": {"c": {"method": "thanos", "sparsity": "depth:4+neurons:0.3"}}}
+    assert schema_problems(combined, schema) == [
+        "recipes.c.sparsity: depth:4+neurons:0.3 is a combined recipe (each part run on the model the "
+        "previous one wrote): it runs with `thanos prune-model --sparsity depth:4+neurons:0.3`; the workflow "
+        "does not run combined recipes"
+    ]
 
     config = tmp_path / "unquoted.yaml"
     config.write_text(f"results: {tmp_path}/results\nrecipes:\n  r1: {{method: thanos, sparsity: 2:4}}\n")

@@ -77,7 +77,17 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
             n, m = divmod(value, 60)
             problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
             continue
-        if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
+        if (
+            error.validator in ("oneOf", "anyOf")
+            and "sparsit" in key
+            and isinstance(value, str)
+            and "+" in value
+        ):
+            text = (
+                f"{value} is a combined recipe (each part run on the model the previous one wrote): it runs "
+                f"with `thanos prune-model --sparsity {value}`; the workflow does not run combined recipes"
+            )
+        elif error.validator in ("oneOf", "anyOf") and "sparsit" in key:
             text = (
                 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
                 '"heads:0.33", "kv_heads:0.25"'
