@@ -362,3 +362,16 @@ def test_eval_gpus_needs_a_gpu_device(tmp_path, text):
     proc = snakemake(tmp_path, config, "-n", check=False)
     assert proc.returncode != 0
     assert "eval_gpus: 2" in proc.stdout + proc.stderr and "device: cpu" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_device_cuda_without_a_gpu_is_refused_naming_the_key(tmp_path, text):
+    """Refused at the config check, before any job: a job would fail on it with the CLI's --device flag."""
+    recipes = {"magnitude_u50": {"method": "magnitude", "sparsity": 0.5}}
+    config = workflow_config(text, {"m": {"path": "nowhere"}}, recipes, device="cuda")
+    proc = snakemake(tmp_path, config, "-n", check=False, env={"CUDA_VISIBLE_DEVICES": ""})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "device: cuda, but the jobs of this machine would see no GPU" in output
+    assert "--device" not in output
+    given = snakemake(tmp_path, config, "-n", "--resources", "gpu=1", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert given.returncode == 0  # --resources gpu=K: the user says there are K

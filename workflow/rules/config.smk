@@ -78,6 +78,21 @@ def _local_gpus():
     return len(resolve_devices(config["gpu_slots"]))
 
 
+# device: cuda on a machine whose jobs would see no GPU fails in the first job: said now, naming the key
+# (a cluster's nodes have their own GPUs; --resources gpu=K says K are there)
+if (
+    str(config["device"]).startswith("cuda")
+    and not workflow.remote_exec
+    and workflow.resource_settings.nodes is None
+    and _local_gpus() == 0
+):
+    raise ConfigError(
+        f"device: {config['device']}, but the jobs of this machine would see no GPU (none in "
+        "CUDA_VISIBLE_DEVICES or from nvidia-smi, no --resources gpu=K); set device: cpu or auto, or run on "
+        "a GPU machine (on a cluster: --profile workflow/profiles/slurm)"
+    )
+
+
 # auto is resolved once, by the Snakemake process that schedules the jobs; jobs that Snakemake re-parses
 # (cluster jobs) take its choice from the environment, so both see the same rules.
 if workflow.remote_exec and "THANOS_WF_GRANULARITY" in os.environ:
