@@ -91,7 +91,8 @@ def test_the_default_keeps_what_a_resume_and_another_recipe_need_and_nothing_els
     kept = {str(p.relative_to(results)) for p in results.rglob("*") if p.name.endswith(".zarr")}
     assert kept == {"calib/tokens.zarr", "chains/dense/inputs_0.zarr", "chains/dense/hessians_0.zarr"}
     recipe = results / "thanos_u50"
-    assert (recipe / "model" / "model.safetensors").is_file()  # a rerun and another --out read it
+    assert not list((recipe / "model").glob("*.safetensors"))  # --out holds the only copy of the weights
+    assert (recipe / "model" / "pruning_report.json").is_file()  # the recipe is done: a rerun does nothing
     assert not list((recipe / "pruned").glob("block*"))  # the layers are in the assembled model
     assert not list((results / "chains").glob("thanos_u50/*.zarr"))  # deleted as each block was done
 

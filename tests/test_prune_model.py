@@ -8,6 +8,7 @@ one and the interrupted one are processes of their own; the reruns and resumes r
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -239,6 +240,14 @@ def test_another_recipe_reuses_calibration_and_block0(first, inputs):
     assert (out / "model.safetensors").is_file()  # the first recipe's output is untouched
 
 
+def _same_model(out: Path, expected: dict[str, bytes]) -> bool:
+    """``out`` holds the files of ``expected`` ({name: bytes}), the report's record of them included (a
+    model computed again: its report's per-layer seconds differ)."""
+    files, before = {p.name: p.read_bytes() for p in out.iterdir()}, dict(expected)
+    records = [json.loads(f.pop("pruning_report.json"))["files"] for f in (files, before)]
+    return records[0] == records[1] and files == before
+
+
 def _overwrite_tail(path: Path) -> None:
     """Overwrite the last bytes of a file in place, as a script writing into an existing file does."""
     with open(path, "r+b") as handle:
@@ -248,43 +257,53 @@ def _overwrite_tail(path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_published_model_owns_its_bytes(first, inputs):
+    """--out is the only full copy of the weights a finished run leaves (--keep needed): the working
+    directory keeps the assembled model's small files and a record of the published weights, nothing linked.
+    An edit of --out never reaches the cache: the same command assembles the model again."""
     out, workdir, _ = first
     cached = workdir / "results" / "tiny-llama" / RECIPE / "model"
     expected = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert os.stat(out / "model.safetensors").st_ino != os.stat(cached / "model.safetensors").st_ino
+    assert not list(cached.glob("*.safetensors")) and (cached / ".published.json").is_file()  # one copy
     report = json.loads((cached / "pruning_report.json").read_text())
     written = {p.name for p in cached.iterdir() if not p.name.startswith(".")}  # no record of inputs
-    assert set(report["files"]) == written - {"pruning_report.json"}
+    assert set(report["files"]) == (written - {"pruning_report.json"}) | {"model.safetensors"}
     assert (
         not (cached / "train_report.json").exists() and not (cached / "model.safetensors.index.json").exists()
     )
 
-    # an edit of the published weights in place does not reach the cache: the same command republishes
-    _overwrite_tail(out / "model.safetensors")
+    # a small file lost: put back from the working directory's copy, nothing computed again
     (out / "tokenizer.json").unlink()
     again = prune(inputs, out, workdir)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "written again" in again.stderr and "model.safetensors was changed" in again.stderr
-    assert "tokenizer.json is missing" in again.stderr
+    assert "written again" in again.stderr and "tokenizer.json is missing" in again.stderr
+    assert "nothing to do: every step finished" in again.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == expected
-    other = out.parent / "second-out"  # and a new --out gets the pruned model, not an edited one
+    # the published weights edited in place: they are not what was computed: assembled again
+    _overwrite_tail(out / "model.safetensors")
+    again = prune(inputs, out, workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "no longer holds the weights published there" in again.stderr
+    assert "prune every block" in again.stderr
+    assert _same_model(out, expected)  # computed again: the same bytes (the report's timings aside)
+    other = out.parent / "second-out"  # another --out: assembled again, never copied from an edited one
     _overwrite_tail(out / "model.safetensors")
     fresh = prune(inputs, other, workdir)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert (other / "model.safetensors").read_bytes() == expected["model.safetensors"]
 
-    # the cache itself edited: nothing is published, the file and the fix are named
+    # --keep all keeps the working copy; that copy edited: nothing is published, the file and the fix named
+    kept = prune(inputs, out.parent / "third-out", workdir, "--keep", "all")
+    assert kept.returncode == 0 and (cached / "model.safetensors").is_file(), kept.stderr[-3000:]
     _overwrite_tail(cached / "model.safetensors")
-    refused = prune(inputs, out.parent / "third-out", workdir)
-    assert refused.returncode == 2 and not (out.parent / "third-out").exists()
-    line = refused.stderr.splitlines()[-1]  # the workflow's check, or the publish's if it got that far
+    refused = prune(inputs, out.parent / "fourth-out", workdir, "--keep", "all")
+    assert refused.returncode == 2 and not (out.parent / "fourth-out").exists()
+    line = refused.stderr.splitlines()[-1]
     assert line.startswith("ERROR: ") and "model.safetensors" in line and f"delete {cached} " in line, line
-    shutil.rmtree(cached)  # the fix: pruned again (--keep needed deleted the pruned layers) and assembled
-    fixed = prune(inputs, out.parent / "third-out", workdir)
+    shutil.rmtree(cached)  # the fix: assembled again from the pruned layers --keep all kept
+    fixed = prune(inputs, out.parent / "fourth-out", workdir)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
-    assert "assemble the pruned model" in fixed.stderr and "prune every block" in fixed.stderr
-    assert "sample calibration tokens" not in fixed.stderr  # the shared stores were kept
-    assert (out.parent / "third-out" / "model.safetensors").read_bytes() == expected["model.safetensors"]
+    assert "assemble the pruned model" in fixed.stderr
+    assert (out.parent / "fourth-out" / "model.safetensors").read_bytes() == expected["model.safetensors"]
 
 
 @pytest.mark.slow
@@ -682,8 +701,8 @@ def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(firs
     assert f"the pruned model is published without this evaluation: {evaluated}" in failed.stderr
     weights = (evaluated / "model.safetensors").stat().st_ino
     assert "Not evaluated" in (evaluated / "README.md").read_text()
-    cached = workdir / "results" / "tiny-llama" / RECIPE / "model"
-    assert (evaluated / "model.safetensors").read_bytes() == (cached / "model.safetensors").read_bytes()
+    record = json.loads((evaluated / "pruning_report.json").read_text())["files"]["model.safetensors"]
+    assert hashlib.sha256((evaluated / "model.safetensors").read_bytes()).hexdigest() == record["sha256"]
 
     fixed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib)
     assert fixed.returncode == 0, fixed.stderr[-3000:]

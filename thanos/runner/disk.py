@@ -13,8 +13,10 @@ The stores are uncompressed zarr arrays (``thanos.data.storage``), so their size
 
 Retention (``--keep``): ``needed`` (default) keeps what a resume and another recipe on the same model and
 calibration need -- the tokens, the dense chain's stores (block 0's, or every block's for OWL and recovery
-towards the dense model's outputs), the assembled model -- and deletes each block's own inputs and Hessians
-once the block is done and the pruned layers once the model is assembled. ``all`` keeps everything.
+towards the dense model's outputs), the assembled model's small files (report, config, tokenizer, card) --
+and deletes each block's own inputs and Hessians once the block is done, the pruned layers once the model is
+assembled and the assembled weights once ``--out`` holds their verified copy (``--out`` is then the only full
+copy; ``thanos.stages.publish.release``). ``all`` keeps everything.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 KEEP = ("needed", "all")
 GiB = 1024**3
+# the assembled model's records (pruning_report.json, sparsity.json: about 0.9 KB per pruned layer) and the
+# run's log, which --keep needed keeps with the model's small files
+RECORD_BYTES_PER_LAYER = 1024
+LOG_BYTES = 16 * 1024
 # weights that are not safetensors, and the card, are not copied into the assembled model
 NOT_COPIED = (".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
 
@@ -43,7 +49,8 @@ class DiskEstimate:
     """Bytes of one run: ``shared`` (model info, tokens, the dense chain's stores: kept for other recipes),
     ``block_stores`` (one block's own inputs and Hessians, sequential chain), ``own_blocks`` (the blocks
     with stores of their own), ``activations`` (one block's inputs), ``layers`` (the pruned and recovered
-    layers), ``model`` (the assembled model, and its copy in ``--out``)."""
+    layers), ``model`` (the assembled model, and its copy in ``--out``), ``small`` (the model's files
+    other than its weights: what ``--keep needed`` keeps of it once ``--out`` holds it)."""
 
     shared: int
     block_stores: int
@@ -51,6 +58,7 @@ class DiskEstimate:
     activations: int
     layers: int
     model: int
+    small: int = 0
 
     def peak(self, keep: str) -> int:
         """The most the working directory holds during the run."""
@@ -61,14 +69,15 @@ class DiskEstimate:
 
     def with_out(self, keep: str) -> int:
         """The most the working directory and ``--out`` hold together on one filesystem: the copy is
-        written once the run is done."""
-        return max(self.peak(keep), self.kept(keep) + self.model)
+        written once the model is assembled (``needed``: the working copy is deleted after)."""
+        assembled = self.kept(keep) if keep == "all" else self.shared + self.model
+        return max(self.peak(keep), assembled + self.model)
 
     def kept(self, keep: str) -> int:
         """What the working directory holds when the run is done."""
         if keep == "all":
             return self.shared + self.own_blocks * self.block_stores + self.layers + self.model
-        return self.shared + self.model
+        return self.shared + self.small
 
 
 def estimate(
@@ -102,12 +111,13 @@ def estimate(
         if recipe.needs_hessian and recipe.sequential:
             own_blocks = blocks - 1
             block_stores = activations + max((hessians(b) for b in range(1, blocks)), default=0)
-    pruned = 0
+    pruned = count = 0
     for block in range(blocks):
         prefix = layout.block_prefix(block)
         for layer in recipe.layers(layout.block_layers(block), layout.layers):
             shape = checkpoint.shape(f"{prefix}{layer}.weight")
             pruned += math.prod(shape) * itemsize
+            count += 1
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     if recipe.sparsity.kind == "neurons":
         removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
@@ -115,8 +125,8 @@ def estimate(
     elif recipe.sparsity.kind in ("heads", "kv_heads") and recipe.compact:
         weights -= _removed_by_heads(layout, checkpoint, model_dir, recipe.sparsity) * itemsize
     layers = pruned * (2 if recipe.recover is not None else 1)
-    model = weights + _other_files(model_dir)
-    return DiskEstimate(shared, block_stores, own_blocks, activations, layers, model)
+    small = _other_files(model_dir) + count * RECORD_BYTES_PER_LAYER + LOG_BYTES
+    return DiskEstimate(shared, block_stores, own_blocks, activations, layers, weights + small, small)
 
 
 def _depth_estimate(
@@ -133,7 +143,8 @@ def _depth_estimate(
         for block in range(layout.num_blocks)
     )
     removed = sum(sizes[: depth_count(recipe.sparsity, layout.num_blocks)])
-    return DiskEstimate(shared, 0, 0, 0, 0, int(weights - removed * itemsize) + _other_files(model_dir))
+    small = _other_files(model_dir) + LOG_BYTES
+    return DiskEstimate(shared, 0, 0, 0, 0, int(weights - removed * itemsize) + small, small)
 
 
 def _firsts(layout: ModelLayout, block: int) -> list[str]:

@@ -20,10 +20,12 @@ LABELS = {"ppl": "perplexity", "zeroshot": "zero-shot tasks"}
 
 @dataclass(frozen=True)
 class Evaluations:
-    """The evaluations asked for (``kinds``: ``ppl``, ``zeroshot``) of the pruned model in ``model_dir``
-    (files in ``eval_dir``) and of the dense ``reference`` (files in ``dense_eval_dir``)."""
+    """The evaluations asked for (``kinds``: ``ppl``, ``zeroshot``) of the pruned model assembled in
+    ``model_dir`` and published to ``published`` (loaded from there: the working directory may keep no
+    weights; files in ``eval_dir``) and of the dense ``reference`` (files in ``dense_eval_dir``)."""
 
     model_dir: Path
+    published: Path
     eval_dir: Path
     reference: str
     dense_eval_dir: Path
@@ -48,7 +50,7 @@ class Evaluations:
 
         pruned = mtime(self.model_dir / "pruning_report.json")
         return [
-            (self.recipe, str(self.model_dir), self.eval_dir, pruned),
+            (self.recipe, str(self.published), self.eval_dir, pruned),
             ("dense", self.reference, self.dense_eval_dir, self._dense_identity),
         ]
 

@@ -35,8 +35,9 @@ from thanos.runner.workdirs import model_slug, record_run
 from thanos.stages.achieved_sparsity import summarize
 from thanos.stages.card import CARD, model_card
 from thanos.stages.engine import RunOptions, run_recipe
+from thanos.stages.outputs import remove
 from thanos.stages.provenance import RunRecord
-from thanos.stages.publish import publish, update_texts
+from thanos.stages.publish import intact, publish, release, released, released_to, update_texts
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,11 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
         log.info("thanos prune-model: %s, recipe %s", run_plan.reference, run_plan.recipe.to_json())
+        model_dir = run_plan.files.model_dir
+        if released(model_dir) and not intact(model_dir, run_plan.out):  # the only copy is not there
+            progress.note(f"{released_to(model_dir)} no longer holds the weights published there, or they "
+                          f"go to another --out: assembling the model again")  # fmt: skip
+            remove(model_dir)
         calibration = dataclasses.asdict(run_plan.calibration)
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.recipe.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
@@ -93,6 +99,8 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
                 run_plan, progress, stream, started, lambda: evaluations.run(steps), published=True
             )
             published = update_card(run_plan, evaluation, published[3])
+        if run_plan.resources.keep == "needed" and not released(model_dir):
+            release(model_dir, run_plan.out)  # --out is now the only full copy of the weights
     if not steps.computed:
         progress.note("nothing to do: every step finished in an earlier run")
     elif steps.reused or progress.resumed:
@@ -180,7 +188,8 @@ def _evaluations(run_plan: Plan) -> Any:
     """The evaluations the plan asks for, of its pruned model and of the dense model beside it."""
     evaluation, root = run_plan.evaluation, run_plan.model_root
     return Evaluations(
-        run_plan.files.model_dir, root / "eval", run_plan.reference, root.parent / DENSE / "eval",
-        evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks, run_plan.resources.device,
-        run_plan.recipe.name, run_plan.resources.compute_dtype, evaluation.include_path,
+        run_plan.files.model_dir, run_plan.out, root / "eval", run_plan.reference,
+        root.parent / DENSE / "eval", evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
+        run_plan.resources.device, run_plan.recipe.name, run_plan.resources.compute_dtype,
+        evaluation.include_path,
     )  # fmt: skip

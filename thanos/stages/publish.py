@@ -12,6 +12,12 @@ this model is left untouched (its files are read and compared with the record, n
 
 Cost: one read of the model and one write (about the time of ``cp -r``), plus sha256 at about 1.7 GB/s
 on one core; the output takes as much disk space as the model.
+
+``release`` then makes the output the only full copy (``--keep needed``): the working directory's copy of
+the weights is deleted, and a record (``RELEASED``) of the output's weight files (names, sizes,
+modification times) is kept beside the assembled model's small files (its report, config, card,
+``sparsity.json``): the recipe stays done, and ``intact`` tells a rerun whether the output still holds those
+files (else the model is assembled again). A later publish to the same output rewrites the texts alone.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path
 
 MARKER = digests.REPORT
+RELEASED = ".published.json"  # the working directory's weights were deleted: the output holds them
+WEIGHTS = "*.safetensors"
 
 
 def check_out(out: Path) -> None:
@@ -39,14 +47,17 @@ def check_out(out: Path) -> None:
         )
 
 
-def _differences(out: Path, published: dict[str, dict], report: str) -> list[str]:
+def _differences(
+    out: Path, published: dict[str, dict], report: str, skip: set[str] | None = None
+) -> list[str]:
     """How ``out`` differs from what a publish would write (its files read and compared with the record
-    ``published``, its report with ``report``); empty when it holds exactly that."""
+    ``published``, its report with ``report``; names in ``skip`` not read); empty when it holds exactly
+    that."""
     if not out.is_dir() or not any(out.iterdir()):
         return ["new"]
     if not (out / MARKER).is_file() or (out / MARKER).read_text(encoding="utf-8") != report:
         return [f"{MARKER} differs (another model or recipe)"]
-    return digests.differences(out, published)
+    return digests.differences(out, published, skip=skip or ())
 
 
 def _copy_verified(source: Path, target: Path, expected: dict) -> None:
@@ -85,14 +96,76 @@ def update_texts(model_dir: str | Path, out: str | Path, texts: dict[str, str]) 
             tmp.write_text(text, encoding="utf-8")
 
 
+def _stat(path: Path) -> list[int]:
+    info = path.stat()
+    return [info.st_size, info.st_mtime_ns]
+
+
+def release(model_dir: str | Path, out: str | Path) -> None:
+    """Delete ``model_dir``'s weights now that ``out`` (published from it) holds them, recording ``out``'s
+    weight files first (a run stopped in between leaves a released directory, weights partly deleted)."""
+    model_dir, out = Path(model_dir), Path(out)
+    weights = {path.name: _stat(path) for path in sorted(out.glob(WEIGHTS))}
+    with atomic_path(model_dir / RELEASED) as tmp:
+        tmp.write_text(json.dumps({"out": str(out.resolve()), "weights": weights}, indent=2) + "\n")
+    for path in model_dir.glob(WEIGHTS):
+        path.unlink()
+
+
+def released(model_dir: str | Path) -> bool:
+    """Whether ``model_dir``'s weights were deleted for the output that holds them (``release``)."""
+    return (Path(model_dir) / RELEASED).is_file()
+
+
+def released_to(model_dir: str | Path) -> str:
+    """The output a released ``model_dir``'s weights were published to (as recorded)."""
+    try:
+        return str(json.loads((Path(model_dir) / RELEASED).read_text())["out"])
+    except (OSError, ValueError, KeyError):
+        return "the output"
+
+
+def intact(model_dir: str | Path, out: str | Path) -> bool:
+    """Whether ``out`` is the output ``model_dir`` was released to and still holds its weight files as
+    published (names, sizes, modification times: an edit, a truncation or a deletion changes one)."""
+    out = Path(out)
+    try:
+        record = json.loads((Path(model_dir) / RELEASED).read_text())
+        return record["out"] == str(out.resolve()) and record["weights"] == {
+            path.name: _stat(path) for path in sorted(out.glob(WEIGHTS))
+        }
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> list[str]:
     """Make ``out`` hold a verified copy of ``model_dir`` (an assembled model with its file digests), with
     ``texts`` ({name: content}) written instead of (or besides) its files. Returns how ``out`` differed
     before (``["new"]`` for a new output), empty when it already held exactly that (then it is left
-    untouched)."""
+    untouched). A released ``model_dir`` (``release``; its output ``intact``) has its texts rewritten in
+    ``out`` when they differ."""
     model_dir, out, texts = Path(model_dir), Path(out), dict(texts or {})
     check_out(out)
     files = digests.recorded(model_dir)
+    if released(model_dir):
+        if not intact(model_dir, out):
+            raise PathError(
+                "the published model was changed or removed since its working copy was deleted",
+                out,
+                f"delete {model_dir} and run the same command again: it is assembled again",
+            )
+        weights = {name for name in files if Path(name).match(WEIGHTS)}  # ``intact``: as published
+        before = _differences(out, *_published_report(model_dir, files, texts), skip=weights)
+        if before:  # the small files again, from the working directory's copies, and the texts
+            added, _ = digests.added_and_missing(out, files, skip={*texts, *weights})
+            for name in added:
+                (out / name).unlink()
+            for name, expected in sorted(files.items()):
+                if name not in weights and name not in texts:
+                    with atomic_path(out / name) as tmp:
+                        _copy_verified(model_dir / name, tmp, expected)
+            update_texts(model_dir, out, texts)
+        return before
     added, missing = digests.added_and_missing(model_dir, files, skip=texts)
     problems = [f"{n} was added" for n in added] + [f"{n} is missing" for n in missing]
     if problems:
