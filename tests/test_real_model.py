@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import shared_worker
 from safetensors import safe_open
 
 from thanos.errors import PathError
@@ -75,7 +76,8 @@ def results(tmp_path_factory) -> Path:
     (workdir / "real.yaml").write_text(yaml.safe_dump(config))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
     cmd += ["--configfile", str(workdir / "real.yaml"), "--cores", "2", "--nocolor"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, **shared_worker()}  # its jobs in the pytest process's warm worker
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return workdir / "results" / "real"
 

@@ -1,7 +1,8 @@
 """The smoke config (workflow/configs/smoke.yaml) end to end with the real snakemake, as a user runs it:
 demo data, a tiny random Llama, every method, perplexity, lm-eval zero-shot on the local demo task, the
 tables with the paper's orderings printed at the end, the figures and ``snakemake --report``; then a second
-run finds nothing to do."""
+run finds nothing to do. Its jobs run in the pytest process's warm worker (``shared_worker``), as the other
+tests' runs do."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import shared_worker
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "workflow" / "configs" / "smoke.yaml"
@@ -29,7 +31,7 @@ def smoke(tmp_path_factory, wheel) -> Path:
     import os
 
     workdir = tmp_path_factory.mktemp("smoke")
-    env = dict(os.environ, THANOS_GENSIM_WHEEL=str(wheel))
+    env = dict(os.environ, THANOS_GENSIM_WHEEL=str(wheel), **shared_worker())
     proc = _snakemake(workdir, env=env)
     if proc.returncode != 0:
         pytest.fail(f"smoke run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
