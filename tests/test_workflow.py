@@ -375,3 +375,16 @@ def test_device_cuda_without_a_gpu_is_refused_naming_the_key(tmp_path, text):
     assert "--device" not in output
     given = snakemake(tmp_path, config, "-n", "--resources", "gpu=1", env={"CUDA_VISIBLE_DEVICES": ""})
     assert given.returncode == 0  # --resources gpu=K: the user says there are K
+
+
+def test_thanos_workflow_uses_the_packaged_profile_unless_one_is_named():
+    """`thanos workflow` resumes after Ctrl-C by itself: its Snakemake run loads the packaged local profile
+    (rerun-incomplete), which Snakemake would not find by itself; a profile the user names is left alone."""
+    from thanos.commands.workflow import snakemake_command
+
+    command = snakemake_command(["--cores", "2"])
+    profile = Path(command[command.index("--workflow-profile") + 1])
+    assert "rerun-incomplete: true" in (profile / "config.yaml").read_text()
+    assert command[-2:] == ["--cores", "2"]
+    for named in (["--profile", "p"], ["--workflow-profile=w"]):
+        assert "--workflow-profile" not in snakemake_command(named)  # (as one argument: ours)

@@ -24,7 +24,9 @@ examples:
   thanos workflow --profile "$(thanos workflow --where)/workflow/profiles/slurm" --configfile my.yaml
   thanos workflow --where                                    # where the Snakefile and workflow/ are
 
-A config.yaml in this directory is read when no --configfile is given. A rerun of the same command resumes.
+A config.yaml in this directory is read when no --configfile is given. Without --profile or --workflow-profile
+the packaged local profile is used (workflow/profiles/default: --rerun-incomplete among others), so a rerun of
+the same command resumes, after Ctrl-C too.
 """
 
 
@@ -37,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.runner.workflow_files import snakefile, workflow_root
+    from thanos.runner.workflow_files import workflow_root
 
     if args.where:
         print(workflow_root())
@@ -49,5 +51,16 @@ def run(args: argparse.Namespace) -> None:
             f"--configfile FILE (examples: {workflow_root() / 'workflow' / 'configs'}; keys: "
             "docs/configuration.md)"
         )
-    command = [sys.executable, "-m", "snakemake", "-s", str(snakefile()), "--directory", os.getcwd(), *given]
-    raise SystemExit(subprocess.call(command))
+    raise SystemExit(subprocess.call(snakemake_command(given)))
+
+
+def snakemake_command(given: list[str]) -> list[str]:
+    """``snakemake`` on the packaged Snakefile in this directory with the arguments ``given``, and the
+    packaged local profile unless they name a profile (Snakemake finds a workflow profile by itself only
+    in ``profiles/default`` beside the Snakefile or here, not in ``workflow/profiles/``)."""
+    from thanos.runner.workflow_files import snakefile, workflow_root
+
+    command = [sys.executable, "-m", "snakemake", "-s", str(snakefile()), "--directory", os.getcwd()]
+    if not any(arg.startswith(("--profile", "--workflow-profile")) for arg in given):
+        command += ["--workflow-profile", str(workflow_root() / "workflow" / "profiles" / "default")]
+    return [*command, *given]
