@@ -50,9 +50,9 @@ onerror:
 
 
 onsuccess:
-    # a run that remade the tables ends with the paper's orderings checked on its results
-    from thanos.report.orderings import written_since  # pandas: imported only here, not at every parse
+    # every model's perplexities, where the tables and figures are, and the paper's orderings when checked
+    from thanos.report.closing import closing_summary  # pandas: imported only here, not at every parse
 
-    orderings = written_since(PATHS.tables, STARTED)
-    if orderings:
-        print(orderings)
+    summary = closing_summary(PATHS.root, PATHS.tables, PATHS.figures, STARTED)
+    if summary:
+        print(summary)

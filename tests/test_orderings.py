@@ -73,3 +73,22 @@ def test_tables_command_writes_orderings(tmp_path):
     printed = written_since(out, started)
     assert printed is not None and printed.startswith("the paper's orderings:") and "tiny-b" in printed
     assert written_since(out, time.time() + 60) is None
+
+
+def test_a_finished_run_says_its_perplexities_and_the_orderings_only_when_checked(tmp_path):
+    """The workflow's closing lines for any config: every model's perplexities (dense and each recipe),
+    where the tables are, and the orderings line only when some were checked."""
+    from thanos.report.closing import closing_summary
+
+    results = fake_results(tmp_path / "results")
+    tables, figures = tmp_path / "tables", tmp_path / "figures"
+    assert closing_summary(tmp_path / "empty", tables, figures, time.time()) is None
+    started = time.time() - 1
+    assert main(["tables", "--results", str(results), "--out-dir", str(tables)]) == 0
+    lines = closing_summary(results, tables, figures, started).splitlines()
+    assert lines[0] == "results:" and any(line.startswith("  tiny-a: ") for line in lines)
+    assert any(line.startswith("    perplexity: dense ") for line in lines), lines
+    assert f"tables: {tables}" in lines and not any(line.startswith("figures:") for line in lines)
+    assert any(line.startswith("the paper's orderings: ") for line in lines)
+    (tables / "orderings.csv").write_text("Model,Pattern,Ordering,Result,Perplexities\n")  # none checked
+    assert "orderings" not in closing_summary(results, tables, figures, started)

@@ -1,5 +1,6 @@
 """Reporting: scan results/ (collect), the paper's tables (tables) and figures (figures: perplexity_figures,
-layer_figures, plotting), and the check of the paper's orderings (orderings).
+layer_figures, plotting), the check of the paper's orderings (orderings) and what a finished run prints
+(closing).
 
 Imports: ``thanos.labels`` (the words every table and figure shows), ``thanos.pruning`` and
 ``thanos.files`` (recipe names, the results layout), ``thanos.recipe``. ``labels`` is only
