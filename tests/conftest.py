@@ -96,27 +96,39 @@ def wheel(tmp_path_factory) -> Path:
     return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
 
 
-# The end-to-end files, longest first (their durations on 2 cores). pytest-xdist's loadfile scheduling hands
-# files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by default it would
-# start the files with the most tests first, leaving the SLURM file, two tests, latency-bound, to run alone
-# at the end): starting these first lets the fast files fill in at the end.
+# The files of more than ~20 s, longest first (their seconds alone on 2 cores). pytest-xdist's loadfile
+# scheduling hands files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by
+# default it would start the files with the most tests first, leaving the SLURM file, two tests,
+# latency-bound, to run alone at the end): starting these first lets the short files fill in at the end.
+# A worker is handed its next file while it still runs the last two tests of its current one: the SLURM
+# file's worker holds the fifth file (test_matrix.py) until the SLURM file ends (~4 min, mostly waiting).
 LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
     "test_prune_model.py",
     "test_faults.py",
     "test_matrix.py",
-    "test_owl.py",
     "test_recovery.py",
-    "test_disk.py",
-    "test_exclude.py",
     "test_real_model.py",
     "test_smoke.py",
+    "test_owl.py",
+    "test_exclude.py",
     "test_readme_commands.py",
-    "test_depth.py",
+    "test_packaging.py",
+    "test_cli_errors.py",
+    "test_output.py",
+    "test_demo.py",
     "test_compact.py",
     "test_heads.py",
-    "test_packaging.py",
+    "test_engine.py",
+    "test_memory.py",
+    "test_disk.py",
+    "test_depth.py",
+    "test_report.py",
+    "test_user_data.py",
+    "test_worker.py",
+    "test_zeroshot.py",
+    "test_evaluate.py",
 )
 
 
