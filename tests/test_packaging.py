@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -90,12 +92,36 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
         "models": {"tiny": {"path": "models/tiny", "tiny": {"family": "llama", "hidden_size": 32}}},
         "calibration": {"source": "calib.txt", "nsamples": 2, "seqlen": 16},
         "recipes": {"wanda_u50": {"method": "wanda", "sparsity": 0.5}},
+        "perplexity": {"enabled": False},  # offline: no WikiText-2
+        "zeroshot": {"enabled": False},
+        "evaluate_dense": False,
+        "report": False,
     }
     (tmp_path / "mine.yaml").write_text(json.dumps(config))
     planned = run([bindir / "thanos", "workflow", "-n", "--configfile", "mine.yaml"], env=env, cwd=tmp_path)
     assert "make_tiny_model" in planned.stdout and "This was a dry-run" in planned.stdout, planned.stdout[
         -2000:
     ]
+    # run for real, Ctrl-C (SIGINT to the process group) once the model is being assembled: the same
+    # command again finishes it, without --rerun-incomplete (the packaged profile)
+    (tmp_path / "calib.txt").write_text(" ".join(["the tiny model reads these words again"] * 40) + "\n")
+    command = [bindir / "thanos", "workflow", "--cores", "2", "--configfile", "mine.yaml"]
+    proc = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    interrupted = False
+    for line in proc.stdout:
+        if "rule assemble" in line:
+            time.sleep(0.3)  # the job started
+            os.killpg(proc.pid, signal.SIGINT)
+            interrupted = True
+            break
+    rest = proc.communicate()[0]
+    assert interrupted and proc.returncode != 0, rest[-3000:]
+    again = run(command, env=env, cwd=tmp_path)
+    assert (tmp_path / "results" / "tiny" / "wanda_u50" / "model" / "config.json").is_file()
+    assert "results:" in again.stdout + again.stderr  # the closing summary
 
 
 @pytest.mark.slow

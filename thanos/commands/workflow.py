@@ -51,7 +51,25 @@ def run(args: argparse.Namespace) -> None:
             f"--configfile FILE (examples: {workflow_root() / 'workflow' / 'configs'}; keys: "
             "docs/configuration.md)"
         )
-    raise SystemExit(subprocess.call(snakemake_command(given)))
+    raise SystemExit(run_snakemake(snakemake_command(given)))
+
+
+def run_snakemake(command: list[str]) -> int:
+    """Run ``command`` (Snakemake) and return its exit status. Ctrl-C reaches Snakemake from the terminal
+    (its process group): this process ignores it and waits while Snakemake stops its jobs and releases its
+    lock (``subprocess.call`` would kill it, leaving the directory locked); a SIGTERM is passed on."""
+    import signal
+
+    child = subprocess.Popen(command)  # before ignoring SIGINT here: an ignored signal is inherited
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda number, _: child.send_signal(number)),
+    }
+    try:
+        return child.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def snakemake_command(given: list[str]) -> list[str]:
