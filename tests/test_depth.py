@@ -204,15 +204,16 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
     assert report["parts"][1]["model"] == report["parts"][0]["out"]
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["intermediate_size"] == 72
+    intermediates = f"{model.name}-combined"  # listed under the input model's name
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
-        "combined",
+        intermediates,
         "part1-depth1",
         "part2-neurons0.3",
     ]
     from thanos.runner.workdirs import scan
 
     listed = {w.path.name: w for w in scan(tmp_path / "work")}  # the intermediate models too
-    assert listed["combined"].recipes == ["depth:1+neurons:0.3"] and listed["combined"].bytes > 0
+    assert listed[intermediates].recipes == ["depth:1+neurons:0.3"] and listed[intermediates].bytes > 0
     with torch.inference_mode():
         AutoModelForCausalLM.from_pretrained(tmp_path / "out")(torch.tensor([[5, 6, 7]]))
     card = (tmp_path / "out" / "README.md").read_text()

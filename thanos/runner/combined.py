@@ -11,10 +11,12 @@ written:
    MLP's neurons are chosen, and corrected, on the inputs the pruned attention gives it.
 
 The parts are the request's recipes, built and checked with it (``thanos.runner.request``). The
-intermediate models are written under the working directory root (``combined/``, which ``thanos workdirs``
-lists and deletes like a working directory); the last part writes ``out``, with the card, the report and
-the evaluations. The returned report lists every part. ``recover`` applies to the width parts (a depth
-part prunes no weight of the blocks it keeps).
+intermediate models are written under the working directory root (``<model>-combined/``, which ``thanos
+workdirs`` lists and deletes like a working directory), and the later parts' default working directories
+are named after the input model too (``<model>+depth1+neurons0.3-<hash>``), not after the intermediate model
+they read; the last part writes ``out``, with the card, the report and the evaluations. The returned
+report lists every part. ``recover`` applies to the width parts (a depth part prunes no weight of the
+blocks it keeps).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from thanos.runner.checks import model_reference
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Output, PruneRequest
-from thanos.runner.workdirs import default_root, model_slug, record_run
+from thanos.runner.workdirs import default_root, default_workdir, model_slug, record_run
 
 
 def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
@@ -40,19 +42,20 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
+    intermediates = root / f"{model_slug(reference)}-combined"
     if not request.dry_run:  # the intermediate models: listed and deleted by ``thanos workdirs``
-        (root / "combined").mkdir(parents=True, exist_ok=True)
+        intermediates.mkdir(parents=True, exist_ok=True)
         calibration = request.calibration
         record = {
             "source": calibration.calibration,
             "nsamples": calibration.nsamples,
             "seqlen": calibration.seqlen,
         }
-        record_run(root / "combined", reference, record, "+".join(parts))
+        record_run(intermediates, reference, record, "+".join(parts))
     model, steps = reference, []
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
-        report = prune_one(_part(request, i, model, root, reference, steps), stream)
+        report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
         steps.append(
             {
                 "sparsity": parts[i],
@@ -70,16 +73,27 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
 
 
 def _part(
-    request: PruneRequest, i: int, model: str, root: Path, reference: str, steps: list[dict[str, Any]]
+    request: PruneRequest,
+    i: int,
+    model: str,
+    intermediates: Path,
+    reference: str,
+    steps: list[dict[str, Any]],
 ) -> PruneRequest:
-    """The request of part ``i``: on ``model`` (the previous part's), in a working directory of its own;
-    every part but the last writes its model under ``root/combined`` and evaluates nothing; the last
-    records the whole recipe."""
+    """The request of part ``i``: on ``model`` (the previous part's), in a working directory of its own
+    (under ``--workdir``, else the default one of ``model`` named after the input model); every part but the
+    last writes its model under ``intermediates`` and evaluates nothing; the last records the whole recipe."""
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     part, last = request.recipes[i], i == len(parts) - 1
     changes: dict[str, Any] = {"model": model, "recipes": (part,), "sparsity": parts[i]}
+    workdir = None
     if request.resources.workdir:
         workdir = Path(request.resources.workdir) / f"part{i + 1}-{parts[i].replace(':', '')}"
+    elif i > 0:  # keyed by its model and calibration as any default working directory, named after the input
+        own = default_workdir(model, dataclasses.asdict(request.calibration))
+        name = "+".join([model_slug(reference), *(p.replace(":", "") for p in parts[: i + 1])])
+        workdir = own.with_name(f"{name}-{own.name.rsplit('-', 1)[1]}")
+    if workdir is not None:
         changes["resources"] = dataclasses.replace(request.resources, workdir=workdir)
     if last:
         changes["part_of"] = {"sparsity": "+".join(parts), "base_model": reference, "parts": list(steps)}
@@ -88,7 +102,7 @@ def _part(
         key = json.dumps([reference, part.method, parts[: i + 1], list(calibration)], default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         name = "+".join(parts[: i + 1]).replace(":", "")
-        out = root / "combined" / f"{model_slug(reference)}-{digest}" / name
+        out = intermediates / digest / name
         changes["output"] = Output(out, overwrite=True)
         changes["evaluation"] = dataclasses.replace(request.evaluation, evaluate=())
     return dataclasses.replace(request, **changes)
