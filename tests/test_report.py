@@ -528,3 +528,20 @@ def test_recovered_recipes_are_rows_and_dashed_lines_of_their_own(tmp_path, draw
     assert list(recovered.get_ydata()) == pytest.approx([50.0, 400.0])
     assert recovered.get_linestyle() == "--" and plain.get_linestyle() == "-"
     assert recovered.get_color() == plain.get_color()
+
+
+def test_a_structural_recipe_shows_the_parameters_it_removed(tmp_path):
+    """A recipe written smaller (neurons, heads, blocks) zeroes nothing: its Achieved cell is the parameters
+    it removed."""
+    root = tmp_path / "results"
+    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0, "dataset": "wiki.test.raw"})
+    _recipe(root, "tiny", "thanos_n30", "thanos", "neurons:0.3", ppl=14.0)
+    _recipe(root, "tiny", "thanos_u50", "thanos", "0.5", ppl=12.0)
+    path = root / "tiny" / "thanos_n30" / "model" / "pruning_report.json"
+    report = json.loads(path.read_text())
+    report["overall_sparsity"] = 0.0  # the removed neurons are gone, not zeros
+    report["compact"] = {"structure": "neurons", "parameters": {"original": 1000, "kept": 703}}
+    _write(path, report)
+    (table,) = [t for t in build_tables(root) if t.name == "perplexity"]
+    achieved = [row.keys[2] for row in table.rows]
+    assert "29.7% params" in achieved and "50.0%" in achieved, achieved

@@ -62,6 +62,7 @@ RECIPE_COLUMNS = [
     "profile",
     "recovered",
     "overall_sparsity",
+    "params_removed",  # structural recipes (neurons, heads, depth written smaller): 1 - kept / original
     "prune_seconds",
     "ppl",
     "seqlen",
@@ -166,6 +167,11 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             row["recovered"] = bool(recipe and recipe.recover is not None)
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
+                parameters = (report.get("compact") or {}).get("parameters") or {}
+                if parameters.get("original"):
+                    row["params_removed"] = 1 - _float(parameters.get("kept")) / _float(
+                        parameters["original"]
+                    )
                 layers = report.get("layers") or []
                 secs = [_float(layer.get("seconds")) for layer in layers if isinstance(layer, dict)]
                 row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan

@@ -183,13 +183,24 @@ def _drop_empty(table: Table) -> Table:
     return table
 
 
-def achieved_text(values: list[float]) -> str:
-    """``45.0%``, or ``44.7-45.1%`` when the models differ; ``-`` when unknown."""
-    known = sorted(v for v in values if not math.isnan(v))
+def _achieved(row: pd.Series) -> tuple[float, str]:
+    """What a recipe achieved: the zeros of its pruned weights, or for a structural recipe written smaller
+    (neurons, heads, blocks removed) the parameters it removed."""
+    removed = as_float(row.get("params_removed"))
+    if not math.isnan(removed):
+        return removed, "% params"
+    return as_float(row["overall_sparsity"]), "%"
+
+
+def achieved_text(values: list[tuple[float, str]]) -> str:
+    """``45.0%``, or ``44.7-45.1%`` when the models differ, ``29.7% params`` for the parameters a structural
+    recipe removed; ``-`` when unknown."""
+    known = sorted((v, unit) for v, unit in values if not math.isnan(v))
     if not known:
         return MISSING
-    low, high = f"{100 * known[0]:.1f}", f"{100 * known[-1]:.1f}"
-    return f"{low}%" if low == high else f"{low}-{high}%"
+    unit = known[0][1]
+    low, high = f"{100 * known[0][0]:.1f}", f"{100 * known[-1][0]:.1f}"
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
 
 
 def _models(frame: pd.DataFrame) -> list[str]:
@@ -221,7 +232,7 @@ def model_table(
                 log.warning("%s: two recipes for %s / %s; keeping the first", r["model"], *key)
                 continue
             cell[r["model"]] = as_float(r[metric]) * scale
-            achieved.setdefault(key, []).append(as_float(r["overall_sparsity"]))
+            achieved.setdefault(key, []).append(_achieved(r))
         for key, row in seen.items():
             row.keys[2] = achieved_text(achieved.get(key, []))
     return _drop_empty(table)
@@ -279,7 +290,7 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
                 table.rows.append(
                     Row(
                         model,
-                        [model, r["label"], achieved_text([as_float(r["overall_sparsity"])])],
+                        [model, r["label"], achieved_text([_achieved(r)])],
                         values(model, r["recipe"], r["zs_mean"]),
                     )
                 )
