@@ -10,11 +10,12 @@ windows of min(2048, max_position_embeddings) tokens, remainder dropped, ppl = e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -190,8 +191,35 @@ def train_demo(
     opts.validate()
     started = time.perf_counter()
     torch.manual_seed(opts.seed)
-    torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
+    with _deterministic(device):
+        return _train_demo(train_docs, test_docs, out_dir, opts, device, held_out, started)
 
+
+@contextlib.contextmanager
+def _deterministic(device: torch.device) -> Iterator[None]:
+    """torch's deterministic algorithms for the duration (warnings only on CUDA), then the caller's setting
+    again: the training may run in a process that goes on (``thanos_here``, the job worker's fork)."""
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _train_demo(
+    train_docs: Sequence[str],
+    test_docs: Sequence[str],
+    out_dir: Path,
+    opts: TrainOptions,
+    device: torch.device,
+    held_out: bool,
+    started: float,
+) -> dict:
+    """``train_demo``'s work, deterministic."""
     tokenizer, train_stream, test_stream = _tokenize(train_docs, test_docs, opts, started)
     model = build_model(opts, tokenizer).to(device)
     params = sum(p.numel() for p in model.parameters())
