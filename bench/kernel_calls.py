@@ -37,9 +37,10 @@ def aten_calls(method: str, pattern: str, W: torch.Tensor, H: torch.Tensor) -> i
 
     previous = os.environ.get("THANOS_BATCHED")
     os.environ["THANOS_BATCHED"] = "1"
-    deterministic = (
-        torch.are_deterministic_algorithms_enabled()
-    )  # its checks add calls: the default's counted
+    deterministic = (  # its checks add calls: the default's are counted
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(False)
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof, record_function(SCOPE):
