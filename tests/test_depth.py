@@ -212,8 +212,15 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
     ]
     from thanos.runner.workdirs import scan
 
-    listed = {w.path.name: w for w in scan(tmp_path / "work")}  # the intermediate models too
-    assert listed[intermediates].recipes == ["depth:1+neurons:0.3"] and listed[intermediates].bytes > 0
+    listed = {w.path.name: w for w in scan(tmp_path / "work")}  # the intermediate models' directory too
+    assert listed[intermediates].recipes == ["depth:1+neurons:0.3"]
+    # --keep needed: --out is the model, the intermediate one is gone; the same call again does nothing
+    assert not Path(report["parts"][0]["out"]).exists()
+    assert not list((tmp_path / "work" / intermediates).rglob("*.safetensors"))
+    again = prune_model(
+        model, "thanos", "neurons:0.3+depth:1", out=tmp_path / "out", workdir=tmp_path / "work", **options
+    )
+    assert again["parts"] == report["parts"] and not Path(report["parts"][0]["out"]).exists()
     with torch.inference_mode():
         AutoModelForCausalLM.from_pretrained(tmp_path / "out")(torch.tensor([[5, 6, 7]]))
     card = (tmp_path / "out" / "README.md").read_text()

@@ -14,7 +14,10 @@ The parts are the request's recipes, built and checked with it (``thanos.runner.
 intermediate models are written under the working directory root (``<model>-combined/``, which ``thanos
 workdirs`` lists and deletes like a working directory), and the later parts' default working directories
 are named after the input model too (``<model>+depth1+neurons0.3-<hash>``), not after the intermediate model
-they read; the last part writes ``out``, with the card, the report and the evaluations. The returned
+they read; the last part writes ``out``, with the card, the report and the evaluations. Under
+``--keep needed`` the intermediate models are deleted once ``out`` is written, and a record (``DONE``) of the
+request and of ``out``'s weights makes a rerun of the same request do nothing while ``out`` holds them (else
+the parts run again). The returned
 report lists every part. ``recover`` applies to the width parts (a depth part prunes no weight of the
 blocks it keeps).
 """
@@ -27,11 +30,16 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from thanos.files.atomic import write_json
 from thanos.runner.checks import model_reference
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Output, PruneRequest
 from thanos.runner.workdirs import default_root, default_workdir, model_slug, record_run
+from thanos.stages.outputs import remove
+from thanos.stages.publish import weight_files
+
+DONE = "done.json"  # a finished combined recipe (--keep needed): its key, --out's weights, its result
 
 
 def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
@@ -52,6 +60,12 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             "seqlen": calibration.seqlen,
         }
         record_run(intermediates, reference, record, "+".join(parts))
+    key = _key(request, reference)
+    if not request.dry_run and (finished := _finished(intermediates, key, request.output.out)) is not None:
+        say(
+            stream, "nothing to do: this combined recipe finished in an earlier run and --out holds its model"
+        )
+        return finished
     model, steps = reference, []
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
@@ -69,7 +83,39 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             return report | {"parts": steps}
         model = report["out"]
     _say_parameters(steps, parts, reference, stream)
-    return report | {"parts": steps}
+    result = report | {"parts": steps}
+    if request.resources.keep == "needed":  # --out is the model: the intermediate ones go
+        for step in steps[:-1]:
+            remove(Path(step["out"]).parent)  # the part's model and its digest's directory
+        write_json(
+            intermediates / DONE, {"key": key, "weights": weight_files(request.output.out), "result": result}
+        )
+        say(stream, f"deleted the intermediate models under {intermediates} (--keep all keeps them)")
+    return result
+
+
+def _key(request: PruneRequest, reference: str) -> str:
+    """What a finished combined recipe is: the model, the parts' recipes, the calibration, the evaluation and
+    ``--out``."""
+    recipes = [recipe.to_dict() for recipe in request.recipes]
+    calibration, evaluation = (
+        dataclasses.astuple(request.calibration),
+        dataclasses.astuple(request.evaluation),
+    )
+    out = str(Path(request.output.out).resolve())
+    return json.dumps([reference, recipes, calibration, evaluation, out], default=str)
+
+
+def _finished(intermediates: Path, key: str, out: str | Path) -> dict[str, Any] | None:
+    """The result of the combined recipe ``key`` when an earlier run finished it (``DONE``) and ``out`` still
+    holds its weights as published; else None (its parts run, computing what is missing)."""
+    try:
+        record = json.loads((intermediates / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("key") != key or record.get("weights") != weight_files(out) or not record.get("weights"):
+        return None
+    return record["result"]
 
 
 def _part(

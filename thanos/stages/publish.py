@@ -96,16 +96,19 @@ def update_texts(model_dir: str | Path, out: str | Path, texts: dict[str, str]) 
             tmp.write_text(text, encoding="utf-8")
 
 
-def _stat(path: Path) -> list[int]:
-    info = path.stat()
-    return [info.st_size, info.st_mtime_ns]
+def weight_files(out: str | Path) -> dict[str, list[int]]:
+    """``out``'s weight files as published: {name: [size, modification time (ns)]} (an edit, a truncation
+    or a deletion changes it)."""
+    return {
+        path.name: [path.stat().st_size, path.stat().st_mtime_ns] for path in sorted(Path(out).glob(WEIGHTS))
+    }
 
 
 def release(model_dir: str | Path, out: str | Path) -> None:
     """Delete ``model_dir``'s weights now that ``out`` (published from it) holds them, recording ``out``'s
     weight files first (a run stopped in between leaves a released directory, weights partly deleted)."""
     model_dir, out = Path(model_dir), Path(out)
-    weights = {path.name: _stat(path) for path in sorted(out.glob(WEIGHTS))}
+    weights = weight_files(out)
     with atomic_path(model_dir / RELEASED) as tmp:
         tmp.write_text(json.dumps({"out": str(out.resolve()), "weights": weights}, indent=2) + "\n")
     for path in model_dir.glob(WEIGHTS):
@@ -131,9 +134,7 @@ def intact(model_dir: str | Path, out: str | Path) -> bool:
     out = Path(out)
     try:
         record = json.loads((Path(model_dir) / RELEASED).read_text())
-        return record["out"] == str(out.resolve()) and record["weights"] == {
-            path.name: _stat(path) for path in sorted(out.glob(WEIGHTS))
-        }
+        return record["out"] == str(out.resolve()) and record["weights"] == weight_files(out)
     except (OSError, ValueError, KeyError):
         return False
 
