@@ -190,11 +190,17 @@ def structure(pattern: Sparsity, summary: SparsitySummary | None) -> str:
     return "unstructured"
 
 
+def combined_record(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report records of the combined recipe its model is the last part of (the whole recipe, its
+    earlier parts, the base model); {} for any other model."""
+    return (report.get("workflow") or {}).get("combined") or {}
+
+
 def combined_sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
     """``structure`` (``depth+neurons`` for ``depth:4+neurons:0.3``: every part's) and, for the last part of
     a combined recipe, ``combined``: the whole recipe, its parts and the model it started from."""
     own = structure(Recipe.from_report(report["recipe"]).sparsity, summary)
-    combined = (report.get("workflow") or {}).get("combined")
+    combined = combined_record(report)
     if not combined:
         return {"structure": own}
     parts = [part["sparsity"] for part in combined["parts"]]

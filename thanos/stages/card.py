@@ -28,7 +28,14 @@ from typing import Any
 from thanos.labels import LABELS, nm_note, pattern_text, public_name, shape_text
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
-from thanos.stages.achieved_sparsity import SIDECAR, SparsitySummary, hyper_parameter, sidecar, summarize
+from thanos.stages.achieved_sparsity import (
+    SIDECAR,
+    SparsitySummary,
+    combined_record,
+    hyper_parameter,
+    sidecar,
+    summarize,
+)
 
 CARD = "README.md"
 PAPER_ARXIV = "arXiv:2504.05346"
@@ -108,8 +115,7 @@ def _percent(value: float) -> str:
 
 def base_model(report: dict[str, Any]) -> str:
     """The model the recipe started from: the input model, for every part of a combined recipe too."""
-    combined = (report.get("workflow") or {}).get("combined") or {}
-    return str(combined.get("base_model") or report["model"]["path"])
+    return str(combined_record(report).get("base_model") or report["model"]["path"])
 
 
 def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> str | None:
@@ -117,7 +123,7 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
     recipe = Recipe.from_report(report["recipe"])
     if not recipe.sequential:
         return None
-    sparsity = ((report.get("workflow") or {}).get("combined") or {}).get("sparsity")
+    sparsity = combined_record(report).get("sparsity")
     args = ["thanos", "prune-model", "--model", public_name(base_model(report))]
     args += ["--method", recipe.method, "--sparsity", sparsity or str(recipe.sparsity)]
     # alpha and B always (a later version's defaults may differ), the rest where they are not the default
@@ -269,7 +275,7 @@ def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
 def combined_lines(report: dict[str, Any]) -> list[str]:
     """For the last part of a combined recipe (``depth:4+neurons:0.3``): the parts before it and the
     parameters against the base model."""
-    combined = (report.get("workflow") or {}).get("combined")
+    combined = combined_record(report)
     if not combined:
         return []
     parts = [
@@ -309,7 +315,7 @@ def model_card(
     pattern = pattern_text(sparsity, alpha, summary.outlier_rows) + (
         " (OWL: per block)" if report.get("owl") else ""
     )
-    combined = ((report.get("workflow") or {}).get("combined") or {}).get("sparsity")
+    combined = combined_record(report).get("sparsity")
     lines = [
         *_front_matter(base, recipe["method"]),
         f"# {base}: {spec.label} {f'`{combined}`' if combined else pattern}",
@@ -368,7 +374,7 @@ def _facts(
         if summary.outlier_rows
         else "none"
     )
-    combined = (report.get("workflow") or {}).get("combined")
+    combined = combined_record(report)
     blocks = f", {model['num_blocks']} blocks" if model.get("num_blocks") and not combined else ""
     dense = summary.dense_linear
     if len(dense) > 4:

@@ -378,7 +378,7 @@ def chain(
         log.info("chain: resuming: %s of %d done, starting at block %d", _blocks_text(done), num_blocks,
                  min(set(range(num_blocks)) - set(done)) + 1)  # fmt: skip
     for block in range(num_blocks):
-        if run.finished(block, num_blocks, run.frontier(num_blocks)):  # again: a recomputed block discards
+        if run.finished(block, num_blocks, frontier):
             run.skip(block, num_blocks)
             run.drop_block(block, drop)
             continue
@@ -388,6 +388,9 @@ def chain(
         if run.own is not None and block + 1 < num_blocks:
             run.propagate(block, block_dir)
         run.drop_block(block, drop)
+        # a computed block wrote the next inputs, and a recomputed one discarded what later blocks computed
+        # through it: the frontier changes here only
+        frontier = run.frontier(num_blocks)
         release_free_memory()
         log.info(
             "chain: block %d/%d done%s: RSS %.0f MiB, peak %.0f MiB",

@@ -99,9 +99,8 @@ def update_texts(model_dir: str | Path, out: str | Path, texts: dict[str, str]) 
 def weight_files(out: str | Path) -> dict[str, list[int]]:
     """``out``'s weight files as published: {name: [size, modification time (ns)]} (an edit, a truncation
     or a deletion changes it)."""
-    return {
-        path.name: [path.stat().st_size, path.stat().st_mtime_ns] for path in sorted(Path(out).glob(WEIGHTS))
-    }
+    stats = {path.name: path.stat() for path in sorted(Path(out).glob(WEIGHTS))}
+    return {name: [stat.st_size, stat.st_mtime_ns] for name, stat in stats.items()}
 
 
 def release(model_dir: str | Path, out: str | Path) -> None:
