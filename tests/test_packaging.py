@@ -121,7 +121,8 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
     assert interrupted and proc.returncode != 0, rest[-3000:]
     again = run(command, env=env, cwd=tmp_path)
     assert (tmp_path / "results" / "tiny" / "wanda_u50" / "model" / "config.json").is_file()
-    assert "results:" in again.stdout + again.stderr  # the closing summary
+    said = again.stdout + again.stderr  # the rest run, with the closing summary; or nothing was left to run
+    assert "results:" in said or "Nothing to be done" in said, said[-2000:]
 
 
 @pytest.mark.slow
