@@ -21,6 +21,7 @@ twice gives the same bytes.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ CARD = "README.md"
 PAPER_ARXIV = "arXiv:2504.05346"
 PAPER_URL = "https://github.com/vectozavr/thanos"
 EBFT_ARXIV = "Guo et al. 2024, arXiv:2402.12419"
+MINITRON_ARXIV = "Muralidharan et al. 2024, arXiv:2407.14679"
 RECOVERY_TARGET_TEXT = {
     "dense": "the dense model's outputs of each block",
     "block": "the dense block applied to the pruned model's inputs of it",
@@ -107,6 +109,32 @@ def recovery_lines(report: dict[str, Any]) -> list[str]:
             f"{b['seconds']:.1f} |"
         )
     return [*lines, ""]
+
+
+def distillation_lines(report: dict[str, Any]) -> list[str]:
+    """The model card's section on distillation (``thanos distill``; none for a model not distilled)."""
+    distilled = report.get("distillation")
+    if not distilled:
+        return []
+    options, source = distilled["options"], distilled["source"]
+    before, best = distilled["heldout"][0], distilled["best"]
+    ppl = {name: math.exp(min(value, 700)) for name, value in best.items() if name.endswith("_nll")}
+    return [
+        "## Distillation",
+        "",
+        "After pruning, the whole model was trained toward the dense model's next-token distributions (the "
+        f"KL divergence, Minitron's logit loss: {MINITRON_ARXIV}) on {distilled['tokens']:,} tokens of "
+        f"`{public_name(source['source'])}` (sha256 `{source['checksum'][:12]}...`): {distilled['steps']} "
+        f"steps of AdamW, {options['batch_size']} windows of {options['seqlen']} tokens each, learning rate "
+        f"{options['lr']:g} after a warm-up, decayed on a cosine; {distilled['seconds']:.0f} s. Every zero "
+        "that pruning wrote is still zero.",
+        "",
+        f"On {distilled['heldout_windows']} windows of that text held out from training: KL per token "
+        f"{before['kl']:.4f} before, {best['kl']:.4f} after (the weights of step {best['step']}); perplexity "
+        f"{math.exp(min(before['student_nll'], 700)):.2f} before, {ppl['student_nll']:.2f} after, the dense "
+        f"model {ppl['teacher_nll']:.2f}.",
+        "",
+    ]
 
 
 def _percent(value: float) -> str:
@@ -335,6 +363,7 @@ def model_card(
         "",
         *owl_lines(report),
         *recovery_lines(report),
+        *distillation_lines(report),
         "## Evaluation",
         "",
         *_evaluation_lines(evaluation),

@@ -1,0 +1,173 @@
+"""`thanos distill`: a pruned tiny model trained toward its dense model on text.
+
+One uninterrupted run (in this process, one thread) is the reference: it lowers the held-out KL, keeps every
+zero, writes a model that loads and describes itself. A run killed at a random step and started again with
+the same command ends with the reference's bytes; two processes through torchrun (gloo) end with its weights
+to 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, make_tiny_model, thanos_here, write_corpus
+from safetensors.torch import load_file
+
+# 24 steps of 4 windows of 32 tokens, checkpoints every 4 steps, 4 windows held out
+OPTIONS = ["--tokens", "3072", "--seqlen", "32", "--batch-size", "4", "--micro-batch", "2", "--lr", "3e-4"]
+OPTIONS += ["--checkpoint-every", "4", "--heldout", "4", "--device", "cpu", "--no-progress"]
+STEPS = 24
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def weights(model: Path) -> dict[str, torch.Tensor]:
+    return {name: t for shard in sorted(model.glob("*.safetensors")) for name, t in load_file(shard).items()}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A dense tiny Llama whose output embeddings are scaled up (a random tiny model predicts nearly
+    uniformly: little for a student to learn), its magnitude 50 % student, a text, and the reference run."""
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("distill")
+    dense = make_tiny_model(root, "llama")
+    shard = next(f for f in dense.glob("*.safetensors") if "lm_head.weight" in load_file(f))
+    tensors = load_file(shard)
+    tensors["lm_head.weight"] *= 30
+    save_file(tensors, shard, metadata={"format": "pt"})
+    text = write_corpus(root / "text.jsonl", docs=60, words=60)
+    env = {"THANOS_WORKDIR": str(root / "cache")}
+    pruned = thanos_here(
+        "prune-model", "--model", dense, "--method", "magnitude", "--sparsity", "0.5", "--out", "student",
+        cwd=root, env=env,
+    )  # fmt: skip
+    assert pruned.returncode == 0, pruned.stderr
+    paths = {"root": root, "dense": dense, "student": root / "student", "text": text}
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ref = thanos_here(*command(paths, "reference"), cwd=root, env=env)
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert ref.returncode == 0, ref.stderr
+    return paths | {"reference": root / "reference", "log": ref.stderr}
+
+
+def command(paths: dict[str, Path], out: str, *extra: str) -> list[str]:
+    return [
+        "distill", "--student", paths["student"], "--teacher", paths["dense"], "--source", paths["text"],
+        *OPTIONS, "--out", out, "--work", paths["root"] / f"work-{out}", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_distillation_lowers_the_heldout_kl_and_keeps_every_zero(setup: dict[str, Path]) -> None:
+    from thanos.evaluation.loading import load_model
+
+    out = setup["reference"]
+    record = json.loads((out / "distillation.json").read_text())
+    before, best = record["heldout"][0], record["best"]
+    assert record["steps"] == STEPS and record["tokens"] == STEPS * 4 * 32
+    assert best["kl"] < 0.8 * before["kl"], record["heldout"]
+    gap = [abs(h["student_nll"] - h["teacher_nll"]) for h in (before, best)]
+    assert gap[1] < gap[0], record["heldout"]  # the student predicts the text as the teacher does
+    assert [h["step"] for h in record["heldout"]] == [0, 4, 8, 12, 16, 20, 24]
+    student, distilled = weights(setup["student"]), weights(out)
+    assert student.keys() == distilled.keys()
+    masked = [name for name, W in student.items() if W.dim() == 2 and bool((W == 0).any())]
+    assert len([name for name in masked if ".layers." in name]) == 14  # q k v o gate up down of 2 blocks
+    for name in masked:
+        zero = student[name] == 0
+        assert bool((distilled[name][zero] == 0).all()), name  # every pruned weight still exactly zero
+        assert not torch.equal(distilled[name], student[name]), name  # the kept ones trained
+    assert record["zeros_kept"] == sum(int((student[name] == 0).sum()) for name in masked)
+    assert {t.dtype for t in distilled.values()} == {torch.float32}
+    # the files it says it holds, a sparsity counted on them, a card saying what was done
+    loaded = load_model(str(out), device="cpu")
+    assert loaded.model.lm_head.weight.shape[0] == 128
+    report = json.loads((out / "pruning_report.json").read_text())
+    assert report["distillation"]["best"] == best
+    sparsity = json.loads((out / "sparsity.json").read_text())
+    assert sparsity["pruned_layers"]["zeros"] == 10240 and sparsity["pruned_layers"]["sparsity"] == 0.5
+    card = (out / "README.md").read_text()
+    assert "## Distillation" in card and f"{record['tokens']:,} tokens of `text.jsonl`" in card
+    assert "distilled 3,072 tokens" in setup["log"] or "distill: wrote" in setup["log"]
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_uninterrupted_runs_bytes(setup: dict[str, Path]) -> None:
+    root = setup["root"]
+    at = random.Random(time.time_ns()).randint(5, STEPS - 1)
+    env = os.environ | ONE_THREAD | {"THANOS_WORKDIR": str(root / "cache")}
+    args = [sys.executable, "-m", "thanos", "-v", *map(str, command(setup, "killed"))]
+    proc = subprocess.Popen(args, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if f"distill: step {at}/{STEPS}:" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"not killed at step {at}:\n{''.join(seen[-20:])}"
+    assert not (root / "killed").exists()
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rerun = thanos_here(*command(setup, "killed"), cwd=root, env={"THANOS_WORKDIR": str(root / "cache")})
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert rerun.returncode == 0, rerun.stderr
+    # the checkpoint of step `at` (a multiple of 4) may or may not be written when the signal lands
+    resumed = int(re.search(r"resumed from the checkpoint of step (\d+)", rerun.stderr).group(1))
+    assert resumed % 4 == 0 and 4 <= resumed <= at < resumed + 8, (at, resumed)
+    for shard in sorted(setup["reference"].glob("*.safetensors")):
+        assert shard.read_bytes() == (root / "killed" / shard.name).read_bytes(), f"killed at step {at}"
+    ref = json.loads((setup["reference"] / "distillation.json").read_text())
+    resumed = json.loads((root / "killed" / "distillation.json").read_text())
+    assert resumed["heldout"] == ref["heldout"] and resumed["train_kl"] == ref["train_kl"]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_weights(setup: dict[str, Path]) -> None:
+    """torchrun, 2 processes of 2 windows each per step (gloo), against 1 process of 4: the same global
+    batch; gradients averaged in another order, so equal to rounding (1e-5)."""
+    root = setup["root"]
+    env = os.environ | ONE_THREAD | {"THANOS_WORKDIR": str(root / "cache"), "PYTHONPATH": str(REPO)}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "thanos", *map(str, command(setup, "two"))],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads((root / "two" / "distillation.json").read_text())
+    assert record["processes"] == 2 and record["steps"] == STEPS
+    one, two = weights(setup["reference"]), weights(root / "two")
+    for name, W in one.items():
+        assert torch.allclose(two[name], W, rtol=0, atol=1e-5), (name, float((two[name] - W).abs().max()))
+    assert run.stdout.count("distilled 3,072 tokens") == 1  # one process reports and writes
+
+
+def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:
+    from thanos.errors import OptionError
+    from thanos.stages.distill import DistillOptions
+
+    for options, named in (
+        ({"tokens": 0}, "--tokens 0"),
+        ({"tokens": 10, "seqlen": 1}, "--seqlen 1"),
+        ({"tokens": 10, "lr": -1.0}, "--lr -1.0"),
+        ({"tokens": 10, "micro_batch": 0}, "--micro-batch 0"),
+    ):
+        with pytest.raises(OptionError, match=named):
+            DistillOptions(**options)
+    assert DistillOptions(tokens=1000, seqlen=100, batch_size=3).steps == 4  # ceil(ceil(10) / 3)

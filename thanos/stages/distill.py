@@ -1,0 +1,588 @@
+"""Distillation: a pruned model (the student) trained toward the dense model (the teacher) on real text.
+
+``distill(student, teacher, source, out, work, options)``:
+
+1. **Text**: the documents of ``source`` (a local text/jsonl/parquet file or directory, or ``c4``) in their
+   order, each tokenized with the student's tokenizer and followed by its end-of-text token, packed and cut
+   into windows of ``seqlen`` tokens. The first ``heldout`` windows are held out (never trained on); then as
+   many as the token budget needs (a text shorter than the budget is gone over again, in a new order).
+2. **Training**: ``thanos.pruning.distillation``: the KL divergence of the student's next-token
+   distributions from the teacher's, AdamW on fp32 master weights, warm-up then cosine decay, ``batch_size``
+   windows per step in micro-batches of ``micro_batch``; every zero pruning wrote stays zero. The teacher
+   runs without gradients in the compute dtype (``auto``: bf16 on a GPU, float32 on a CPU without bf16
+   instructions); the student's forward is autocast to that dtype.
+3. **Checkpoints** every ``checkpoint_every`` steps and at the last: ``WORK/checkpoint/`` (written whole, then
+   renamed into place) holds ``state.pt`` (the weights, AdamW's moments, the step, the random state, the
+   history) and ``best.pt`` (the weights with the lowest held-out KL so far). The held-out KL is measured at
+   each checkpoint. The same call again continues from the last checkpoint, on exactly the windows an
+   uninterrupted run trains on (they are a function of the step), to the same weights (bitwise on a CPU).
+   ``WORK/run.json`` says what the checkpoints are of (the models' files, the windows, the options): a
+   checkpoint of other inputs is not resumed from.
+4. **Output**: ``out`` holds the student's files with the best weights (the student's own if no checkpoint
+   beat it on held-out text): the same shards, tensor names and dtype; ``distillation.json`` (the source and
+   its checksum, tokens, steps, losses, seconds, tokens/s); for a pruned student its report with a
+   ``distillation`` section and new file digests, ``sparsity.json`` counted again and the card.
+
+Data parallel: started by ``torchrun`` (``WORLD_SIZE`` > 1), every process trains ``batch_size / world``
+windows of each step through ``torch.nn.parallel.DistributedDataParallel`` (gloo on CPUs, NCCL on GPUs): the
+gradients are averaged over the processes, so a step is the one-process step of the same global batch. The
+first process measures the held-out KL and writes the checkpoints and the output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from thanos.data.calibration import load_source
+from thanos.errors import MissingOption, Option, OptionError, PathError
+from thanos.files import digests
+from thanos.files.atomic import atomic_path, write_json
+from thanos.files.fingerprint import model_fingerprint
+from thanos.pruning.distillation import (
+    apply_masks,
+    kl_sum,
+    lr_at,
+    mask_gradients,
+    step_windows,
+    zero_masks,
+)
+from thanos.stages.common import compute_dtype, resolve_device
+from thanos.stages.distill_files import write_student
+
+log = logging.getLogger(__name__)
+
+RUN = "run.json"
+CHECKPOINT = "checkpoint"
+CLIP = 1.0  # gradient norm clipped to this (Minitron's setting)
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    """How the student is trained: ``tokens`` (the token budget: windows trained on x seqlen), ``seqlen``,
+    ``batch_size`` windows per optimizer step over every process, ``micro_batch`` windows per forward,
+    ``lr`` (peak), ``warmup`` steps (None: a tenth of the steps), ``heldout`` windows, a checkpoint every
+    ``checkpoint_every`` steps, ``seed`` of the windows' order."""
+
+    tokens: int
+    seqlen: int = 512
+    batch_size: int = 8
+    micro_batch: int = 1
+    lr: float = 1e-4
+    warmup: int | None = None
+    heldout: int = 8
+    checkpoint_every: int = 50
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        at_least = {"tokens": 1, "seqlen": 2, "batch_size": 1, "micro_batch": 1, "heldout": 1}
+        at_least |= {"checkpoint_every": 1, "warmup": 0}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                raise OptionError(Option(name, repr(value)), f"give a whole number >= {low}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise OptionError(Option("lr", repr(self.lr)), "give a positive learning rate (e.g. 1e-4)")
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps: the budget in windows of seqlen tokens, ceil-divided by the batch."""
+        return math.ceil(math.ceil(self.tokens / self.seqlen) / self.batch_size)
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, self.steps // 10)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process among the data-parallel ones (``rank`` 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def mean(self, value: float, device: torch.device) -> float:
+        """``value`` averaged over the processes."""
+        if self.world == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(tensor)
+        return float(tensor) / self.world
+
+
+def start_ranks(device: str) -> tuple[Ranks, torch.device]:
+    """The process group torchrun asks for (``WORLD_SIZE`` > 1), and this process's device: ``device``, or
+    ``cuda:LOCAL_RANK`` when several processes share the GPUs of a machine."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Ranks(), resolve_device(device)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        dev = resolve_device(f"cuda:{local}")
+        torch.cuda.set_device(dev)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Ranks(torch.distributed.get_rank(), world), dev
+
+
+@dataclass
+class Text:
+    """The windows of the text: ``heldout`` and ``train`` (int64, (windows, seqlen)) and where they came
+    from (``provenance``: the source and its checksum; ``sha256`` of the windows' tokens)."""
+
+    heldout: torch.Tensor
+    train: torch.Tensor
+    provenance: dict[str, Any]
+    sha256: str
+
+
+def pack_windows(documents: Sequence[str], tokenizer: Any, seqlen: int, needed: int) -> torch.Tensor:
+    """The documents tokenized in order, each followed by the end-of-text token, packed and cut into windows
+    of ``seqlen`` tokens; tokenizing stops once ``needed`` windows are full."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    ids: list[int] = []
+    for document in documents:
+        ids += tokenizer(document)["input_ids"] + eos
+        if len(ids) >= needed * seqlen:
+            break
+    count = min(needed, len(ids) // seqlen)
+    return torch.tensor(ids[: count * seqlen], dtype=torch.int64).view(count, seqlen)
+
+
+def load_text(source: str, tokenizer: Any, options: DistillOptions, text_field: str = "text") -> Text:
+    """The held-out and training windows of ``source`` (the module's step 1)."""
+    documents, provenance = load_source(source, text_field)
+    budget = math.ceil(options.tokens / options.seqlen)
+    windows = pack_windows(documents, tokenizer, options.seqlen, options.heldout + budget)
+    if windows.shape[0] <= options.heldout:
+        raise PathError(
+            f"the text gives {windows.shape[0]} window(s) of {options.seqlen} tokens: not more than the "
+            f"{options.heldout} held out",
+            source if str(source).lower() != "c4" else "c4",
+            "give a longer text, a smaller --seqlen or fewer --heldout windows",
+        )
+    train = windows[options.heldout :]
+    if train.shape[0] < budget:
+        log.warning(
+            "distill: the text gives %d training windows of %d tokens; the budget of %d tokens goes over "
+            "them %.1f times (each pass in a new order)",
+            train.shape[0], options.seqlen, options.tokens, budget / train.shape[0],
+        )  # fmt: skip
+    sha = hashlib.sha256(windows.numpy().tobytes()).hexdigest()
+    return Text(windows[: options.heldout], train, provenance, sha)
+
+
+def _identity(model: str) -> Any:
+    """What identifies a model argument: its files' fingerprint for a directory, else the hub id."""
+    return model_fingerprint(model) if Path(model).is_dir() else model
+
+
+def run_record(student: str, teacher: str, text: Text, options: DistillOptions) -> dict[str, Any]:
+    """What a run's checkpoints are of: the models' files, the windows and the options."""
+    return {
+        "student": _identity(student),
+        "teacher": _identity(teacher),
+        "text": {**text.provenance, "windows_sha256": text.sha256},
+        "options": asdict(options),
+    }
+
+
+@dataclass
+class Models:
+    """The student (fp32 master weights, training), what its steps run (``DistributedDataParallel`` around
+    it under torchrun), its parameters by name, the masks of its zeros, the teacher (no gradients)."""
+
+    student: nn.Module
+    forward: nn.Module
+    params: dict[str, nn.Parameter]
+    masks: dict[str, torch.Tensor]
+    teacher: nn.Module
+    dtype: torch.dtype  # the compute dtype
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.dtype)
+
+
+def load_models(
+    student: str, teacher: str, device: torch.device, dtype: str, seqlen: int
+) -> tuple[Models, Any]:
+    """The student in fp32 and the teacher in the compute dtype, on ``device``; the student's tokenizer
+    (``seqlen``: checked against the student's positions)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from thanos.models import load_tokenizer
+    from thanos.models.base import config_dtype, max_positions
+
+    if not Path(student).is_dir():
+        raise MissingOption(
+            Option("student", student), " is not a directory; give the pruned model's directory"
+        )
+    if (Path(student) / digests.REPORT).is_file():
+        digests.verify(student)  # a pruned model: train what was computed, nothing else
+    config = AutoConfig.from_pretrained(student)
+    limit = max_positions(config)
+    if limit is not None and seqlen > limit:
+        raise OptionError(
+            Option("seqlen", str(seqlen)),
+            f" is longer than the model's {limit} positions; give at most {limit}",
+        )
+    saved = config_dtype(config)
+    model = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
+    tokenizer = load_tokenizer(student)
+    chosen = compute_dtype(dtype, device, saved)
+    try:
+        dense = AutoModelForCausalLM.from_pretrained(teacher, dtype=chosen).to(device).eval()
+    except OSError as err:
+        raise OptionError(
+            Option("teacher", teacher), f" cannot be loaded ({err}); give the dense model"
+        ) from err
+    dense.requires_grad_(False)
+    student_vocab = model.get_output_embeddings().weight.shape[0]
+    teacher_vocab = dense.get_output_embeddings().weight.shape[0]
+    if teacher_vocab > student_vocab:
+        raise OptionError(
+            Option("teacher", teacher),
+            f" has {teacher_vocab} output tokens, the student {student_vocab}: not the model the student "
+            "was pruned from; give the dense model it was pruned from",
+        )
+    model.train()
+    params = dict(model.named_parameters())
+    masks = zero_masks(params.items())
+    return Models(model, model, params, masks, dense, chosen), tokenizer
+
+
+def heldout_scores(models: Models, windows: torch.Tensor, micro: int, device: torch.device) -> dict:
+    """On the held-out windows: the mean KL per token of the student from the teacher, and both models'
+    mean next-token cross-entropy (nats; exp of it is their perplexity on these windows)."""
+    kl = student_nll = teacher_nll = 0.0
+    tokens = windows.numel()
+    models.student.eval()
+    with torch.no_grad(), models.autocast(device):
+        for chunk in windows.split(micro):
+            ids = chunk.to(device)
+            teacher = models.teacher(input_ids=ids, use_cache=False).logits.float()
+            student = models.student(input_ids=ids, use_cache=False).logits.float()
+            kl += float(kl_sum(student, teacher))
+            targets = ids[:, 1:].reshape(-1)
+            for logits, name in ((student, "s"), (teacher, "t")):
+                vocab = teacher.shape[-1]
+                nll = nn.functional.cross_entropy(
+                    logits[:, :-1, :vocab].reshape(-1, vocab), targets, reduction="sum"
+                )
+                if name == "s":
+                    student_nll += float(nll)
+                else:
+                    teacher_nll += float(nll)
+    models.student.train()
+    predicted = windows.shape[0] * (windows.shape[1] - 1)
+    return {"kl": kl / tokens, "student_nll": student_nll / predicted, "teacher_nll": teacher_nll / predicted}
+
+
+def train_step(
+    models: Models, batch: torch.Tensor, options: DistillOptions, device: torch.device, ranks: Ranks
+) -> float:
+    """One optimizer step's forward and backward passes over this process's share of the windows
+    ``batch``, in micro-batches; the gradients hold d(mean KL per token of the whole batch)/dW when it
+    returns (averaged over the processes by DistributedDataParallel). Returns this process's mean KL."""
+    chunks = batch.split(options.micro_batch)
+    tokens = batch.numel()
+    total = 0.0
+    for i, chunk in enumerate(chunks):
+        ids = chunk.to(device)
+        with torch.no_grad(), models.autocast(device):
+            teacher = models.teacher(input_ids=ids, use_cache=False).logits
+        last = i == len(chunks) - 1
+        sync = contextlib.nullcontext() if last or ranks.world == 1 else models.forward.no_sync()
+        with sync:
+            with models.autocast(device):
+                student = models.forward(input_ids=ids, use_cache=False).logits
+            loss = kl_sum(student, teacher) / tokens
+            loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+class Checkpoints:
+    """``WORK/checkpoint/``: ``state.pt`` and ``best.pt``, written whole and renamed into place."""
+
+    def __init__(self, work: Path) -> None:
+        self.dir = work / CHECKPOINT
+
+    def load(self) -> dict[str, Any] | None:
+        state = self.dir / "state.pt"
+        return torch.load(state, map_location="cpu", weights_only=False) if state.is_file() else None
+
+    def best_weights(self) -> dict[str, torch.Tensor] | None:
+        best = self.dir / "best.pt"
+        return torch.load(best, map_location="cpu", weights_only=True) if best.is_file() else None
+
+    def save(self, state: dict[str, Any], best: dict[str, torch.Tensor] | None) -> None:
+        """``state``; ``best``: the new best weights, or None to keep the previous checkpoint's."""
+        previous = self.dir / "best.pt"
+        with atomic_path(self.dir, is_dir=True) as tmp:
+            torch.save(state, tmp / "state.pt")
+            if best is not None:
+                torch.save(best, tmp / "best.pt")
+            elif previous.is_file():
+                try:
+                    os.link(previous, tmp / "best.pt")
+                except OSError:
+                    shutil.copy2(previous, tmp / "best.pt")
+
+
+def _weights(models: Models) -> dict[str, torch.Tensor]:
+    return {name: W.detach().to("cpu", copy=True) for name, W in models.student.state_dict().items()}
+
+
+def _random_state(device: torch.device) -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_random_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def prepare_work(work: Path, record: dict[str, Any]) -> None:
+    """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
+    is deleted, after saying why); a directory that is not a distillation's is refused."""
+    run = work / RUN
+    if run.is_file():
+        previous = json.loads(run.read_text())
+        if previous == record:
+            return
+        changed = sorted(key for key in record if previous.get(key) != record[key])
+        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
+        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
+    elif work.is_dir() and any(work.iterdir()):
+        raise OptionError(
+            Option("work", str(work)),
+            f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
+            "empty directory",
+        )
+    work.mkdir(parents=True, exist_ok=True)
+    write_json(run, record)
+
+
+@dataclass
+class Progress:
+    """Where the run is: the next step, the history of steps and held-out scores, the best so far."""
+
+    step: int = 0
+    history: list[dict[str, Any]] | None = None
+    heldout: list[dict[str, Any]] | None = None
+    best: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _resume(models: Models, optimizer: torch.optim.Optimizer, checkpoints: Checkpoints, device: torch.device):
+    state = checkpoints.load()
+    if state is None:
+        return None
+    models.student.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    _set_random_state(state["random"], device)
+    log.info(
+        "distill: resumed from the checkpoint of step %d (%s)", state["progress"]["step"], checkpoints.dir
+    )
+    return Progress(**state["progress"])
+
+
+def _checkpoint(
+    models: Models,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    text: Text,
+    options: DistillOptions,
+    checkpoints: Checkpoints,
+    device: torch.device,
+) -> None:
+    """The held-out scores at this step; the checkpoint, with the best weights if they are the best."""
+    scores = heldout_scores(models, text.heldout, options.micro_batch, device)
+    scores["step"] = progress.step
+    progress.heldout.append(scores)
+    improved = scores["kl"] < progress.best["kl"]
+    if improved:
+        progress.best = scores
+    state = {
+        "model": _weights(models),
+        "optimizer": optimizer.state_dict(),
+        "random": _random_state(device),
+        "progress": progress.to_dict(),
+    }
+    checkpoints.save(state, state["model"] if improved else None)
+    log.info(
+        "distill: checkpoint at step %d/%d: held-out KL %.4g (best %.4g at step %d)",
+        progress.step, options.steps, scores["kl"], progress.best["kl"], progress.best["step"],
+    )  # fmt: skip
+
+
+def _bar(options: DistillOptions, start: int, ranks: Ranks, show: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=options.steps, initial=start, desc="distill", unit="step", disable=not (show and ranks.main),
+        dynamic_ncols=True,
+    )  # fmt: skip
+
+
+def train(
+    models: Models,
+    text: Text,
+    options: DistillOptions,
+    work: Path,
+    device: torch.device,
+    ranks: Ranks,
+    progress_bar: bool = True,
+) -> Progress:
+    """Steps from the last checkpoint (or the first) to the last (the module's steps 2 and 3)."""
+    params = list(models.params.values())
+    optimizer = torch.optim.AdamW(params, lr=options.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    checkpoints = Checkpoints(work)
+    progress = _resume(models, optimizer, checkpoints, device)
+    if progress is None:
+        progress = Progress(history=[], heldout=[])
+        if ranks.main:
+            before = heldout_scores(models, text.heldout, options.micro_batch, device) | {"step": 0}
+            progress.heldout.append(before)
+            progress.best = before
+            log.info("distill: before training: held-out KL %.4g", before["kl"])
+    if ranks.world > 1:
+        models.forward = nn.parallel.DistributedDataParallel(models.student)
+    share = options.batch_size // ranks.world
+    bar = _bar(options, progress.step, ranks, progress_bar)
+    while progress.step < options.steps:
+        started = time.monotonic()
+        indices = step_windows(progress.step, options.batch_size, text.train.shape[0], options.seed)
+        mine = indices[ranks.rank * share : (ranks.rank + 1) * share]
+        lr = lr_at(progress.step, options.steps, options.warmup_steps, options.lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        kl = train_step(models, text.train[mine], options, device, ranks)
+        mask_gradients(models.params, models.masks)
+        nn.utils.clip_grad_norm_(params, CLIP)
+        optimizer.step()
+        apply_masks(models.params, models.masks)
+        kl = ranks.mean(kl, device)
+        seconds = time.monotonic() - started
+        progress.seconds += seconds
+        progress.step += 1
+        rate = options.batch_size * options.seqlen / seconds
+        progress.history.append({"step": progress.step, "kl": kl, "lr": lr, "seconds": round(seconds, 4)})
+        every = max(1, options.steps // 20)  # twenty lines in a log (each step's with -v)
+        level = logging.INFO if progress.step % every == 0 and ranks.main else logging.DEBUG
+        log.log(
+            level,
+            "distill: step %d/%d: KL %.4g, lr %.3g, %.0f tokens/s",
+            progress.step,
+            options.steps,
+            kl,
+            lr,
+            rate,
+        )
+        bar.set_postfix(kl=f"{kl:.4f}", tokens_s=f"{rate:.0f}")
+        bar.update(1)
+        if progress.step % options.checkpoint_every == 0 or progress.step == options.steps:
+            if ranks.main:
+                _checkpoint(models, optimizer, progress, text, options, checkpoints, device)
+            ranks.barrier()
+    bar.close()
+    return progress
+
+
+def distill(
+    student: str,
+    teacher: str,
+    source: str,
+    out: str | Path,
+    work: str | Path,
+    options: DistillOptions,
+    device: str = "auto",
+    dtype: str = "auto",
+    text_field: str = "text",
+    progress_bar: bool = True,
+) -> dict[str, Any]:
+    """Train ``student`` toward ``teacher`` on ``source`` and write it to ``out`` (the module's steps);
+    returns what ``distillation.json`` records (on every process; only the first writes)."""
+    from thanos.stages.publish import check_out
+
+    out, work = Path(out), Path(work)
+    for name, model in (("student", student), ("teacher", teacher)):
+        if Path(model).exists() and out.resolve() == Path(model).resolve():
+            raise OptionError(Option("out", str(out)), f" is the {name}; give a new directory")
+    check_out(out)
+    ranks, dev = start_ranks(device)
+    if options.batch_size % ranks.world:
+        raise OptionError(
+            Option("batch_size", str(options.batch_size)),
+            f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
+        )
+    models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen)
+    text = load_text(source, tokenizer, options, text_field)
+    record = run_record(student, teacher, text, options)
+    if ranks.main:
+        prepare_work(work, record)
+    ranks.barrier()
+    zeros = sum(int((~keep).sum()) for keep in models.masks.values())
+    progress = train(models, text, options, work, dev, ranks, progress_bar)
+    result = summary(record, progress, options, text, zeros, ranks)
+    if ranks.main:
+        best = Checkpoints(work).best_weights()
+        write_student(Path(student), out, best, result)
+        log.info("distill: wrote %s (the weights of step %d)", out, progress.best["step"])
+    ranks.barrier()
+    return result
+
+
+def summary(
+    record: dict[str, Any], progress: Progress, options: DistillOptions, text: Text, zeros: int, ranks: Ranks
+) -> dict[str, Any]:
+    """What ``distillation.json`` records: the source, the budget and what was trained, the losses."""
+    trained = progress.step * options.batch_size * options.seqlen
+    return {
+        "source": record["text"],
+        "teacher": record["teacher"] if isinstance(record["teacher"], str) else "dense model directory",
+        "options": asdict(options),
+        "steps": progress.step,
+        "tokens": trained,
+        "heldout_windows": int(text.heldout.shape[0]),
+        "processes": ranks.world,
+        "seconds": round(progress.seconds, 1),
+        "tokens_per_second": round(trained / progress.seconds, 1) if progress.seconds else None,
+        "zeros_kept": zeros,
+        "heldout": progress.heldout,
+        "best": progress.best,
+        "train_kl": [entry["kl"] for entry in progress.history],
+    }
