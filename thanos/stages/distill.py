@@ -32,14 +32,10 @@ first process measures the held-out KL and writes the checkpoints and the output
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import math
 import os
-import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,10 +43,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from thanos.data.calibration import load_source
-from thanos.errors import MissingOption, Option, OptionError, PathError
+from thanos.errors import MissingOption, Option, OptionError
 from thanos.files import digests
-from thanos.files.atomic import atomic_path, write_json
 from thanos.files.fingerprint import model_fingerprint
 from thanos.pruning.distillation import (
     apply_masks,
@@ -61,12 +55,17 @@ from thanos.pruning.distillation import (
     zero_masks,
 )
 from thanos.stages.common import compute_dtype, resolve_device
-from thanos.stages.distill_files import write_student
+from thanos.stages.distill_files import (
+    Checkpoints,
+    prepare_work,
+    random_state,
+    set_random_state,
+    write_student,
+)
+from thanos.stages.distill_text import Text, load_text
 
 log = logging.getLogger(__name__)
 
-RUN = "run.json"
-CHECKPOINT = "checkpoint"
 CLIP = 1.0  # gradient norm clipped to this (Minitron's setting)
 
 
@@ -145,53 +144,6 @@ def start_ranks(device: str) -> tuple[Ranks, torch.device]:
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     return Ranks(torch.distributed.get_rank(), world), dev
-
-
-@dataclass
-class Text:
-    """The windows of the text: ``heldout`` and ``train`` (int64, (windows, seqlen)) and where they came
-    from (``provenance``: the source and its checksum; ``sha256`` of the windows' tokens)."""
-
-    heldout: torch.Tensor
-    train: torch.Tensor
-    provenance: dict[str, Any]
-    sha256: str
-
-
-def pack_windows(documents: Sequence[str], tokenizer: Any, seqlen: int, needed: int) -> torch.Tensor:
-    """The documents tokenized in order, each followed by the end-of-text token, packed and cut into windows
-    of ``seqlen`` tokens; tokenizing stops once ``needed`` windows are full."""
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    ids: list[int] = []
-    for document in documents:
-        ids += tokenizer(document)["input_ids"] + eos
-        if len(ids) >= needed * seqlen:
-            break
-    count = min(needed, len(ids) // seqlen)
-    return torch.tensor(ids[: count * seqlen], dtype=torch.int64).view(count, seqlen)
-
-
-def load_text(source: str, tokenizer: Any, options: DistillOptions, text_field: str = "text") -> Text:
-    """The held-out and training windows of ``source`` (the module's step 1)."""
-    documents, provenance = load_source(source, text_field)
-    budget = math.ceil(options.tokens / options.seqlen)
-    windows = pack_windows(documents, tokenizer, options.seqlen, options.heldout + budget)
-    if windows.shape[0] <= options.heldout:
-        raise PathError(
-            f"the text gives {windows.shape[0]} window(s) of {options.seqlen} tokens: not more than the "
-            f"{options.heldout} held out",
-            source if str(source).lower() != "c4" else "c4",
-            "give a longer text, a smaller --seqlen or fewer --heldout windows",
-        )
-    train = windows[options.heldout :]
-    if train.shape[0] < budget:
-        log.warning(
-            "distill: the text gives %d training windows of %d tokens; the budget of %d tokens goes over "
-            "them %.1f times (each pass in a new order)",
-            train.shape[0], options.seqlen, options.tokens, budget / train.shape[0],
-        )  # fmt: skip
-    sha = hashlib.sha256(windows.numpy().tobytes()).hexdigest()
-    return Text(windows[: options.heldout], train, provenance, sha)
 
 
 def _identity(model: str) -> Any:
@@ -326,70 +278,8 @@ def train_step(
     return total
 
 
-class Checkpoints:
-    """``WORK/checkpoint/``: ``state.pt`` and ``best.pt``, written whole and renamed into place."""
-
-    def __init__(self, work: Path) -> None:
-        self.dir = work / CHECKPOINT
-
-    def load(self) -> dict[str, Any] | None:
-        state = self.dir / "state.pt"
-        return torch.load(state, map_location="cpu", weights_only=False) if state.is_file() else None
-
-    def best_weights(self) -> dict[str, torch.Tensor] | None:
-        best = self.dir / "best.pt"
-        return torch.load(best, map_location="cpu", weights_only=True) if best.is_file() else None
-
-    def save(self, state: dict[str, Any], best: dict[str, torch.Tensor] | None) -> None:
-        """``state``; ``best``: the new best weights, or None to keep the previous checkpoint's."""
-        previous = self.dir / "best.pt"
-        with atomic_path(self.dir, is_dir=True) as tmp:
-            torch.save(state, tmp / "state.pt")
-            if best is not None:
-                torch.save(best, tmp / "best.pt")
-            elif previous.is_file():
-                try:
-                    os.link(previous, tmp / "best.pt")
-                except OSError:
-                    shutil.copy2(previous, tmp / "best.pt")
-
-
 def _weights(models: Models) -> dict[str, torch.Tensor]:
     return {name: W.detach().to("cpu", copy=True) for name, W in models.student.state_dict().items()}
-
-
-def _random_state(device: torch.device) -> dict[str, Any]:
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_random_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def prepare_work(work: Path, record: dict[str, Any]) -> None:
-    """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
-    is deleted, after saying why); a directory that is not a distillation's is refused."""
-    run = work / RUN
-    if run.is_file():
-        previous = json.loads(run.read_text())
-        if previous == record:
-            return
-        changed = sorted(key for key in record if previous.get(key) != record[key])
-        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
-        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
-    elif work.is_dir() and any(work.iterdir()):
-        raise OptionError(
-            Option("work", str(work)),
-            f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
-            "empty directory",
-        )
-    work.mkdir(parents=True, exist_ok=True)
-    write_json(run, record)
 
 
 @dataclass
@@ -412,7 +302,7 @@ def _resume(models: Models, optimizer: torch.optim.Optimizer, checkpoints: Check
         return None
     models.student.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    _set_random_state(state["random"], device)
+    set_random_state(state["random"], device)
     log.info(
         "distill: resumed from the checkpoint of step %d (%s)", state["progress"]["step"], checkpoints.dir
     )
@@ -438,7 +328,7 @@ def _checkpoint(
     state = {
         "model": _weights(models),
         "optimizer": optimizer.state_dict(),
-        "random": _random_state(device),
+        "random": random_state(device),
         "progress": progress.to_dict(),
     }
     checkpoints.save(state, state["model"] if improved else None)
@@ -550,7 +440,7 @@ def distill(
             f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
         )
     models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen)
-    text = load_text(source, tokenizer, options, text_field)
+    text = load_text(source, tokenizer, options.seqlen, options.heldout, options.tokens, text_field)
     record = run_record(student, teacher, text, options)
     if ranks.main:
         prepare_work(work, record)

@@ -1,4 +1,8 @@
-"""The distilled model's directory: the student's files with the trained weights, and what it says of itself.
+"""The files of a distillation: its working directory (``run.json``, the checkpoints) and its output.
+
+``prepare_work`` keeps ``WORK/run.json`` (what the checkpoints are of); ``Checkpoints`` writes and reads
+``WORK/checkpoint/`` whole (``state.pt``: the weights, AdamW's moments, the step, the random state, the
+history; ``best.pt``: the weights with the lowest held-out KL so far).
 
 ``write_student`` copies every file of the student's directory into ``out`` (written whole, then renamed into
 place), each safetensors shard written again with the trained tensors under the same names and in the same
@@ -11,6 +15,8 @@ pruned model's evaluation is not carried over (it was of other weights).
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,10 +25,77 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from thanos.errors import Option, OptionError
 from thanos.files import digests
-from thanos.files.atomic import atomic_path
+from thanos.files.atomic import atomic_path, write_json
+
+log = logging.getLogger(__name__)
 
 RECORD = "distillation.json"
+RUN = "run.json"
+CHECKPOINT = "checkpoint"
+
+
+def prepare_work(work: Path, record: dict[str, Any]) -> None:
+    """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
+    is deleted, after saying why); a directory that is not a distillation's is refused."""
+    run = work / RUN
+    if run.is_file():
+        previous = json.loads(run.read_text())
+        if previous == record:
+            return
+        changed = sorted(key for key in record if previous.get(key) != record[key])
+        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
+        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
+    elif work.is_dir() and any(work.iterdir()):
+        raise OptionError(
+            Option("work", str(work)),
+            f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
+            "empty directory",
+        )
+    work.mkdir(parents=True, exist_ok=True)
+    write_json(run, record)
+
+
+class Checkpoints:
+    """``WORK/checkpoint/``: ``state.pt`` and ``best.pt``, written whole and renamed into place."""
+
+    def __init__(self, work: Path) -> None:
+        self.dir = work / CHECKPOINT
+
+    def load(self) -> dict[str, Any] | None:
+        state = self.dir / "state.pt"
+        return torch.load(state, map_location="cpu", weights_only=False) if state.is_file() else None
+
+    def best_weights(self) -> dict[str, torch.Tensor] | None:
+        best = self.dir / "best.pt"
+        return torch.load(best, map_location="cpu", weights_only=True) if best.is_file() else None
+
+    def save(self, state: dict[str, Any], best: dict[str, torch.Tensor] | None) -> None:
+        """``state``; ``best``: the new best weights, or None to keep the previous checkpoint's."""
+        previous = self.dir / "best.pt"
+        with atomic_path(self.dir, is_dir=True) as tmp:
+            torch.save(state, tmp / "state.pt")
+            if best is not None:
+                torch.save(best, tmp / "best.pt")
+            elif previous.is_file():
+                try:
+                    os.link(previous, tmp / "best.pt")
+                except OSError:
+                    shutil.copy2(previous, tmp / "best.pt")
+
+
+def random_state(device: torch.device) -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_random_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def _rewrite_shard(source: Path, target: Path, weights: dict[str, torch.Tensor]) -> list[str]:

@@ -1,0 +1,72 @@
+"""A distillation's text: documents packed into windows of tokens, the first ones held out.
+
+The documents of the source (``thanos.data.calibration.load_source``: a local text/jsonl/parquet file or
+directory, or ``c4``) in their order, each tokenized alone and followed by the end-of-text token, concatenated
+and cut into windows; tokenizing stops once the windows a run needs are full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from thanos.data.calibration import load_source
+from thanos.errors import PathError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Text:
+    """The windows of the text: ``heldout`` and ``train`` (int64, (windows, seqlen)) and where they came
+    from (``provenance``: the source and its checksum; ``sha256`` of the windows' tokens)."""
+
+    heldout: torch.Tensor
+    train: torch.Tensor
+    provenance: dict[str, Any]
+    sha256: str
+
+
+def pack_windows(documents: Sequence[str], tokenizer: Any, seqlen: int, needed: int) -> torch.Tensor:
+    """The documents tokenized in order, each followed by the end-of-text token, packed and cut into windows
+    of ``seqlen`` tokens; tokenizing stops once ``needed`` windows are full."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    ids: list[int] = []
+    for document in documents:
+        ids += tokenizer(document)["input_ids"] + eos
+        if len(ids) >= needed * seqlen:
+            break
+    count = min(needed, len(ids) // seqlen)
+    return torch.tensor(ids[: count * seqlen], dtype=torch.int64).view(count, seqlen)
+
+
+def load_text(
+    source: str, tokenizer: Any, seqlen: int, heldout: int, tokens: int, text_field: str = "text"
+) -> Text:
+    """The first ``heldout`` windows of ``seqlen`` tokens of ``source``, and the training windows after them:
+    as many as ``tokens`` needs, or as the text has."""
+    documents, provenance = load_source(source, text_field)
+    budget = math.ceil(tokens / seqlen)
+    windows = pack_windows(documents, tokenizer, seqlen, heldout + budget)
+    if windows.shape[0] <= heldout:
+        raise PathError(
+            f"the text gives {windows.shape[0]} window(s) of {seqlen} tokens: not more than the "
+            f"{heldout} held out",
+            source if str(source).lower() != "c4" else "c4",
+            "give a longer text, a smaller --seqlen or fewer --heldout windows",
+        )
+    train = windows[heldout:]
+    if train.shape[0] < budget:
+        log.warning(
+            "distill: the text gives %d training windows of %d tokens; the budget of %d tokens goes over "
+            "them %.1f times (each pass in a new order)",
+            train.shape[0], seqlen, tokens, budget / train.shape[0],
+        )  # fmt: skip
+    sha = hashlib.sha256(windows.numpy().tobytes()).hexdigest()
+    return Text(windows[:heldout], train, provenance, sha)
