@@ -171,3 +171,22 @@ def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:
         with pytest.raises(OptionError, match=named):
             DistillOptions(**options)
     assert DistillOptions(tokens=1000, seqlen=100, batch_size=3).steps == 4  # ceil(ceil(10) / 3)
+
+
+@pytest.mark.slow
+def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path]) -> None:
+    root = setup["root"]
+    env = {"THANOS_WORKDIR": str(root / "cache")}
+    student_bytes = {f.name: f.read_bytes() for f in setup["student"].iterdir()}
+    for change, named in (
+        ({"--out": setup["student"]}, "is the student; give a new directory"),
+        ({"--seqlen": "65"}, "--seqlen 65 is longer than the model's 64 positions; give at most 64"),
+        ({"--student": root / "nowhere"}, "is not a directory; give the pruned model's directory"),
+    ):
+        args = [str(a) for a in command(setup, "refused")]
+        for flag, value in change.items():
+            args[args.index(flag) + 1] = str(value)
+        run = thanos_here(*args, cwd=root, env=env)
+        assert run.returncode == 2 and named in run.stderr.splitlines()[-1], run.stderr[-800:]
+    assert not (root / "refused").exists() and not (root / "work-refused").exists()
+    assert {f.name: f.read_bytes() for f in setup["student"].iterdir()} == student_bytes
