@@ -227,11 +227,16 @@ def load_models(
     return Models(model, model, params, masks, dense, chosen), tokenizer
 
 
+def _nll(logits: torch.Tensor, ids: torch.Tensor, vocab: int) -> float:
+    """The summed cross-entropy of the windows' next tokens under ``logits`` (its first ``vocab``)."""
+    shifted = logits[:, :-1, :vocab].reshape(-1, vocab)
+    return float(nn.functional.cross_entropy(shifted, ids[:, 1:].reshape(-1), reduction="sum"))
+
+
 def heldout_scores(models: Models, windows: torch.Tensor, micro: int, device: torch.device) -> dict:
     """On the held-out windows: the mean KL per token of the student from the teacher, and both models'
     mean next-token cross-entropy (nats; exp of it is their perplexity on these windows)."""
     kl = student_nll = teacher_nll = 0.0
-    tokens = windows.numel()
     models.student.eval()
     with torch.no_grad(), models.autocast(device):
         for chunk in windows.split(micro):
@@ -239,19 +244,15 @@ def heldout_scores(models: Models, windows: torch.Tensor, micro: int, device: to
             teacher = models.teacher(input_ids=ids, use_cache=False).logits.float()
             student = models.student(input_ids=ids, use_cache=False).logits.float()
             kl += float(kl_sum(student, teacher))
-            targets = ids[:, 1:].reshape(-1)
-            for logits, name in ((student, "s"), (teacher, "t")):
-                vocab = teacher.shape[-1]
-                nll = nn.functional.cross_entropy(
-                    logits[:, :-1, :vocab].reshape(-1, vocab), targets, reduction="sum"
-                )
-                if name == "s":
-                    student_nll += float(nll)
-                else:
-                    teacher_nll += float(nll)
+            student_nll += _nll(student, ids, teacher.shape[-1])
+            teacher_nll += _nll(teacher, ids, teacher.shape[-1])
     models.student.train()
     predicted = windows.shape[0] * (windows.shape[1] - 1)
-    return {"kl": kl / tokens, "student_nll": student_nll / predicted, "teacher_nll": teacher_nll / predicted}
+    return {
+        "kl": kl / windows.numel(),
+        "student_nll": student_nll / predicted,
+        "teacher_nll": teacher_nll / predicted,
+    }
 
 
 def train_step(
@@ -296,7 +297,10 @@ class Progress:
         return asdict(self)
 
 
-def _resume(models: Models, optimizer: torch.optim.Optimizer, checkpoints: Checkpoints, device: torch.device):
+def _resume(
+    models: Models, optimizer: torch.optim.Optimizer, checkpoints: Checkpoints, device: torch.device
+) -> Progress | None:
+    """The last checkpoint's weights, AdamW state and random state restored; its progress (None: none)."""
     state = checkpoints.load()
     if state is None:
         return None
