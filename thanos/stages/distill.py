@@ -342,6 +342,30 @@ def _checkpoint(
     )  # fmt: skip
 
 
+def _report(progress: Progress, options: DistillOptions, ranks: Ranks, bar: Any) -> None:
+    """The step just done on the bar and in the log (twenty lines a run; every step's with -v): its KL, the
+    learning rate, tokens/s and the time left at the mean step time so far."""
+    step = progress.history[-1]
+    rate = options.batch_size * options.seqlen / step["seconds"]
+    left = (options.steps - progress.step) * progress.seconds / len(progress.history)
+    every = max(1, options.steps // 20)
+    level = logging.INFO if progress.step % every == 0 and ranks.main else logging.DEBUG
+    log.log(
+        level,
+        "distill: step %d/%d: KL %.4g, lr %.3g, %.0f tokens/s, %s left",
+        progress.step, options.steps, step["kl"], step["lr"], rate, _clock(left),
+    )  # fmt: skip
+    bar.set_postfix(kl=f"{step['kl']:.4f}", tokens_s=f"{rate:.0f}")
+    bar.update(1)
+
+
+def _clock(seconds: float) -> str:
+    """1:05, 1:02:03."""
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 def _bar(options: DistillOptions, start: int, ranks: Ranks, show: bool) -> Any:
     from tqdm import tqdm
 
@@ -393,21 +417,8 @@ def train(
         seconds = time.monotonic() - started
         progress.seconds += seconds
         progress.step += 1
-        rate = options.batch_size * options.seqlen / seconds
         progress.history.append({"step": progress.step, "kl": kl, "lr": lr, "seconds": round(seconds, 4)})
-        every = max(1, options.steps // 20)  # twenty lines in a log (each step's with -v)
-        level = logging.INFO if progress.step % every == 0 and ranks.main else logging.DEBUG
-        log.log(
-            level,
-            "distill: step %d/%d: KL %.4g, lr %.3g, %.0f tokens/s",
-            progress.step,
-            options.steps,
-            kl,
-            lr,
-            rate,
-        )
-        bar.set_postfix(kl=f"{kl:.4f}", tokens_s=f"{rate:.0f}")
-        bar.update(1)
+        _report(progress, options, ranks, bar)
         if progress.step % options.checkpoint_every == 0 or progress.step == options.steps:
             if ranks.main:
                 _checkpoint(models, optimizer, progress, text, options, checkpoints, device)
