@@ -51,7 +51,7 @@ def test_smoke_models_and_evaluations(smoke):
         report = json.loads((smoke / "tiny-llama" / recipe / "model" / "pruning_report.json").read_text())
         assert report["recipe"]["name"] == recipe
         ppl = json.loads((smoke / "tiny-llama" / recipe / "eval" / "perplexity.json").read_text())
-        assert ppl["ppl"] > 1 and ppl["seqlen"] == 64
+        assert ppl["ppl"] > 1 and ppl["seqlen"] == 64 and ppl["windows"] == ppl["max_windows"] == 64
         zs = json.loads((smoke / "tiny-llama" / recipe / "eval" / "zeroshot.json").read_text())
         assert 0 <= zs["mean_acc"] <= 1 and "demo_wordorder" in zs["tasks"]
     dense = json.loads((smoke / "tiny-llama" / "dense" / "eval" / "perplexity.json").read_text())
