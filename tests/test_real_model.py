@@ -69,7 +69,7 @@ def results(tmp_path_factory) -> Path:
         },
         "calibration": {"source": "calib.jsonl", "nsamples": 8, "seqlen": 64},
         "recipes": RECIPES,
-        "perplexity": {"source": "test.jsonl", "seqlen": 128, "batch_size": 4},
+        "perplexity": {"source": "test.jsonl", "seqlen": 128, "batch_size": 4, "max_windows": 4},
         "zeroshot": {"enabled": False},  # lm-eval through the workflow: tests/test_smoke.py
         "report": False,
     }
@@ -120,7 +120,7 @@ def test_pruned_real_model_loads_generates_and_stays_tied(results, recipe):
         else:
             assert facts["layers"][tensor]["sparsity"] == pytest.approx(0.5, abs=0.01), tensor
     result = json.loads((results / "smollm2" / recipe / "eval" / "perplexity.json").read_text())
-    assert result["ppl"] > 1
+    assert result["ppl"] > 1 and result["windows"] == 4  # one batch of the 128-token windows
     dense = json.loads((results / "smollm2" / "dense" / "eval" / "perplexity.json").read_text())
     assert dense["ppl"] > 1
 
