@@ -29,10 +29,12 @@ from thanos.demo.tiny import build_tiny_model
 RECIPES = {"2of4": ("wanda", "2:4"), "u50": ("sparsegpt", "0.5")}
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
 LLAMA_CPP = "0.3.36"  # llama-cpp-python's source package: llama.cpp's convert_hf_to_gguf.py and gguf-py
-# run first in a process that must load the model without compressed-tensors: None in sys.modules makes
-# `import compressed_tensors` fail and importlib.util.find_spec (transformers' check) report it missing
+# run first in a process that must load the models without compressed-tensors: None in sys.modules makes
+# `import compressed_tensors` fail and importlib.util.find_spec (transformers' check) report it missing.
+# argv: the token ids, then (model directory, result file) pairs: the logits, or the error that stopped it
 NO_COMPRESSED_TENSORS = """
 import sys
+import traceback
 sys.modules["compressed_tensors"] = None
 try:
     import compressed_tensors  # noqa: F401
@@ -43,10 +45,16 @@ else:
 import torch
 from transformers import AutoModelForCausalLM
 
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
-with torch.no_grad():
-    torch.save(model(torch.load(sys.argv[2])).logits, sys.argv[3])
+ids = torch.load(sys.argv[1])
+for model_dir, result in zip(sys.argv[2::2], sys.argv[3::2]):
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        with torch.no_grad():
+            torch.save(model(ids).logits, result)
+    except Exception:
+        open(result + ".error", "w").write(traceback.format_exc())
 """
+IDS = torch.randint(4, 261, (2, 24), generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture(scope="module")
@@ -83,40 +91,54 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_without_compressed_tensors(model_dir: Path, ids: torch.Tensor, tmp_path: Path):
-    """(completed process, logits or None) of loading ``model_dir`` where compressed_tensors is missing."""
-    torch.save(ids, tmp_path / "ids.pt")
-    logits = tmp_path / f"{model_dir.name}-logits.pt"
+@pytest.fixture(scope="module")
+def loaded(outputs, tmp_path_factory) -> dict[str, tuple[torch.Tensor | None, str]]:
+    """Each output, and a copy of it with the compressed-tensors block that earlier versions wrote in its
+    config, loaded in one process where compressed_tensors is missing: {directory name: (logits or None,
+    the error that stopped it or "")}."""
+    root = tmp_path_factory.mktemp("loaded")
+    torch.save(IDS, root / "ids.pt")
+    directories = []
+    for out, _ in outputs[1].values():
+        old = root / f"{out.name}-old-format"
+        shutil.copytree(out, old)
+        config = json.loads((old / "config.json").read_text())
+        config["quantization_config"] = {
+            "quant_method": "compressed-tensors",
+            "sparsity_config": {"format": "dense", "sparsity_structure": "2:4", "targets": ["Linear"]},
+        }
+        (old / "config.json").write_text(json.dumps(config))
+        directories += [out, old]
+    pairs = [str(arg) for d in directories for arg in (d, root / f"{d.name}-logits.pt")]
     run = subprocess.run(
-        [sys.executable, "-c", NO_COMPRESSED_TENSORS, str(model_dir), str(tmp_path / "ids.pt"), str(logits)],
+        [sys.executable, "-c", NO_COMPRESSED_TENSORS, str(root / "ids.pt"), *pairs],
         capture_output=True,
         text=True,
     )
-    return run, torch.load(logits) if run.returncode == 0 else None
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = {}
+    for d in directories:
+        logits, error = root / f"{d.name}-logits.pt", root / f"{d.name}-logits.pt.error"
+        results[d.name] = (
+            torch.load(logits) if logits.exists() else None,
+            error.read_text() if error.exists() else "",
+        )
+    return results
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_output_loads_without_compressed_tensors(outputs, name, tmp_path) -> None:
+def test_output_loads_without_compressed_tensors(outputs, loaded, name) -> None:
     model, found = outputs
     out, pruned = found[name]
-    ids = torch.randint(4, 261, (2, 24), generator=torch.Generator().manual_seed(0))
-    run, logits = load_without_compressed_tensors(out, ids, tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    logits, error = loaded[out.name]
+    assert logits is not None, error[-3000:]
     with torch.no_grad():
-        expected = pruned_in_memory(model, pruned, out)(ids).logits
+        expected = pruned_in_memory(model, pruned, out)(IDS).logits
     assert torch.equal(logits, expected)
     # the check can fail: the same files with the compressed-tensors block earlier versions wrote do not load
-    old = tmp_path / "old-format"
-    shutil.copytree(out, old)
-    config = json.loads((old / "config.json").read_text())
-    config["quantization_config"] = {
-        "quant_method": "compressed-tensors",
-        "sparsity_config": {"format": "dense", "sparsity_structure": "2:4", "targets": ["Linear"]},
-    }
-    (old / "config.json").write_text(json.dumps(config))
-    run, _ = load_without_compressed_tensors(old, ids, tmp_path)
-    assert run.returncode != 0 and "compressed" in run.stderr.lower(), run.stderr[-2000:]
+    logits, error = loaded[f"{out.name}-old-format"]
+    assert logits is None and "compressed" in error.lower(), error[-2000:]
 
 
 @pytest.mark.slow
