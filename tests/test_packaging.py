@@ -118,7 +118,9 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
             interrupted = True
             break
     rest = proc.communicate()[0]
-    assert interrupted and proc.returncode != 0, rest[-3000:]
+    # stopped (a non-zero status), or, on a busy machine, the assemble job had already finished when the
+    # signal reached Snakemake: then it ended every step, and the rerun below has nothing left to do
+    assert interrupted and (proc.returncode != 0 or "steps (100%) done" in rest), rest[-3000:]
     again = run(command, env=env, cwd=tmp_path)
     assert (tmp_path / "results" / "tiny" / "wanda_u50" / "model" / "config.json").is_file()
     said = again.stdout + again.stderr  # the rest run, with the closing summary; or nothing was left to run
