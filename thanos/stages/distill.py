@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from thanos.pruning.distillation import (
     step_windows,
     zero_masks,
 )
-from thanos.stages.common import compute_dtype, resolve_device
+from thanos.stages.common import compute_dtype
 from thanos.stages.distill_files import (
     Checkpoints,
     prepare_work,
@@ -62,6 +61,7 @@ from thanos.stages.distill_files import (
     set_random_state,
     write_student,
 )
+from thanos.stages.distill_ranks import Ranks, start_ranks
 from thanos.stages.distill_text import Text, load_text
 
 log = logging.getLogger(__name__)
@@ -104,46 +104,6 @@ class DistillOptions:
     @property
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else max(1, self.steps // 10)
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process among the data-parallel ones (``rank`` 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            torch.distributed.barrier()
-
-    def mean(self, value: float, device: torch.device) -> float:
-        """``value`` averaged over the processes."""
-        if self.world == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64, device=device)
-        torch.distributed.all_reduce(tensor)
-        return float(tensor) / self.world
-
-
-def start_ranks(device: str) -> tuple[Ranks, torch.device]:
-    """The process group torchrun asks for (``WORLD_SIZE`` > 1), and this process's device: ``device``, or
-    ``cuda:LOCAL_RANK`` when several processes share the GPUs of a machine."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return Ranks(), resolve_device(device)
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = resolve_device(device)
-    if dev.type == "cuda":
-        dev = resolve_device(f"cuda:{local}")
-        torch.cuda.set_device(dev)
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Ranks(torch.distributed.get_rank(), world), dev
 
 
 def _identity(model: str) -> Any:
@@ -460,8 +420,8 @@ def distill(
     if ranks.main:
         prepare_work(work, record)
     ranks.barrier()
-    zeros = sum(int((~keep).sum()) for keep in models.masks.values())
     progress = train(models, text, options, work, dev, ranks, progress_bar)
+    zeros = zeros_held(models)
     result = summary(record, progress, options, text, zeros, ranks)
     if ranks.main:
         best = Checkpoints(work).best_weights()
@@ -469,6 +429,18 @@ def distill(
         log.info("distill: wrote %s (the weights of step %d)", out, progress.best["step"])
     ranks.barrier()
     return result
+
+
+def zeros_held(models: Models) -> int:
+    """The pruned weights (the masks' zeros) that are exactly zero now: all of them, or it raises."""
+    held = pruned = 0
+    for name, keep in models.masks.items():
+        W = models.params[name].detach()
+        held += int((W[~keep] == 0).sum())
+        pruned += int((~keep).sum())
+    if held != pruned:
+        raise RuntimeError(f"{pruned - held} pruned weight(s) are no longer zero after training")
+    return held
 
 
 def summary(
