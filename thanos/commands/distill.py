@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from thanos.commands import _args
@@ -99,8 +100,8 @@ def run(args: argparse.Namespace) -> None:
         text_field=args.text_field,
         progress_bar=not args.no_progress,
     )
-    if not result["heldout"]:
-        return  # not the first process: it measured nothing and wrote nothing
+    if int(os.environ.get("RANK", "0")):
+        return  # not the first process of a torchrun: the first one says what was written
     before, best = result["heldout"][0], result["best"]
     print(
         f"distilled {result['tokens']:,} tokens in {result['seconds']:.0f} s "
