@@ -35,7 +35,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from torch import nn
 from thanos.errors import MissingOption, Option, OptionError
 from thanos.files import digests
 from thanos.files.fingerprint import model_fingerprint
+from thanos.labels import public_name
 from thanos.pruning.distillation import (
     apply_masks,
     kl_sum,
@@ -248,8 +249,8 @@ class Progress:
     """Where the run is: the next step, the history of steps and held-out scores, the best so far."""
 
     step: int = 0
-    history: list[dict[str, Any]] | None = None
-    heldout: list[dict[str, Any]] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    heldout: list[dict[str, Any]] = field(default_factory=list)
     best: dict[str, Any] | None = None
     seconds: float = 0.0
 
@@ -350,7 +351,7 @@ def train(
     checkpoints = Checkpoints(work)
     progress = _resume(models, optimizer, checkpoints, device)
     if progress is None:
-        progress = Progress(history=[], heldout=[])
+        progress = Progress()
         if ranks.main:
             before = heldout_scores(models, text.heldout, options.micro_batch, device) | {"step": 0}
             progress.heldout.append(before)
@@ -422,7 +423,7 @@ def distill(
     ranks.barrier()
     progress = train(models, text, options, work, dev, ranks, progress_bar)
     zeros = zeros_held(models)
-    result = summary(record, progress, options, text, zeros, ranks)
+    result = summary(record, teacher, progress, options, text, zeros, ranks)
     if ranks.main:
         best = Checkpoints(work).best_weights()
         write_student(Path(student), out, best, result)
@@ -444,13 +445,20 @@ def zeros_held(models: Models) -> int:
 
 
 def summary(
-    record: dict[str, Any], progress: Progress, options: DistillOptions, text: Text, zeros: int, ranks: Ranks
+    record: dict[str, Any],
+    teacher: str,
+    progress: Progress,
+    options: DistillOptions,
+    text: Text,
+    zeros: int,
+    ranks: Ranks,
 ) -> dict[str, Any]:
-    """What ``distillation.json`` records: the source, the budget and what was trained, the losses."""
+    """What ``distillation.json`` records: the source, the teacher (as a card names it), the budget and what
+    was trained, the losses."""
     trained = progress.step * options.batch_size * options.seqlen
     return {
         "source": record["text"],
-        "teacher": record["teacher"] if isinstance(record["teacher"], str) else "dense model directory",
+        "teacher": public_name(teacher),
         "options": asdict(options),
         "steps": progress.step,
         "tokens": trained,
