@@ -24,6 +24,7 @@ include: "workflow/rules/capture.smk"
 include: "workflow/rules/owl.smk"
 include: "workflow/rules/prune.smk"
 include: "workflow/rules/assemble.smk"
+include: "workflow/rules/distill.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 

@@ -160,7 +160,7 @@ def test_two_processes_give_the_one_process_weights(setup: dict[str, Path]) -> N
 
 def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:
     from thanos.errors import OptionError
-    from thanos.stages.distill import DistillOptions
+    from thanos.recipe import Distillation
 
     for options, named in (
         ({"tokens": 0}, "--tokens 0"),
@@ -169,8 +169,8 @@ def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:
         ({"tokens": 10, "micro_batch": 0}, "--micro-batch 0"),
     ):
         with pytest.raises(OptionError, match=named):
-            DistillOptions(**options)
-    assert DistillOptions(tokens=1000, seqlen=100, batch_size=3).steps == 4  # ceil(ceil(10) / 3)
+            Distillation(**options)
+    assert Distillation(tokens=1000, seqlen=100, batch_size=3).steps == 4  # ceil(ceil(10) / 3)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ object."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -115,6 +116,40 @@ def test_expand_grid_then_named_recipes():
     assert str(recipes["mine"].sparsity) == "unstructured:0.6" and recipes["mine"].damp == 0.02
     assert recipes["magnitude_u50"].alpha == 0
     assert not recipes["magnitude_u50"].needs_calibration and recipes["mine"].needs_calibration
+
+
+def test_a_distilled_recipe_distils_the_recipe_that_prunes_the_same_way():
+    """A recipe with `distill` is trained from the model of the config's recipe that prunes the same way;
+    without one, that recipe is added (its default name, or the distilled one's + _pruned), just before."""
+    from thanos.workflow_config import distilled_from
+
+    kd = {"tokens": 4096, "source": "data/train.jsonl", "lr": 3e-4}
+    grid = [{"methods": ["wanda"], "sparsities": [0.5], "distill": kd}]
+    named = {
+        "t": {"method": "thanos", "sparsity": 0.5},
+        "t_kd": {"method": "thanos", "sparsity": 0.5, "distill": kd},
+        "n_kd": {"method": "thanos", "sparsity": "neurons:0.3", "distill": {"tokens": 100}},
+    }
+    recipes = expand(config(recipe_grid=grid, recipes=named))
+    grid_name = "wanda_u50_kd4096-s" + recipes["t_kd"].distill.tag().split("-s")[1]
+    assert list(recipes) == ["wanda_u50", grid_name, "t", "t_kd", "thanos_n30", "n_kd"]
+    assert {name: distilled_from(r, recipes) for name, r in recipes.items() if r.distill} == {
+        grid_name: "wanda_u50",
+        "t_kd": "t",
+        "n_kd": "thanos_n30",
+    }
+    assert recipes["t_kd"].distill.lr == 3e-4 and recipes["t_kd"].distill.steps == 1  # 8 windows, batch 8
+    assert Recipe.from_json(recipes["t_kd"].to_json()).distill == recipes["t_kd"].distill
+    taken = {"thanos_n30": {"method": "thanos", "sparsity": "neurons:0.3", "damp": 0.02}} | named
+    assert "n_kd_pruned" in expand(config(recipes=taken))
+    for value, message in (
+        ({"lr": 1e-4}, "recipes.x.distill: expected {tokens, source, lr, ...} (tokens needed)"),
+        ({"tokens": 0}, "recipes.x.distill.tokens: got 0; give a whole number >= 1"),
+        ({"tokens": 64, "lr": 0}, "recipes.x.distill.lr: got 0; give a positive learning rate"),
+        ({"tokens": 64, "epochs": 2}, "recipes.x.distill: unknown option(s) epochs; allowed: tokens,"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            expand(config(recipes={"x": {"method": "wanda", "sparsity": 0.5, "distill": value}}))
 
 
 @pytest.mark.parametrize(

@@ -68,3 +68,27 @@ def test_smoke_tables_figures_and_report(smoke):
     assert "objective_heatmap_tiny-llama_u50.pdf" in figures
     html = (smoke.parents[1] / "report.html").read_text(errors="replace")
     assert "pruning_time_vs_layer_size.png" in html and "perplexity.csv" in html
+
+
+def test_smoke_distilled_recipe(smoke):
+    """thanos_u50_kd (smoke.yaml: thanos_u50 with `distill`): its model is thanos_u50's distilled toward the
+    dense model by the rule distill, with every zero kept; evaluated and tabled as a row of its own."""
+    from thanos.files import digests
+
+    pruned, distilled = smoke / "tiny-llama" / "thanos_u50", smoke / "tiny-llama" / "thanos_u50_kd"
+    assert not (distilled / "pruned").exists()  # nothing of its own pruned: thanos_u50's model is the student
+    report = json.loads((distilled / "model" / "pruning_report.json").read_text())
+    record = report["distillation"]
+    assert record["steps"] == 8 and record["tokens"] == 2048 and record["zeros_kept"] > 0
+    assert record["best"]["kl"] < record["heldout"][0]["kl"]
+    assert record["source"]["source"].endswith("train.jsonl") and len(record["source"]["checksum"]) == 64
+    assert digests.edited(str(distilled / "model")) == []
+    assert (distilled / "distill" / "checkpoint" / "state.pt").is_file()  # kept for a rerun to resume
+    before = json.loads((pruned / "model" / "sparsity.json").read_text())
+    after = json.loads((distilled / "model" / "sparsity.json").read_text())
+    assert after["all_parameters"] == before["all_parameters"]  # the same zeros, counted again
+    assert "## Distillation" in (distilled / "model" / "README.md").read_text()
+    ppl = json.loads((distilled / "eval" / "perplexity.json").read_text())
+    assert ppl["ppl"] > 1
+    md = (smoke / "tables" / "perplexity.md").read_text()
+    assert "| Thanos (α=0) + distillation |" in md and "| Thanos (α=0) |" in md

@@ -194,10 +194,15 @@ def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
     return method_alpha_label(method, alpha_shown)
 
 
-def variant_label(label: str, owl: bool = False, recovered: bool = False) -> str:
-    """``label`` of a recipe with OWL's per-block sparsities and/or recovery: ``Wanda + OWL``,
-    ``SparseGPT + OWL + recovery`` (tables' rows, figures' legends)."""
-    return label + (" + OWL" if owl else "") + (" + recovery" if recovered else "")
+def variant_label(label: str, owl: bool = False, recovered: bool = False, distilled: bool = False) -> str:
+    """``label`` of a recipe with OWL's per-block sparsities, recovery and/or distillation: ``Wanda + OWL``,
+    ``SparseGPT + OWL + recovery``, ``Thanos + distillation`` (tables' rows, figures' legends)."""
+    return (
+        label
+        + (" + OWL" if owl else "")
+        + (" + recovery" if recovered else "")
+        + (" + distillation" if distilled else "")
+    )
 
 
 def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:

@@ -22,10 +22,11 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import InitVar, dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields, replace
 from fractions import Fraction
 from typing import Any
 
+from thanos.errors import Option, OptionError
 from thanos.files.layout import RECIPE_NAME, RESERVED
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
@@ -118,6 +119,96 @@ class Recovery:
         )
 
 
+@dataclass(frozen=True)
+class Distillation:
+    """Distillation of the pruned model toward the dense one (``thanos.stages.distill``): ``tokens`` (the
+    budget: windows trained on x seqlen) of ``source`` (``c4`` or a local text/jsonl/parquet file or
+    directory; ``text_field`` of its records), ``seqlen``, ``batch_size`` windows per optimizer step over
+    every process, ``micro_batch`` windows per forward, ``lr`` (AdamW's peak), ``warmup`` steps (None: a
+    tenth of the steps), ``heldout`` windows of the text, a checkpoint every ``checkpoint_every`` steps,
+    ``seed`` of the windows' order. Torch-free: the recipe's ``distill`` and ``thanos distill`` take it."""
+
+    tokens: int = field(metadata={"help": "the token budget: windows trained on x seqlen"})
+    source: str = field(
+        default="c4", metadata={"help": "c4, or a local text/jsonl/parquet file or directory"}
+    )
+    text_field: str = field(default="text", metadata={"help": "jsonl/parquet field holding the text"})
+    seqlen: int = field(default=512, metadata={"help": "window length in tokens"})
+    batch_size: int = field(default=8, metadata={"help": "windows per optimizer step, over every process"})
+    micro_batch: int = field(default=1, metadata={"help": "windows per forward pass (gradient accumulation)"})
+    lr: float = field(default=1e-4, metadata={"help": "peak learning rate of AdamW"})
+    warmup: int | None = field(
+        default=None, metadata={"help": "warm-up steps (default a tenth of the steps)"}
+    )
+    heldout: int = field(default=8, metadata={"help": "windows of the text held out"})
+    checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints"})
+    seed: int = field(default=0, metadata={"help": "seed of the windows' order"})
+
+    def __post_init__(self) -> None:
+        at_least = {"tokens": 1, "seqlen": 2, "batch_size": 1, "micro_batch": 1, "heldout": 1}
+        at_least |= {"checkpoint_every": 1, "warmup": 0, "seed": 0}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                raise OptionError(Option(name, repr(value)), f"give a whole number >= {low}")
+        if (
+            not (
+                isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
+            )
+            or not self.lr > 0
+        ):
+            raise OptionError(Option("lr", repr(self.lr)), "give a positive learning rate (e.g. 1e-4)")
+        object.__setattr__(self, "lr", float(self.lr))
+        for name in ("source", "text_field"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise OptionError(Option(name, repr(getattr(self, name))), "give a non-empty text")
+
+    @classmethod
+    def parse(cls, key: str, value: Any, field: str = "distill") -> Distillation | None:
+        """``distill`` as a config or a call gives it: None/false (none), a mapping of options with at
+        least ``tokens``, or a ``Distillation``; every option checked, the error naming ``key.option``."""
+        if value is None or value is False:
+            return None
+        if isinstance(value, Distillation):
+            return value
+        if not isinstance(value, dict) or "tokens" not in value:
+            raise invalid(key, field, f"expected {{tokens, source, lr, ...}} (tokens needed), got {value!r}")
+        _check_fields(f"{key}.{field}", value, cls, "option")
+        try:
+            return cls(**{name: option for name, option in value.items() if option is not None})
+        except OptionError as err:
+            option = err.subject[0]
+            raise invalid(key, f"{field}.{option.name}", f"got {option.value}; {err.problem[-1]}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps: the budget in windows of seqlen tokens, ceil-divided by the batch."""
+        return math.ceil(math.ceil(self.tokens / self.seqlen) / self.batch_size)
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, self.steps // 10)
+
+    def tag(self) -> str:
+        """``_kd{tokens}`` and each option that differs from its default (``_kd131072-lr0.0003-b4``), the
+        source as a digest of its text (``-s1a2b3c4d``)."""
+        short = {"seqlen": "L", "batch_size": "b", "micro_batch": "mb", "lr": "lr", "warmup": "w"}
+        short |= {"heldout": "h", "checkpoint_every": "c", "seed": "seed", "text_field": "f"}
+        name = f"_kd{self.tokens}"
+        if self.source != "c4":
+            name += "-s" + hashlib.sha256(self.source.encode()).hexdigest()[:8]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in short and value != f.default:
+                name += (
+                    f"-{short[f.name]}{value:g}" if isinstance(value, float) else f"-{short[f.name]}{value}"
+                )
+        return name
+
+
 class ConfigError(ValueError):
     """A recipe or config value that is not valid; the message names the key (``recipes.r1.alpha: ...``).
     ``field`` is the recipe's field at fault (``alpha``, ``recover.epochs``; None: the entry as a whole) and
@@ -158,6 +249,7 @@ class Recipe:
     owl_lambda: float | None = None
     recover: Recovery | None = None  # recovery of every pruned block (``Recovery``), none by default
     block_map: bool | None = None  # depth:k only: each run of removed blocks replaced by a fitted map
+    distill: Distillation | None = None  # the pruned model distilled toward the dense one, none by default
     chain: str = "sequential"
     key: InitVar[str] = "recipe"  # the config key errors name
 
@@ -201,6 +293,7 @@ class Recipe:
                 f"recovery trains on the calibration windows; method {self.method} uses none "
                 "(use wanda, sparsegpt or thanos)",
             )
+        set_(self, "distill", Distillation.parse(key, self.distill))
         if self.chain not in CHAINS:
             raise invalid(key, "chain", f"{self.chain!r} is not one of {', '.join(CHAINS)}")
         set_(self, "name", self.default_name() if self.name is None else self.name)
@@ -243,6 +336,7 @@ class Recipe:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data |= {"sparsity": str(self.sparsity), "exclude": list(self.exclude) or None}
         data["recover"] = self.recover.to_dict() if self.recover is not None else None
+        data["distill"] = self.distill.to_dict() if self.distill is not None else None
         return {name: value for name, value in sorted(data.items()) if value is not None}
 
     def to_json(self) -> str:
@@ -277,12 +371,20 @@ class Recipe:
             name += "_nomap"
         if self.recover is not None:
             name += self.recover.tag()
+        if self.distill is not None:
+            name += self.distill.tag()
         return name
 
     def layers(self, layers: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
         """The layers of a block this recipe prunes: ``layers`` less those ``exclude`` matches (each
         pattern must match a layer of ``within``, the model's layers; default ``layers``)."""
         return select_layers(layers, self.exclude, within)
+
+    @property
+    def pruned(self) -> Recipe:
+        """The recipe without its distillation: what is pruned (and assembled) before it distils, named
+        by ``default_name``."""
+        return replace(self, name=None, distill=None) if self.distill is not None else self
 
     @property
     def owl(self) -> bool:

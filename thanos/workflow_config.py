@@ -22,7 +22,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
         alphas = entry.get("alpha") or [None]
         options = {
             name: entry[name]
-            for name in ("blocksize", "damp", "exclude", "profile", "recover", *OWL_DEFAULTS)
+            for name in ("blocksize", "damp", "exclude", "profile", "recover", "distill", *OWL_DEFAULTS)
             if name in entry
         }
         for j, method in enumerate(entry["methods"]):
@@ -59,7 +59,34 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
         recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
     if not recipes:
         raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
-    return recipes
+    return _with_pruned(recipes)
+
+
+def _with_pruned(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
+    """``recipes`` with, before each distilled one, the recipe it distils (``Recipe.pruned``): the one of
+    the config that prunes the same way, else added under its default name (evaluated and tabled beside
+    the distilled one)."""
+    found: dict[str, Recipe] = {}
+    for name, recipe in recipes.items():
+        if recipe.distill is not None and distilled_from(recipe, recipes) is None:
+            pruned = recipe.pruned
+            if pruned.name in recipes or pruned.name in found:
+                pruned = replace(pruned, name=f"{name}_pruned")
+            found[pruned.name] = pruned
+        found[name] = recipe
+    return found
+
+
+def distilled_from(recipe: Recipe, recipes: dict[str, Recipe]) -> str | None:
+    """The name of the recipe in ``recipes`` that ``recipe`` distils (prunes the same way, no distillation
+    of its own); None for a recipe without ``distill``, or when there is none."""
+    if recipe.distill is None:
+        return None
+    wanted = recipe.pruned.to_dict() | {"name": None}
+    for name, other in recipes.items():
+        if other.distill is None and other.to_dict() | {"name": None} == wanted:
+            return name
+    return None
 
 
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:

@@ -81,23 +81,21 @@ def default_work(args: argparse.Namespace, options: dict) -> Path:
 
 
 def run(args: argparse.Namespace) -> None:
-    from dataclasses import asdict
+    from dataclasses import asdict, fields
 
-    from thanos.stages.distill import DistillOptions, distill
+    from thanos.recipe import Distillation
+    from thanos.stages.distill import distill
 
-    names = ("tokens", "seqlen", "batch_size", "micro_batch", "lr", "warmup", "heldout", "checkpoint_every")
-    options = DistillOptions(**{name: getattr(args, name) for name in (*names, "seed")})
+    options = Distillation(**{f.name: getattr(args, f.name) for f in fields(Distillation)})
     work = Path(args.work) if args.work else default_work(args, asdict(options))
     result = distill(
         args.student,
         args.teacher,
-        args.source,
         args.out,
         work,
         options,
         device=args.device,
         dtype=args.dtype,
-        text_field=args.text_field,
         progress_bar=not args.no_progress,
     )
     if int(os.environ.get("RANK", "0")):

@@ -136,6 +136,11 @@ class Layout:
         """The assembled Hugging Face directory (with pruning_report.json)."""
         return f"{self.root}/{model}/{recipe}/model"
 
+    def distill_work(self, model: str, recipe: str) -> str:
+        """A distilled recipe's checkpoints (``thanos.stages.distill``): kept when its job fails, so that
+        the job started again continues from the last one."""
+        return f"{self.root}/{model}/{recipe}/distill"
+
     def evaluation(self, model: str, variant: str, name: str) -> str:
         """``name``: ``perplexity`` or ``zeroshot``; ``variant``: a recipe or ``dense``."""
         return f"{self.root}/{model}/{variant}/eval/{name}.json"

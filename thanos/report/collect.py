@@ -61,6 +61,7 @@ RECIPE_COLUMNS = [
     "chain",
     "profile",
     "recovered",
+    "distilled",
     "overall_sparsity",
     "params_removed",  # structural recipes (neurons, heads, depth written smaller): 1 - kept / original
     "prune_seconds",
@@ -165,6 +166,7 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             row["chain"] = recipe.chain if recipe else None
             row["profile"] = recipe.profile if recipe else "uniform"
             row["recovered"] = bool(recipe and recipe.recover is not None)
+            row["distilled"] = bool(report and report.get("distillation"))
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
                 parameters = (report.get("compact") or {}).get("parameters") or {}
@@ -258,12 +260,18 @@ def is_recovered(recovered: Any) -> bool:
     return recovered is True or recovered == 1.0
 
 
+def is_distilled(distilled: Any) -> bool:
+    """Whether a recipe's model was distilled (``distill``); older results have no such column."""
+    return distilled is True or distilled == 1.0
+
+
 def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
     """Recipes of ``collect``'s frame with a known pattern, plus the display columns the tables and figures
     share: ``group`` (the sparsity pattern), ``group_label`` (``Unstructured 50%``, ``2:4``),
     ``alpha_shown``, ``label`` (the row label: ``Thanos (α=0.1)``, ``Wanda + OWL``, ``SparseGPT + recovery``,
-    made unique within a group by block size, damping, then recipe name) and ``order`` (paper order:
-    pattern, method, uniform before OWL, unrecovered before recovered, alpha, block size)."""
+    ``Thanos + distillation``, made unique within a group by block size, damping, then recipe name) and
+    ``order`` (paper order: pattern, method, uniform before OWL, unrecovered before recovered, undistilled
+    before distilled, alpha, block size)."""
     pruned = frame[(frame["method"] != "dense") & (frame["kind"] != "unknown")].copy()
     if pruned.empty:
         return pruned.assign(group=[], group_label=[], label=[], order=[])
@@ -283,8 +291,10 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     owl = [is_owl(p) for p in pruned["profile"]]
     recovered = [is_recovered(r) for r in pruned["recovered"]]
+    distilled = [is_distilled(d) for d in pruned["distilled"]]
     pruned["label"] = [
-        variant_label(lab, o, r) for lab, o, r in zip(pruned["label"], owl, recovered, strict=True)
+        variant_label(lab, o, r, d)
+        for lab, o, r, d in zip(pruned["label"], owl, recovered, distilled, strict=True)
     ]
     # disambiguate rows of one group that share a label: blocksize, then damping, then recipe name
     for extra, fmt in (("blocksize", "B={:g}"), ("damp", "damp={:g}"), ("recipe", "{}")):
@@ -295,14 +305,15 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
                 for lab, v in zip(pruned.loc[dup, "label"], pruned.loc[dup, extra], strict=True)
             ]
     pruned["order"] = [
-        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), o, r, sortable(a), sortable(b), lab)
-        for k, f, m, meth, o, r, a, b, lab in zip(
+        (*pattern_sort_key(k, f, m), METHOD_ORDER.get(meth, 9), o, r, d, sortable(a), sortable(b), lab)
+        for k, f, m, meth, o, r, d, a, b, lab in zip(
             pruned["kind"],
             pruned["fraction"],
             pruned["m"].astype(float),
             pruned["method"],
             owl,
             recovered,
+            distilled,
             pruned["alpha_shown"],
             pruned["blocksize"].astype(float),
             pruned["label"],

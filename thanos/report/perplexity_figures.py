@@ -3,7 +3,8 @@
 - ``ppl_vs_sparsity_{model}_{kind}``: perplexity vs sparsity per method (the paper's Figure 1), for every
   recipe family (same method, pattern kind, alpha and block size) that sweeps two or more sparsities, and
   the OWL recipes (per-block sparsity) as stars in their method's colour beside the uniform lines;
-  recovered recipes (``recover``) as dashed lines of their own, in their method's colour. The
+  recovered recipes (``recover``) as dashed lines of their own, distilled ones (``distill``) dash-dotted,
+  in their method's colour. The
   x ticks are the measured sparsities. The y axis is the perplexity *above the dense model* in percent,
   100 (ppl / dense - 1), on a symlog scale, with the dense model as the labelled line at 0: methods with
   weight updates (SparseGPT, Thanos) often stay within 1 % of dense while Magnitude or Wanda are 10-1000 %
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -34,7 +35,15 @@ from thanos.labels import (
     shown_alpha,
     variant_label,
 )
-from thanos.report.collect import METHOD_ORDER, as_float, is_owl, is_recovered, pattern_sort_key, sortable
+from thanos.report.collect import (
+    METHOD_ORDER,
+    as_float,
+    is_distilled,
+    is_owl,
+    is_recovered,
+    pattern_sort_key,
+    sortable,
+)
 from thanos.report.plotting import (
     DENSE_STYLE,
     MARKERS,
@@ -55,6 +64,16 @@ if TYPE_CHECKING:
 REFERENCES = {"sparsegpt": ":", "wanda": "-."}
 
 
+def variant_style(recovered: bool, distilled: bool) -> dict[str, Any]:
+    """A recovered recipe's line dashed, a distilled one's dash-dotted twice (both: dotted), in the
+    method's colour."""
+    if recovered and distilled:
+        return {"linestyle": ":"}
+    if recovered:
+        return {"linestyle": "--"}
+    return {"linestyle": (0, (4, 1.5, 1, 1.5, 1, 1.5))} if distilled else {}
+
+
 def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
     pruned = frame[(frame["method"] != "dense") & frame["ppl"].notna() & (frame["kind"] != "unknown")].copy()
     pruned["alpha_s"] = [
@@ -62,6 +81,7 @@ def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     pruned["blocksize"] = pruned["blocksize"].astype(float)
     pruned["recovered"] = [is_recovered(r) for r in pruned["recovered"]]
+    pruned["distilled"] = [is_distilled(d) for d in pruned["distilled"]]
     return pruned
 
 
@@ -97,18 +117,21 @@ def _percent_axis(ax: Axes, values: Iterable[float]) -> None:
 
 
 def _families(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
-    """Recipe families (method, alpha shown, block size, recovered) that sweep two or more sparsities, in
-    table order."""
+    """Recipe families (method, alpha shown, block size, recovered, distilled) that sweep two or more
+    sparsities, in table order."""
     rows = rows[[not is_owl(p) for p in rows["profile"]]]  # OWL recipes: points of their own
     families = [
         (key, fam)
-        for key, fam in rows.groupby(["method", "alpha_s", "blocksize", "recovered"], dropna=False)
+        for key, fam in rows.groupby(
+            ["method", "alpha_s", "blocksize", "recovered", "distilled"], dropna=False
+        )
         if fam["fraction"].nunique() >= 2
     ]
     families.sort(
         key=lambda item: (
             METHOD_ORDER.get(item[0][0], 9),
             item[0][3],
+            item[0][4],
             sortable(item[0][1]),
             sortable(item[0][2]),
         )
@@ -123,27 +146,27 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
         families = _families(rows)
         if not families:
             continue
-        ambiguous = len({(m, a, r) for (m, a, _, r), _ in families}) < len(families)
+        ambiguous = len({(m, a, r, d) for (m, a, _, r, d), _ in families}) < len(families)
         dense = dense_ppl(frame, model)
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         values: list[float] = []
         sparsities: list[float] = []
         if dense is not None:
             ax.axhline(0.0, label=f"Dense (ppl {dense:.2f})", zorder=1.5, **DENSE_STYLE)
-        for i, ((method, alpha, blocksize, recovered), fam) in enumerate(families):
+        for i, ((method, alpha, blocksize, recovered, distilled), fam) in enumerate(families):
             fam = fam.groupby("fraction", as_index=False)["ppl"].min().sort_values("fraction")
             fam = fam[fam["ppl"].map(math.isfinite)]
             y = [excess_percent(p, dense) for p in fam["ppl"]] if dense is not None else list(fam["ppl"])
             label = method_alpha_label(method, alpha, blocksize if ambiguous else None)
-            label = variant_label(label, recovered=recovered)
-            style = method_style(method, i) | ({"linestyle": "--"} if recovered else {})  # recovered: dashed
+            label = variant_label(label, recovered=recovered, distilled=distilled)
+            style = method_style(method, i) | variant_style(recovered, distilled)
             ax.plot(fam["fraction"] * 100, y, label=label, linewidth=1.8, markersize=6, **style)
             values += y
             sparsities += list(fam["fraction"] * 100)
         owl = rows[[is_owl(p) for p in rows["profile"]]]
-        for (method, _, recovered), points in sorted(
-            owl.groupby(["method", "alpha_s", "recovered"], dropna=False),
-            key=lambda item: (METHOD_ORDER.get(item[0][0], 9), item[0][2]),
+        for (method, _, recovered, distilled), points in sorted(
+            owl.groupby(["method", "alpha_s", "recovered", "distilled"], dropna=False),
+            key=lambda item: (METHOD_ORDER.get(item[0][0], 9), item[0][2], item[0][3]),
         ):
             points = points.groupby("fraction", as_index=False)["ppl"].min()
             points = points[points["ppl"].map(math.isfinite)]
@@ -151,7 +174,7 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
             if dense is not None:
                 y = [excess_percent(p, dense) for p in y]
             style = {"color": METHOD_COLORS.get(method), "marker": "*", "markersize": 12, "linestyle": "none"}
-            label = variant_label(method_label(method), owl=True, recovered=recovered)
+            label = variant_label(method_label(method), True, recovered, distilled)
             ax.plot(points["fraction"] * 100, y, label=label, **style)
             values += y
             sparsities += list(points["fraction"] * 100)

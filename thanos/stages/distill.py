@@ -1,11 +1,11 @@
 """Distillation: a pruned model (the student) trained toward the dense model (the teacher) on real text.
 
-``distill(student, teacher, source, out, work, options)``:
+``distill(student, teacher, out, work, options)`` (``options``: a ``thanos.recipe.Distillation``):
 
-1. **Text**: the documents of ``source`` (a local text/jsonl/parquet file or directory, or ``c4``) in their
-   order, each tokenized with the student's tokenizer and followed by its end-of-text token, packed and cut
-   into windows of ``seqlen`` tokens. The first ``heldout`` windows are held out (never trained on); then as
-   many as the token budget needs (a text shorter than the budget is gone over again, in a new order).
+1. **Text**: the documents of ``options.source`` (a local text/jsonl/parquet file or directory, or ``c4``) in
+   their order, each tokenized with the student's tokenizer and followed by its end-of-text token, packed and
+   cut into windows of ``seqlen`` tokens. The first ``heldout`` windows are held out (never trained on); then
+   as many as the token budget needs (a text shorter than the budget is gone over again, in a new order).
 2. **Training**: ``thanos.pruning.distillation``: the KL divergence of the student's next-token
    distributions from the teacher's, AdamW on fp32 master weights, warm-up then cosine decay, ``batch_size``
    windows per step in micro-batches of ``micro_batch``; every zero pruning wrote stays zero. The teacher
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ from thanos.pruning.distillation import (
     step_windows,
     zero_masks,
 )
+from thanos.recipe import Distillation
 from thanos.stages.common import compute_dtype
 from thanos.stages.distill_files import (
     Checkpoints,
@@ -70,49 +70,12 @@ log = logging.getLogger(__name__)
 CLIP = 1.0  # gradient norm clipped to this (Minitron's setting)
 
 
-@dataclass(frozen=True)
-class DistillOptions:
-    """How the student is trained: ``tokens`` (the token budget: windows trained on x seqlen), ``seqlen``,
-    ``batch_size`` windows per optimizer step over every process, ``micro_batch`` windows per forward,
-    ``lr`` (peak), ``warmup`` steps (None: a tenth of the steps), ``heldout`` windows, a checkpoint every
-    ``checkpoint_every`` steps, ``seed`` of the windows' order."""
-
-    tokens: int
-    seqlen: int = 512
-    batch_size: int = 8
-    micro_batch: int = 1
-    lr: float = 1e-4
-    warmup: int | None = None
-    heldout: int = 8
-    checkpoint_every: int = 50
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        at_least = {"tokens": 1, "seqlen": 2, "batch_size": 1, "micro_batch": 1, "heldout": 1}
-        at_least |= {"checkpoint_every": 1, "warmup": 0}
-        for name, low in at_least.items():
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
-                raise OptionError(Option(name, repr(value)), f"give a whole number >= {low}")
-        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
-            raise OptionError(Option("lr", repr(self.lr)), "give a positive learning rate (e.g. 1e-4)")
-
-    @property
-    def steps(self) -> int:
-        """Optimizer steps: the budget in windows of seqlen tokens, ceil-divided by the batch."""
-        return math.ceil(math.ceil(self.tokens / self.seqlen) / self.batch_size)
-
-    @property
-    def warmup_steps(self) -> int:
-        return self.warmup if self.warmup is not None else max(1, self.steps // 10)
-
-
 def _identity(model: str) -> Any:
     """What identifies a model argument: its files' fingerprint for a directory, else the hub id."""
     return model_fingerprint(model) if Path(model).is_dir() else model
 
 
-def run_record(student: str, teacher: str, text: Text, options: DistillOptions) -> dict[str, Any]:
+def run_record(student: str, teacher: str, text: Text, options: Distillation) -> dict[str, Any]:
     """What a run's checkpoints are of: the models' files, the windows and the options."""
     return {
         "student": _identity(student),
@@ -217,7 +180,7 @@ def heldout_scores(models: Models, windows: torch.Tensor, micro: int, device: to
 
 
 def train_step(
-    models: Models, batch: torch.Tensor, options: DistillOptions, device: torch.device, ranks: Ranks
+    models: Models, batch: torch.Tensor, options: Distillation, device: torch.device, ranks: Ranks
 ) -> float:
     """One optimizer step's forward and backward passes over this process's share of the windows
     ``batch``, in micro-batches; the gradients hold d(mean KL per token of the whole batch)/dW when it
@@ -279,7 +242,7 @@ def _checkpoint(
     optimizer: torch.optim.Optimizer,
     progress: Progress,
     text: Text,
-    options: DistillOptions,
+    options: Distillation,
     checkpoints: Checkpoints,
     device: torch.device,
 ) -> None:
@@ -303,7 +266,7 @@ def _checkpoint(
     )  # fmt: skip
 
 
-def _report(progress: Progress, options: DistillOptions, ranks: Ranks, bar: Any) -> None:
+def _report(progress: Progress, options: Distillation, ranks: Ranks, bar: Any) -> None:
     """The step just done on the bar and in the log (twenty lines a run; every step's with -v): its KL, the
     learning rate, tokens/s and the time left at the mean step time so far."""
     step = progress.history[-1]
@@ -327,7 +290,7 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def _bar(options: DistillOptions, start: int, ranks: Ranks, show: bool) -> Any:
+def _bar(options: Distillation, start: int, ranks: Ranks, show: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(
@@ -339,7 +302,7 @@ def _bar(options: DistillOptions, start: int, ranks: Ranks, show: bool) -> Any:
 def train(
     models: Models,
     text: Text,
-    options: DistillOptions,
+    options: Distillation,
     work: Path,
     device: torch.device,
     ranks: Ranks,
@@ -391,17 +354,15 @@ def train(
 def distill(
     student: str,
     teacher: str,
-    source: str,
     out: str | Path,
     work: str | Path,
-    options: DistillOptions,
+    options: Distillation,
     device: str = "auto",
     dtype: str = "auto",
-    text_field: str = "text",
     progress_bar: bool = True,
 ) -> dict[str, Any]:
-    """Train ``student`` toward ``teacher`` on ``source`` and write it to ``out`` (the module's steps);
-    returns what ``distillation.json`` records (on every process; only the first writes)."""
+    """Train ``student`` toward ``teacher`` on ``options.source`` and write it to ``out`` (the module's
+    steps); returns what ``distillation.json`` records (on every process; only the first writes)."""
     from thanos.stages.publish import check_out
 
     out, work = Path(out), Path(work)
@@ -416,7 +377,9 @@ def distill(
             f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
         )
     models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen)
-    text = load_text(source, tokenizer, options.seqlen, options.heldout, options.tokens, text_field)
+    text = load_text(
+        options.source, tokenizer, options.seqlen, options.heldout, options.tokens, options.text_field
+    )
     record = run_record(student, teacher, text, options)
     if ranks.main:
         prepare_work(work, record)
@@ -448,7 +411,7 @@ def summary(
     record: dict[str, Any],
     teacher: str,
     progress: Progress,
-    options: DistillOptions,
+    options: Distillation,
     text: Text,
     zeros: int,
     ranks: Ranks,

@@ -14,7 +14,7 @@ from snakemake.utils import validate
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
 from thanos.recipe import ConfigError
-from thanos.workflow_config import expand, schema_problems
+from thanos.workflow_config import distilled_from, expand, schema_problems
 from thanos.jobs.devices import resolve_devices
 from thanos.jobs.granularity import ALIASES, choose_granularity
 
@@ -36,6 +36,10 @@ DEMO = config["demo"]
 MODELS = config["models"]
 RECIPES = expand(config)
 OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
+# a distilled recipe's model is its pruned recipe's model distilled (rule distill): nothing of its own is
+# pruned or assembled
+DISTILLED = {name: distilled_from(recipe, RECIPES) for name, recipe in RECIPES.items() if recipe.distill}
+PRUNED = [name for name in RECIPES if name not in DISTILLED]
 
 TINY_MODELS = {}  # normalised path -> the tiny model's spec (built by rule make_tiny_model)
 _TINY_OWNERS = {}
@@ -124,8 +128,9 @@ def _alternation(names):
 
 wildcard_constraints:
     model=_alternation(MODELS),
-    recipe=_alternation(RECIPES),
-    chain=_alternation([DENSE, *RECIPES]),
+    recipe=_alternation(PRUNED),
+    distilled=_alternation(DISTILLED),
+    chain=_alternation([DENSE, *PRUNED]),
     variant=_alternation([DENSE, *RECIPES]),
     l=r"\d+",
     layer=r"[A-Za-z0-9_.]+",
@@ -152,6 +157,8 @@ if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
 # `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
 JOB_GPUS = 0 if config["device"] == "cpu" else 1
 EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
+DISTILL_PROCESSES = config["distill_processes"]
+DISTILL_JOB_GPUS = 0 if config["device"] == "cpu" else DISTILL_PROCESSES
 # Scheduling: among the jobs ready to run, those that lead to pruned models (calibration, chains, OWL,
 # pruning, assembly) go before evaluations, so a run ends on evaluations alone, which fill the cores to the
 # end, instead of a last model's prune -> assemble -> evaluate chain running while the other cores idle.
@@ -177,6 +184,14 @@ JOB_ENV = {
     "THANOS_WF_EVAL_GPU": _slot_pool(EVAL_GPUS),
     # where an evaluation puts the model: one device, or spread over eval_gpus GPUs
     "THANOS_WF_EVAL_PLACEMENT": "--device-map auto" if EVAL_GPUS > 1 else f"--device {config['device']}",
+    # a distillation job: its GPUs, and its processes (data parallel through torchrun when several, each
+    # a Python of its own: not forked from the local run's warm worker)
+    "THANOS_WF_DISTILL_GPU": _slot_pool(DISTILL_PROCESSES),
+    "THANOS_WF_DISTILL": (
+        f"env THANOS_WORKER=off python -m torch.distributed.run --standalone --nproc-per-node {DISTILL_PROCESSES}"
+        if DISTILL_PROCESSES > 1
+        else "python"
+    ),
     "THANOS_WF_ZEROSHOT_ENV": "env HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1" if config["zeroshot"]["offline"] else "",
     "THANOS_WF_GRANULARITY": GRANULARITY,
     "THANOS_WF_GRANULARITY_REASON": GRANULARITY_REASON,
@@ -189,6 +204,8 @@ envvars:
     "THANOS_WF_GPU",
     "THANOS_WF_EVAL_GPU",
     "THANOS_WF_EVAL_PLACEMENT",
+    "THANOS_WF_DISTILL_GPU",
+    "THANOS_WF_DISTILL",
     "THANOS_WF_ZEROSHOT_ENV",
     "THANOS_WF_GRANULARITY",
     "THANOS_WF_GRANULARITY_REASON",

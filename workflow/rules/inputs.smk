@@ -105,6 +105,37 @@ def zeroshot_include_input(wildcards):
     return _local_source(config["zeroshot"]["include_path"])
 
 
+# --- distillation ---------------------------------------------------------------------------------
+
+
+def distill_student(wildcards):
+    """The model a distilled recipe trains: its pruned recipe's assembled model."""
+    return PATHS.model_dir(wildcards.model, DISTILLED[wildcards.distilled])
+
+
+def distill_source_input(wildcards):
+    return _local_source(RECIPES[wildcards.distilled].distill.source, ("c4",))
+
+
+def distill_options(wildcards):
+    """The recipe's `distill` options as `thanos distill` flags (--tokens 131072 --lr 0.0003 ...)."""
+    options = RECIPES[wildcards.distilled].distill.to_dict()
+    return " ".join(
+        f"--{name.replace('_', '-')} {quoted(value)}" for name, value in options.items() if value is not None
+    )
+
+
+def distill_work(wildcards, output):
+    """The checkpoints' directory (takes `output`, see compute_dtype: a later version moving it does not
+    invalidate finished models)."""
+    return PATHS.distill_work(wildcards.model, wildcards.distilled)
+
+
+def distill_threads(wildcards, threads):
+    """Each process's threads: the job's, shared among its processes."""
+    return max(1, threads // DISTILL_PROCESSES)
+
+
 # --- evaluation ------------------------------------------------------------------------------------
 
 
