@@ -190,3 +190,61 @@ def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path
         assert run.returncode == 2 and named in run.stderr.splitlines()[-1], run.stderr[-800:]
     assert not (root / "refused").exists() and not (root / "work-refused").exists()
     assert {f.name: f.read_bytes() for f in setup["student"].iterdir()} == student_bytes
+
+
+@pytest.mark.slow
+def test_prune_model_distills_what_it_pruned(setup: dict[str, Path]) -> None:
+    """`prune-model --distill-*` = `prune-model`, then `thanos distill` with the same options: the same bytes
+    (one core); its summary says what distillation did; the same command again does nothing. Bad
+    --distill-* input is refused before anything runs, naming the option."""
+    root = setup["root"]
+    env = {"THANOS_WORKDIR": str(root / "cache")}
+    kept = OPTIONS[: OPTIONS.index("--device")]  # the training options, as --distill-* flags
+    flags = [f"--distill-{flag[2:]}" if flag.startswith("--") else flag for flag in kept]
+    args = ["prune-model", "--model", setup["dense"], "--method", "magnitude", "--sparsity", "0.5"]
+    args += ["--cores", "1", "--device", "cpu", "--distill-source", setup["text"], *flags, "--out", "kd"]
+    run = thanos_here(*args, cwd=root, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "distill: checkpoint at step 24/24" in run.stderr and "distilled: 3,072 tokens" in run.stderr
+    for shard in sorted(setup["reference"].glob("*.safetensors")):
+        assert shard.read_bytes() == (root / "kd" / shard.name).read_bytes()
+    report = json.loads((root / "kd" / "pruning_report.json").read_text())
+    assert (
+        report["distillation"]["steps"] == STEPS and report["distillation"]["teacher"] == setup["dense"].name
+    )
+    again = thanos_here(*args, cwd=root, env=env)
+    assert again.returncode == 0 and "nothing to do" in again.stderr and "unchanged" in again.stderr
+    undistilled = thanos_here(*args[: args.index("--cores")], "--out", "kd", cwd=root, env=env)
+    assert "holds another pruned model (magnitude_u50 distilled of" in undistilled.stderr
+    for change, named in (
+        (["--distill-tokens", "0"], "--distill-tokens 0: give a whole number >= 1"),
+        (["--distill-seqlen", "65"], "--distill-seqlen 65 exceeds the model's 64 positions"),
+        (["--distill-source", "nowhere.jsonl"], "--distill-source nowhere.jsonl: no such file"),
+    ):
+        bad = [*args[:-2], *change, "--out", "refused"]
+        refused = thanos_here(*bad, cwd=root, env=env)
+        assert refused.returncode == 2 and named in refused.stderr.splitlines()[-1], refused.stderr[-800:]
+    lone = thanos_here(*args[: args.index("--cores")], "--distill-lr", "1e-3", "--out", "refused", cwd=root)
+    assert "--distill-lr: distillation options without --distill-tokens" in lone.stderr
+    assert not (root / "refused").exists()
+
+
+def test_a_hub_dataset_is_streamed_as_far_as_the_budget_needs(setup: dict[str, Path], tmp_path: Path) -> None:
+    """`hf:NAME` (here a local dataset directory, read by `datasets` in streaming mode as a hub dataset is):
+    the same windows as the file it holds; a field the records lack is named."""
+    import shutil
+
+    from thanos.models import load_tokenizer
+    from thanos.stages.distill_text import load_text, stream_documents
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    shutil.copy(setup["text"], dataset / "train.jsonl")
+    tokenizer = load_tokenizer(str(setup["dense"]))
+    streamed = load_text(f"hf:{dataset}", tokenizer, seqlen=32, heldout=4, tokens=640)
+    local = load_text(str(setup["text"]), tokenizer, seqlen=32, heldout=4, tokens=640)
+    assert torch.equal(streamed.train, local.train) and torch.equal(streamed.heldout, local.heldout)
+    assert streamed.sha256 == local.sha256 and streamed.provenance["streamed"] is True
+    assert streamed.train.shape == (20, 32)
+    with pytest.raises(ValueError, match="no field 'body'"):
+        next(stream_documents(f"hf:{dataset}", "body"))

@@ -128,7 +128,12 @@ class Distillation:
     tenth of the steps), ``heldout`` windows of the text, a checkpoint every ``checkpoint_every`` steps,
     ``seed`` of the windows' order. Torch-free: the recipe's ``distill`` and ``thanos distill`` take it."""
 
-    tokens: int = field(metadata={"help": "the token budget: windows trained on x seqlen"})
+    tokens: int = field(
+        metadata={
+            "help": "the token budget: windows trained on x seqlen",
+            "argparse": {"type": int, "metavar": "N"},
+        }
+    )
     source: str = field(
         default="c4", metadata={"help": "c4, or a local text/jsonl/parquet file or directory"}
     )
@@ -138,7 +143,8 @@ class Distillation:
     micro_batch: int = field(default=1, metadata={"help": "windows per forward pass (gradient accumulation)"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate of AdamW"})
     warmup: int | None = field(
-        default=None, metadata={"help": "warm-up steps (default a tenth of the steps)"}
+        default=None,
+        metadata={"help": "warm-up steps (default: a tenth of the steps)", "argparse": {"type": int}},
     )
     heldout: int = field(default=8, metadata={"help": "windows of the text held out"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints"})
@@ -177,8 +183,9 @@ class Distillation:
         try:
             return cls(**{name: option for name, option in value.items() if option is not None})
         except OptionError as err:
-            option = err.subject[0]
-            raise invalid(key, f"{field}.{option.name}", f"got {option.value}; {err.problem[-1]}") from None
+            option, problem = err.subject[0], str(err.problem[-1])
+            name = f"{field}.{option.name}"
+            raise ConfigError(f"{key}.{name}: got {option.value}; {problem}", name, problem) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

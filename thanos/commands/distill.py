@@ -25,7 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--teacher", required=True, help="the dense model it was pruned from (directory or hub id)"
     )
-    _args.add_text_source(parser, "c4", "the first English training shard of allenai/c4, from the hub")
+    _args.add_text_source(
+        parser,
+        "c4",
+        "the first English training shard of allenai/c4, from the hub; or hf:NAME[:CONFIG], the "
+        "train split of a hub dataset streamed, read only as far as the budget needs",
+    )
     parser.add_argument(
         "--out", required=True, help="the distilled model's directory (written whole at the end)"
     )

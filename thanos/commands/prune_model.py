@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     _add_fields(parser, PruneRequest)
     for title, group in GROUPS.items():
-        prefix = "recover_" if title.startswith("recovery") else ""
+        prefix = {"recovery": "recover_", "distillation": "distill_"}.get(title.split(" ")[0], "")
         _add_fields(parser.add_argument_group(title), group, prefix)
 
 
@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> None:
     from thanos.runner.one_recipe import RunFailed
     from thanos.runner.request import FLAGS, build_request
 
-    options = {name: value for name, value in vars(args).items() if not name.startswith(("_", "recover_"))}
+    prefixed = ("_", "recover_", "distill_")
+    options = {name: value for name, value in vars(args).items() if not name.startswith(prefixed)}
     options["recover"] = _recover(args)
+    options["distill"] = _distill(args)
     try:
         request = build_request(args.model, args.method, args.sparsity, options)
         execute(request, sys.stderr)
@@ -87,3 +89,17 @@ def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
         flags = ", ".join(f"--recover-{name.replace('_', '-')}" for name in options)
         raise ValueError(f"{flags}: recovery options without --recover; add --recover or leave them out")
     return options if args.recover else None
+
+
+def _distill(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--distill-*`` options as the request's ``distill``; any of them without ``--distill-tokens`` is
+    refused."""
+    options = {
+        name.removeprefix("distill_"): value
+        for name, value in vars(args).items()
+        if name.startswith("distill_") and value is not None
+    }
+    if options and "tokens" not in options:
+        flags = ", ".join(f"--distill-{name.replace('_', '-')}" for name in options)
+        raise ValueError(f"{flags}: distillation options without --distill-tokens; add it or leave them out")
+    return options or None

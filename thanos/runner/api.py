@@ -48,6 +48,7 @@ def prune_model(
     owl_lambda: float | None = None,
     overwrite: bool = False,
     recover: bool | dict[str, Any] | None = None,
+    distill: dict[str, Any] | None = None,
     keep: str = "needed",
     disk_check: bool = True,
     dry_run: bool = False,
@@ -61,7 +62,9 @@ def prune_model(
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
     ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
-    default), ``recover`` (True or {epochs, lr, batch_size, holdout, target}). The calibration:
+    default), ``recover`` (True or {epochs, lr, batch_size, holdout, target}), ``distill`` ({tokens,
+    source, lr, batch_size, ...}: the pruned model distilled toward ``model`` on text, docs/distillation.md;
+    ``out`` gets the distilled model). The calibration:
     ``calibration`` ("c4" or a local text/jsonl/parquet file or directory), ``nsamples`` windows of
     ``seqlen`` tokens (default min(2048, the model's positions)), ``seed``, ``text_field``. Where it runs:
     ``device``, ``compute_dtype``, ``cores``, ``workdir``, ``keep`` ("needed" or "all"), ``disk_check``.

@@ -26,7 +26,7 @@ from thanos.models.layout import ModelLayout
 from thanos.models.neurons import mlp_layout
 from thanos.pruning.sparsity import COMPACT_KINDS, depth_count
 from thanos.reads import recipe_reads
-from thanos.recipe import ConfigError, Recipe, select_layers
+from thanos.recipe import ConfigError, Distillation, Recipe, select_layers
 from thanos.runner.disk import DiskEstimate, check_free, estimate
 from thanos.runner.request import Evaluation, PruneRequest, Resources
 from thanos.runner.workdirs import default_workdir, model_slug
@@ -36,7 +36,11 @@ from thanos.stages.engine import Calibration, RecipeFiles
 from thanos.stages.provenance import path_bytes
 from thanos.stages.publish import check_out
 
-HUB_SOURCES = {"calibration": "c4", "ppl_source": "wikitext2"}  # the option: its hub dataset's name
+HUB_SOURCES = {
+    "calibration": "c4",
+    "ppl_source": "wikitext2",
+    "distill.source": "c4",
+}  # the option: its hub dataset's name
 MAX_SEQLEN = 2048
 
 
@@ -56,19 +60,42 @@ class Plan:
     computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
     disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
     part_of: dict[str, Any] | None = None  # the last part of a combined recipe: the whole (its report's)
+    # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``) and
+    # the dense model it is distilled toward (a combined recipe's: the model its first part read)
+    distilled: Recipe | None = None
+    teacher: str | None = None
 
     @property
     def files(self) -> RecipeFiles:
         """Where the run's stages write: the workflow's layout under ``WORKDIR/results``."""
-        return RecipeFiles.of(Layout(str(self.workdir / "results")), model_slug(self.reference), self.recipe)
+        return RecipeFiles.of(self._layout, model_slug(self.reference), self.recipe)
+
+    @property
+    def _layout(self) -> Layout:
+        return Layout(str(self.workdir / "results"))
+
+    @property
+    def name(self) -> str:
+        """The run's recipe name: the distilled one's for a recipe with ``distill``."""
+        return (self.distilled or self.recipe).name  # type: ignore[return-value]
+
+    @property
+    def published_dir(self) -> Path:
+        """The model ``out`` gets: the assembled model, or the distilled one (``rule distill``'s place)."""
+        return Path(self._layout.model_dir(model_slug(self.reference), self.name))
+
+    @property
+    def distill_work(self) -> Path:
+        """The distillation's checkpoints."""
+        return Path(self._layout.distill_work(model_slug(self.reference), self.name))
 
     @property
     def log_file(self) -> Path:
-        return self.workdir / "logs" / f"{self.recipe.name}.log"
+        return self.workdir / "logs" / f"{self.name}.log"
 
     @property
     def model_root(self) -> Path:
-        return self.workdir / "results" / model_slug(self.reference) / self.recipe.name
+        return self.workdir / "results" / model_slug(self.reference) / self.name
 
     @property
     def label(self) -> str:
@@ -112,11 +139,15 @@ def plan(request: PruneRequest) -> Plan:
     if recipe.sparsity.kind in (*COMPACT_KINDS, "depth") and model.local:
         check_structure(model, recipe)
     calibration = checked_calibration(request, model.max_positions, recipe)
+    if recipe.distill is not None:
+        named = recipe.name if recipe.name != recipe.default_name() else None  # named again by its source
+        distill = checked_distillation(recipe.distill, model.max_positions)
+        recipe = dataclasses.replace(recipe, name=named, distill=distill)
     evaluation = checked_evaluation(request.evaluation)
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calibration)
     run_plan = Plan(
-        recipe,
+        recipe.pruned,
         reference,
         model.model_type,
         out,
@@ -128,6 +159,8 @@ def plan(request: PruneRequest) -> Plan:
         computes_in,
         disk_estimate(model, recipe, calibration),
         request.part_of,
+        recipe if recipe.distill is not None else None,
+        (request.part_of or {}).get("base_model", reference),
     )
     if resources.disk_check and model.layout is not None:
         check_disk(run_plan, model.layout.num_blocks)
@@ -308,6 +341,24 @@ def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recip
     }
 
 
+def checked_distillation(distill: Distillation, max_positions: int) -> Distillation:
+    """The distillation's text found now (a local source as an absolute path), its windows within the
+    model's positions: refused before the pruning, not after it."""
+    if distill.seqlen > max_positions:
+        raise OptionError(
+            Option("distill.seqlen", str(distill.seqlen)),
+            f" exceeds the model's {max_positions} positions; give ",
+            Option("distill.seqlen", str(max_positions)),
+            " or less",
+        )
+    if distill.source.startswith("hf:"):  # streamed: the hub reachable now, the dataset when it is read
+        if not Path(distill.source[3:].partition(":")[0]).expanduser().exists():  # not a local dataset
+            check_hub("distill.source")
+        return distill
+    source = source_reference(distill.source, "distill.source", distill.text_field)
+    return dataclasses.replace(distill, source=source)
+
+
 def checked_evaluation(evaluation: Evaluation) -> Evaluation:
     """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), the
     directory of local lm-eval tasks and the tasks named there."""
@@ -402,16 +453,18 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
     report = out / "pruning_report.json"
     if overwrite or not report.is_file():
         return
+    previous: Any = None
     try:
         previous = json.loads(report.read_text())
         name, path = previous["recipe"]["name"], previous["model"]["path"]
     except (OSError, ValueError, KeyError, TypeError):
         name, path = "an unreadable report", "?"
     same_model = path == reference or not Path(reference).is_dir()
-    if name != recipe.name or not same_model:
+    distilled = isinstance(previous, dict) and bool(previous.get("distillation"))
+    if name != recipe.pruned.name or distilled != (recipe.distill is not None) or not same_model:
         raise OptionError(
             Option("out", str(out)),
-            f" holds another pruned model ({name} of {path}); give another ",
+            f" holds another pruned model ({name}{' distilled' * distilled} of {path}); give another ",
             Option("out"),
             ", or ",
             Option("overwrite"),

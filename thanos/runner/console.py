@@ -25,7 +25,7 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
     writes no log: where a run would write it)."""
     recipe, calib = run_plan.recipe, run_plan.calibration
     say(stream, f"thanos prune-model: {run_plan.reference} ({run_plan.model_type}) -> {run_plan.out}")
-    say(stream, f"  recipe {recipe.name}: {run_plan.label}")
+    say(stream, f"  recipe {run_plan.name}: {run_plan.label}")
     if note := nm_note(recipe.sparsity, recipe.alpha):
         say(stream, f"  {note}")
     if recipe.recover is not None:
@@ -35,6 +35,14 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
             f"  then recovery of every block: {rec.epochs} epoch(s), lr {rec.lr:g}, towards "
             f"{'the dense model' if rec.target == 'dense' else 'the dense block'}, "
             f"{rec.held_out(run_plan.calibration.nsamples)} window(s) held out",
+        )
+    if run_plan.distilled is not None:
+        kd = run_plan.distilled.distill
+        say(
+            stream,
+            f"  then distillation toward {run_plan.teacher}: {kd.tokens:,} tokens of {kd.source} ({kd.steps} "
+            f"steps of {kd.batch_size} x {kd.seqlen} tokens, lr {kd.lr:g}), a checkpoint every "
+            f"{kd.checkpoint_every} steps",
         )
     if recipe.exclude:
         shown = ", ".join(repr(p) for p in recipe.exclude)
@@ -86,6 +94,16 @@ def recovery_text(blocks: list[dict[str, Any]]) -> str:
     )
 
 
+def distillation_text(record: dict[str, Any]) -> str:
+    """One line on what distillation did: the tokens, the held-out KL before and at the weights kept."""
+    before, best = record["heldout"][0], record["best"]
+    rate = f", {record['tokens_per_second']:,.0f} tokens/s" if record.get("tokens_per_second") else ""
+    return (
+        f"distilled: {record['tokens']:,} tokens in {clock_text(record['seconds'])}{rate}; held-out KL "
+        f"{before['kl']:.4g} -> {best['kl']:.4g} (the weights of step {best['step']})"
+    )
+
+
 def print_summary(
     run_plan: Plan,
     report: dict[str, Any],
@@ -120,6 +138,8 @@ def print_summary(
         )
     if recovery := report.get("recovery"):
         say(stream, f"  {recovery_text(recovery['blocks'])}")
+    if distillation := report.get("distillation"):
+        say(stream, f"  {distillation_text(distillation)}")
     dense = (evaluation or {}).get("dense", {})
     if evaluation and "perplexity" in evaluation:
         result = evaluation["perplexity"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,10 @@ class DiskEstimate:
     ``block_stores`` (one block's own inputs and Hessians, sequential chain), ``own_blocks`` (the blocks
     with stores of their own), ``activations`` (one block's inputs), ``layers`` (the pruned and recovered
     layers), ``model`` (the assembled model, and its copy in ``--out``), ``small`` (the model's files
-    other than its weights: what ``--keep needed`` keeps of it once ``--out`` holds it)."""
+    other than its weights: what ``--keep needed`` keeps of it once ``--out`` holds it), ``distill`` (a
+    recipe with distillation: one checkpoint, 16 bytes a parameter: fp32 weights, AdamW's two moments and
+    the best weights; the assembled model is then kept whole as the student, and the distilled model is
+    the one published)."""
 
     shared: int
     block_stores: int
@@ -59,13 +62,16 @@ class DiskEstimate:
     layers: int
     model: int
     small: int = 0
+    distill: int = 0
 
     def peak(self, keep: str) -> int:
-        """The most the working directory holds during the run."""
+        """The most the working directory holds during the run (a new checkpoint is written whole beside
+        the last before it replaces it)."""
         if keep == "all":
             return self.kept(keep)
         own = self.block_stores + self.activations if self.own_blocks else 0  # this block's, the next inputs
-        return self.shared + max(own + self.layers, self.layers + self.model)
+        pruning = self.shared + max(own + self.layers, self.layers + self.model)
+        return max(pruning, self.shared + 2 * self.model + 2 * self.distill) if self.distill else pruning
 
     def with_out(self, keep: str) -> int:
         """The most the working directory and ``--out`` hold together on one filesystem: the copy is
@@ -76,8 +82,9 @@ class DiskEstimate:
     def kept(self, keep: str) -> int:
         """What the working directory holds when the run is done."""
         if keep == "all":
-            return self.shared + self.own_blocks * self.block_stores + self.layers + self.model
-        return self.shared + self.small
+            distilled = self.distill + self.model if self.distill else 0
+            return self.shared + self.own_blocks * self.block_stores + self.layers + self.model + distilled
+        return self.shared + self.small + (self.model if self.distill else 0)  # the student, kept
 
 
 def estimate(
@@ -85,6 +92,19 @@ def estimate(
 ) -> DiskEstimate:
     """The bytes of ``recipe`` on the model of ``layout`` (weights read by ``checkpoint``, files in
     ``model_dir``) with ``nsamples`` x ``seqlen`` calibration tokens."""
+    import torch
+
+    pruning = _pruning_estimate(layout, checkpoint, model_dir, recipe, nsamples, seqlen)
+    if recipe.distill is None:
+        return pruning
+    parameters = (pruning.model - pruning.small) // getattr(torch, layout.dtype).itemsize
+    return replace(pruning, distill=16 * parameters)
+
+
+def _pruning_estimate(
+    layout: ModelLayout, checkpoint: Checkpoint, model_dir: Path, recipe: Recipe, nsamples: int, seqlen: int
+) -> DiskEstimate:
+    """``estimate`` of the pruning alone."""
     import torch
 
     itemsize = getattr(torch, layout.dtype).itemsize

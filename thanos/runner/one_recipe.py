@@ -82,15 +82,27 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     evaluations = _evaluations(run_plan)
     progress = StepProgress(stream, started=started)
     with exclusive_workdir(run_plan.workdir), progress, full_log(run_plan.log_file), _threads(run_plan):
-        log.info("thanos prune-model: %s, recipe %s", run_plan.reference, run_plan.recipe.to_json())
-        model_dir = run_plan.files.model_dir
+        log.info(
+            "thanos prune-model: %s, recipe %s",
+            run_plan.reference,
+            (run_plan.distilled or run_plan.recipe).to_json(),
+        )
+        model_dir = run_plan.published_dir
         if released(model_dir) and not intact(model_dir, run_plan.out):  # the only copy is not there
             progress.note(f"{released_to(model_dir)} no longer holds the weights published there, or they "
                           f"go to another --out: assembling the model again")  # fmt: skip
             remove(model_dir)
+        if run_plan.distilled is not None and released(run_plan.files.model_dir):  # the student's weights
+            progress.note(
+                "the pruned model was published undistilled and its working copy deleted: assembling it "
+                "again to distil it (thanos distill --student OUT distils a published one)"
+            )
+            remove(run_plan.files.model_dir)
         calibration = dataclasses.asdict(run_plan.calibration)
-        record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.recipe.name)
+        record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
+        if run_plan.distilled is not None:
+            _guarded(run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_step))
         evaluation = evaluations.current()
         published = publish_result(run_plan, evaluation)
         if run_plan.evaluation.kinds and evaluation is None:
@@ -101,6 +113,8 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             published = update_card(run_plan, evaluation, published[3])
         if run_plan.resources.keep == "needed" and not released(model_dir):
             release(model_dir, run_plan.out)  # --out is now the only full copy of the weights
+            if run_plan.distilled is not None:
+                remove(run_plan.distill_work)  # the checkpoints: a rerun finds the distilled model in --out
     if not steps.computed:
         progress.note("nothing to do: every step finished in an earlier run")
     elif steps.reused or progress.resumed:
@@ -159,9 +173,34 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
 
 
+def _distill(run_plan: Plan, steps: Any, on_step: Any) -> None:
+    """The assembled model distilled toward the dense one (``thanos.stages.distill``) into
+    ``run_plan.published_dir``, from its last checkpoint when an earlier run stopped; nothing when an earlier
+    run distilled this assembled model (a model assembled again is distilled again)."""
+    from thanos.files import digests
+    from thanos.stages.distill import distill
+
+    out = run_plan.published_dir
+    if steps.computed and out.exists():
+        remove(out)  # distilled from an earlier assembly
+    if released(out) or ((out / digests.REPORT).is_file() and not digests.edited(str(out))):
+        return
+    remove(out)  # a copy cut short
+    options = run_plan.distilled.distill  # type: ignore[union-attr]
+    label = f"distill: {options.tokens:,} tokens of {options.source}"
+    on_step(label, None)
+    began = time.monotonic()
+    resources = run_plan.resources
+    distill(
+        str(run_plan.files.model_dir), str(run_plan.teacher), out, run_plan.distill_work, options,
+        device=resources.device, dtype=resources.compute_dtype, progress_bar=False,
+    )  # fmt: skip
+    on_step(label, time.monotonic() - began)
+
+
 def _card(run_plan: Plan, evaluation: dict[str, Any] | None) -> tuple[dict[str, Any], Any, str]:
-    """(report, sparsity summary, model card) of the assembled model."""
-    model_dir = run_plan.files.model_dir
+    """(report, sparsity summary, model card) of the published model."""
+    model_dir = run_plan.published_dir
     report = json.loads((model_dir / "pruning_report.json").read_text())
     summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
     return report, summary, model_card(report, summary, evaluation, run_plan.out)
@@ -173,14 +212,14 @@ def publish_result(
     """Publish the assembled model to ``out`` with its model card (``evaluation`` in it): (report,
     evaluation, sparsity summary, what ``publish`` found changed in ``out``)."""
     report, summary, card = _card(run_plan, evaluation)
-    return report, evaluation, summary, publish(run_plan.files.model_dir, run_plan.out, {CARD: card})
+    return report, evaluation, summary, publish(run_plan.published_dir, run_plan.out, {CARD: card})
 
 
 def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[str]) -> Published:
     """Rewrite the published model's card with ``evaluation`` (the weights are not copied again); ``before``:
     what the publish found changed in ``out``."""
     report, summary, card = _card(run_plan, evaluation)
-    update_texts(run_plan.files.model_dir, run_plan.out, {CARD: card})
+    update_texts(run_plan.published_dir, run_plan.out, {CARD: card})
     return report, evaluation, summary, before
 
 
@@ -188,8 +227,8 @@ def _evaluations(run_plan: Plan) -> Any:
     """The evaluations the plan asks for, of its pruned model and of the dense model beside it."""
     evaluation, root = run_plan.evaluation, run_plan.model_root
     return Evaluations(
-        run_plan.files.model_dir, run_plan.out, root / "eval", run_plan.reference,
+        run_plan.published_dir, run_plan.out, root / "eval", run_plan.reference,
         root.parent / DENSE / "eval", evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
-        run_plan.resources.device, run_plan.recipe.name, run_plan.resources.compute_dtype,
+        run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
         evaluation.include_path,
     )  # fmt: skip

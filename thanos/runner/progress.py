@@ -4,8 +4,9 @@
 the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``, with the recovery's
 validation loss before and after for a recipe with recovery, and from the second block on the time left at
 this run's rate), and the chain's ``resuming:`` record (which blocks an earlier run finished). On a terminal
-it also keeps a status line up to date: the step that runs and for how long, and the recovery's epoch and
-validation loss.
+it also keeps a status line up to date: the step that runs and for how long, the recovery's epoch and
+validation loss, the distillation's step, KL, tokens/s and time left (its checkpoints and held-out KL are
+lines of their own).
 
 ``full_log`` sends everything else to the run's log file for the duration: the package's log records,
 and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
@@ -28,6 +29,8 @@ from typing import TextIO
 BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done( \(recovery[^)]*\))?")
 RESUMING = re.compile(r"chain: resuming: (.*)")
 RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
+DISTILL_STEP = re.compile(r"distill: (step \d+/\d+: .*)")  # KL, lr, tokens/s, time left
+DISTILL_NOTE = re.compile(r"distill: ((checkpoint at|resumed from) .*)")
 
 
 class Console:
@@ -115,6 +118,15 @@ class StepProgress(logging.Handler):
                 block, done, epochs, loss = epoch.groups()
                 self.block = f"block {int(block) + 1}: recovery epoch {done}/{epochs}, validation loss {loss}"
                 self._refresh()
+            return
+        step = DISTILL_STEP.match(message)
+        if step is not None:  # the status line; a line now and then when it is not a terminal (checkpoints)
+            with self._mutex:
+                self.block = step.group(1)
+                self._refresh()
+            return
+        if (note := DISTILL_NOTE.match(message)) is not None:
+            self.note(f"distill: {note.group(1)}")
             return
         resuming = RESUMING.match(message)
         if resuming is not None:

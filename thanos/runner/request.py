@@ -23,7 +23,7 @@ from typing import Any
 from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
-from thanos.recipe import DEFAULT_DAMP, ConfigError, Recipe, Recovery
+from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
 
 EVALUATIONS = ("ppl", "zeroshot")
@@ -130,22 +130,31 @@ class RecipeOptions:
             action="store_true",
         ),
     )
+    # {tokens, source, lr, ...} (``thanos.recipe.Distillation``): the pruned model distilled toward the
+    # dense one (the --distill-* options; --distill-tokens turns it on)
+    distill: dict[str, Any] | Distillation | None = None
 
     def recipes(self) -> tuple[Recipe, ...]:
         """The recipe, or a combined pattern's parts (``depth:4+neurons:0.3``) in the order they run, each
-        checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned), and only a
-        depth part takes ``block_map``."""
+        checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned), only a depth
+        part takes ``block_map``, and the last part distils (toward the model the first part read)."""
         parts = combined_parts(self.sparsity)
         if parts is None:
-            return (self._recipe(self.sparsity, self.recover, self.block_map),)
+            return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill),)
+        last = len(parts) - 1
         return tuple(
-            self._recipe(part, None, self.block_map)
-            if part.startswith("depth")
-            else self._recipe(part, self.recover)
-            for part in parts
+            self._recipe(
+                part,
+                None if part.startswith("depth") else self.recover,
+                self.block_map if part.startswith("depth") else None,
+                self.distill if i == last else None,
+            )
+            for i, part in enumerate(parts)
         )
 
-    def _recipe(self, sparsity: str | float, recover: Any, block_map: bool | None = None) -> Recipe:
+    def _recipe(
+        self, sparsity: str | float, recover: Any, block_map: bool | None = None, distill: Any = None
+    ) -> Recipe:
         given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         options = {name: value for name, value in given.items() if value is not None}
         options |= {
@@ -153,6 +162,7 @@ class RecipeOptions:
             "exclude": list(self.exclude or ()),
             "recover": recover,
             "block_map": block_map,
+            "distill": distill,
         }
         try:
             recipe = Recipe(None, **options, key="prune-model")
@@ -386,6 +396,8 @@ GROUPS = {  # the request's groups as the command's --help shows them
     "recipe": RecipeOptions,
     "recovery (each pruned block's kept weights trained to match the dense block's outputs; zeros "
     "kept)": Recovery,
+    "distillation (the pruned model trained toward the dense model's next-token distributions on text; "
+    "zeros kept; --distill-tokens N turns it on; docs/distillation.md)": Distillation,
     "calibration": CalibrationOptions,
     "where and how it runs": Resources,
     "evaluation of the pruned model (and of the dense model beside it)": Evaluation,

@@ -1,8 +1,9 @@
 """A distillation's text: documents packed into windows of tokens, the first ones held out.
 
 The documents of the source (``thanos.data.calibration.load_source``: a local text/jsonl/parquet file or
-directory, or ``c4``) in their order, each tokenized alone and followed by the end-of-text token, concatenated
-and cut into windows; tokenizing stops once the windows a run needs are full.
+directory, or ``c4``; or ``hf:NAME[:CONFIG]``, a dataset of the hub streamed by ``datasets``, its ``train``
+split read only as far as the run needs) in their order, each tokenized alone and followed by the end-of-text
+token, concatenated and cut into windows; tokenizing stops once the windows a run needs are full.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,34 @@ class Text:
     sha256: str
 
 
-def pack_windows(documents: Sequence[str], tokenizer: Any, seqlen: int, needed: int) -> torch.Tensor:
+HUB = "hf:"  # a source streamed from the hub: hf:NAME or hf:NAME:CONFIG
+
+
+def stream_documents(source: str, text_field: str) -> Iterator[str]:
+    """The documents of ``hf:NAME[:CONFIG]``'s ``train`` split, streamed (``datasets``, nothing downloaded
+    beyond what is read); NAME may be a local dataset directory."""
+    from datasets import load_dataset
+
+    name, _, config = source.removeprefix(HUB).partition(":")
+    try:
+        records = load_dataset(name, config or None, split="train", streaming=True)
+        for record in records:
+            if text_field not in record:
+                raise PathError(
+                    f"the dataset's records have no field {text_field!r} (they have {', '.join(record)})",
+                    source,
+                    "give the field holding the text (--text-field)",
+                )
+            yield str(record[text_field])
+    except (OSError, ValueError) as err:
+        if isinstance(err, PathError):
+            raise
+        raise PathError(
+            f"the dataset cannot be streamed ({err})", source, "check the name and the network"
+        ) from err
+
+
+def pack_windows(documents: Iterable[str], tokenizer: Any, seqlen: int, needed: int) -> torch.Tensor:
     """The documents tokenized in order, each followed by the end-of-text token, packed and cut into windows
     of ``seqlen`` tokens; tokenizing stops once ``needed`` windows are full."""
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -51,14 +79,18 @@ def load_text(
 ) -> Text:
     """The first ``heldout`` windows of ``seqlen`` tokens of ``source``, and the training windows after them:
     as many as ``tokens`` needs, or as the text has."""
-    documents, provenance = load_source(source, text_field)
+    if source.startswith(HUB):  # what was read is the windows: their sha256 is the checksum
+        documents: Iterable[str] = stream_documents(source, text_field)
+        provenance: dict[str, Any] = {"source": source, "split": "train", "streamed": True}
+    else:
+        documents, provenance = load_source(source, text_field)
     budget = math.ceil(tokens / seqlen)
     windows = pack_windows(documents, tokenizer, seqlen, heldout + budget)
     if windows.shape[0] <= heldout:
         raise PathError(
             f"the text gives {windows.shape[0]} window(s) of {seqlen} tokens: not more than the "
             f"{heldout} held out",
-            source if str(source).lower() != "c4" else "c4",
+            source,
             "give a longer text, a smaller --seqlen or fewer --heldout windows",
         )
     train = windows[heldout:]

@@ -114,7 +114,8 @@ def distill_student(wildcards):
 
 
 def distill_source_input(wildcards):
-    return _local_source(RECIPES[wildcards.distilled].distill.source, ("c4",))
+    source = RECIPES[wildcards.distilled].distill.source
+    return [] if source.startswith("hf:") else _local_source(source, ("c4",))  # hf:NAME: streamed
 
 
 def distill_options(wildcards):
