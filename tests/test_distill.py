@@ -248,3 +248,22 @@ def test_a_hub_dataset_is_streamed_as_far_as_the_budget_needs(setup: dict[str, P
     assert streamed.train.shape == (20, 32)
     with pytest.raises(ValueError, match="no field 'body'"):
         next(stream_documents(f"hf:{dataset}", "body"))
+
+
+def test_hidden_states_are_matched_to_the_blocks_they_stand_for() -> None:
+    """The student's block outputs against the teacher blocks they replace (a kept block before a removed run
+    stands for the run's last block), and the loss as the mean relative squared error of those pairs."""
+    from thanos.pruning.distillation import hidden_loss, hidden_pairs
+
+    assert hidden_pairs(4, 4, []) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert hidden_pairs(4, 6, [2, 3]) == [(0, 0), (1, 3), (2, 4), (3, 5)]
+    assert hidden_pairs(3, 5, [3, 4]) == [(0, 0), (1, 1), (2, 4)]  # a run at the end: the last output
+    with pytest.raises(ValueError, match="the student has 5 blocks, the teacher 6 less 2 removed: 4"):
+        hidden_pairs(5, 6, [2, 3])
+    gen = torch.Generator().manual_seed(0)
+    student = [torch.randn(2, 3, 8, generator=gen) for _ in range(3)]
+    teacher = [torch.randn(2, 3, 8, generator=gen) for _ in range(4)]
+    pairs = [(0, 0), (1, 3), (2, 3)]
+    expected = sum(((student[i] - teacher[j]) ** 2).sum() / (teacher[j] ** 2).sum() for i, j in pairs) / 3
+    assert torch.allclose(hidden_loss(student, teacher, pairs), expected)
+    assert float(hidden_loss(teacher, teacher, [(0, 0), (3, 3)])) == 0.0

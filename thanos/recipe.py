@@ -149,6 +149,13 @@ class Distillation:
     heldout: int = field(default=8, metadata={"help": "windows of the text held out"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed of the windows' order"})
+    hidden_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of the hidden-state loss: each student block's output matched to the teacher "
+            "block's it stands for (relative squared error; for removed blocks); 0: logits only"
+        },
+    )
 
     def __post_init__(self) -> None:
         at_least = {"tokens": 1, "seqlen": 2, "batch_size": 1, "micro_batch": 1, "heldout": 1}
@@ -165,6 +172,12 @@ class Distillation:
         ):
             raise OptionError(Option("lr", repr(self.lr)), "give a positive learning rate (e.g. 1e-4)")
         object.__setattr__(self, "lr", float(self.lr))
+        weight = self.hidden_weight
+        if not (
+            isinstance(weight, int | float) and not isinstance(weight, bool) and math.isfinite(weight)
+        ) or (weight < 0):
+            raise OptionError(Option("hidden_weight", repr(weight)), "give a number >= 0 (0: logits only)")
+        object.__setattr__(self, "hidden_weight", float(weight))
         for name in ("source", "text_field"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise OptionError(Option(name, repr(getattr(self, name))), "give a non-empty text")
@@ -203,7 +216,13 @@ class Distillation:
         """``_kd{tokens}`` and each option that differs from its default (``_kd131072-lr0.0003-b4``), the
         source as a digest of its text (``-s1a2b3c4d``)."""
         short = {"seqlen": "L", "batch_size": "b", "micro_batch": "mb", "lr": "lr", "warmup": "w"}
-        short |= {"heldout": "h", "checkpoint_every": "c", "seed": "seed", "text_field": "f"}
+        short |= {
+            "heldout": "h",
+            "checkpoint_every": "c",
+            "seed": "seed",
+            "text_field": "f",
+            "hidden_weight": "hw",
+        }
         name = f"_kd{self.tokens}"
         if self.source != "c4":
             name += "-s" + hashlib.sha256(self.source.encode()).hexdigest()[:8]

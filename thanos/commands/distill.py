@@ -60,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the windows' order (default: 0)")
     parser.add_argument(
+        "--hidden-weight",
+        type=float,
+        default=0.0,
+        help="add the hidden-state loss with this weight: each student block's output matched to the output "
+        "of the teacher block it stands for (relative squared error; blocks removed by depth:k are read "
+        "from the student's pruning report); default 0: the logits' KL only",
+    )
+    parser.add_argument(
         "--work",
         default=None,
         help="the checkpoints' directory (default: $THANOS_WORKDIR/distill/<out>-<hash of the inputs>, "

@@ -5,7 +5,13 @@ forward KL divergence from the teacher's next-token distribution p_t to the stud
 
     L = (1 / T) sum_t sum_v p_t(v) (log p_t(v) - log q_t(v))
 
-over the T tokens of a global batch, in fp32 whatever the compute dtype. AdamW on fp32 master weights, the
+over the T tokens of a global batch, in fp32 whatever the compute dtype. With a hidden-state weight w
+(Minitron's intermediate-state loss, for students whose blocks were removed or narrowed), each student
+block's output h_i is also matched to the output g_j(i) of the teacher block it stands for (``hidden_pairs``):
+
+    L += w (1 / |pairs|) sum_(i, j) ||h_i - g_j||^2 / ||g_j||^2    (``hidden_loss``, per window batch)
+
+AdamW on fp32 master weights, the
 learning rate warmed up linearly and decayed on a cosine to a tenth (``lr_at``). The zeros pruning wrote stay
 zeros: a weight matrix that holds zeros gets a mask of its non-zeros (``zero_masks``), its gradient is masked
 before each step (its Adam moments and update stay 0) and its weights after (``apply_masks``).
@@ -20,7 +26,7 @@ checkpoints and writes the student).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +42,32 @@ def kl_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.
     log_q = F.log_softmax(student_logits[..., :vocab].float(), dim=-1)
     log_p = F.log_softmax(teacher_logits.float(), dim=-1)
     return F.kl_div(log_q.reshape(-1, vocab), log_p.reshape(-1, vocab), log_target=True, reduction="sum")
+
+
+def hidden_pairs(student_blocks: int, teacher_blocks: int, removed: Sequence[int]) -> list[tuple[int, int]]:
+    """(student block, teacher block) whose outputs are matched: the teacher's blocks less ``removed`` are
+    the student's, in order; a kept block followed by a removed run stands for the run's last block (its
+    output is what the next kept block read in the teacher; with a fitted map it is fitted to it)."""
+    kept = [block for block in range(teacher_blocks) if block not in set(removed)]
+    if len(kept) != student_blocks:
+        raise ValueError(
+            f"the student has {student_blocks} blocks, the teacher {teacher_blocks} less {len(removed)} "
+            f"removed: {len(kept)}"
+        )
+    return [(i, (kept[i + 1] - 1 if i + 1 < len(kept) else teacher_blocks - 1)) for i in range(len(kept))]
+
+
+def hidden_loss(
+    student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor], pairs: Sequence[tuple[int, int]]
+) -> torch.Tensor:
+    """The mean over ``pairs`` of the relative squared error ||h_i - g_j||^2 / ||g_j||^2 of the student's
+    block outputs ``student[i]`` to the teacher's ``teacher[j]`` (each (..., hidden)), in fp32."""
+    terms = [
+        (student[i].float() - teacher[j].float()).pow(2).sum()
+        / teacher[j].float().pow(2).sum().clamp_min(1e-12)
+        for i, j in pairs
+    ]
+    return torch.stack(terms).mean()
 
 
 def lr_at(step: int, steps: int, warmup: int, lr: float, floor: float = 0.1) -> float:

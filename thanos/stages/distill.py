@@ -32,6 +32,7 @@ first process measures the held-out KL and writes the checkpoints and the output
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,8 @@ from thanos.files.fingerprint import model_fingerprint
 from thanos.labels import public_name
 from thanos.pruning.distillation import (
     apply_masks,
+    hidden_loss,
+    hidden_pairs,
     kl_sum,
     lr_at,
     mask_gradients,
@@ -96,6 +99,7 @@ class Models:
     masks: dict[str, torch.Tensor]
     teacher: nn.Module
     dtype: torch.dtype  # the compute dtype
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # matched block outputs (hidden-state loss)
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         if self.dtype == torch.float32:
@@ -187,20 +191,49 @@ def train_step(
     returns (averaged over the processes by DistributedDataParallel). Returns this process's mean KL."""
     chunks = batch.split(options.micro_batch)
     tokens = batch.numel()
+    hidden = bool(models.pairs)
     total = 0.0
     for i, chunk in enumerate(chunks):
         ids = chunk.to(device)
         with torch.no_grad(), models.autocast(device):
-            teacher = models.teacher(input_ids=ids, use_cache=False).logits
+            teacher = models.teacher(input_ids=ids, use_cache=False, output_hidden_states=hidden)
         last = i == len(chunks) - 1
         sync = contextlib.nullcontext() if last or ranks.world == 1 else models.forward.no_sync()
         with sync:
             with models.autocast(device):
-                student = models.forward(input_ids=ids, use_cache=False).logits
-            loss = kl_sum(student, teacher) / tokens
+                student = models.forward(input_ids=ids, use_cache=False, output_hidden_states=hidden)
+            kl = kl_sum(student.logits, teacher.logits) / tokens
+            loss = kl
+            if hidden:  # block b's output is hidden_states[b + 1]
+                pairs = [(i + 1, j + 1) for i, j in models.pairs]
+                share = ids.numel() / tokens
+                matched = hidden_loss(student.hidden_states, teacher.hidden_states, pairs)
+                loss = kl + options.hidden_weight * share * matched
             loss.backward()
-        total += float(loss.detach())
+        total += float(kl.detach())
     return total
+
+
+def block_pairs(student: Path, models: Models) -> list[tuple[int, int]]:
+    """The student's blocks matched to the teacher's (``hidden_pairs``): the blocks removed as its pruning
+    report records them (a depth recipe's, or a combined recipe's depth part's), none for the rest."""
+    removed: list[int] = []
+    report_file = student / digests.REPORT
+    if report_file.is_file():
+        report = json.loads(report_file.read_text())
+        parts = ((report.get("workflow") or {}).get("combined") or {}).get("parts") or []
+        for compact in [report.get("compact"), *(part.get("compact") for part in parts)]:
+            if compact and compact.get("structure") == "depth":
+                removed = list(compact["removed_blocks"])
+    blocks = (models.student.config.num_hidden_layers, models.teacher.config.num_hidden_layers)
+    try:
+        return hidden_pairs(*blocks, removed)
+    except ValueError as err:
+        raise OptionError(
+            Option("hidden_weight"),
+            f" matches the student's blocks to the teacher's, but {err} (no pruning report says which "
+            "blocks went); leave it at 0",
+        ) from None
 
 
 def _weights(models: Models) -> dict[str, torch.Tensor]:
@@ -377,6 +410,8 @@ def distill(
             f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
         )
     models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen)
+    if options.hidden_weight:
+        models.pairs = block_pairs(Path(student), models)
     text = load_text(
         options.source, tokenizer, options.seqlen, options.heldout, options.tokens, options.text_field
     )
