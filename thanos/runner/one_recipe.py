@@ -101,8 +101,9 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
         calibration = dataclasses.asdict(run_plan.calibration)
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
-        if run_plan.distilled is not None:
-            _guarded(run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_step))
+        distilled = run_plan.distilled is not None and _guarded(
+            run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_step)
+        )
         evaluation = evaluations.current()
         published = publish_result(run_plan, evaluation)
         if run_plan.evaluation.kinds and evaluation is None:
@@ -115,7 +116,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             release(model_dir, run_plan.out)  # --out is now the only full copy of the weights
             if run_plan.distilled is not None:
                 remove(run_plan.distill_work)  # the checkpoints: a rerun finds the distilled model in --out
-    if not steps.computed:
+    if not steps.computed and not distilled:
         progress.note("nothing to do: every step finished in an earlier run")
     elif steps.reused or progress.resumed:
         blocks = f"; the chain's {progress.resumed.split(', starting')[0]}" if progress.resumed else ""
@@ -173,10 +174,10 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
     return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
 
 
-def _distill(run_plan: Plan, steps: Any, on_step: Any) -> None:
+def _distill(run_plan: Plan, steps: Any, on_step: Any) -> bool:
     """The assembled model distilled toward the dense one (``thanos.stages.distill``) into
     ``run_plan.published_dir``, from its last checkpoint when an earlier run stopped; nothing when an earlier
-    run distilled this assembled model (a model assembled again is distilled again)."""
+    run distilled this assembled model (a model assembled again is distilled again). Whether it trained."""
     from thanos.files import digests
     from thanos.stages.distill import distill
 
@@ -184,7 +185,7 @@ def _distill(run_plan: Plan, steps: Any, on_step: Any) -> None:
     if steps.computed and out.exists():
         remove(out)  # distilled from an earlier assembly
     if released(out) or ((out / digests.REPORT).is_file() and not digests.edited(str(out))):
-        return
+        return False
     remove(out)  # a copy cut short
     options = run_plan.distilled.distill  # type: ignore[union-attr]
     label = f"distill: {options.tokens:,} tokens of {options.source}"
@@ -196,6 +197,7 @@ def _distill(run_plan: Plan, steps: Any, on_step: Any) -> None:
         device=resources.device, dtype=resources.compute_dtype, progress_bar=False,
     )  # fmt: skip
     on_step(label, time.monotonic() - began)
+    return True
 
 
 def _card(run_plan: Plan, evaluation: dict[str, Any] | None) -> tuple[dict[str, Any], Any, str]:
