@@ -49,7 +49,9 @@ def test_inverse_factor_needs_one_hessian_sized_buffer() -> None:
     b = 4096  # H: 64 MiB
     H = hessian(b)
     size = H.numel() * 4
-    inverse_cholesky(hessian(512))  # LAPACK's one-time set-up is not part of the call
+    # LAPACK's set-up (its threads' buffers, sized by the matrix and by how many threads torch runs, which
+    # earlier tests in this process may have changed) is not part of the call: once on H itself first
+    inverse_cholesky(H)
     factor, extra = extra_peak_bytes(inverse_cholesky, H)
     # the factor and a few MiB of LAPACK workspace, tiles and chunks; the three out-of-place steps held
     # three b x b buffers besides H (the copy, L, H^-1, then U), plus LAPACK's column-major copies
