@@ -10,9 +10,9 @@ n:m, damping 0.01.
 
 One naming function, ``Recipe.default_name``: ``{method}_{pattern}`` and then only the options that differ
 from those defaults (``thanos_2-4``, ``thanos_2-4_a0.1``, ``sparsegpt_u50_B64``, ``wanda_u70_owl``,
-``thanos_n30_zeros``, ``thanos_u70_rec``); ``from_name`` reads method, sparsity and alpha back. A new
-recipe option is one field here (with its check and its name tag). Torch-free: the workflow imports this
-module while it parses.
+``thanos_n30_zeros``, ``thanos_u70_rec``, ``thanos_n30_kd131072``); ``from_name`` reads method, sparsity
+and alpha back. A new recipe option is one field here (with its check and its name tag). Torch-free: the
+workflow imports this module while it parses.
 """
 
 from __future__ import annotations
@@ -122,11 +122,13 @@ class Recovery:
 @dataclass(frozen=True)
 class Distillation:
     """Distillation of the pruned model toward the dense one (``thanos.stages.distill``): ``tokens`` (the
-    budget: windows trained on x seqlen) of ``source`` (``c4`` or a local text/jsonl/parquet file or
-    directory; ``text_field`` of its records), ``seqlen``, ``batch_size`` windows per optimizer step over
-    every process, ``micro_batch`` windows per forward, ``lr`` (AdamW's peak), ``warmup`` steps (None: a
-    tenth of the steps), ``heldout`` windows of the text, a checkpoint every ``checkpoint_every`` steps,
-    ``seed`` of the windows' order. Torch-free: the recipe's ``distill`` and ``thanos distill`` take it."""
+    budget: windows trained on x seqlen) of ``source`` (``c4``, ``hf:NAME[:CONFIG]`` streamed from the hub,
+    or a local text/jsonl/parquet file or directory; ``text_field`` of its records), ``seqlen``,
+    ``batch_size`` windows per optimizer step over every process, ``micro_batch`` windows per forward, ``lr``
+    (AdamW's peak), ``warmup`` steps (None: a tenth of the steps), ``heldout`` windows of the text, a
+    checkpoint every ``checkpoint_every`` steps, ``seed`` of the windows' order, ``hidden_weight`` (the
+    hidden-state loss's weight; 0: the logits' KL alone). Torch-free: the recipe's ``distill``, the workflow's
+    config, ``thanos distill`` and ``prune-model``'s ``--distill-*`` options all take it."""
 
     tokens: int = field(
         metadata={
@@ -135,7 +137,10 @@ class Distillation:
         }
     )
     source: str = field(
-        default="c4", metadata={"help": "c4, or a local text/jsonl/parquet file or directory"}
+        default="c4",
+        metadata={
+            "help": "c4, hf:NAME[:CONFIG] (a hub dataset, streamed) or a local text/jsonl/parquet path"
+        },
     )
     text_field: str = field(default="text", metadata={"help": "jsonl/parquet field holding the text"})
     seqlen: int = field(default=512, metadata={"help": "window length in tokens"})
@@ -164,20 +169,14 @@ class Distillation:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise OptionError(Option(name, repr(value)), f"give a whole number >= {low}")
-        if (
-            not (
-                isinstance(self.lr, int | float) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
-            )
-            or not self.lr > 0
-        ):
+        if not (_finite(self.lr) and self.lr > 0):
             raise OptionError(Option("lr", repr(self.lr)), "give a positive learning rate (e.g. 1e-4)")
+        if not (_finite(self.hidden_weight) and self.hidden_weight >= 0):
+            raise OptionError(
+                Option("hidden_weight", repr(self.hidden_weight)), "give a number >= 0 (0: logits only)"
+            )
         object.__setattr__(self, "lr", float(self.lr))
-        weight = self.hidden_weight
-        if not (
-            isinstance(weight, int | float) and not isinstance(weight, bool) and math.isfinite(weight)
-        ) or (weight < 0):
-            raise OptionError(Option("hidden_weight", repr(weight)), "give a number >= 0 (0: logits only)")
-        object.__setattr__(self, "hidden_weight", float(weight))
+        object.__setattr__(self, "hidden_weight", float(self.hidden_weight))
         for name in ("source", "text_field"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise OptionError(Option(name, repr(getattr(self, name))), "give a non-empty text")
@@ -440,6 +439,11 @@ def _check_fields(key: str, data: dict[str, Any], cls: type, what: str) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"{key}: unknown {what}(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+
+
+def _finite(value: Any) -> bool:
+    """A real number (not a bool), finite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_number(key: str, field: str, value: Any) -> None:

@@ -2,15 +2,17 @@
 
 ``distill(student, teacher, out, work, options)`` (``options``: a ``thanos.recipe.Distillation``):
 
-1. **Text**: the documents of ``options.source`` (a local text/jsonl/parquet file or directory, or ``c4``) in
-   their order, each tokenized with the student's tokenizer and followed by its end-of-text token, packed and
-   cut into windows of ``seqlen`` tokens. The first ``heldout`` windows are held out (never trained on); then
-   as many as the token budget needs (a text shorter than the budget is gone over again, in a new order).
+1. **Text**: the documents of ``options.source`` (a local text/jsonl/parquet file or directory, ``c4``, or
+   ``hf:NAME[:CONFIG]`` streamed) in their order, each tokenized with the student's tokenizer and followed by
+   its end-of-text token, packed and cut into windows of ``seqlen`` tokens. The first ``heldout`` windows are
+   held out (never trained on); then as many as the token budget needs (a text shorter than the budget is
+   gone over again, in a new order).
 2. **Training**: ``thanos.pruning.distillation``: the KL divergence of the student's next-token
    distributions from the teacher's, AdamW on fp32 master weights, warm-up then cosine decay, ``batch_size``
-   windows per step in micro-batches of ``micro_batch``; every zero pruning wrote stays zero. The teacher
-   runs without gradients in the compute dtype (``auto``: bf16 on a GPU, float32 on a CPU without bf16
-   instructions); the student's forward is autocast to that dtype.
+   windows per step in micro-batches of ``micro_batch`` (with ``hidden_weight``, the block outputs' loss
+   added); every zero pruning wrote stays zero. The teacher runs without gradients in the compute dtype
+   (``auto``: bf16 on a GPU, float32 on a CPU without bf16 instructions); the student's forward is autocast
+   to that dtype.
 3. **Checkpoints** every ``checkpoint_every`` steps and at the last: ``WORK/checkpoint/`` (written whole, then
    renamed into place) holds ``state.pt`` (the weights, AdamW's moments, the step, the random state, the
    history) and ``best.pt`` (the weights with the lowest held-out KL so far). The held-out KL is measured at
@@ -188,7 +190,8 @@ def train_step(
 ) -> float:
     """One optimizer step's forward and backward passes over this process's share of the windows
     ``batch``, in micro-batches; the gradients hold d(mean KL per token of the whole batch)/dW when it
-    returns (averaged over the processes by DistributedDataParallel). Returns this process's mean KL."""
+    returns (averaged over the processes by DistributedDataParallel), plus the hidden-state loss's times
+    ``hidden_weight`` when blocks are matched (``models.pairs``). Returns this process's mean KL."""
     chunks = batch.split(options.micro_batch)
     tokens = batch.numel()
     hidden = bool(models.pairs)
@@ -205,7 +208,7 @@ def train_step(
             kl = kl_sum(student.logits, teacher.logits) / tokens
             loss = kl
             if hidden:  # block b's output is hidden_states[b + 1]
-                pairs = [(i + 1, j + 1) for i, j in models.pairs]
+                pairs = [(s + 1, t + 1) for s, t in models.pairs]
                 share = ids.numel() / tokens
                 matched = hidden_loss(student.hidden_states, teacher.hidden_states, pairs)
                 loss = kl + options.hidden_weight * share * matched
