@@ -77,16 +77,22 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(130 if err.interrupted else 1) from None
 
 
+def _given(args: argparse.Namespace, group: str) -> tuple[dict[str, Any], str]:
+    """The options of ``group`` given (``--recover-epochs 4`` -> ``{"epochs": 4}``) and their flags, named."""
+    prefix = group + "_"
+    options = {
+        name.removeprefix(prefix): value
+        for name, value in vars(args).items()
+        if name.startswith(prefix) and value is not None
+    }
+    return options, ", ".join(f"--{group}-{name.replace('_', '-')}" for name in options)
+
+
 def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--recover`` and its options as the request's ``recover``; an option without ``--recover`` is
     refused."""
-    options = {
-        name.removeprefix("recover_"): value
-        for name, value in vars(args).items()
-        if name.startswith("recover_") and value is not None
-    }
+    options, flags = _given(args, "recover")
     if options and not args.recover:
-        flags = ", ".join(f"--recover-{name.replace('_', '-')}" for name in options)
         raise ValueError(f"{flags}: recovery options without --recover; add --recover or leave them out")
     return options if args.recover else None
 
@@ -94,12 +100,7 @@ def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
 def _distill(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``--distill-*`` options as the request's ``distill``; any of them without ``--distill-tokens`` is
     refused."""
-    options = {
-        name.removeprefix("distill_"): value
-        for name, value in vars(args).items()
-        if name.startswith("distill_") and value is not None
-    }
+    options, flags = _given(args, "distill")
     if options and "tokens" not in options:
-        flags = ", ".join(f"--distill-{name.replace('_', '-')}" for name in options)
         raise ValueError(f"{flags}: distillation options without --distill-tokens; add it or leave them out")
     return options or None
