@@ -21,6 +21,8 @@ examples:
       --out tinyllama-2of4 --evaluate ppl
   thanos prune-model --model ./my-llama --method sparsegpt --sparsity 0.5 \\
       --calibration corpus.jsonl --nsamples 64 --seqlen 1024 --out ./my-llama-50 --device cpu
+  thanos prune-model --model ./my-llama --method thanos --sparsity depth:4+neurons:0.3 \\
+      --calibration corpus.jsonl --distill-tokens 1000000 --distill-source corpus.jsonl --out ./my-llama-small
 
 Interrupted (Ctrl-C, crash, lost session)? Run the same command again: it resumes where it stopped.
 Intermediates live in --workdir (default $THANOS_WORKDIR/<model>-<hash>, THANOS_WORKDIR defaulting to
