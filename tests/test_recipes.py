@@ -142,6 +142,10 @@ def test_a_distilled_recipe_distils_the_recipe_that_prunes_the_same_way():
     assert Recipe.from_json(recipes["t_kd"].to_json()).distill == recipes["t_kd"].distill
     taken = {"thanos_n30": {"method": "thanos", "sparsity": "neurons:0.3", "damp": 0.02}} | named
     assert "n_kd_pruned" in expand(config(recipes=taken))
+    twice = named | {"n_kd2": {"method": "thanos", "sparsity": "neurons:0.3", "distill": {"tokens": 200}}}
+    both = expand(config(recipes=twice))  # two distillations of one pruning: it is pruned once
+    assert [n for n in both if not both[n].distill] == ["t", "thanos_n30"]
+    assert distilled_from(both["n_kd2"], both) == "thanos_n30"
     for value, message in (
         ({"lr": 1e-4}, "recipes.x.distill: expected {tokens, source, lr, ...} (tokens needed)"),
         ({"tokens": 0}, "recipes.x.distill.tokens: got 0; give a whole number >= 1"),

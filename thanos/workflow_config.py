@@ -67,8 +67,8 @@ def _with_pruned(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
     the config that prunes the same way, else added under its default name (evaluated and tabled beside
     the distilled one)."""
     found: dict[str, Recipe] = {}
-    for name, recipe in recipes.items():
-        if recipe.distill is not None and distilled_from(recipe, recipes) is None:
+    for name, recipe in recipes.items():  # one added recipe serves every distilled one that prunes its way
+        if recipe.distill is not None and distilled_from(recipe, recipes | found) is None:
             pruned = recipe.pruned
             if pruned.name in recipes or pruned.name in found:
                 pruned = replace(pruned, name=f"{name}_pruned")
