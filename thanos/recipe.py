@@ -119,6 +119,18 @@ class Recovery:
         )
 
 
+STREAMED = "hf:"  # a distillation source streamed with ``datasets``: hf:NAME or hf:NAME:CONFIG
+
+
+def streamed_dataset(source: str) -> tuple[str, str | None] | None:
+    """(NAME, CONFIG or None) of an ``hf:NAME[:CONFIG]`` source (a hub dataset, or a local dataset
+    directory, read by ``datasets`` in streaming mode); None for any other source."""
+    if not source.startswith(STREAMED):
+        return None
+    name, _, config = source.removeprefix(STREAMED).partition(":")
+    return name, config or None
+
+
 @dataclass(frozen=True)
 class Distillation:
     """Distillation of the pruned model toward the dense one (``thanos.stages.distill``): ``tokens`` (the

@@ -26,7 +26,7 @@ from thanos.models.layout import ModelLayout
 from thanos.models.neurons import mlp_layout
 from thanos.pruning.sparsity import COMPACT_KINDS, depth_count
 from thanos.reads import recipe_reads
-from thanos.recipe import ConfigError, Distillation, Recipe, select_layers
+from thanos.recipe import ConfigError, Distillation, Recipe, select_layers, streamed_dataset
 from thanos.runner.disk import DiskEstimate, check_free, estimate
 from thanos.runner.request import Evaluation, PruneRequest, Resources
 from thanos.runner.workdirs import default_workdir, model_slug
@@ -268,9 +268,10 @@ def source_reference(source: str | Path, option: str, text_field: str = "text", 
     return str(path)
 
 
-def check_hub(option: str) -> None:
-    """Refuse a hub source (``c4``, ``wikitext2``) when the hub cannot be reached from here (offline mode,
-    no network), naming the option that takes a local file instead, before anything runs."""
+def check_hub(option: str, given: str | None = None) -> None:
+    """Refuse a hub source (``c4``, ``wikitext2``, ``hf:NAME``: ``given``) when the hub cannot be reached from
+    here (offline mode, no network), naming the option that takes a local file instead, before anything
+    runs."""
     offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
     why = f"{offline[0]}=1" if offline else None
     if why is None:  # one HEAD request the way the download goes (HF_ENDPOINT, proxies)
@@ -283,7 +284,7 @@ def check_hub(option: str) -> None:
             why = f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
     if why is not None:
         raise OptionError(
-            Option(option, HUB_SOURCES[option]),
+            Option(option, given or HUB_SOURCES[option]),
             f"the hub is not available ({why}); give a local text, jsonl or parquet file or directory: ",
             Option(option, "FILE"),
         )
@@ -351,9 +352,9 @@ def checked_distillation(distill: Distillation, max_positions: int) -> Distillat
             Option("distill.seqlen", str(max_positions)),
             " or less",
         )
-    if distill.source.startswith("hf:"):  # streamed: the hub reachable now, the dataset when it is read
-        if not Path(distill.source[3:].partition(":")[0]).expanduser().exists():  # not a local dataset
-            check_hub("distill.source")
+    if dataset := streamed_dataset(distill.source):  # the hub reachable now, the dataset when it is read
+        if not Path(dataset[0]).expanduser().exists():  # not a local dataset directory
+            check_hub("distill.source", distill.source)
         return distill
     source = source_reference(distill.source, "distill.source", distill.text_field)
     return dataclasses.replace(distill, source=source)

@@ -59,6 +59,7 @@ from thanos.pruning.distillation import (
     zero_masks,
 )
 from thanos.recipe import Distillation
+from thanos.stages.achieved_sparsity import combined_record
 from thanos.stages.common import compute_dtype
 from thanos.stages.distill_files import (
     Checkpoints,
@@ -224,7 +225,7 @@ def block_pairs(student: Path, models: Models) -> list[tuple[int, int]]:
     report_file = student / digests.REPORT
     if report_file.is_file():
         report = json.loads(report_file.read_text())
-        parts = ((report.get("workflow") or {}).get("combined") or {}).get("parts") or []
+        parts = combined_record(report).get("parts") or []
         for compact in [report.get("compact"), *(part.get("compact") for part in parts)]:
             if compact and compact.get("structure") == "depth":
                 removed = list(compact["removed_blocks"])

@@ -19,6 +19,7 @@ import torch
 
 from thanos.data.calibration import load_source
 from thanos.errors import PathError
+from thanos.recipe import streamed_dataset
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +35,14 @@ class Text:
     sha256: str
 
 
-HUB = "hf:"  # a source streamed from the hub: hf:NAME or hf:NAME:CONFIG
-
-
 def stream_documents(source: str, text_field: str) -> Iterator[str]:
     """The documents of ``hf:NAME[:CONFIG]``'s ``train`` split, streamed (``datasets``, nothing downloaded
     beyond what is read); NAME may be a local dataset directory."""
     from datasets import load_dataset
 
-    name, _, config = source.removeprefix(HUB).partition(":")
+    name, config = streamed_dataset(source) or (source, None)
     try:
-        records = load_dataset(name, config or None, split="train", streaming=True)
-        for record in records:
+        for record in load_dataset(name, config, split="train", streaming=True):
             if text_field not in record:
                 raise PathError(
                     f"the dataset's records have no field {text_field!r} (they have {', '.join(record)})",
@@ -53,9 +50,9 @@ def stream_documents(source: str, text_field: str) -> Iterator[str]:
                     "give the field holding the text (--text-field)",
                 )
             yield str(record[text_field])
+    except PathError:
+        raise
     except (OSError, ValueError) as err:
-        if isinstance(err, PathError):
-            raise
         raise PathError(
             f"the dataset cannot be streamed ({err})", source, "check the name and the network"
         ) from err
@@ -79,7 +76,7 @@ def load_text(
 ) -> Text:
     """The first ``heldout`` windows of ``seqlen`` tokens of ``source``, and the training windows after them:
     as many as ``tokens`` needs, or as the text has."""
-    if source.startswith(HUB):  # what was read is the windows: their sha256 is the checksum
+    if streamed_dataset(source):  # what was read is the windows: their sha256 is the checksum
         documents: Iterable[str] = stream_documents(source, text_field)
         provenance: dict[str, Any] = {"source": source, "split": "train", "streamed": True}
     else:

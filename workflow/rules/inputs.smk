@@ -4,6 +4,7 @@
 import json
 
 from thanos.files.fingerprint import model_fingerprint, record
+from thanos.recipe import streamed_dataset
 
 # --- models ---------------------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ def distill_student(wildcards):
 
 def distill_source_input(wildcards):
     source = RECIPES[wildcards.distilled].distill.source
-    return [] if source.startswith("hf:") else _local_source(source, ("c4",))  # hf:NAME: streamed
+    return [] if streamed_dataset(source) else _local_source(source, ("c4",))  # hf:NAME: streamed
 
 
 def distill_options(wildcards):
