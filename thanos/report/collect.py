@@ -255,14 +255,10 @@ def is_owl(profile: Any) -> bool:
     return profile == "owl"
 
 
-def is_recovered(recovered: Any) -> bool:
-    """Whether a recipe's blocks were recovered (``recover``); older results have no such column."""
-    return recovered is True or recovered == 1.0
-
-
-def is_distilled(distilled: Any) -> bool:
-    """Whether a recipe's model was distilled (``distill``); older results have no such column."""
-    return distilled is True or distilled == 1.0
+def is_set(flag: Any) -> bool:
+    """A cell of a yes/no column of ``collect``'s frame (``recovered``, ``distilled``): True, or 1.0 where
+    pandas made the column float; a missing cell (older results have no such column) is no."""
+    return flag is True or flag == 1.0
 
 
 def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -290,8 +286,8 @@ def labelled_recipes(frame: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     owl = [is_owl(p) for p in pruned["profile"]]
-    recovered = [is_recovered(r) for r in pruned["recovered"]]
-    distilled = [is_distilled(d) for d in pruned["distilled"]]
+    recovered = [is_set(r) for r in pruned["recovered"]]
+    distilled = [is_set(d) for d in pruned["distilled"]]
     pruned["label"] = [
         variant_label(lab, o, r, d)
         for lab, o, r, d in zip(pruned["label"], owl, recovered, distilled, strict=True)

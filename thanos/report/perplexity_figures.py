@@ -38,9 +38,8 @@ from thanos.labels import (
 from thanos.report.collect import (
     METHOD_ORDER,
     as_float,
-    is_distilled,
     is_owl,
-    is_recovered,
+    is_set,
     pattern_sort_key,
     sortable,
 )
@@ -80,8 +79,8 @@ def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
         shown_alpha(m, as_float(a)) for m, a in zip(pruned["method"], pruned["alpha"], strict=True)
     ]
     pruned["blocksize"] = pruned["blocksize"].astype(float)
-    pruned["recovered"] = [is_recovered(r) for r in pruned["recovered"]]
-    pruned["distilled"] = [is_distilled(d) for d in pruned["distilled"]]
+    pruned["recovered"] = [is_set(r) for r in pruned["recovered"]]
+    pruned["distilled"] = [is_set(d) for d in pruned["distilled"]]
     return pruned
 
 
