@@ -3,7 +3,7 @@
 One uninterrupted run (in this process, one thread) is the reference: it lowers the held-out KL, keeps every
 zero, writes a model that loads and describes itself. A run killed at a random step and started again with
 the same command ends with the reference's bytes; two processes through torchrun (gloo) end with its weights
-to 1e-5.
+to 1e-5, whole in each (DistributedDataParallel) or sharded (FSDP, stopped and resumed on the way).
 """
 
 from __future__ import annotations
@@ -124,13 +124,15 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_bytes(setup: dict[str, P
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rerun = thanos_here(*command(setup, "killed"), cwd=root, env={"THANOS_WORKDIR": str(root / "cache")})
+        cache = {"THANOS_WORKDIR": str(root / "cache")}
+        rerun = thanos_here(*command(setup, "killed", "--delete-checkpoints"), cwd=root, env=cache)
     finally:
         torch.set_num_threads(torch_threads)
     assert rerun.returncode == 0, rerun.stderr
     # the checkpoint of step `at` (a multiple of 4) may or may not be written when the signal lands
     resumed = int(re.search(r"resumed from the checkpoint of step (\d+)", rerun.stderr).group(1))
     assert resumed % 4 == 0 and 4 <= resumed <= at < resumed + 8, (at, resumed)
+    assert not (root / "work-killed").exists()  # --delete-checkpoints: gone once the model is written
     for shard in sorted(setup["reference"].glob("*.safetensors")):
         assert shard.read_bytes() == (root / "killed" / shard.name).read_bytes(), f"killed at step {at}"
     ref = json.loads((setup["reference"] / "distillation.json").read_text())
@@ -156,6 +158,41 @@ def test_two_processes_give_the_one_process_weights(setup: dict[str, Path]) -> N
     for name, W in one.items():
         assert torch.allclose(two[name], W, rtol=0, atol=1e-5), (name, float((two[name] - W).abs().max()))
     assert run.stdout.count("distilled 3,072 tokens") == 1  # one process reports and writes
+
+
+@pytest.mark.slow
+def test_sharded_processes_stopped_and_resumed_give_the_one_process_weights(setup: dict[str, Path]) -> None:
+    """torchrun, 2 processes, --shard (FSDP: each holds half of every weight, gradient and moment, gloo),
+    stopped at a random step after the first checkpoint and started again: the whole weights gathered into
+    the checkpoints and scattered back on resume; the reference's weights to rounding (1e-5)."""
+    root = setup["root"]
+    at = random.Random(time.time_ns()).randint(5, STEPS - 1)
+    env = os.environ | ONE_THREAD | {"THANOS_WORKDIR": str(root / "cache"), "PYTHONPATH": str(REPO)}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    args = [*launch, "-m", "thanos", "-v", *map(str, command(setup, "sharded", "--shard"))]
+    proc = subprocess.Popen(args, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if f"distill: step {at}/{STEPS}:" in line:
+            proc.send_signal(signal.SIGTERM)  # torchrun stops its processes
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode != 0, f"not stopped at step {at}:\n{''.join(seen[-20:])}"
+    assert not (root / "sharded").exists()
+    rerun = subprocess.run(
+        [*launch, "-m", "thanos", *map(str, command(setup, "sharded", "--shard"))],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resumed from the checkpoint of step" in rerun.stderr, rerun.stderr[-3000:]
+    record = json.loads((root / "sharded" / "distillation.json").read_text())
+    assert record["processes"] == 2 and record["sharded"] is True and record["steps"] == STEPS
+    reference = json.loads((setup["reference"] / "distillation.json").read_text())
+    assert record["zeros_kept"] == reference["zeros_kept"]
+    one, two = weights(setup["reference"]), weights(root / "sharded")
+    for name, W in one.items():
+        assert torch.allclose(two[name], W, rtol=0, atol=1e-5), (name, float((two[name] - W).abs().max()))
 
 
 def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:

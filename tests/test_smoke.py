@@ -83,7 +83,7 @@ def test_smoke_distilled_recipe(smoke):
     assert record["best"]["kl"] < record["heldout"][0]["kl"]
     assert record["source"]["source"].endswith("train.jsonl") and len(record["source"]["checksum"]) == 64
     assert digests.edited(str(distilled / "model")) == []
-    assert (distilled / "distill" / "checkpoint" / "state.pt").is_file()  # kept for a rerun to resume
+    assert not (distilled / "distill").exists()  # retention.distill_checkpoints: false, deleted once written
     before = json.loads((pruned / "model" / "sparsity.json").read_text())
     after = json.loads((distilled / "model" / "sparsity.json").read_text())
     assert after["all_parameters"] == before["all_parameters"]  # the same zeros, counted again

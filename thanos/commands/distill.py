@@ -73,6 +73,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the checkpoints' directory (default: $THANOS_WORKDIR/distill/<out>-<hash of the inputs>, "
         "~/.cache/thanos by default)",
     )
+    parser.add_argument(
+        "--shard",
+        action="store_true",
+        help="under torchrun: shard the student, its gradients and AdamW's moments and the teacher over the "
+        "processes (FSDP) instead of a whole copy in each, for models that do not fit one device",
+    )
+    parser.add_argument(
+        "--delete-checkpoints",
+        action="store_true",
+        help="delete the checkpoints' directory once --out is written (16 bytes a parameter that serve only "
+        "to resume a killed run); default: kept",
+    )
     _args.add_device(parser)
     parser.add_argument(
         "--dtype",
@@ -110,6 +122,8 @@ def run(args: argparse.Namespace) -> None:
         device=args.device,
         dtype=args.dtype,
         progress_bar=not args.no_progress,
+        delete_checkpoints=args.delete_checkpoints,
+        shard_models=args.shard,
     )
     if int(os.environ.get("RANK", "0")):
         return  # not the first process of a torchrun: the first one says what was written

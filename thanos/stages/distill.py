@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,7 +69,7 @@ from thanos.stages.distill_files import (
     set_random_state,
     write_student,
 )
-from thanos.stages.distill_ranks import Ranks, start_ranks
+from thanos.stages.distill_ranks import Ranks, device_mesh, local, shard, start_ranks
 from thanos.stages.distill_text import Text, load_text
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def run_record(student: str, teacher: str, text: Text, options: Distillation) ->
 @dataclass
 class Models:
     """The student (fp32 master weights, training), what its steps run (``DistributedDataParallel`` around
-    it under torchrun), its parameters by name, the masks of its zeros, the teacher (no gradients)."""
+    it under torchrun; itself when sharded), its parameters by name, the masks of its zeros, the teacher (no
+    gradients). ``sharded``: both models sharded over the processes by FSDP (their parameters DTensors)."""
 
     student: nn.Module
     forward: nn.Module
@@ -103,6 +105,7 @@ class Models:
     teacher: nn.Module
     dtype: torch.dtype  # the compute dtype
     pairs: list[tuple[int, int]] = field(default_factory=list)  # matched block outputs (hidden-state loss)
+    sharded: bool = False
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         if self.dtype == torch.float32:
@@ -111,11 +114,18 @@ class Models:
 
 
 def load_models(
-    student: str, teacher: str, device: torch.device, dtype: str, seqlen: int
+    student: str,
+    teacher: str,
+    device: torch.device,
+    dtype: str,
+    seqlen: int,
+    ranks: Ranks | None = None,
+    sharded: bool = False,
 ) -> tuple[Models, Any]:
     """The student in fp32 and the teacher in the compute dtype, on ``device``; the student's tokenizer
-    (``seqlen``: checked against the student's positions)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    (``seqlen``: checked against the student's positions). ``sharded``: both are read by one process after
+    the other (the host holds one whole pair at a time) and sharded over ``ranks`` by FSDP."""
+    from transformers import AutoConfig
 
     from thanos.models import load_tokenizer
     from thanos.models.base import config_dtype, max_positions
@@ -133,17 +143,19 @@ def load_models(
             Option("seqlen", str(seqlen)),
             f" is longer than the model's {limit} positions; give at most {limit}",
         )
-    saved = config_dtype(config)
-    model = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
     tokenizer = load_tokenizer(student)
-    chosen = compute_dtype(dtype, device, saved)
-    try:
-        dense = AutoModelForCausalLM.from_pretrained(teacher, dtype=chosen).to(device).eval()
-    except OSError as err:
-        raise OptionError(
-            Option("teacher", teacher), f" cannot be loaded ({err}); give the dense model"
-        ) from err
-    dense.requires_grad_(False)
+    chosen = compute_dtype(dtype, device, config_dtype(config))
+    if not sharded:
+        model, dense = _read_pair(student, teacher, chosen, device)
+    else:
+        mesh = device_mesh(device)
+        for turn in range(ranks.world):
+            if turn == ranks.rank:
+                model, dense = _read_pair(student, teacher, chosen, torch.device("cpu"))
+                masked = zero_masks(model.named_parameters())
+                shard(model, mesh)
+                shard(dense, mesh)
+            ranks.barrier()
     student_vocab = model.get_output_embeddings().weight.shape[0]
     teacher_vocab = dense.get_output_embeddings().weight.shape[0]
     if teacher_vocab > student_vocab:
@@ -154,8 +166,28 @@ def load_models(
         )
     model.train()
     params = dict(model.named_parameters())
-    masks = zero_masks(params.items())
-    return Models(model, model, params, masks, dense, chosen), tokenizer
+    if sharded:  # the masks sliced as the weights are: DTensors of the same placement
+        masks = {name: params[name].detach() != 0 for name in masked}
+    else:
+        masks = zero_masks(params.items())
+    return Models(model, model, params, masks, dense, chosen, sharded=sharded), tokenizer
+
+
+def _read_pair(
+    student: str, teacher: str, dtype: torch.dtype, device: torch.device
+) -> tuple[nn.Module, nn.Module]:
+    """The student in fp32 and the teacher in ``dtype`` (no gradients), on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
+    try:
+        dense = AutoModelForCausalLM.from_pretrained(teacher, dtype=dtype).to(device).eval()
+    except OSError as err:
+        raise OptionError(
+            Option("teacher", teacher), f" cannot be loaded ({err}); give the dense model"
+        ) from err
+    dense.requires_grad_(False)
+    return model, dense
 
 
 def _nll(logits: torch.Tensor, ids: torch.Tensor, vocab: int) -> float:
@@ -202,7 +234,10 @@ def train_step(
         with torch.no_grad(), models.autocast(device):
             teacher = models.teacher(input_ids=ids, use_cache=False, output_hidden_states=hidden)
         last = i == len(chunks) - 1
-        sync = contextlib.nullcontext() if last or ranks.world == 1 else models.forward.no_sync()
+        if models.sharded:  # FSDP: gradients reduce-scattered at the last micro-batch's backward only
+            models.student.set_requires_gradient_sync(last)
+        quiet = not last and ranks.world > 1 and not models.sharded
+        sync = models.forward.no_sync() if quiet else contextlib.nullcontext()
         with sync:
             with models.autocast(device):
                 student = models.forward(input_ids=ids, use_cache=False, output_hidden_states=hidden)
@@ -262,11 +297,18 @@ def _resume(
     models: Models, optimizer: torch.optim.Optimizer, checkpoints: Checkpoints, device: torch.device
 ) -> Progress | None:
     """The last checkpoint's weights, AdamW state and random state restored; its progress (None: none)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
     state = checkpoints.load()
     if state is None:
         return None
-    models.student.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    whole = StateDictOptions(full_state_dict=True)  # each process takes its slice when sharded
+    set_model_state_dict(models.student, state["model"], options=whole)
+    set_optimizer_state_dict(models.student, optimizer, state["optimizer"], options=whole)
     set_random_state(state["random"], device)
     log.info(
         "distill: resumed from the checkpoint of step %d (%s)", state["progress"]["step"], checkpoints.dir
@@ -282,20 +324,34 @@ def _checkpoint(
     options: Distillation,
     checkpoints: Checkpoints,
     device: torch.device,
+    ranks: Ranks,
 ) -> None:
-    """The held-out scores at this step; the checkpoint, with the best weights if they are the best."""
+    """The held-out scores at this step; the checkpoint, with the best weights if they are the best (every
+    process when sharded: the forward passes and the gathering of the whole weights are collective; the
+    first one writes)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
     scores = heldout_scores(models, text.heldout, options.micro_batch, device)
     scores["step"] = progress.step
     progress.heldout.append(scores)
     improved = scores["kl"] < progress.best["kl"]
     if improved:
         progress.best = scores
+    # whole tensors on the CPU, on the first process only when sharded
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True) if models.sharded else None
+    weights = get_model_state_dict(models.student, options=whole) if models.sharded else _weights(models)
     state = {
-        "model": _weights(models),
-        "optimizer": optimizer.state_dict(),
+        "model": weights,
+        "optimizer": get_optimizer_state_dict(models.student, optimizer, options=whole),
         "random": random_state(device),
         "progress": progress.to_dict(),
     }
+    if not ranks.main:
+        return
     checkpoints.save(state, state["model"] if improved else None)
     log.info(
         "distill: checkpoint at step %d/%d: held-out KL %.4g (best %.4g at step %d)",
@@ -352,12 +408,13 @@ def train(
     progress = _resume(models, optimizer, checkpoints, device)
     if progress is None:
         progress = Progress()
-        if ranks.main:
+        if ranks.main or models.sharded:
             before = heldout_scores(models, text.heldout, options.micro_batch, device) | {"step": 0}
             progress.heldout.append(before)
             progress.best = before
-            log.info("distill: before training: held-out KL %.4g", before["kl"])
-    if ranks.world > 1:
+            if ranks.main:
+                log.info("distill: before training: held-out KL %.4g", before["kl"])
+    if ranks.world > 1 and not models.sharded:
         models.forward = nn.parallel.DistributedDataParallel(models.student)
     share = options.batch_size // ranks.world
     bar = _bar(options, progress.step, ranks, progress_bar)
@@ -381,8 +438,8 @@ def train(
         progress.history.append({"step": progress.step, "kl": kl, "lr": lr, "seconds": round(seconds, 4)})
         _report(progress, options, ranks, bar)
         if progress.step % options.checkpoint_every == 0 or progress.step == options.steps:
-            if ranks.main:
-                _checkpoint(models, optimizer, progress, text, options, checkpoints, device)
+            if ranks.main or models.sharded:
+                _checkpoint(models, optimizer, progress, text, options, checkpoints, device, ranks)
             ranks.barrier()
     bar.close()
     return progress
@@ -397,9 +454,15 @@ def distill(
     device: str = "auto",
     dtype: str = "auto",
     progress_bar: bool = True,
+    delete_checkpoints: bool = False,
+    shard_models: bool = False,
 ) -> dict[str, Any]:
     """Train ``student`` toward ``teacher`` on ``options.source`` and write it to ``out`` (the module's
-    steps); returns what ``distillation.json`` records (on every process; only the first writes)."""
+    steps); returns what ``distillation.json`` records (on every process; only the first writes).
+    ``delete_checkpoints``: ``work`` is deleted once ``out`` is written (the checkpoints serve only to resume
+    this run; ``distillation.json`` keeps their held-out history). ``shard_models``: under torchrun, the
+    student, its gradients and AdamW's moments and the teacher sharded over the processes by FSDP instead of
+    whole in each (for models that do not fit one device; the same steps, equal to rounding)."""
     from thanos.stages.publish import check_out
 
     out, work = Path(out), Path(work)
@@ -413,7 +476,13 @@ def distill(
             Option("batch_size", str(options.batch_size)),
             f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
         )
-    models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen)
+    sharded = shard_models and ranks.world > 1
+    models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen, ranks, sharded)
+    if sharded and ranks.main:
+        log.info(
+            "distill: sharded (FSDP) over %d processes: each holds 1/%d of the student, its gradients, "
+            "AdamW's moments and the teacher", ranks.world, ranks.world,
+        )  # fmt: skip
     if options.hidden_weight:
         models.pairs = block_pairs(Path(student), models)
     text = load_text(
@@ -424,23 +493,29 @@ def distill(
         prepare_work(work, record)
     ranks.barrier()
     progress = train(models, text, options, work, dev, ranks, progress_bar)
-    zeros = zeros_held(models)
-    result = summary(record, teacher, progress, options, text, zeros, ranks)
+    zeros = zeros_held(models, ranks, dev)
+    result = summary(record, teacher, progress, options, text, zeros, ranks, sharded)
     if ranks.main:
         best = Checkpoints(work).best_weights()
         write_student(Path(student), out, best, result)
         log.info("distill: wrote %s (the weights of step %d)", out, progress.best["step"])
+        if delete_checkpoints:
+            shutil.rmtree(work)
+            log.info("distill: deleted the checkpoints (%s)", work)
     ranks.barrier()
     return result
 
 
-def zeros_held(models: Models) -> int:
-    """The pruned weights (the masks' zeros) that are exactly zero now: all of them, or it raises."""
+def zeros_held(models: Models, ranks: Ranks, device: torch.device) -> int:
+    """The pruned weights (the masks' zeros) that are exactly zero now: all of them, or it raises (each
+    process counts its slices when sharded)."""
     held = pruned = 0
     for name, keep in models.masks.items():
-        W = models.params[name].detach()
-        held += int((W[~keep] == 0).sum())
-        pruned += int((~keep).sum())
+        W, kept = local(models.params[name].detach()), local(keep)
+        held += int((W[~kept] == 0).sum())
+        pruned += int((~kept).sum())
+    if models.sharded:
+        held, pruned = int(ranks.sum(held, device)), int(ranks.sum(pruned, device))
     if held != pruned:
         raise RuntimeError(f"{pruned - held} pruned weight(s) are no longer zero after training")
     return held
@@ -454,6 +529,7 @@ def summary(
     text: Text,
     zeros: int,
     ranks: Ranks,
+    sharded: bool,
 ) -> dict[str, Any]:
     """What ``distillation.json`` records: the source, the teacher (as a card names it), the budget and what
     was trained, the losses."""
@@ -466,6 +542,7 @@ def summary(
         "tokens": trained,
         "heldout_windows": int(text.heldout.shape[0]),
         "processes": ranks.world,
+        "sharded": sharded,
         "seconds": round(progress.seconds, 1),
         "tokens_per_second": round(trained / progress.seconds, 1) if progress.seconds else None,
         "zeros_kept": zeros,

@@ -65,7 +65,9 @@ class Checkpoints:
 
     def load(self) -> dict[str, Any] | None:
         state = self.dir / "state.pt"
-        return torch.load(state, map_location="cpu", weights_only=False) if state.is_file() else None
+        if not state.is_file():
+            return None
+        return torch.load(state, map_location="cpu", weights_only=False, mmap=True)  # read as it is used
 
     def best_weights(self) -> dict[str, torch.Tensor] | None:
         best = self.dir / "best.pt"

@@ -1,6 +1,7 @@
 # Per distilled recipe (a recipe with `distill:`): its pruned recipe's model trained toward the dense model on
 # text (`thanos distill`, docs/distillation.md). The checkpoints (PATHS.distill_work) are not an output: they
-# outlive a failed or killed job, and the job started again continues from the last one.
+# outlive a failed or killed job, and the job started again continues from the last one; once the model is
+# written the job deletes them unless retention.distill_checkpoints keeps them.
 
 if DISTILLED:
 
@@ -15,6 +16,7 @@ if DISTILLED:
             teacher=model_path,
             options=distill_options,
             work=distill_work,
+            flags=distill_flags,
             dtype=compute_dtype,
             omp=distill_threads,
         priority: PRUNING_FIRST
@@ -26,5 +28,5 @@ if DISTILLED:
         shell:
             "OMP_NUM_THREADS={params.omp} $THANOS_WF_DISTILL_GPU $THANOS_WF_DISTILL -m thanos distill"
             " --student {input.student:q} --teacher {params.teacher:q} {params.options}"
-            " --work {params.work:q} --device $THANOS_WF_DEVICE --dtype {params.dtype} --no-progress"
+            " --work {params.work:q} {params.flags} --device $THANOS_WF_DEVICE --dtype {params.dtype} --no-progress"
             " --out {output:q} > {log:q} 2>&1"

@@ -133,6 +133,13 @@ def distill_work(wildcards, output):
     return PATHS.distill_work(wildcards.model, wildcards.distilled)
 
 
+def distill_flags(wildcards, output):
+    """`--delete-checkpoints` unless config retention.distill_checkpoints keeps them, `--shard` when
+    config distill_shard asks for FSDP (takes `output`, see compute_dtype)."""
+    delete = [] if config["retention"]["distill_checkpoints"] else ["--delete-checkpoints"]
+    return " ".join(delete + (["--shard"] if config["distill_shard"] else []))
+
+
 def distill_threads(wildcards, threads):
     """Each process's threads: the job's, shared among its processes."""
     return max(1, threads // DISTILL_PROCESSES)
