@@ -294,7 +294,11 @@ class Progress:
 
 
 def _resume(
-    models: Models, optimizer: torch.optim.Optimizer, checkpoints: Checkpoints, device: torch.device
+    models: Models,
+    optimizer: torch.optim.Optimizer,
+    checkpoints: Checkpoints,
+    device: torch.device,
+    ranks: Ranks,
 ) -> Progress | None:
     """The last checkpoint's weights, AdamW state and random state restored; its progress (None: none)."""
     from torch.distributed.checkpoint.state_dict import (
@@ -310,9 +314,9 @@ def _resume(
     set_model_state_dict(models.student, state["model"], options=whole)
     set_optimizer_state_dict(models.student, optimizer, state["optimizer"], options=whole)
     set_random_state(state["random"], device)
-    log.info(
-        "distill: resumed from the checkpoint of step %d (%s)", state["progress"]["step"], checkpoints.dir
-    )
+    if ranks.main:
+        step = state["progress"]["step"]
+        log.info("distill: resumed from the checkpoint of step %d (%s)", step, checkpoints.dir)
     return Progress(**state["progress"])
 
 
@@ -405,7 +409,7 @@ def train(
     params = list(models.params.values())
     optimizer = torch.optim.AdamW(params, lr=options.lr, betas=(0.9, 0.95), weight_decay=0.0)
     checkpoints = Checkpoints(work)
-    progress = _resume(models, optimizer, checkpoints, device)
+    progress = _resume(models, optimizer, checkpoints, device, ranks)
     if progress is None:
         progress = Progress()
         if ranks.main or models.sharded:
