@@ -47,6 +47,8 @@ pytestmark = pytest.mark.slow
 
 RECIPE = "thanos_u50"
 MODEL = "tiny"
+DISTILLED = "thanos_u50_kd"
+DISTILL = {"tokens": 512, "seqlen": 32, "batch_size": 2, "heldout": 2, "checkpoint_every": 4}
 
 
 def _texts(n: int, seed: int) -> list[str]:
@@ -207,8 +209,17 @@ def cpu_only(model, tmp_path_factory) -> Iterator[tuple[Path, SlurmCluster, Back
     granularity recipe), started in the background before the first test, so that its jobs run while the
     other cluster's do; the cluster lives until the file's tests are done."""
     root = tmp_path_factory.mktemp("cpu-only")
-    # One job per recipe (granularity recipe) keeps the number of sbatch round trips small.
-    cfg = _write_config(root, model, root / "slurm", device="cpu", granularity="recipe")
+    # One job per recipe (granularity recipe) keeps the number of sbatch round trips small. The recipe is
+    # also distilled (8 steps) by a job of two processes sharding the models (torchrun, FSDP over gloo).
+    distilled = {
+        "method": "thanos",
+        "sparsity": 0.5,
+        "distill": DISTILL | {"source": str(root / "data" / "calib.jsonl")},
+    }
+    cfg = _write_config(
+        root, model, root / "slurm", device="cpu", granularity="recipe", distill_processes=2,
+        distill_shard=True, recipes={RECIPE: {"method": "thanos", "sparsity": 0.5}, DISTILLED: distilled},
+    )  # fmt: skip
     with slurm_cluster(root / "cluster", gpus=0) as cluster:
         run = Background(
             [*SLURM_ARGS, "--configfile", str(cfg)], _slurm_env(cluster.env), root, root / "run.log"
@@ -301,7 +312,16 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
     log = run.result()
     assert "Invalid generic resource" not in log
     submitted = _submitted(log)
-    rules = {"model_info", "calibrate", "embed", "capture", "prune_recipe", "assemble", "perplexity"}
+    rules = {
+        "model_info",
+        "calibrate",
+        "embed",
+        "capture",
+        "prune_recipe",
+        "assemble",
+        "perplexity",
+        "distill",
+    }
     assert rules <= set(submitted.values()), submitted
     completed = {j["JobId"]: j for j in cluster.completed_jobs()}
     for job_id, rule in submitted.items():
@@ -314,6 +334,12 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
     ppl_local = json.loads((local / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
     ppl_slurm = json.loads((root / "slurm" / MODEL / RECIPE / "eval" / "perplexity.json").read_text())
     assert ppl_slurm["ppl"] == ppl_local["ppl"]
+    # the distillation job: two processes in one SLURM job, sharded, its checkpoints deleted once written
+    distilled = root / "slurm" / MODEL / DISTILLED
+    record = json.loads((distilled / "model" / "distillation.json").read_text())
+    assert record["processes"] == 2 and record["sharded"] is True and record["steps"] == 8
+    assert not (distilled / "distill").exists()
+    assert (distilled / "eval" / "perplexity.json").is_file()
 
 
 def _tree_mtimes(path: Path) -> dict[str, int]:
