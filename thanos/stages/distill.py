@@ -481,6 +481,10 @@ def distill(
             f" is not a multiple of the {ranks.world} processes; give a multiple of {ranks.world}",
         )
     sharded = shard_models and ranks.world > 1
+    if shard_models and not sharded:
+        log.warning(
+            "distill: --shard has nothing to shard in one process: start it under torchrun --nproc-per-node N"
+        )
     models, tokenizer = load_models(student, teacher, dev, dtype, options.seqlen, ranks, sharded)
     if sharded and ranks.main:
         log.info(
