@@ -304,3 +304,26 @@ def test_hidden_states_are_matched_to_the_blocks_they_stand_for() -> None:
     expected = sum(((student[i] - teacher[j]) ** 2).sum() / (teacher[j] ** 2).sum() for i, j in pairs) / 3
     assert torch.allclose(hidden_loss(student, teacher, pairs), expected)
     assert float(hidden_loss(teacher, teacher, [(0, 0), (3, 3)])) == 0.0
+
+
+def test_a_checkpoint_of_an_earlier_version_resumes() -> None:
+    """AdamW's state as earlier versions saved it (``optimizer.state_dict()``: keyed by position) is restored
+    as the one saved by name now (``get_optimizer_state_dict``)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    from thanos.stages.distill import _by_name
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    names = [name for name, _ in model.named_parameters()]
+    again = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    set_optimizer_state_dict(model, again, _by_name(optimizer.state_dict(), names))
+    restored, saved = get_optimizer_state_dict(model, again), get_optimizer_state_dict(model, optimizer)
+    assert restored["state"].keys() == saved["state"].keys() == set(names)
+    for name in names:
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(restored["state"][name][key], saved["state"][name][key]), (name, key)
+    assert _by_name(saved, names) is saved  # saved by name: as it is

@@ -312,12 +312,26 @@ def _resume(
         return None
     whole = StateDictOptions(full_state_dict=True)  # each process takes its slice when sharded
     set_model_state_dict(models.student, state["model"], options=whole)
-    set_optimizer_state_dict(models.student, optimizer, state["optimizer"], options=whole)
+    named = _by_name(state["optimizer"], list(models.params))
+    set_optimizer_state_dict(models.student, optimizer, named, options=whole)
     set_random_state(state["random"], device)
     if ranks.main:
         step = state["progress"]["step"]
         log.info("distill: resumed from the checkpoint of step %d (%s)", step, checkpoints.dir)
     return Progress(**state["progress"])
+
+
+def _by_name(saved: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """AdamW's state keyed by parameter names, as checkpoints hold it; one keyed by the parameters' positions
+    (``optimizer.state_dict()``: checkpoints of earlier versions) is rekeyed by ``names``, in that order."""
+    if all(isinstance(key, str) for key in saved["state"]):
+        return saved
+    return {
+        "state": {names[i]: value for i, value in saved["state"].items()},
+        "param_groups": [
+            group | {"params": [names[i] for i in group["params"]]} for group in saved["param_groups"]
+        ],
+    }
 
 
 def _checkpoint(
