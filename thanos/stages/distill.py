@@ -28,7 +28,11 @@
 Data parallel: started by ``torchrun`` (``WORLD_SIZE`` > 1), every process trains ``batch_size / world``
 windows of each step through ``torch.nn.parallel.DistributedDataParallel`` (gloo on CPUs, NCCL on GPUs): the
 gradients are averaged over the processes, so a step is the one-process step of the same global batch. The
-first process measures the held-out KL and writes the checkpoints and the output.
+first process measures the held-out KL and writes the checkpoints and the output. Sharded (``shard_models``):
+FSDP instead of ``DistributedDataParallel``, each process holding a slice of every weight, gradient and AdamW
+moment of the student and of the teacher's weights; the held-out KL and a checkpoint's gathering of the whole
+tensors run on every process, and the checkpoints are in the one format (whole tensors, AdamW's state by
+parameter name) whichever way the run is split.
 """
 
 from __future__ import annotations
