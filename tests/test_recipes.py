@@ -287,6 +287,11 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     )
     assert any("'chian' was unexpected" in p and "the keys allowed here:" in p for p in problems), problems
     assert schema_problems(base, schema) == []
+    text = base | {"distill_shard": "true"}  # `--config distill_shard=true`: Snakemake passes the text
+    assert schema_problems(text, schema) == [
+        "distill_shard: 'true' is text, not a yes/no value; write true or false in YAML, True or False after "
+        "--config (Snakemake's --config reads only those two as yes/no)"
+    ]
     combined = base | {"recipes": {"c": {"method": "thanos", "sparsity": "depth:4+neurons:0.3"}}}
     assert schema_problems(combined, schema) == [
         "recipes.c.sparsity: depth:4+neurons:0.3 is a combined recipe (each part run on the model the "

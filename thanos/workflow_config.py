@@ -92,7 +92,8 @@ def distilled_from(recipe: Recipe, recipes: dict[str, Recipe]) -> str | None:
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """What in ``config`` the workflow's JSON schema refuses, one line per problem naming the key
     (``recipes.r1.sparsity: ...``) in words instead of the schema's dump; an n:m pattern YAML read as a
-    number (an unquoted ``2:4`` is 124 in YAML 1.1's base 60) says to quote it."""
+    number (an unquoted ``2:4`` is 124 in YAML 1.1's base 60) says to quote it; ``--config key=true`` (text
+    to Snakemake) says to write ``True``."""
     from jsonschema import Draft202012Validator
 
     problems = []
@@ -122,6 +123,11 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
         elif error.validator in ("oneOf", "anyOf"):
             forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")
             text = f"{value!r} is none of the allowed forms ({forms})"
+        elif error.validator == "type" and error.validator_value == "boolean" and isinstance(value, str):
+            text = (
+                f"{value!r} is text, not a yes/no value; write true or false in YAML, True or False after "
+                "--config (Snakemake's --config reads only those two as yes/no)"
+            )
         elif error.validator == "additionalProperties":
             allowed = ", ".join(sorted(error.schema.get("properties", {})))
             text = f"{error.message}; the keys allowed here: {allowed}"
