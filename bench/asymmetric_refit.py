@@ -22,14 +22,16 @@ positions, whose hidden states are orders of magnitude larger). The model is wri
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compensation import calibration_windows, models, parser, print_perplexities, write  # noqa: E402
 
 
 class _Stop(Exception):
@@ -114,33 +116,13 @@ def refit(linear: nn.Linear, A: torch.Tensor, Y: torch.Tensor, T: torch.Tensor, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dense", type=Path, required=True, help="the dense model's directory")
-    parser.add_argument("--data", type=Path, required=True, help="the demo's data (calib.jsonl, test.jsonl)")
-    parser.add_argument("--pruned", type=Path, required=True, help="a structured model of --dense")
-    parser.add_argument("--out", type=Path, required=True, help="where the refitted model is written")
-    parser.add_argument("--windows", type=int, default=64, help="calibration windows (default 64)")
-    parser.add_argument("--seqlen", type=int, default=256, help="their length (default 256)")
-    parser.add_argument("--damp", type=float, default=0.01, help="ridge toward the current weights (0.01)")
-    parser.add_argument("--exclude", type=float, default=0.0, help="leave out tokens over F x the median")
-    parser.add_argument("--ppl-windows", type=int, default=16, help="perplexity windows of 512 (default 16)")
-    args = parser.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from thanos.evaluation.perplexity import evaluate_perplexity
-
-    dense = AutoModelForCausalLM.from_pretrained(args.dense, dtype=torch.float32).eval()
-    pruned = AutoModelForCausalLM.from_pretrained(args.pruned, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.pruned)
+    arguments = parser(__doc__, "a structured model of --dense", "where the refitted model is written")
+    arguments.add_argument("--damp", type=float, default=0.01, help="ridge toward the current weights (0.01)")
+    arguments.add_argument("--exclude", type=float, default=0.0, help="leave out tokens over F x the median")
+    args = arguments.parse_args()
+    dense, pruned, tokenizer = models(args)
     kept = kept_blocks(args.pruned, len(dense.model.layers))
-    text = "\n\n".join(json.loads(line)["text"] for line in open(args.data / "calib.jsonl"))
-    ids = tokenizer(text, return_tensors="pt").input_ids[0]
-    starts = torch.randint(
-        0, ids.numel() - args.seqlen, (args.windows,), generator=torch.Generator().manual_seed(0)
-    )
-    X = torch.stack([ids[s : s + args.seqlen] for s in starts])
+    X = calibration_windows(args, tokenizer)
     started = time.monotonic()
     outs, mids = dense_targets(dense, X)
     last = len(dense.model.layers) - 1
@@ -158,15 +140,8 @@ def main() -> None:
             f"down_proj {d[0]:.4f} -> {d[1]:.4f} ({time.monotonic() - started:.0f} s)",
             flush=True,
         )
-    shutil.rmtree(args.out, ignore_errors=True)
-    pruned.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
-    source = str(args.data / "test.jsonl")
-    for label, model in (("pruned", args.pruned), ("refitted", args.out)):
-        result = evaluate_perplexity(
-            str(model), source, seqlen=512, device="cpu", max_windows=args.ppl_windows, progress=False
-        )
-        print(f"{label}: perplexity {result.ppl:.2f}", flush=True)
+    write(pruned, tokenizer, args.out)
+    print_perplexities(args, [("pruned", args.pruned), ("refitted", args.out)])
 
 
 if __name__ == "__main__":

@@ -15,39 +15,21 @@ measured as ``bench/structures.py`` does (the first ``--ppl-windows`` windows of
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compensation import calibration_windows, models, parser, print_perplexities, write  # noqa: E402
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dense", type=Path, required=True, help="the dense model's directory")
-    parser.add_argument("--data", type=Path, required=True, help="the demo's data (calib.jsonl, test.jsonl)")
-    parser.add_argument("--pruned", type=Path, required=True, help="a neurons:p model of --dense")
-    parser.add_argument("--out", type=Path, required=True, help="where the model with biases is written")
-    parser.add_argument("--windows", type=int, default=64, help="calibration windows (default 64)")
-    parser.add_argument("--seqlen", type=int, default=256, help="their length (default 256)")
-    parser.add_argument("--ppl-windows", type=int, default=16, help="perplexity windows of 512 (default 16)")
-    args = parser.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from thanos.evaluation.perplexity import evaluate_perplexity
-
-    dense = AutoModelForCausalLM.from_pretrained(args.dense, dtype=torch.float32).eval()
-    pruned = AutoModelForCausalLM.from_pretrained(args.pruned, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.pruned)
-    text = "\n\n".join(json.loads(line)["text"] for line in open(args.data / "calib.jsonl"))
-    ids = tokenizer(text, return_tensors="pt").input_ids[0]
-    starts = torch.randint(
-        0, ids.numel() - args.seqlen, (args.windows,), generator=torch.Generator().manual_seed(0)
-    )
-    X = torch.stack([ids[s : s + args.seqlen] for s in starts])
+    args = parser(
+        __doc__, "a neurons:p model of --dense", "where the model with biases is written"
+    ).parse_args()
+    dense, pruned, tokenizer = models(args)
+    X = calibration_windows(args, tokenizer)
     for i, layer in enumerate(pruned.model.layers):
         seen: list[tuple[torch.Tensor, torch.Tensor]] = []
         hook = layer.mlp.register_forward_hook(
@@ -73,15 +55,8 @@ def main() -> None:
         for name in ("gate_proj", "up_proj"):
             linear = getattr(layer.mlp, name)
             linear.bias = torch.nn.Parameter(torch.zeros(linear.out_features))
-    shutil.rmtree(args.out, ignore_errors=True)
-    pruned.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
-    source = str(args.data / "test.jsonl")
-    for label, model in (("dense", args.dense), ("pruned", args.pruned), ("pruned + bias", args.out)):
-        result = evaluate_perplexity(
-            str(model), source, seqlen=512, device="cpu", max_windows=args.ppl_windows, progress=False
-        )
-        print(f"{label}: perplexity {result.ppl:.2f}", flush=True)
+    write(pruned, tokenizer, args.out)
+    print_perplexities(args, [("dense", args.dense), ("pruned", args.pruned), ("pruned + bias", args.out)])
 
 
 if __name__ == "__main__":
