@@ -25,7 +25,7 @@ from thanos.pruning.block_map import MapFit, fold
 from thanos.pruning.sparsity import parse_sparsity
 from thanos.recipe import ConfigError, Recipe
 from thanos.stages.assemble import assemble
-from thanos.stages.block_maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, runs
+from thanos.stages.block_maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, REFIT_DAMP, runs
 from thanos.stages.depth import depth_plan
 from thanos.stages.model_info import model_info
 
@@ -165,12 +165,17 @@ def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
     (entry,) = plan["maps"]  # one run of two blocks, after block 0
     layer = mlp_layout(handle.layout, handle.checkpoint).output
     before = entry["folded_into"]
-    assert before == plan["removed"][0] - 1 and entry["error"] < entry["error_without_map"]
+    assert before == plan["removed"][0] - 1
+    assert entry["error"] <= entry["error_map_alone"] < entry["error_without_map"]
     T = load_file(str(tmp_path / "r" / entry["map"]))["map"]
-    reference = skipped_logits(model, plan["removed"], test_ids, {before: T}, layer)
+    files = {name.rpartition(".")[2]: load_file(str(tmp_path / "r" / f))["weight"] for name, f in
+             entry["tensors"].items()}  # fmt: skip
+    W, b = files["weight"], files.get("bias")
+    reference = skipped_logits(model, plan["removed"], test_ids, layer=layer, projections={before: (W, b)})
     assert (short - reference).abs().max() <= 1e-5
     assert not torch.allclose(reference, skipped_logits(model, plan["removed"], test_ids), atol=1e-3)
-    # the least-squares optimum on the stored activations: M from the block's own forward on its inputs
+    # the least-squares optima on the stored activations, from the block's own forward on its inputs: the
+    # map T from its MLP output M, the projection from the neurons' activations A toward T folded in
     dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     _, layers = find_layers(dense, blocks)
     seen: dict[str, torch.Tensor] = {}
@@ -178,20 +183,36 @@ def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
     def keep(name: str):
         def hook(module: torch.nn.Module, args: tuple, out: object) -> None:
             seen[name] = out[0] if isinstance(out, tuple) else out
+            seen[f"{name} input"] = args[0]
 
         return hook
 
-    layers[before].get_submodule(layer).register_forward_hook(keep("M"))
+    linear = layers[before].get_submodule(layer)
+    linear.register_forward_hook(keep("M"))
     layers[before].register_forward_hook(keep("out"))
     with torch.inference_mode():
         dense(ids)
     M = seen["M"].reshape(seen["out"].shape)  # OPT runs its MLP on (tokens, hidden)
     M, Y = M.flatten(0, 1), (seen["out"] - M).flatten(0, 1)
+    A = seen["M input"].reshape(M.shape[0], -1)
     from thanos.data.storage import Activations
 
     X = Activations(stores[plan["removed"][-1] + 1]).read(0, 12).flatten(0, 1)
     optimum = torch.linalg.lstsq(M.double(), (X - Y).double()).solution
     assert torch.allclose(T.double(), optimum, rtol=1e-3, atol=1e-4 * float(optimum.abs().max()))
+    # ridge least squares as one stacked system: [F; sqrt(lambda) I] S = [X - Y; sqrt(lambda) S_T]
+    folded = T.double().T @ linear.weight.double()
+    S_T = folded.T
+    F = A.double()
+    if linear.bias is not None:
+        F = torch.cat([F, torch.ones(F.shape[0], 1, dtype=F.dtype)], dim=1)
+        S_T = torch.cat([S_T, (T.double().T @ linear.bias.double())[None]])
+    lam = REFIT_DAMP * float((F.T @ F).diagonal().mean())
+    stacked = torch.cat([F, lam**0.5 * torch.eye(F.shape[1], dtype=F.dtype)])
+    target = torch.cat([(X - Y).double(), lam**0.5 * S_T])
+    ridge = torch.linalg.lstsq(stacked, target).solution
+    written = torch.cat([W.double().T, b.double()[None]]) if b is not None else W.double().T
+    assert torch.allclose(written, ridge, rtol=1e-3, atol=1e-4 * float(ridge.abs().max()))
 
 
 def test_a_run_from_block_0_and_the_option_on_other_recipes_are_named(tmp_path: Path) -> None:
@@ -235,8 +256,9 @@ def test_both_fronts_name_the_option_on_a_recipe_without_blocks(tmp_path: Path, 
 def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``replaced``: every run's map fitted on the first windows ranks the runs; the best few are fitted
-    again on every window and the lowest of those errors wins, its map the one fitted on every window."""
+    """``replaced``: every run's map fitted alone on the first windows ranks the runs; the best few are
+    fitted again on every window, their projections refitted, and the lowest of those errors wins, its map
+    and projection the ones fitted on every window."""
     import thanos.stages.block_maps as block_maps
 
     monkeypatch.setattr(block_maps, "PRESELECT_SAMPLES", 3)
@@ -248,7 +270,8 @@ def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
     layer = block_maps.output_layer(handle)
     scores, errors, best = block_maps.run_candidates(handle, stores, 2)
     quick = {
-        first: block_maps.fit_run(handle, stores, first, first + 1, layer, nsamples=3) for first in (1, 2, 3)
+        first: block_maps.fit_run(handle, stores, first, first + 1, layer, nsamples=3, refit=False)
+        for first in (1, 2, 3)
     }
     assert scores == [None, quick[1].error, quick[2].error, quick[3].error, None]
     shortlist = sorted((1, 2, 3), key=lambda first: (scores[first], -first))[:2]
@@ -257,3 +280,5 @@ def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
     winner = min(shortlist, key=lambda first: (full[first].error, -first))
     assert best is not None and (best.first, best.last) == (winner, winner + 1)
     assert torch.equal(best.T, full[winner].T) and not torch.equal(best.T, quick[winner].T)
+    assert torch.equal(best.weight, full[winner].weight) and best.error <= best.error_map
+    assert all(run.error == run.error_map for run in quick.values())  # the map alone

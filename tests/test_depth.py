@@ -78,12 +78,19 @@ def skipped_logits(
     ids: torch.Tensor,
     maps: dict[int, torch.Tensor] | None = None,
     layer: str = "",
+    projections: dict[int, tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> torch.Tensor:
-    """The dense model's logits with the ``removed`` blocks skipped in memory (each returns its input) and
-    the output of ``layer`` of each block p in ``maps`` multiplied by its map T: the maps applied between
-    the kept blocks."""
+    """The dense model's logits with the ``removed`` blocks skipped in memory (each returns its input),
+    the output of ``layer`` of each block p in ``maps`` multiplied by its map T (the maps applied between
+    the kept blocks), and ``layer``'s weight and bias of each block in ``projections`` replaced."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     _, layers = find_layers(model, model.config.num_hidden_layers)
+    for block, (weight, bias) in (projections or {}).items():
+        linear = layers[block].get_submodule(layer)
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            if bias is not None:
+                linear.bias.copy_(bias)
 
     def skip(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> object:
         hidden = args[0] if args else kwargs["hidden_states"]
@@ -168,9 +175,8 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     lowest = min((1, 2), key=lambda b: replaced[b])
     assert plan["metric"] == "replaced" and plan["removed"] == [lowest]
     (entry,) = plan["maps"]
-    assert (
-        entry["folded_into"] == lowest - 1 and entry["error"] == replaced[lowest] < entry["error_without_map"]
-    )
+    assert entry["folded_into"] == lowest - 1
+    assert entry["error"] <= entry["error_map_alone"] == replaced[lowest] < entry["error_without_map"]
     assert f"(removed {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
     assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan

@@ -17,9 +17,22 @@ so that the shortened model's block p writes Y + M T where the dense model had X
 parameter: with the output projection M = A W^T + b (W: d x width, A: the neurons' activations),
 M T = A (T^T W)^T + b T, so W <- T^T W and b <- T^T b (``fold``).
 
-The normal equations are accumulated over the calibration tokens in float64 (``MapFit``), one batch at
-a time, and solved once; the fit's relative error ||M T + Y - X_e||^2 / ||X_e||^2 comes from the same
-sums (``MapFit.error``), which is how candidate runs are compared.
+The map only mixes the d outputs of the projection. The projection itself is then refitted from the
+neurons' activations A (tokens x width; a column of ones appended where it has a bias), by the same
+least squares with a ridge toward the map's weight W_T = T^T W (ridge regression, as Thanos and SparseGPT
+dampen their Hessians):
+
+    W'* = argmin_W' || A W'^T + Y - X_e ||_F^2 + lambda || W' - W_T ||_F^2,
+    W'*^T = (A^T A + lambda I)^-1 (A^T (X_e - Y) + lambda W_T^T),   lambda = damp * mean(diag A^T A),
+
+the same shape as W, so the written model is still the same architecture with no parameter added; with
+damp -> infinity it is the map's weight, and the map's weights are among the candidates the fit chooses
+from. It is fitted on the same tokens as the map, in the same pass.
+
+The normal equations are accumulated over the calibration tokens in float64 (``MapFit``, for the map's
+d features M and for the projection's width features A), one batch at a time, and solved once; a fit's
+relative error ||F S + Y - X_e||^2 / ||X_e||^2 (F the features, S the solution) comes from the same sums
+(``MapFit.error``), which is how candidate runs are compared.
 """
 
 from __future__ import annotations
@@ -31,11 +44,14 @@ import torch
 
 @dataclass
 class MapFit:
-    """The sums of ``T*``'s normal equations over the tokens seen: A = M^T M, B = M^T R (R = X_e - Y),
-    ||R||^2 and ||X_e||^2, in float64 on ``device`` (where the activations are)."""
+    """The sums of a fit's normal equations over the tokens seen, for features F (tokens x ``features``:
+    the MLP output M for the map, default ``hidden`` wide; the neurons' activations A for the projection):
+    A = F^T F, B = F^T R (R = X_e - Y), ||R||^2 and ||X_e||^2, in float64 on ``device`` (where the
+    activations are)."""
 
     hidden: int
     device: torch.device | str = "cpu"
+    features: int = 0  # 0: hidden
     A: torch.Tensor = field(init=False)
     B: torch.Tensor = field(init=False)
     rr: float = 0.0
@@ -43,32 +59,47 @@ class MapFit:
     tokens: int = 0
 
     def __post_init__(self) -> None:
-        self.A = torch.zeros(self.hidden, self.hidden, dtype=torch.float64, device=self.device)
-        self.B = torch.zeros(self.hidden, self.hidden, dtype=torch.float64, device=self.device)
+        self.features = self.features or self.hidden
+        self.A = torch.zeros(self.features, self.features, dtype=torch.float64, device=self.device)
+        self.B = torch.zeros(self.features, self.hidden, dtype=torch.float64, device=self.device)
 
-    def add(self, M: torch.Tensor, Y: torch.Tensor, X: torch.Tensor) -> None:
-        """Add tokens (the leading dimensions flattened): block p's MLP output ``M``, the rest of its
-        output ``Y`` and the run's output ``X``."""
-        M, R = M.reshape(-1, self.hidden).double(), (X - Y).reshape(-1, self.hidden).double()
-        self.A += M.T @ M
-        self.B += M.T @ R
+    def add(self, F: torch.Tensor, Y: torch.Tensor, X: torch.Tensor) -> None:
+        """Add tokens (the leading dimensions flattened): the features ``F`` (block p's MLP output M, or
+        the neurons' activations), the rest of block p's output ``Y`` and the run's output ``X``."""
+        F, R = F.reshape(-1, self.features).double(), (X - Y).reshape(-1, self.hidden).double()
+        self.A += F.T @ F
+        self.B += F.T @ R
         self.rr += float(R.square().sum())
         self.xx += float(X.double().square().sum())
-        self.tokens += M.shape[0]
+        self.tokens += F.shape[0]
 
     def solve(self) -> torch.Tensor:
-        """T* (float32, d x d): the least-squares optimum; with M^T M singular (fewer tokens than d, or
-        dead channels), the minimum-norm one."""
-        if self.tokens == 0:
-            raise ValueError("no token was added: the map cannot be fitted")
+        """T* (float32, features x d): the least-squares optimum; with F^T F singular (fewer tokens than
+        features, or dead channels), the minimum-norm one."""
+        self._check()
         try:
             L = torch.linalg.cholesky(self.A)
             return torch.cholesky_solve(self.B, L).float()
         except torch.linalg.LinAlgError:
             return torch.linalg.lstsq(self.A, self.B, driver="gelsd").solution.float()
 
+    def solve_toward(self, S0: torch.Tensor, damp: float) -> torch.Tensor:
+        """The ridge optimum (float32, features x d) pulled toward ``S0``:
+        (A + lambda I)^-1 (B + lambda S0), lambda = ``damp`` * mean(diag A)."""
+        self._check()
+        lam = damp * float(self.A.diagonal().mean())
+        if lam <= 0:
+            return self.solve()
+        eye = torch.eye(self.features, dtype=torch.float64, device=self.A.device)
+        L = torch.linalg.cholesky(self.A + lam * eye)
+        return torch.cholesky_solve(self.B + lam * S0.to(self.A.device, torch.float64), L).float()
+
+    def _check(self) -> None:
+        if self.tokens == 0:
+            raise ValueError("no token was added: the map cannot be fitted")
+
     def error(self, T: torch.Tensor) -> float:
-        """||M T + Y - X_e||^2 / ||X_e||^2 over the tokens seen:
+        """||F T + Y - X_e||^2 / ||X_e||^2 over the tokens seen:
         (||R||^2 - 2 tr(T^T B) + tr(T^T A T)) / ||X_e||^2."""
         T = T.to(self.A.device, torch.float64)
         squared = self.rr - 2 * float((T * self.B).sum()) + float((T * (self.A @ T)).sum())

@@ -3,8 +3,10 @@
 For a run of removed blocks s .. e, the kept block p = s - 1 is run again on its stored dense inputs
 (``inputs_p``): a hook on its MLP output projection gives M, its output minus M gives Y, and the dense
 chain's ``inputs_{e+1}`` (the run's output) is the target. The map T is fitted on every calibration
-token and folded into the output projection's weight (``fold``), so that the written model has the same
-architecture, fewer blocks and no added parameter.
+token and folded into the output projection's weight (``fold``); in the same pass the projection is then
+refitted from the neurons' activations by ridge least squares toward that folded weight (``REFIT_DAMP``;
+``thanos.pruning.block_map``), so that the written model has the same architecture, fewer blocks and no
+added parameter.
 
 No map is fitted, and the run is simply left out, where there is nowhere to fold it, and ``depth.json``
 says why: a run that starts at block 0 (no kept block before it), a block whose MLP has no single output
@@ -13,8 +15,9 @@ after the MLP: checked on the first samples with the map folded in).
 
 ``run_candidates`` scores every run of k consecutive blocks by the relative error of its fitted map (the
 ``replaced`` metric of ``thanos.stages.depth``): one pass of the kept block before each candidate over the
-first ``PRESELECT_SAMPLES`` windows, then the ``SHORTLIST`` best fitted again on every window, so that the
-choice costs about a third of a pass over the model on 64 windows instead of a whole one.
+first ``PRESELECT_SAMPLES`` windows (the map alone), then the ``SHORTLIST`` best fitted again on every
+window, the projection refitted too, and ranked by that final error, so that the choice costs about a
+third of a pass over the model on 64 windows instead of a whole one.
 """
 
 from __future__ import annotations
@@ -41,23 +44,27 @@ NO_OUTPUT_PROJECTION = (
     "whose width is not the config's intermediate_size)"
 )
 NO_BLOCK_BEFORE = "no kept block before the run to fold a map into"
-FOLD_TOLERANCE = 1e-3  # relative error of the block's output with the map folded in, against Y + M T
+FOLD_TOLERANCE = 1e-3  # relative error of the block's output, new projection, vs Y + A W'^T + b'
 PRESELECT_SAMPLES = 16  # the windows every candidate run's map is fitted on, to rank them
 SHORTLIST = 3  # the candidate runs of the lowest errors then fitted on every window
+REFIT_DAMP = 0.1  # the projection's ridge toward the map's weight, a fraction of mean(diag A^T A)
 
 
 @dataclass
 class FittedRun:
-    """A run of removed blocks ``first .. last`` and its map folded into block ``before``'s ``layer``."""
+    """A run of removed blocks ``first .. last`` replaced in block ``before``'s ``layer``: its map ``T``
+    and the projection written (the map folded in, then refitted; the map folded in alone when
+    ``fit_run`` was asked for no refit)."""
 
     first: int
     last: int
     before: int
     layer: str
     T: torch.Tensor
-    weight: torch.Tensor  # the folded output projection, float32
+    weight: torch.Tensor  # the output projection written, float32
     bias: torch.Tensor | None
-    error: float  # relative error with the map
+    error: float  # relative error with that projection
+    error_map: float  # relative error with the map alone folded in
     error_without: float  # relative error with the blocks simply left out
 
 
@@ -89,15 +96,22 @@ def _load(
 
 def _run(
     handle: ModelHandle, module: torch.nn.Module, linear: torch.nn.Linear, block: int, x: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the block's output, its MLP output M: what ``linear`` adds to the residual stream) for ``x``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the block's output, its MLP output M: what ``linear`` adds to the residual stream, the neurons'
+    activations: ``linear``'s input, tokens x width) for ``x``."""
     captured: list[torch.Tensor] = []
-    hook = linear.register_forward_hook(lambda m, a, out: captured.append(out))
+    hook = linear.register_forward_hook(lambda m, a, out: captured.extend((a[0], out)))
     try:
         out = handle.adapter.run_block(module, block, x)
     finally:
         hook.remove()
-    return out, captured[0].reshape(out.shape)  # OPT runs its MLP on (tokens, hidden)
+    A, M = captured
+    return out, M.reshape(out.shape), A.reshape(-1, A.shape[-1])  # OPT runs its MLP on (tokens, hidden)
+
+
+def _with_ones(A: torch.Tensor, bias: bool) -> torch.Tensor:
+    """The projection's features: the activations, and a column of ones where it has a bias."""
+    return torch.cat([A, A.new_ones(A.shape[0], 1)], dim=1) if bias else A
 
 
 def fit_run(
@@ -109,36 +123,53 @@ def fit_run(
     nsamples: int | None = None,
     samples: int = 4,
     device: str = "cpu",
+    refit: bool = True,
 ) -> FittedRun:
     """The map of the run ``first .. last`` (first >= 1), fitted on the dense stores ``inputs_0 ..
     inputs_L`` (their first ``nsamples`` windows; default all), ``samples`` windows at a time, on
-    ``device`` in float32, and folded into block ``first - 1``'s ``layer`` (the results on the CPU)."""
+    ``device`` in float32, and folded into block ``first - 1``'s ``layer``; with ``refit``, that layer then
+    refitted on the same tokens toward the folded weight (the results on the CPU)."""
     before = first - 1
     module, linear, dev = _load(handle, before, layer, device)
     inputs, targets = Activations(stores[before]), Activations(stores[last + 1])
-    fit = MapFit(int(linear.weight.shape[0]), dev)
+    hidden, width = (int(n) for n in linear.weight.shape)
+    has_bias = linear.bias is not None
+    fit = MapFit(hidden, dev)
+    projection = MapFit(hidden, dev, features=width + has_bias) if refit else None
     end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
     for start in range(0, end, samples):
         stop = min(start + samples, end)
-        out, M = _run(handle, module, linear, before, inputs.read(start, stop).to(dev, torch.float32))
-        fit.add(M, out - M, targets.read(start, stop).to(dev, torch.float32))
+        out, M, A = _run(handle, module, linear, before, inputs.read(start, stop).to(dev, torch.float32))
+        X = targets.read(start, stop).to(dev, torch.float32)
+        fit.add(M, out - M, X)
+        if projection is not None:
+            projection.add(_with_ones(A, has_bias), out - M, X)
     T = fit.solve()
-    weight, bias = fold(linear.weight.detach(), T, None if linear.bias is None else linear.bias.detach())
-    error, without = fit.error(T), fit.identity_error()
+    weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
+    error = error_map = fit.error(T)
+    if projection is not None:  # features x d: the weight's transpose, the bias its last row
+        folded = torch.cat([weight.T, bias[None]]) if bias is not None else weight.T
+        solution = projection.solve_toward(folded, REFIT_DAMP)
+        error = projection.error(solution)
+        weight, bias = solution[:width].T.contiguous(), solution[width] if has_bias else None
     bias = None if bias is None else bias.cpu()
-    return FittedRun(first, last, before, layer, T.cpu(), weight.cpu(), bias, error, without)
+    return FittedRun(
+        first, last, before, layer, T.cpu(), weight.cpu(), bias, error, error_map, fit.identity_error()
+    )
 
 
 def check_fold(
     handle: ModelHandle, stores: Sequence[str | Path], run: FittedRun, samples: int = 2, device: str = "cpu"
 ) -> str | None:
-    """None when block ``run.before`` with the folded weight writes Y + M T on its first stored samples;
-    else why not (its output is not linear in the MLP output: a norm after the MLP)."""
+    """None when block ``run.before`` with the written projection (weight W', bias b') writes
+    Y + A W'^T + b' on its first stored samples; else why not (its output is not linear in the MLP
+    output: a norm after the MLP)."""
     module, linear, dev = _load(handle, run.before, run.layer, device)
     inputs = Activations(stores[run.before])
     x = inputs.read(0, min(samples, inputs.nsamples)).to(dev, torch.float32)
-    out, M = _run(handle, module, linear, run.before, x)
-    expected = out - M + M @ run.T.to(dev)
+    out, M, A = _run(handle, module, linear, run.before, x)
+    written = A @ run.weight.to(dev).T + (0 if run.bias is None else run.bias.to(dev))
+    expected = out - M + written.reshape(out.shape)
     with torch.no_grad():
         linear.weight.copy_(run.weight.to(dev))
         if run.bias is not None:
@@ -199,15 +230,18 @@ def _write(handle: ModelHandle, run: FittedRun, out_dir: Path) -> dict[str, Any]
         save_file({"weight": run.bias.to(dtype).contiguous()}, str(bias_file))
         tensors[f"{prefix}.bias"] = f"{out_dir.name}/{bias_file.name}"
     log.info(
-        "depth: blocks %d..%d replaced by a map folded into %s (relative error %.4f, %.4f without)",
-        run.first, run.last, weight_name, run.error, run.error_without,
+        "depth: blocks %d..%d replaced by a map folded into %s and refitted (relative error %.4f; the "
+        "map alone %.4f; %.4f without)", run.first, run.last, weight_name, run.error, run.error_map,
+        run.error_without,
     )  # fmt: skip
     return {
         "map": f"{out_dir.name}/{file.name}",
         "folded_into": run.before,
         "tensors": tensors,
         "error": run.error,
+        "error_map_alone": run.error_map,
         "error_without_map": run.error_without,
+        "refit_damp": REFIT_DAMP,
     }
 
 
@@ -215,9 +249,10 @@ def run_candidates(
     handle: ModelHandle, stores: Sequence[str | Path], k: int, device: str = "cpu"
 ) -> tuple[list[float | None], dict[int, float], FittedRun | None]:
     """Every run of ``k`` consecutive blocks s .. s + k - 1 with s >= 1 scored by its fitted map's relative
-    error (None for s = 0), each fitted on the first ``PRESELECT_SAMPLES`` windows; the ``SHORTLIST`` runs
-    of the lowest errors fitted again on every window, and the best of them (the later one on a tie)
-    returned fitted, with the shortlist's errors on every window by first block. Every score is None, and
+    error (None for s = 0), each map fitted alone on the first ``PRESELECT_SAMPLES`` windows; the
+    ``SHORTLIST`` runs of the lowest errors fitted again on every window (the projection refitted too), and
+    the best of them by that error (the later one on a tie) returned fitted, with the shortlist's errors on
+    every window by first block. Every score is None, and
     no run returned, where no map can be folded into the blocks (no single output projection, or a norm
     after the MLP). One fitted run is held at a time."""
     blocks = len(stores) - 1
@@ -229,7 +264,7 @@ def run_candidates(
     total = Activations(stores[0]).nsamples
     quick = min(PRESELECT_SAMPLES, total)
     for first in range(1, blocks - k + 1):
-        run = fit_run(handle, stores, first, first + k - 1, layer, nsamples=quick, device=device)
+        run = fit_run(handle, stores, first, first + k - 1, layer, nsamples=quick, device=device, refit=False)
         why = (
             check_fold(handle, stores, run, device=device) if first == 1 else None
         )  # the architecture's, checked once

@@ -133,7 +133,8 @@ def _maps_text(maps: list[dict[str, Any]]) -> str:
     text = "".join(
         f" Blocks {entry['blocks'][0]}-{entry['blocks'][1]} are replaced by a linear map fitted by least "
         f"squares on the calibration activations, folded into the MLP output projection of block "
-        f"{entry['folded_into']} (no parameter added)."
+        f"{entry['folded_into']}, which is then refitted by ridge least squares toward it on the same "
+        "activations (no parameter added)."
         for entry in folded
     )
     return text + "".join(

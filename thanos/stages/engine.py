@@ -333,6 +333,7 @@ class _Run:
     def depth(self) -> None:
         """A ``depth:k`` recipe's choice of blocks, from the dense chain's inputs of every block and the
         last block's output (``thanos.stages.depth``)."""
+        from thanos.stages.block_maps import REFIT_DAMP
         from thanos.stages.depth import depth_plan, map_tensors
 
         output = self.files.depth
@@ -343,6 +344,8 @@ class _Run:
             "recipe": self.recipe.to_dict(),
             "reads": [mtime(p) for p in stores],
         }
+        if self.recipe.block_map:  # maps of an earlier version (no refitted projection) are fitted again
+            inputs["refit_damp"] = REFIT_DAMP
         self.steps.run(
             f"choose the blocks{' and fit their maps' if self.recipe.block_map else ''} ({self.recipe.name})",
             output,
