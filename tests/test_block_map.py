@@ -201,12 +201,12 @@ def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
     optimum = torch.linalg.lstsq(M.double(), (X - Y).double()).solution
     assert torch.allclose(T.double(), optimum, rtol=1e-3, atol=1e-4 * float(optimum.abs().max()))
     # ridge least squares as one stacked system: [F; sqrt(lambda) I] S = [X - Y; sqrt(lambda) S_T]
-    folded = T.double().T @ linear.weight.double()
+    folded = T.double().T @ linear.weight.detach().double()
     S_T = folded.T
     F = A.double()
     if linear.bias is not None:
         F = torch.cat([F, torch.ones(F.shape[0], 1, dtype=F.dtype)], dim=1)
-        S_T = torch.cat([S_T, (T.double().T @ linear.bias.double())[None]])
+        S_T = torch.cat([S_T, (T.double().T @ linear.bias.detach().double())[None]])
     lam = REFIT_DAMP * float((F.T @ F).diagonal().mean())
     stacked = torch.cat([F, lam**0.5 * torch.eye(F.shape[1], dtype=F.dtype)])
     target = torch.cat([(X - Y).double(), lam**0.5 * S_T])
