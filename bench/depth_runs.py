@@ -56,7 +56,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import thanos.stages.block_maps as block_maps
-    from thanos.evaluation.perplexity import load_eval_text, tokenize_windows
+    from thanos.evaluation.perplexity import load_eval_text, tokenize_windows, window_nll
     from thanos.models import ModelHandle
     from thanos.models.generic import find_layers
     from thanos.pruning.block_map import fold
@@ -85,15 +85,8 @@ def main() -> None:
         return [torch.log_softmax(model(input_ids=ids[i : i + 4], use_cache=False).logits, -1) for i in
                 range(0, len(ids), 4)]  # fmt: skip
 
-    @torch.inference_mode()
     def perplexity(ids: torch.Tensor) -> float:
-        total = 0.0
-        for i in range(0, len(ids), 4):
-            batch = ids[i : i + 4]
-            logits = model(input_ids=batch, use_cache=False).logits[:, :-1]
-            target = batch[:, 1:].reshape(-1)
-            total += float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), target, reduction="sum"))
-        return math.exp(total / ids[:, 1:].numel())
+        return math.exp(window_nll(model, ids, "cpu", batch_size=4, progress=False) / ids[:, 1:].numel())
 
     def shortened(
         first: int, last: int, weight: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor,
