@@ -87,12 +87,20 @@ class MapFit:
         """The ridge optimum (float32, features x d) pulled toward ``S0``:
         (A + lambda I)^-1 (B + lambda S0), lambda = ``damp`` * mean(diag A)."""
         self._check()
-        lam = damp * float(self.A.diagonal().mean())
+        diagonal = self.A.diagonal()
+        lam = damp * float(diagonal.mean())
         if lam <= 0:
             return self.solve()
-        eye = torch.eye(self.features, dtype=torch.float64, device=self.A.device)
-        L = torch.linalg.cholesky(self.A + lam * eye)
-        return torch.cholesky_solve(self.B + lam * S0.to(self.A.device, torch.float64), L).float()
+        # A + lambda I factored in A's own memory, then A's diagonal restored bit for bit: at 70B's MLP
+        # width (28,672) a features-square float64 matrix is 6.6 GB, and the factor is the only other one
+        kept = diagonal.clone()
+        diagonal.add_(lam)
+        try:
+            L = torch.linalg.cholesky(self.A)
+        finally:
+            diagonal.copy_(kept)
+        rhs = S0.to(self.A.device, torch.float64, copy=True).mul_(lam).add_(self.B)  # B + lambda S0
+        return torch.cholesky_solve(rhs, L).float()
 
     def _check(self) -> None:
         if self.tokens == 0:
