@@ -23,6 +23,7 @@ from thanos.models.generic import find_layers
 from thanos.pruning.sparsity import depth_count, parse_sparsity
 from thanos.recipe import Recipe, from_name
 from thanos.stages.assemble import assemble
+from thanos.stages.card import reproduce_command
 from thanos.stages.depth import DepthError, check_depth, choose, shortened_config
 from thanos.stages.model_info import model_info
 
@@ -177,7 +178,7 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     (entry,) = plan["maps"]
     assert entry["folded_into"] == lowest - 1
     assert entry["error"] <= entry["error_map_alone"] == replaced[lowest] < entry["error_without_map"]
-    assert f"(removed {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
+    assert f"(removed block {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
     assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan
     here = command[3:]  # the reruns in this process (thanos_here), as a new process runs them
@@ -186,6 +187,8 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     plain = thanos_here(*here[:-1], tmp_path / "plain", "--no-block-map", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr[-3000:]
     plain_plan = json.loads(next(work.glob("results/*/thanos_depth1_nomap/depth.json")).read_text())
+    assert "--no-block-map" in (tmp_path / "plain" / "README.md").read_text()  # its card's command
+    assert "--no-block-map" not in (tmp_path / "out" / "README.md").read_text()
     by_influence = min(range(3), key=lambda b: (plan["scores"]["influence"][b], -b))
     assert plain_plan["metric"] == "influence" and plain_plan["removed"] == [by_influence]
     assert "maps" not in plain_plan
@@ -255,6 +258,31 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
         prune_model(model, "thanos", "0.5+depth:1", out=tmp_path / "out2", **options)
     with pytest.raises(ValueError, match="each of depth, heads and neurons at most once"):
         prune_model(model, "thanos", "heads:0.5+kv_heads:0.5", out=tmp_path / "out2", **options)
+
+
+def test_combined_parts_with_other_options_write_other_intermediate_models(tmp_path: Path) -> None:
+    """The intermediate model of a combined recipe's first part is keyed by its options: the same recipe
+    with and without the maps (``--no-block-map``) writes two, so that running one never redoes or replaces
+    the other's; the same request twice, one."""
+    from thanos.runner.combined import _part
+    from thanos.runner.request import build_request
+
+    def intermediate(**options) -> Path:
+        request = build_request("base", "thanos", "depth:1+neurons:0.3", options | {"out": "out"})
+        return Path(_part(request, 0, "base", tmp_path, "base", []).output.out)
+
+    assert intermediate() == intermediate(block_map=True)
+    assert intermediate(block_map=False) != intermediate()
+    assert intermediate(block_map=False).name == intermediate().name == "depth1"
+    # the card's command rebuilds the model: the combined recipe's depth part without maps says so
+    last = build_request("base", "thanos", "depth:1+neurons:0.3", {"out": "out"}).recipes[-1]
+    for block_map, flag in ((False, True), (True, False)):
+        part = {"sparsity": "depth:1", "block_map": block_map}
+        combined = {"sparsity": "depth:1+neurons:0.3", "base_model": "base", "parts": [part]}
+        report = {"recipe": last.to_dict(), "model": {"path": "part1"}, "workflow": {"combined": combined}}
+        command = reproduce_command(report, "out")
+        assert command.startswith("thanos prune-model --model base ")
+        assert ("--no-block-map" in command) is flag, command
 
 
 def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:

@@ -129,15 +129,20 @@ def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
     )
 
 
+def blocks_text(blocks: list[int]) -> str:
+    """``block 0`` or ``blocks 12, 13, 14``: never a bare number that reads as a count."""
+    return f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
+
+
 def shape_text(compact: dict[str, Any]) -> str:
     """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
     (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
     12, ..., 17; replaced by a linear map in block 11)``. The model card's combined recipe and ``thanos
     prune-model``'s summary say it."""
     if compact.get("structure") == "depth":
-        removed = ", ".join(map(str, compact["removed_blocks"]))
+        removed = blocks_text(compact["removed_blocks"])
         folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
-        maps = f"; replaced by a linear map in block {', '.join(map(str, folded))}" if folded else ""
+        maps = f"; replaced by a linear map in {blocks_text(folded)}" if folded else ""
         return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
     if compact.get("structure") == "heads":
         return (

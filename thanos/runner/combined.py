@@ -70,14 +70,11 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
         report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
-        steps.append(
-            {
-                "sparsity": parts[i],
-                "model": str(model),
-                "out": report["out"],
-                "compact": report.get("compact"),
-            }
-        )
+        step = {"sparsity": parts[i], "model": str(model), "out": report["out"]}
+        step |= {"compact": report.get("compact")}
+        if request.recipes[i].block_map is not None:  # a depth part: with or without its maps
+            step["block_map"] = request.recipes[i].block_map
+        steps.append(step)
         if request.dry_run and i < len(parts) - 1:
             say(stream, f"dry run: the next parts ({', '.join(parts[i + 1 :])}) run on this part's model")
             return report | {"parts": steps}
@@ -144,8 +141,10 @@ def _part(
     if last:
         changes["part_of"] = {"sparsity": "+".join(parts), "base_model": reference, "parts": list(steps)}
     else:
+        # keyed by every option of the parts so far (a depth part with and without its maps: two models)
         calibration = dataclasses.astuple(request.calibration)
-        key = json.dumps([reference, part.method, parts[: i + 1], list(calibration)], default=str)
+        so_far = [recipe.to_dict() for recipe in request.recipes[: i + 1]]
+        key = json.dumps([reference, so_far, list(calibration)], default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         name = "+".join(parts[: i + 1]).replace(":", "")
         out = intermediates / digest / name

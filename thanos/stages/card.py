@@ -25,7 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.labels import LABELS, nm_note, pattern_text, public_name, shape_text
+from thanos.labels import LABELS, blocks_text, nm_note, pattern_text, public_name, shape_text
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import (
@@ -100,6 +100,9 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
             args += [f"--{key.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
     if recipe.sparsity.kind in COMPACT_KINDS:
         args.append("--compact" if recipe.compact else "--no-compact")
+    depth_parts = [recipe.block_map, *(p.get("block_map") for p in combined_record(report).get("parts", []))]
+    if False in depth_parts:  # a depth recipe (or a combined recipe's depth part) without maps
+        args.append("--no-block-map")
     for pattern in recipe.exclude:
         args += ["--exclude", pattern]
     calibration = report.get("calibration")
@@ -148,10 +151,11 @@ def _compact_text(compact: dict[str, Any]) -> str:
     """What a compact (neurons or heads removed) model is, for the card."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
     if compact.get("structure") == "depth":
-        removed = ", ".join(map(str, compact["removed_blocks"]))
+        removed = compact["removed_blocks"]
+        gone = f"{blocks_text(removed)} of the base model {'is' if len(removed) == 1 else 'are'} gone"
         return (
             f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
-            f"{compact['original_blocks']} decoder blocks (blocks {removed} of the base model are gone, "
+            f"{compact['original_blocks']} decoder blocks ({gone}, "
             f"{CHOSEN_BY.get(compact['metric'], compact['metric'])}; the others renumbered; "
             "`num_hidden_layers` and every per-block setting in `config.json` follow), "
             f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer); the model loads "
