@@ -227,6 +227,16 @@ def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path
         assert run.returncode == 2 and named in run.stderr.splitlines()[-1], run.stderr[-800:]
     assert not (root / "refused").exists() and not (root / "work-refused").exists()
     assert {f.name: f.read_bytes() for f in setup["student"].iterdir()} == student_bytes
+    # an --out holding the distillation of other options is replaced only with --overwrite
+    reference = {f.name: f.read_bytes() for f in setup["reference"].iterdir()}
+    other = [str(a) for a in command(setup, "reference")]
+    other[other.index("--out") + 1] = str(setup["reference"])
+    other[other.index("--work") + 1] = str(root / "work-refused")
+    run = thanos_here(*other, "--lr", "0.02", cwd=root, env=env)
+    named = "holds the distillation of another student, teacher, text or options; give another --out, or"
+    assert run.returncode == 2 and named in run.stderr.splitlines()[-1], run.stderr[-800:]
+    assert {f.name: f.read_bytes() for f in setup["reference"].iterdir()} == reference
+    assert not (root / "work-refused").exists()
 
 
 @pytest.mark.slow

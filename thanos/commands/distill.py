@@ -80,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "processes (FSDP) instead of a whole copy in each, for models that do not fit one device",
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --out holds: another model, or the distillation of other inputs or options "
+        "(default: refused; the same command again may always replace its own result)",
+    )
+    parser.add_argument(
         "--delete-checkpoints",
         action="store_true",
         help="delete the checkpoints' directory once --out is written (16 bytes a parameter that serve only "
@@ -124,6 +130,7 @@ def run(args: argparse.Namespace) -> None:
         progress_bar=not args.no_progress,
         delete_checkpoints=args.delete_checkpoints,
         shard_models=args.shard,
+        overwrite=args.overwrite,
     )
     if int(os.environ.get("RANK", "0")):
         return  # not the first process of a torchrun: the first one says what was written

@@ -38,6 +38,7 @@ parameter name) whichever way the run is split.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import shutil
@@ -67,6 +68,7 @@ from thanos.recipe import Distillation
 from thanos.stages.achieved_sparsity import combined_record
 from thanos.stages.common import compute_dtype
 from thanos.stages.distill_files import (
+    RECORD,
     Checkpoints,
     prepare_work,
     random_state,
@@ -478,13 +480,16 @@ def distill(
     progress_bar: bool = True,
     delete_checkpoints: bool = False,
     shard_models: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train ``student`` toward ``teacher`` on ``options.source`` and write it to ``out`` (the module's
     steps); returns what ``distillation.json`` records (on every process; only the first writes).
     ``delete_checkpoints``: ``work`` is deleted once ``out`` is written (the checkpoints serve only to resume
     this run; ``distillation.json`` keeps their held-out history). ``shard_models``: under torchrun, the
     student, its gradients and AdamW's moments and the teacher sharded over the processes by FSDP instead of
-    whole in each (for models that do not fit one device; the same steps, equal to rounding)."""
+    whole in each (for models that do not fit one device; the same steps, equal to rounding). An ``out``
+    that holds another model, or the distillation of other inputs or options, is replaced only with
+    ``overwrite`` (refused before any training)."""
     from thanos.stages.publish import check_out
 
     out, work = Path(out), Path(work)
@@ -516,6 +521,8 @@ def distill(
     )
     record = run_record(student, teacher, text, options)
     if ranks.main:
+        if not overwrite:
+            check_previous(out, run_digest(record))
         prepare_work(work, record)
     ranks.barrier()
     progress = train(models, text, options, work, dev, ranks, progress_bar)
@@ -530,6 +537,29 @@ def distill(
             log.info("distill: deleted the checkpoints (%s)", work)
     ranks.barrier()
     return result
+
+
+def run_digest(record: dict[str, Any]) -> str:
+    """The sha256 of a run's record (its inputs and options), which ``distillation.json`` keeps."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_previous(out: Path, digest: str) -> None:
+    """Refuse an ``out`` that holds anything but this run's own earlier result (its ``distillation.json``
+    recording the same inputs and options): another pruned model, or another distillation."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        previous = json.loads((out / RECORD).read_text()).get("run_sha256")
+    except (OSError, ValueError):
+        previous = None
+    if previous != digest:
+        what = (
+            "the distillation of another student, teacher, text or options" if previous else "another model"
+        )
+        raise OptionError(
+            Option("out", str(out)), f" holds {what}; give another --out, or --overwrite to replace it"
+        )
 
 
 def zeros_held(models: Models, ranks: Ranks, device: torch.device) -> int:
@@ -563,6 +593,7 @@ def summary(
     return {
         "source": record["text"],
         "teacher": public_name(teacher),
+        "run_sha256": run_digest(record),  # a rerun of the same inputs and options may replace it
         "options": asdict(options),
         "steps": progress.step,
         "tokens": trained,
