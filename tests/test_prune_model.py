@@ -614,6 +614,17 @@ def test_a_foreign_out_directory_is_refused(tmp_path, cli):
     )  # fmt: skip
     assert run.returncode == 2 and "is not empty and is not a previous result" in run.stderr
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    # a path under a file, for --out or --workdir: refused before any work, naming the file
+    paths = {"--out": tmp_path / "out" / "notes.txt" / "model", "--workdir": tmp_path / "out" / "notes.txt"}
+    for option, path in paths.items():
+        given = {"--out": tmp_path / "new", "--workdir": tmp_path / "w"} | {option: path}
+        run = cli(
+            "prune-model", "--model", tmp_path / "m", "--method", "wanda", "--sparsity", "0.5",
+            "--out", given["--out"], "--workdir", given["--workdir"], cwd=tmp_path,
+        )  # fmt: skip
+        named = "is under" if option == "--out" else "is a file; give a directory"
+        assert run.returncode == 2 and f"{option} {path} {named}" in run.stderr, run.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "new").exists()
 
 
 def build_recipe(method, sparsity, **options):

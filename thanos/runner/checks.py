@@ -34,7 +34,7 @@ from thanos.stages.common import Compute, resolve_device
 from thanos.stages.depth import check_depth
 from thanos.stages.engine import Calibration, RecipeFiles
 from thanos.stages.provenance import path_bytes
-from thanos.stages.publish import check_out
+from thanos.stages.publish import check_directory, check_out
 
 HUB_SOURCES = {
     "calibration": "c4",
@@ -129,6 +129,8 @@ def plan(request: PruneRequest) -> Plan:
     reference = model_reference(request.model)
     check_out_beside(out, reference, recipe, request.output.overwrite)
     check_out(out)
+    if resources.workdir:  # the default one (named after the calibration) is checked once it is known
+        check_directory("workdir", Path(resources.workdir).expanduser().resolve())
     check_device(resources.device)
     model = open_model(reference)
     try:
@@ -146,6 +148,7 @@ def plan(request: PruneRequest) -> Plan:
     evaluation = checked_evaluation(request.evaluation)
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calibration)
+    check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
     run_plan = Plan(
         recipe.pruned,
         reference,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from thanos.errors import Option, OptionError, PathError
@@ -35,10 +36,27 @@ RELEASED = ".published.json"  # the working directory's weights were deleted: th
 WEIGHTS = "*.safetensors"
 
 
+def check_directory(option: str, path: Path) -> None:
+    """Refuse a directory option that cannot be one: a file, or a path under a file or under a directory
+    this process cannot write to (found before any work instead of when the path is first written)."""
+    if path.exists() and not path.is_dir():
+        raise OptionError(Option(option, str(path)), " is a file; give a directory")
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent != path and not parent.is_dir():
+        raise OptionError(
+            Option(option, str(path)), f" is under {parent}, a file; give a path in a directory"
+        )
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(
+            Option(option, str(path)), f" cannot be created: {parent} is not writable; give another directory"
+        )
+
+
 def check_out(out: Path) -> None:
     """Refuse an output that is a file, or a non-empty directory that is not a previous pruned model."""
-    if out.exists() and not out.is_dir():
-        raise OptionError(Option("out", str(out)), " is a file; give a directory")
+    check_directory("out", out)
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise OptionError(
             Option("out", str(out)),
