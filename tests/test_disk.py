@@ -166,6 +166,17 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(tmp_path,
     assert refused.returncode == 2 and "--keep: invalid choice: 'some'" in refused.stderr
 
 
+def test_each_filesystem_is_named_with_its_own_free_space(tmp_path, monkeypatch):
+    """--workdir and --out on two filesystems: each need beside its own free space."""
+    import thanos.runner.disk as disk
+
+    monkeypatch.setattr(disk, "free_bytes", lambda path: (0, 1) if path.name == "w" else (10 * 2**30, 2))
+    with pytest.raises(ValueError) as err:
+        disk.check_free(tmp_path / "w", tmp_path / "o", 1000, 2000, 3000)
+    assert "(0 B free) and 1.95 KiB for " in str(err.value), str(err.value)
+    assert "(10 GiB free); free some space" in str(err.value), str(err.value)
+
+
 def test_a_dry_run_says_the_disk_and_writes_nothing(tmp_path):
     model = make_tiny_model(tmp_path, "llama", num_blocks=2)
     corpus = write_corpus(tmp_path / "calib.jsonl")

@@ -233,18 +233,17 @@ def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int, need_
             there,
             " together",
         )
-        free = free_work
-    else:
+        needs += (f", {size_text(free_work)} free",)
+    else:  # each with the free space of its own filesystem
         short = need_workdir > free_work or need_out > free_out
         needs = (f"{size_text(need_workdir)} in ", where, f" ({size_text(free_work)} free) and ")
-        needs += (f"{size_text(need_out)} for ", there)
-        free = free_out if need_workdir <= free_work else free_work
+        needs += (f"{size_text(need_out)} for ", there, f" ({size_text(free_out)} free)")
     if short:
         raise OptionError(
             (),
             "not enough disk space: the run needs about ",
             *needs,
-            f", {size_text(free)} free; free some space (`thanos workdirs` lists the working directories of "
+            "; free some space (`thanos workdirs` lists the working directories of "
             "earlier runs and deletes them), give ",
             Option("workdir"),
             " or ",
