@@ -627,6 +627,31 @@ def test_a_foreign_out_directory_is_refused(tmp_path, cli):
     assert not (tmp_path / "w").exists() and not (tmp_path / "new").exists()
 
 
+def test_the_perplexity_window_is_checked_before_anything_runs(tmp_path, cli):
+    from thanos.demo.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1, max_position_embeddings=64)
+    (tmp_path / "c.txt").write_text("a calibration text of a few words " * 40)
+    base = [
+        "prune-model", "--model", model, "--method", "magnitude", "--sparsity", "0.5",
+        "--out", tmp_path / "o", "--calibration", tmp_path / "c.txt",
+    ]  # fmt: skip
+    for extra, named in (
+        (["--ppl-seqlen", "16"], "--ppl-seqlen 16 sets the perplexity window; add --evaluate ppl"),
+        (
+            ["--evaluate", "ppl", "--ppl-seqlen", "65"],
+            "--ppl-seqlen 65 is longer than the model's 64 positions",
+        ),
+        (
+            ["--evaluate", "ppl", "--ppl-seqlen", "1"],
+            "--ppl-seqlen 1: expected a whole number of tokens >= 2",
+        ),
+    ):
+        run = cli(*base, *extra, "--workdir", tmp_path / "w", cwd=tmp_path)
+        assert run.returncode == 2 and named in run.stderr, run.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+
+
 def build_recipe(method, sparsity, **options):
     """The recipe ``prune_model`` builds of these keywords."""
     (recipe,) = RecipeOptions(method, sparsity, **options).recipes()
@@ -706,18 +731,21 @@ def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(firs
     failed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", short)
     assert failed.returncode == 1
     assert "FAILED after" in failed.stderr and "perplexity (thanos_2-4)" in failed.stderr
-    assert "fewer than one window" in failed.stderr
+    assert "fewer than one window" in failed.stderr and "or --ppl-seqlen" in failed.stderr  # its option
     assert f"the pruned model is published without this evaluation: {evaluated}" in failed.stderr
     weights = (evaluated / "model.safetensors").stat().st_ino
     assert "Not evaluated" in (evaluated / "README.md").read_text()
     record = json.loads((evaluated / "pruning_report.json").read_text())["files"]["model.safetensors"]
     assert hashlib.sha256((evaluated / "model.safetensors").read_bytes()).hexdigest() == record["sha256"]
 
-    fixed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib)
+    fixed = prune(
+        inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib, "--ppl-seqlen", "16"
+    )
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "nothing to do" not in fixed.stderr and "perplexity" in fixed.stderr.splitlines()[-3]
     card = (evaluated / "README.md").read_text()
     ppl = json.loads((workdir / "results" / "tiny-llama" / RECIPE / "eval" / "perplexity.json").read_text())
+    assert ppl["seqlen"] == 16  # --ppl-seqlen
     assert f"perplexity **{ppl['ppl']:.2f}**" in card
     assert (evaluated / "model.safetensors").stat().st_ino == weights  # the card alone was rewritten
     report = json.loads((evaluated / "pruning_report.json").read_text())

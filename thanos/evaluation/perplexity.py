@@ -82,29 +82,32 @@ def load_eval_text(source: str, text_field: str = "text") -> EvalText:
     return EvalText(text, dataset, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
-def resolve_seqlen(config: Any, seqlen: int | None) -> int:
-    """The window length: ``seqlen`` if given (checked against the model), else min(2048, max positions)."""
+def resolve_seqlen(config: Any, seqlen: int | None, option: str = "--seqlen") -> int:
+    """The window length: ``seqlen`` if given (checked against the model), else min(2048, max positions).
+    ``option``: the option that sets it, as errors name it."""
     limit = max_positions(config)
     if seqlen is None:
         return min(DEFAULT_SEQLEN, limit) if limit else DEFAULT_SEQLEN
     if seqlen < 2:
-        raise ValueError(f"--seqlen {seqlen}: a window needs at least 2 tokens")
+        raise ValueError(f"{option} {seqlen}: a window needs at least 2 tokens")
     if limit is not None and seqlen > limit:
         raise ValueError(
-            f"--seqlen {seqlen} is longer than the model supports (max_position_embeddings = {limit}); "
-            f"set --seqlen {limit} or less (default: min({DEFAULT_SEQLEN}, {limit}))"
+            f"{option} {seqlen} is longer than the model supports (max_position_embeddings = {limit}); "
+            f"set {option} {limit} or less (default: min({DEFAULT_SEQLEN}, {limit}))"
         )
     return seqlen
 
 
-def tokenize_windows(tokenizer: Any, text: str, seqlen: int, dataset: str = "") -> tuple[Any, int]:
+def tokenize_windows(
+    tokenizer: Any, text: str, seqlen: int, dataset: str = "", option: str = "--seqlen"
+) -> tuple[Any, int]:
     """Token ids of ``text`` cut into non-overlapping windows: a (windows, seqlen) int64 tensor, and the
     number of tokens of the whole text (the remainder after the last full window is dropped). Too short
-    a text raises a PathError naming ``dataset`` (where the text came from)."""
+    a text raises a PathError naming ``dataset`` (where the text came from) and ``option`` (the window's)."""
     ids = tokenizer(text, return_tensors="pt").input_ids[0]
     windows = ids.numel() // seqlen
     if windows == 0:
-        fix = "use a longer text" + (f", or --seqlen {ids.numel()} or less" if ids.numel() >= 2 else "")
+        fix = "use a longer text" + (f", or {option} {ids.numel()} or less" if ids.numel() >= 2 else "")
         raise PathError(
             f"the evaluation text has {ids.numel()} tokens, fewer than one window of seqlen={seqlen}",
             dataset or "evaluation text",
@@ -166,13 +169,15 @@ def evaluate_perplexity(
     progress: bool = True,
     max_windows: int | None = None,
     loaded: Any = None,
+    seqlen_option: str = "--seqlen",
     **placement: str | None,
 ) -> PerplexityResult:
     """Perplexity of the model at ``model_path`` on ``source`` (see the module docstring); only the first
     ``max_windows`` windows when given (None: every window, the paper's protocol). ``loaded``: the model
     already loaded by ``load_model`` (``thanos evaluate`` loads it once for both evaluations); else it is
     loaded with ``placement``: ``load_model``'s ``device`` ("auto"), ``dtype`` ("auto") and ``device_map``
-    (None), the only keywords taken besides those named."""
+    (None), the only keywords taken besides those named. ``seqlen_option``: the option that sets ``seqlen``,
+    as errors about the window name it (``thanos prune-model``'s ``--ppl-seqlen``)."""
     from transformers import AutoConfig
 
     from thanos.evaluation.loading import load_model
@@ -192,10 +197,10 @@ def evaluate_perplexity(
         config = AutoConfig.from_pretrained(model_path)
     except OSError as err:
         raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
-    seqlen = resolve_seqlen(config, seqlen)
+    seqlen = resolve_seqlen(config, seqlen, seqlen_option)
     if loaded is None:
         loaded = load_model(model_path, **placement)
-    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset)
+    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset, seqlen_option)
     windows = windows[:max_windows]
     start = time.perf_counter()
     total = window_nll(loaded.model, windows, loaded.device, batch_size, progress)

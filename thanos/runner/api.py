@@ -36,6 +36,7 @@ def prune_model(
     compute_dtype: str = "auto",
     evaluate: str | Sequence[str] = (),
     ppl_source: str | Path = "wikitext2",
+    ppl_seqlen: int | None = None,
     tasks: Sequence[str] | None = None,
     include_path: str | Path | None = None,
     cores: int | None = None,
@@ -68,7 +69,8 @@ def prune_model(
     ``calibration`` ("c4" or a local text/jsonl/parquet file or directory), ``nsamples`` windows of
     ``seqlen`` tokens (default min(2048, the model's positions)), ``seed``, ``text_field``. Where it runs:
     ``device``, ``compute_dtype``, ``cores``, ``workdir``, ``keep`` ("needed" or "all"), ``disk_check``.
-    The evaluation: ``evaluate`` ("ppl" and/or "zeroshot"), ``ppl_source``, ``tasks``, ``include_path``.
+    The evaluation: ``evaluate`` ("ppl" and/or "zeroshot"), ``ppl_source``, ``ppl_seqlen`` (the perplexity
+    window, default min(2048, the model's positions)), ``tasks``, ``include_path``.
     ``overwrite`` replaces an ``out`` holding another result; ``dry_run`` checks everything and returns
     without running. Each keyword is the same-named option of ``thanos prune-model`` (``--help`` says more;
     docs/library.md). Progress goes to ``stream`` (stderr).

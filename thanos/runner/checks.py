@@ -145,7 +145,7 @@ def plan(request: PruneRequest) -> Plan:
         named = recipe.name if recipe.name != recipe.default_name() else None  # named again by its source
         distill = checked_distillation(recipe.distill, model.max_positions)
         recipe = dataclasses.replace(recipe, name=named, distill=distill)
-    evaluation = checked_evaluation(request.evaluation)
+    evaluation = checked_evaluation(request.evaluation, model.max_positions)
     workdir = resources.workdir
     workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calibration)
     check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
@@ -363,9 +363,19 @@ def checked_distillation(distill: Distillation, max_positions: int) -> Distillat
     return dataclasses.replace(distill, source=source)
 
 
-def checked_evaluation(evaluation: Evaluation) -> Evaluation:
-    """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), the
-    directory of local lm-eval tasks and the tasks named there."""
+def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Evaluation:
+    """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), its
+    window against the model's positions, the directory of local lm-eval tasks and the tasks named there."""
+    seqlen = evaluation.ppl_seqlen
+    if seqlen is not None and "ppl" not in evaluation.kinds:
+        raise OptionError(
+            Option("ppl_seqlen", str(seqlen)), " sets the perplexity window; add ", Option("evaluate", "ppl")
+        )
+    if seqlen is not None and max_positions and seqlen > max_positions:
+        raise OptionError(
+            Option("ppl_seqlen", str(seqlen)),
+            f" is longer than the model's {max_positions} positions; give at most {max_positions}",
+        )
     ppl = source_reference(evaluation.ppl_source, "ppl_source", check="ppl" in evaluation.kinds)
     include_path = evaluation.include_path
     if include_path is not None:

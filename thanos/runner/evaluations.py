@@ -36,6 +36,7 @@ class Evaluations:
     recipe: str  # the recipe's name, for the progress lines
     dtype: str = "auto"  # the dtype the models are run in (``thanos.stages.common.compute_dtype``)
     include_path: str | None = None  # a directory of local lm-eval task YAMLs
+    ppl_seqlen: int | None = None  # the perplexity window (None: min(2048, the model's positions))
 
     @functools.cached_property
     def _dense_identity(self) -> Any:
@@ -58,7 +59,8 @@ class Evaluations:
         from thanos.stages.engine import source_identity
 
         if kind == "ppl":
-            return {"model": identity, "source": source_identity(self.ppl_source), "dtype": self.dtype}
+            inputs = {"model": identity, "source": source_identity(self.ppl_source), "dtype": self.dtype}
+            return inputs | ({"seqlen": self.ppl_seqlen} if self.ppl_seqlen is not None else {})
         inputs = {"model": identity, "tasks": self.tasks, "dtype": self.dtype}
         if self.include_path:  # edited task YAMLs evaluate again
             inputs["include_path"] = source_identity(self.include_path)
@@ -106,8 +108,8 @@ class Evaluations:
             from thanos.evaluation.perplexity import evaluate_perplexity
 
             result = evaluate_perplexity(
-                model, source=self.ppl_source, batch_size=PPL_BATCH_SIZE, device=self.device, progress=False,
-                loaded=loaded[0],
+                model, source=self.ppl_source, seqlen=self.ppl_seqlen, batch_size=PPL_BATCH_SIZE,
+                device=self.device, progress=False, loaded=loaded[0], seqlen_option="--ppl-seqlen",
             )  # fmt: skip
             write_json(out, result.to_dict())
         else:

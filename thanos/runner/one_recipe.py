@@ -232,5 +232,5 @@ def _evaluations(run_plan: Plan) -> Any:
         run_plan.published_dir, run_plan.out, root / "eval", run_plan.reference,
         root.parent / DENSE / "eval", evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
         run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
-        evaluation.include_path,
+        evaluation.include_path, evaluation.ppl_seqlen,
     )  # fmt: skip

@@ -320,6 +320,12 @@ class Evaluation:
     ppl_source: str | Path = field(
         default="wikitext2", metadata=option("perplexity text: wikitext2 (the hub, default) or a local file")
     )
+    ppl_seqlen: int | None = field(
+        default=None,
+        metadata=option(
+            "perplexity window in tokens (default min(2048, the model's max positions))", type=positive
+        ),
+    )
     tasks: str | Sequence[str] | None = field(
         default=None, metadata=option("zero-shot lm-eval tasks, comma-separated (default: the paper's 7)")
     )
@@ -335,6 +341,9 @@ class Evaluation:
         object.__setattr__(self, "evaluate", tuple(kinds))
         if self.tasks is not None:
             object.__setattr__(self, "tasks", _words(self.tasks))
+        seqlen = self.ppl_seqlen
+        if seqlen is not None and (isinstance(seqlen, bool) or not isinstance(seqlen, int) or seqlen < 2):
+            raise OptionError(Option("ppl_seqlen", repr(seqlen)), "expected a whole number of tokens >= 2")
 
     @property
     def kinds(self) -> tuple[str, ...]:
