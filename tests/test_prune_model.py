@@ -284,6 +284,7 @@ def test_the_published_model_owns_its_bytes(first, inputs):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "no longer holds the weights published there" in again.stderr
     assert "prune every block" in again.stderr
+    assert "had changed: model.safetensors was changed" in again.stderr  # the file, not "another recipe"
     assert _same_model(out, expected)  # computed again: the same bytes (the report's timings aside)
 
     # another --out while --out is edited again: assembled again, never copied from the edited one; --keep

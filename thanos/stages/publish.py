@@ -73,9 +73,25 @@ def _differences(
     that."""
     if not out.is_dir() or not any(out.iterdir()):
         return ["new"]
-    if not (out / MARKER).is_file() or (out / MARKER).read_text(encoding="utf-8") != report:
-        return [f"{MARKER} differs (another model or recipe)"]
+    if not (out / MARKER).is_file():
+        return [f"{MARKER} is missing"]
+    text = (out / MARKER).read_text(encoding="utf-8")
+    if text != report:
+        return _report_differs(out, text, report)
     return digests.differences(out, published, skip=skip or ())
+
+
+def _report_differs(out: Path, text: str, report: str) -> list[str]:
+    """Why ``out``'s report is not ``report``: another model or recipe, or for the same ones, what was
+    edited in ``out`` since it was published (found by ``stat``, as ``digests.edited`` does), or else a
+    model computed again."""
+    try:
+        before, now = json.loads(text), json.loads(report)
+    except ValueError:
+        return [f"{MARKER} differs (not the report of a result)"]
+    if (before.get("model"), before.get("recipe")) != (now.get("model"), now.get("recipe")):
+        return [f"{MARKER} differs (another model or recipe)"]
+    return digests.edited(out) or [f"{MARKER} differs (the same model and recipe, computed again)"]
 
 
 def _copy_verified(source: Path, target: Path, expected: dict) -> None:
