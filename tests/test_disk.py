@@ -200,7 +200,7 @@ def _workdirs(*args: str | Path, root: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatch):
-    from thanos.runner.workdir_lock import exclusive_workdir
+    from thanos.files.workdir_lock import exclusive_workdir
 
     root = tmp_path / "cache"
     monkeypatch.setenv("THANOS_WORKDIR", str(root))
@@ -222,6 +222,22 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
             )  # fmt: skip
         )
     small, large = (Path(r["workdir"]) for r in reports)
+    # a distillation's checkpoints (thanos distill's default --work is under root/distill)
+    from thanos.stages.distill_files import prepare_work
+
+    checkpoints = root / "distill" / "n30-0123456789"
+    about = {"student": str(tmp_path / "n30"), "teacher": str(model), "out": str(tmp_path / "n30-kd")}
+    prepare_work(checkpoints, {"options": {"tokens": 512}}, about)
+    (checkpoints / "checkpoint").mkdir()
+    (checkpoints / "checkpoint" / "state.pt").write_bytes(b"\0" * 4096)
+    listed = _workdirs(root=root)
+    assert f"distill/{checkpoints.name}" in listed.stdout, listed.stdout
+    assert f"model {tmp_path / 'n30'}; calibration distillation checkpoints toward {model}" in listed.stdout
+    with exclusive_workdir(checkpoints, "--work"):  # a distillation is running
+        busy = _workdirs("--delete", f"distill/{checkpoints.name}", root=root)
+    assert busy.returncode == 2 and "a run is using it now" in busy.stderr and checkpoints.is_dir()
+    deleted = _workdirs("--delete", f"distill/{checkpoints.name}", root=root)
+    assert deleted.returncode == 0 and not checkpoints.exists(), deleted.stderr
     listed = _workdirs(root=root)
     assert listed.returncode == 0, listed.stderr
     assert small.name in listed.stdout and large.name in listed.stdout

@@ -104,11 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def default_work(args: argparse.Namespace, options: dict) -> Path:
     """Where the checkpoints of these inputs and options go when --work is not given."""
-    from thanos.runner.workdirs import default_root, slug
+    from thanos.runner.workdirs import DISTILL, default_root, slug
 
     inputs = [str(Path(args.student).resolve()), args.teacher, args.source, str(Path(args.out).resolve())]
     key = hashlib.sha256(json.dumps([inputs, options], sort_keys=True).encode()).hexdigest()[:10]
-    return default_root() / "distill" / f"{slug(Path(args.out).name)}-{key}"
+    return default_root() / DISTILL / f"{slug(Path(args.out).name)}-{key}"
 
 
 def run(args: argparse.Namespace) -> None:

@@ -1,7 +1,8 @@
 """List the working directories that thanos prune-model left (their size, model, calibration, recipes and
-last run) and delete them: `thanos workdirs` lists, `--delete NAME ...` or `--delete-all` deletes. A
-published model (--out) does not need its working directory; a rerun or another recipe on the same model
-and calibration computes again what was deleted."""
+last run), and the checkpoints of thanos distill's runs (`distill/...`), and delete them: `thanos workdirs`
+lists, `--delete NAME ...` or `--delete-all` deletes. A published model (--out) does not need its working
+directory; a rerun or another recipe on the same model and calibration computes again what was deleted (a
+distillation whose checkpoints were deleted starts over)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="delete these (names under --root, or paths)",
+        help="delete these (names as listed, under --root, or paths)",
     )
     parser.add_argument("--delete-all", action="store_true", help="delete every one not in use")
 
@@ -39,7 +40,10 @@ def run(args: argparse.Namespace) -> None:
         targets = (
             [w.path for w in scan(root) if not w.in_use]
             if args.delete_all
-            else [Path(name) if "/" in name else root / name for name in args.delete]
+            else [
+                root / name if (root / name).exists() or "/" not in name else Path(name)
+                for name in args.delete
+            ]
         )
         for path in targets:  # every one is checked before any is deleted
             check_deletable(path.resolve())
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> None:
         return
     for workdir in found:
         flag = " (in use)" if workdir.in_use else ""
-        print(f"{size_text(workdir.bytes):>10}  {workdir.path.name}{flag}")
+        print(f"{size_text(workdir.bytes):>10}  {workdir.path.relative_to(root)}{flag}")
         print(f"            model {workdir.model}; calibration {workdir.calibration}")
         recipes = ", ".join(workdir.recipes) or "none finished"
         print(f"            recipes {recipes}; last run {workdir.last_run}")

@@ -69,6 +69,10 @@ CHAIN_SUMMARY = "chain.json"  # PRUNED/chain.json: written last by a recipe's ch
 # PRUNED/recovered/block{l}: a recovered recipe's block l after recovery (its layers, and recovery.json last)
 RECOVERED = "recovered"
 RECOVERY_RECORD = "recovery.json"
+# A distillation's checkpoints directory (``thanos distill --work``): what its checkpoints are of (the resume
+# key), and what they are for in words (``thanos workdirs`` lists them)
+DISTILL_RUN = "run.json"
+DISTILL_ABOUT = "about.json"
 # What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
 # makes Snakemake assemble existing results again (its params trigger), without pruning again.
 # 1: sparsity in config.json (compressed-tensors); 2: config.json as the input's, sparsity.json beside it.

@@ -24,13 +24,13 @@ from typing import Any, TextIO
 import torch
 
 from thanos.files.layout import DENSE
+from thanos.files.workdir_lock import exclusive_workdir
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
 from thanos.runner.console import say
 from thanos.runner.evaluations import Evaluations
 from thanos.runner.progress import StepProgress, clock_text, full_log
 from thanos.runner.request import PruneRequest
-from thanos.runner.workdir_lock import exclusive_workdir
 from thanos.runner.workdirs import model_slug, record_run
 from thanos.stages.achieved_sparsity import summarize
 from thanos.stages.card import CARD, model_card

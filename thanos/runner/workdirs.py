@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from thanos.files.atomic import write_json
-from thanos.runner.workdir_lock import LOCK_NAME
+from thanos.files.layout import DISTILL_ABOUT as ABOUT
+from thanos.files.layout import DISTILL_RUN as RUN
+from thanos.files.workdir_lock import LOCK_NAME
 from thanos.stages.provenance import path_bytes
 
 RECORD = "workdir.json"
+DISTILL = "distill"  # thanos distill's checkpoints, one directory per run (``thanos.commands.distill``)
 
 
 def default_root() -> Path:
@@ -88,6 +91,25 @@ def is_workdir(path: Path) -> bool:
     return (path / RECORD).is_file() or ((path / "results").is_dir() and (path / LOCK_NAME).exists())
 
 
+def is_distill_work(path: Path) -> bool:
+    """A distillation's checkpoints (``thanos distill``'s ``--work``: ``DISTILL/<out>-<hash>`` by default)."""
+    return (path / RUN).is_file()
+
+
+def describe_distill(path: Path) -> Workdir:
+    """A distillation's checkpoints: for which student, teacher and output (``about.json``)."""
+    try:
+        about = json.loads((path / ABOUT).read_text())
+    except (OSError, ValueError):
+        about = {}
+    student, teacher, out = (about.get(key, "?") for key in ("student", "teacher", "out"))
+    last_run = about.get("last_run") or time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime)
+    )
+    what = f"distillation checkpoints toward {teacher}, for {out}"
+    return Workdir(path, path_bytes(path), student, what, [], last_run, in_use(path))
+
+
 def describe(path: Path) -> Workdir:
     """``path``'s record, or what its ``results/`` holds."""
     try:
@@ -108,10 +130,13 @@ def describe(path: Path) -> Workdir:
 
 
 def scan(root: Path) -> list[Workdir]:
-    """The working directories directly under ``root``, largest first."""
+    """The working directories directly under ``root``, and the distillations' checkpoints under
+    ``root/distill``, largest first."""
     if not root.is_dir():
         return []
     found = [describe(p) for p in sorted(root.iterdir()) if p.is_dir() and is_workdir(p)]
+    if (root / DISTILL).is_dir():
+        found += [describe_distill(p) for p in sorted((root / DISTILL).iterdir()) if is_distill_work(p)]
     return sorted(found, key=lambda w: -w.bytes)
 
 
@@ -133,9 +158,10 @@ def check_deletable(path: Path) -> None:
     """Refuse a directory that is not a working directory, or one a run is using."""
     if not path.exists():
         raise ValueError(f"{path}: no such directory; `thanos workdirs` lists the working directories")
-    if not path.is_dir() or not is_workdir(path):
+    if not path.is_dir() or not (is_workdir(path) or is_distill_work(path)):
         raise ValueError(
-            f"{path}: not a working directory of thanos prune-model (no {RECORD}); nothing deleted"
+            f"{path}: not a working directory of thanos prune-model (no {RECORD}) nor a distillation's "
+            f"checkpoints (no {RUN}); nothing deleted"
         )
     if in_use(path):
         raise ValueError(f"{path}: a run is using it now; wait for it to finish (nothing deleted)")

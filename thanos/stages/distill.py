@@ -53,6 +53,7 @@ from torch import nn
 from thanos.errors import MissingOption, Option, OptionError
 from thanos.files import digests
 from thanos.files.fingerprint import model_fingerprint
+from thanos.files.workdir_lock import exclusive_workdir
 from thanos.labels import public_name
 from thanos.pruning.distillation import (
     apply_masks,
@@ -520,22 +521,29 @@ def distill(
         options.source, tokenizer, options.seqlen, options.heldout, options.tokens, options.text_field
     )
     record = run_record(student, teacher, text, options)
-    if ranks.main:
-        if not overwrite:
-            check_previous(out, run_digest(record))
-        prepare_work(work, record)
-    ranks.barrier()
-    progress = train(models, text, options, work, dev, ranks, progress_bar)
-    zeros = zeros_held(models, ranks, dev)
-    result = summary(record, teacher, progress, options, text, zeros, ranks, sharded)
-    if ranks.main:
-        best = Checkpoints(work).best_weights()
-        write_student(Path(student), out, best, result)
-        log.info("distill: wrote %s (the weights of step %d)", out, progress.best["step"])
-        if delete_checkpoints:
-            shutil.rmtree(work)
-            log.info("distill: deleted the checkpoints (%s)", work)
-    ranks.barrier()
+    with contextlib.ExitStack() as held:
+        if ranks.main:
+            if not overwrite:
+                check_previous(out, run_digest(record))
+            held.enter_context(exclusive_workdir(work, "--work"))  # one run at a time on these checkpoints
+            about = {
+                "student": str(Path(student).resolve()),
+                "teacher": str(teacher),
+                "out": str(out.resolve()),
+            }
+            prepare_work(work, record, about)
+        ranks.barrier()
+        progress = train(models, text, options, work, dev, ranks, progress_bar)
+        zeros = zeros_held(models, ranks, dev)
+        result = summary(record, teacher, progress, options, text, zeros, ranks, sharded)
+        if ranks.main:
+            best = Checkpoints(work).best_weights()
+            write_student(Path(student), out, best, result)
+            log.info("distill: wrote %s (the weights of step %d)", out, progress.best["step"])
+            if delete_checkpoints:
+                shutil.rmtree(work)
+                log.info("distill: deleted the checkpoints (%s)", work)
+        ranks.barrier()
     return result
 
 

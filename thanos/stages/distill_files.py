@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +29,28 @@ from safetensors.torch import save_file
 from thanos.errors import Option, OptionError
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
+from thanos.files.layout import DISTILL_ABOUT, DISTILL_RUN
+from thanos.files.workdir_lock import LOCK_NAME
 
 log = logging.getLogger(__name__)
 
 RECORD = "distillation.json"
-RUN = "run.json"
+RUN, ABOUT = DISTILL_RUN, DISTILL_ABOUT
 CHECKPOINT = "checkpoint"
 
 
-def prepare_work(work: Path, record: dict[str, Any]) -> None:
+def prepare_work(work: Path, record: dict[str, Any], about: dict[str, Any]) -> None:
     """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
-    is deleted, after saying why); a directory that is not a distillation's is refused."""
+    is deleted, after saying why); a directory that is not a distillation's is refused (its lock file
+    aside). ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time."""
     run = work / RUN
     if run.is_file():
         previous = json.loads(run.read_text())
-        if previous == record:
-            return
-        changed = sorted(key for key in record if previous.get(key) != record[key])
-        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
-        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
-    elif work.is_dir() and any(work.iterdir()):
+        if previous != record:
+            changed = sorted(key for key in record if previous.get(key) != record[key])
+            log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
+            shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
+    elif work.is_dir() and any(p.name != LOCK_NAME for p in work.iterdir()):
         raise OptionError(
             Option("work", str(work)),
             f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
@@ -55,6 +58,7 @@ def prepare_work(work: Path, record: dict[str, Any]) -> None:
         )
     work.mkdir(parents=True, exist_ok=True)
     write_json(run, record)
+    write_json(work / ABOUT, about | {"last_run": time.strftime("%Y-%m-%d %H:%M:%S")})
 
 
 class Checkpoints:

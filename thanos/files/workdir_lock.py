@@ -1,4 +1,5 @@
-"""One run at a time in a working directory: ``thanos prune-model`` holds an exclusive lock on it.
+"""One run at a time in a working directory: ``thanos prune-model`` holds an exclusive lock on its working
+directory, ``thanos distill`` on its checkpoints' directory.
 
 The lock is an ``flock`` on ``WORKDIR/.thanos-run.lock``: the kernel releases it when the process ends,
 however it ends, so a killed run leaves nothing to unlock and the next run resumes at once.
@@ -16,8 +17,9 @@ LOCK_NAME = ".thanos-run.lock"
 
 
 @contextlib.contextmanager
-def exclusive_workdir(workdir: Path) -> Iterator[None]:
-    """Hold ``workdir/.thanos-run.lock`` (flock) for the duration; refuse if another run holds it."""
+def exclusive_workdir(workdir: Path, option: str = "--workdir") -> Iterator[None]:
+    """Hold ``workdir/.thanos-run.lock`` (flock) for the duration; refuse if another run holds it, naming
+    ``option`` (the one that gives another directory)."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / LOCK_NAME
     with path.open("a+") as handle:
@@ -28,7 +30,7 @@ def exclusive_workdir(workdir: Path) -> Iterator[None]:
             owner = handle.read().strip() or "another process"
             raise ValueError(
                 f"working directory {workdir} is in use by {owner}; wait for it to finish, or give "
-                "another --workdir"
+                f"another {option}"
             ) from None
         handle.seek(0)
         handle.truncate()
