@@ -254,6 +254,8 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
     )  # fmt: skip
     assert [part["sparsity"] for part in dry["parts"]] == ["heads:0.5"]  # the next parts need its model
     assert not (tmp_path / "dry").exists() and not (tmp_path / "dry-out").exists()
+    with pytest.raises(ValueError, match=r"a part is empty; join depth:K, heads:P"):
+        prune_model(model, "thanos", "depth:1+", out=tmp_path / "out2", **options)
     with pytest.raises(ValueError, match=r"0.5.*cannot be combined; a combined recipe joins depth:K"):
         prune_model(model, "thanos", "0.5+depth:1", out=tmp_path / "out2", **options)
     with pytest.raises(ValueError, match="each of depth, heads and neurons at most once"):

@@ -78,7 +78,7 @@ def test_block_outliers_take_the_mean_over_the_whole_block():
     [
         ({"sparsity": "2:4", "profile": "owl"}, "n:m keeps m - n of every m weights"),
         ({"sparsity": "structured:0.3", "profile": "owl"}, "only unstructured sparsity"),
-        ({"sparsity": 0.7, "owl_m": 5}, "owl_m: set only with profile: owl"),
+        ({"sparsity": 0.7, "owl_m": 5}, "owl_m: set only with the owl profile"),
         ({"sparsity": 0.7, "profile": "owl", "owl_lambda": -1}, "owl_lambda: expected a number > 0"),
         ({"sparsity": 0.7, "profile": "layerwise"}, "not one of uniform, owl"),
     ],

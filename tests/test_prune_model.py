@@ -628,7 +628,9 @@ def test_a_foreign_out_directory_is_refused(tmp_path, cli):
     assert not (tmp_path / "w").exists() and not (tmp_path / "new").exists()
 
 
-def test_the_perplexity_window_is_checked_before_anything_runs(tmp_path, cli):
+def test_ignored_options_and_the_perplexity_window_are_refused_before_anything_runs(tmp_path, cli):
+    """An option that would be ignored (an evaluation's option without the evaluation, --no-compact for
+    depth) and a perplexity window the model cannot hold are refused, named, before anything is written."""
     from thanos.demo.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1, max_position_embeddings=64)
@@ -638,7 +640,7 @@ def test_the_perplexity_window_is_checked_before_anything_runs(tmp_path, cli):
         "--out", tmp_path / "o", "--calibration", tmp_path / "c.txt",
     ]  # fmt: skip
     for extra, named in (
-        (["--ppl-seqlen", "16"], "--ppl-seqlen 16 sets the perplexity window; add --evaluate ppl"),
+        (["--ppl-seqlen", "16"], "--ppl-seqlen is set without its evaluation; add --evaluate ppl"),
         (
             ["--evaluate", "ppl", "--ppl-seqlen", "65"],
             "--ppl-seqlen 65 is longer than the model's 64 positions",
@@ -646,6 +648,12 @@ def test_the_perplexity_window_is_checked_before_anything_runs(tmp_path, cli):
         (
             ["--evaluate", "ppl", "--ppl-seqlen", "1"],
             "--ppl-seqlen 1: expected a whole number of tokens >= 2",
+        ),
+        (["--tasks", "piqa"], "--tasks is set without its evaluation; add --evaluate zeroshot"),
+        (["--evaluate", "ppl", "--include-path", "."], "--include-path is set without its evaluation; add"),
+        (
+            ["--sparsity", "depth:1", "--no-compact"],
+            "--no-compact: depth:1 removes whole blocks, which cannot",
         ),
     ):
         run = cli(*base, *extra, "--workdir", tmp_path / "w", cwd=tmp_path)

@@ -478,7 +478,8 @@ def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
             key,
             field,
             f"{err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
-            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25')",
+            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25', 'depth:6'; in thanos "
+            "prune-model also structures joined with '+', like 'depth:4+neurons:0.3')",
         ) from None
 
 
@@ -488,6 +489,10 @@ def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
         return pattern.kind in COMPACT_KINDS
     if not isinstance(compact, bool):
         raise invalid(key, "compact", f"expected true or false, got {compact!r}")
+    if compact is False and pattern.kind == "depth":
+        raise invalid(
+            key, "compact", f"{pattern} removes whole blocks, which cannot be written as zeros; leave it out"
+        )
     if compact and pattern.kind not in COMPACT_KINDS:
         raise invalid(
             key,
@@ -518,7 +523,7 @@ def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any)
         if value is None:
             continue
         if profile != "owl":
-            raise invalid(key, name, f"set only with profile: owl (got profile {profile or 'uniform'})")
+            raise invalid(key, name, f"set only with the owl profile (got profile {profile or 'uniform'})")
         if not value > 0:
             raise invalid(key, name, f"expected a number > 0, got {value!r}")
     if profile != "owl":

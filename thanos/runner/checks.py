@@ -366,11 +366,18 @@ def checked_distillation(distill: Distillation, max_positions: int) -> Distillat
 def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Evaluation:
     """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), its
     window against the model's positions, the directory of local lm-eval tasks and the tasks named there."""
+    unused = {  # an evaluation's options without the evaluation: refused rather than ignored
+        "ppl_seqlen": "ppl" not in evaluation.kinds and evaluation.ppl_seqlen is not None,
+        "ppl_source": "ppl" not in evaluation.kinds
+        and str(evaluation.ppl_source) != HUB_SOURCES["ppl_source"],
+        "tasks": "zeroshot" not in evaluation.kinds and evaluation.tasks is not None,
+        "include_path": "zeroshot" not in evaluation.kinds and evaluation.include_path is not None,
+    }
+    for name, given in unused.items():
+        if given:
+            kind = "ppl" if name.startswith("ppl") else "zeroshot"
+            raise OptionError(Option(name), " is set without its evaluation; add ", Option("evaluate", kind))
     seqlen = evaluation.ppl_seqlen
-    if seqlen is not None and "ppl" not in evaluation.kinds:
-        raise OptionError(
-            Option("ppl_seqlen", str(seqlen)), " sets the perplexity window; add ", Option("evaluate", "ppl")
-        )
     if seqlen is not None and max_positions and seqlen > max_positions:
         raise OptionError(
             Option("ppl_seqlen", str(seqlen)),

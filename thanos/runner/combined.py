@@ -34,7 +34,7 @@ from thanos.files.atomic import write_json
 from thanos.runner.checks import model_reference
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
-from thanos.runner.request import Output, PruneRequest
+from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.workdirs import default_root, default_workdir, model_slug, record_run
 from thanos.stages.outputs import remove
 from thanos.stages.publish import weight_files
@@ -149,7 +149,7 @@ def _part(
         name = "+".join(parts[: i + 1]).replace(":", "")
         out = intermediates / digest / name
         changes["output"] = Output(out, overwrite=True)
-        changes["evaluation"] = dataclasses.replace(request.evaluation, evaluate=())
+        changes["evaluation"] = Evaluation()  # only the last part's model is evaluated
     return dataclasses.replace(request, **changes)
 
 

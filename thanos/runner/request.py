@@ -134,6 +134,9 @@ class RecipeOptions:
     # dense one (the --distill-* options; --distill-tokens turns it on)
     distill: dict[str, Any] | Distillation | None = None
 
+    def _combined(self) -> bool:
+        return isinstance(self.sparsity, str) and "+" in self.sparsity
+
     def recipes(self) -> tuple[Recipe, ...]:
         """The recipe, or a combined pattern's parts (``depth:4+neurons:0.3``) in the order they run, each
         checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned), only a depth
@@ -164,6 +167,8 @@ class RecipeOptions:
             "block_map": block_map,
             "distill": distill,
         }
+        if self._combined() and str(sparsity).startswith("depth"):
+            options.pop("compact", None)  # --no-compact of a combined recipe: its width parts (zeros)
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:
@@ -215,6 +220,12 @@ def combined_parts(sparsity: Any) -> list[str] | None:
     pattern. Refused: a part that removes no structure (unstructured, n:m, structured), a kind twice."""
     if not isinstance(sparsity, str) or "+" not in sparsity:
         return None
+    if any(not part.strip() for part in sparsity.split("+")):
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            "a part is empty; join depth:K, heads:P (or kv_heads:P) and neurons:P with '+', e.g. "
+            "depth:4+neurons:0.3",
+        )
     try:
         parts = [parse_sparsity(part) for part in sparsity.split("+")]
     except ValueError as err:
