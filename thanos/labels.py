@@ -79,7 +79,10 @@ def pattern_text(pattern: Sparsity, alpha: float | None, outlier_rows: int | Non
     elif pattern.kind == "neurons":
         text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
     elif pattern.kind == "heads":
-        text = f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads)"
+        text = (
+            f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads; "
+            "whole groups where each has one)"
+        )
     elif pattern.kind == "depth":
         count = f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
         text = count if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"

@@ -489,10 +489,6 @@ def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
         return pattern.kind in COMPACT_KINDS
     if not isinstance(compact, bool):
         raise invalid(key, "compact", f"expected true or false, got {compact!r}")
-    if compact is False and pattern.kind == "depth":
-        raise invalid(
-            key, "compact", f"{pattern} removes whole blocks, which cannot be written as zeros; leave it out"
-        )
     if compact and pattern.kind not in COMPACT_KINDS:
         raise invalid(
             key,

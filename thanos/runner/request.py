@@ -198,6 +198,11 @@ def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Re
             Option("recover"),
             " recovers the neurons part)",
         )
+    if recipe.sparsity.kind == "depth" and given.get("compact") is False:
+        raise OptionError(
+            Option("compact", repr(False)),
+            f"{sparsity} removes whole blocks, which cannot be written as zeros; leave it out",
+        )
     if recipe.sparsity.kind not in ("nm", "depth") and recipe.sparsity.p == 0:
         raise OptionError(
             Option("sparsity", repr(sparsity)), "prunes nothing; give a fraction above 0 (e.g. 0.5)"
