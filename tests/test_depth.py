@@ -189,6 +189,7 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     plain_plan = json.loads(next(work.glob("results/*/thanos_depth1_nomap/depth.json")).read_text())
     assert "--no-block-map" in (tmp_path / "plain" / "README.md").read_text()  # its card's command
     assert "--no-block-map" not in (tmp_path / "out" / "README.md").read_text()
+    assert "## Achieved sparsity per layer type" not in (tmp_path / "out" / "README.md").read_text()  # none
     by_influence = min(range(3), key=lambda b: (plan["scores"]["influence"][b], -b))
     assert plain_plan["metric"] == "influence" and plain_plan["removed"] == [by_influence]
     assert "maps" not in plain_plan

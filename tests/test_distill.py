@@ -102,6 +102,7 @@ def test_distillation_lowers_the_heldout_kl_and_keeps_every_zero(setup: dict[str
     assert sparsity["pruned_layers"]["zeros"] == 10240 and sparsity["pruned_layers"]["sparsity"] == 0.5
     card = (out / "README.md").read_text()
     assert "## Distillation" in card and f"{record['tokens']:,} tokens of `text.jsonl`" in card
+    assert "## Achieved sparsity per layer type" in card  # its pruned layers, counted again
     assert "distilled 3,072 tokens" in setup["log"] or "distill: wrote" in setup["log"]
 
 

@@ -300,7 +300,6 @@ def model_card(
         *_facts(report, summary, spec.label, pattern, alpha),
         "",
         *_per_type_lines(summary),
-        "",
         *owl_lines(report),
         *recovery_lines(report),
         *distillation_lines(report),
@@ -383,7 +382,10 @@ def _facts(
 
 
 def _per_type_lines(summary: SparsitySummary) -> list[str]:
-    """The achieved sparsity per layer type (every ``mlp.down_proj`` together, ...)."""
+    """The achieved sparsity per layer type (every ``mlp.down_proj`` together, ...); nothing where no layer
+    was pruned (``depth:k``: whole blocks removed, the kept ones as they were)."""
+    if not summary.per_type:
+        return []
     lines = [
         "## Achieved sparsity per layer type",
         "",
@@ -395,7 +397,7 @@ def _per_type_lines(summary: SparsitySummary) -> list[str]:
             f"| {name} | {kind.layers} | {kind.weights:,} | {_percent(kind.sparsity)} | "
             f"{kind.outlier_rows} of {kind.rows} |"
         )
-    return lines
+    return [*lines, ""]
 
 
 def _use_and_reproduce(report: dict[str, Any], out: str | Path | None) -> list[str]:
