@@ -216,10 +216,12 @@ def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path
     root = setup["root"]
     env = {"THANOS_WORKDIR": str(root / "cache")}
     student_bytes = {f.name: f.read_bytes() for f in setup["student"].iterdir()}
+    (root / "text.jsonl.d").mkdir(exist_ok=True)
     for change, named in (
         ({"--out": setup["student"]}, "is the student; give a new directory"),
         ({"--seqlen": "65"}, "--seqlen 65 is longer than the model's 64 positions; give at most 64"),
         ({"--student": root / "nowhere"}, "is not a directory; give the pruned model's directory"),
+        ({"--teacher": root / "text.jsonl.d"}, "no config.json in the model directory"),  # a directory
     ):
         args = [str(a) for a in command(setup, "refused")]
         for flag, value in change.items():

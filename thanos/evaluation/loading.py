@@ -71,6 +71,21 @@ def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
     return chosen
 
 
+def model_config(path: str) -> Any:
+    """The config of a local model directory (refused, naming the directory, without a readable
+    config.json: ``thanos.models.load_config``) or of a hub id."""
+    from transformers import AutoConfig
+
+    from thanos.models import load_config
+
+    if Path(path).is_dir():
+        return load_config(path)
+    try:
+        return AutoConfig.from_pretrained(path)
+    except OSError as err:  # missing directory, hub id without hub access
+        raise FileNotFoundError(f"cannot load model {path!r}: {err}") from err
+
+
 def load_model(
     path: str, device: str = "auto", dtype: str = "auto", device_map: str | None = None
 ) -> LoadedModel:
@@ -84,7 +99,7 @@ def load_model(
     natively (a GPU; a CPU with AVX512_BF16 or AMX for bf16), else float32
     (``thanos.stages.common.compute_dtype``).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from thanos.models import load_tokenizer
 
@@ -92,10 +107,7 @@ def load_model(
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")
     if Path(path).is_dir():  # a pruned model: evaluate what was computed, nothing else
         digests.verify(path)
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except OSError as err:  # missing directory, no config.json, hub id without hub access
-        raise FileNotFoundError(f"cannot load model {path!r}: {err}") from err
+    config = model_config(path)
     if device_map is not None:
         import torch
 

@@ -178,9 +178,7 @@ def evaluate_perplexity(
     loaded with ``placement``: ``load_model``'s ``device`` ("auto"), ``dtype`` ("auto") and ``device_map``
     (None), the only keywords taken besides those named. ``seqlen_option``: the option that sets ``seqlen``,
     as errors about the window name it (``thanos prune-model``'s ``--ppl-seqlen``)."""
-    from transformers import AutoConfig
-
-    from thanos.evaluation.loading import load_model
+    from thanos.evaluation.loading import load_model, model_config
 
     unknown = [key for key in placement if key not in PLACEMENT]
     if unknown:
@@ -193,10 +191,7 @@ def evaluate_perplexity(
     if max_windows is not None and max_windows < 1:
         raise ValueError(f"--max-windows {max_windows}: must be at least 1 (leave it out for every window)")
     data = load_eval_text(source, text_field)  # fail on missing data before loading a big model
-    try:
-        config = AutoConfig.from_pretrained(model_path)
-    except OSError as err:
-        raise FileNotFoundError(f"cannot load model {model_path!r}: {err}") from err
+    config = model_config(model_path)
     seqlen = resolve_seqlen(config, seqlen, seqlen_option)
     if loaded is None:
         loaded = load_model(model_path, **placement)

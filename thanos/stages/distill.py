@@ -132,8 +132,7 @@ def load_models(
     """The student in fp32 and the teacher in the compute dtype, on ``device``; the student's tokenizer
     (``seqlen``: checked against the student's positions). ``sharded``: both are read by one process after
     the other (the host holds one whole pair at a time) and sharded over ``ranks`` by FSDP."""
-    from transformers import AutoConfig
-
+    from thanos.evaluation.loading import model_config
     from thanos.models import load_tokenizer
     from thanos.models.base import config_dtype, max_positions
 
@@ -143,7 +142,9 @@ def load_models(
         )
     if (Path(student) / digests.REPORT).is_file():
         digests.verify(student)  # a pruned model: train what was computed, nothing else
-    config = AutoConfig.from_pretrained(student)
+    config = model_config(student)
+    if Path(teacher).is_dir():
+        model_config(teacher)  # a local teacher without a readable config.json: refused, named
     limit = max_positions(config)
     if limit is not None and seqlen > limit:
         raise OptionError(
