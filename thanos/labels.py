@@ -140,8 +140,8 @@ def blocks_text(blocks: list[int]) -> str:
 def shape_text(compact: dict[str, Any]) -> str:
     """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
     (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
-    12, ..., 17; replaced by a linear map in block 11)``. The model card's combined recipe and ``thanos
-    prune-model``'s summary say it."""
+    blocks 12, ..., 17; replaced by a linear map in block 11)``. The model card's combined recipe and
+    ``thanos prune-model``'s summary say it."""
     if compact.get("structure") == "depth":
         removed = blocks_text(compact["removed_blocks"])
         folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
