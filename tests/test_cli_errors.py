@@ -109,7 +109,7 @@ def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     assert last.startswith("ERROR: ") and str(blocker) in last and "; check the path" in last, last
 
 
-@pytest.mark.parametrize("command", ["model-info", "prune"])
+@pytest.mark.parametrize("command", ["model-info", "prune", "perplexity"])
 def test_truncated_input_safetensors_is_named(model: Path, tmp_path: Path, command: str) -> None:
     truncated = tmp_path / "truncated"
     shutil.copytree(model, truncated)
@@ -119,7 +119,9 @@ def test_truncated_input_safetensors_is_named(model: Path, tmp_path: Path, comma
     args = {
         "model-info": ("--out", tmp_path / "info.json"),
         "prune": ("--block", 0, "--method", "magnitude", "--sparsity", 0.5, "--out-dir", tmp_path / "p"),
+        "perplexity": ("--source", tmp_path / "text.txt", "--out", tmp_path / "ppl.json"),
     }[command]
+    (tmp_path / "text.txt").write_text("a text to score, long enough for a window " * 50)
     assert run_thanos(command, "--model", truncated, *args, log=log) == 2
     last = log.read_text().rstrip("\n").split("\n")[-1]
     assert last.startswith("ERROR: ") and str(weights) in last and "truncated or damaged" in last, last

@@ -101,12 +101,16 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
+    from thanos.data.safetensors_io import open_safetensors
     from thanos.models import load_tokenizer
 
     if dtype not in COMPUTE_DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")
     if Path(path).is_dir():  # a pruned model: evaluate what was computed, nothing else
         digests.verify(path)
+        for shard in sorted(Path(path).glob("*.safetensors")):  # a truncated one named (headers read)
+            with open_safetensors(shard):
+                pass
     config = model_config(path)
     if device_map is not None:
         import torch
