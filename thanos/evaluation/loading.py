@@ -71,21 +71,6 @@ def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
     return chosen
 
 
-def model_config(path: str) -> Any:
-    """The config of a local model directory (refused, naming the directory, without a readable
-    config.json: ``thanos.models.load_config``) or of a hub id."""
-    from transformers import AutoConfig
-
-    from thanos.models import load_config
-
-    if Path(path).is_dir():
-        return load_config(path)
-    try:
-        return AutoConfig.from_pretrained(path)
-    except OSError as err:  # missing directory, hub id without hub access
-        raise FileNotFoundError(f"cannot load model {path!r}: {err}") from err
-
-
 def load_model(
     path: str, device: str = "auto", dtype: str = "auto", device_map: str | None = None
 ) -> LoadedModel:
@@ -102,7 +87,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     from thanos.data.safetensors_io import open_safetensors
-    from thanos.models import load_tokenizer
+    from thanos.models import load_tokenizer, model_config
 
     if dtype not in COMPUTE_DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")

@@ -178,7 +178,8 @@ def evaluate_perplexity(
     loaded with ``placement``: ``load_model``'s ``device`` ("auto"), ``dtype`` ("auto") and ``device_map``
     (None), the only keywords taken besides those named. ``seqlen_option``: the option that sets ``seqlen``,
     as errors about the window name it (``thanos prune-model``'s ``--ppl-seqlen``)."""
-    from thanos.evaluation.loading import load_model, model_config
+    from thanos.evaluation.loading import load_model
+    from thanos.models import model_config
 
     unknown = [key for key in placement if key not in PLACEMENT]
     if unknown:

@@ -39,6 +39,19 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 
+def model_config(reference: str) -> PretrainedConfig:
+    """The config of a local model directory (``load_config``: refused, naming the directory, without a
+    readable config.json) or of a hub id (refused, named, when the hub cannot give it)."""
+    if Path(reference).is_dir():
+        return load_config(reference)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(reference)
+    except OSError as err:  # missing directory, hub id without hub access
+        raise FileNotFoundError(f"cannot load model {reference!r}: {err}") from err
+
+
 def load_config(model_dir: str | Path) -> PretrainedConfig:
     """The model's config; a directory without a readable config.json is refused, naming it."""
     path = Path(model_dir)
@@ -139,6 +152,7 @@ __all__ = [
     "get_adapter",
     "load_config",
     "load_tokenizer",
+    "model_config",
     "open_layout",
     "open_model",
     "resolve_model_path",

@@ -132,8 +132,7 @@ def load_models(
     """The student in fp32 and the teacher in the compute dtype, on ``device``; the student's tokenizer
     (``seqlen``: checked against the student's positions). ``sharded``: both are read by one process after
     the other (the host holds one whole pair at a time) and sharded over ``ranks`` by FSDP."""
-    from thanos.evaluation.loading import model_config
-    from thanos.models import load_tokenizer
+    from thanos.models import load_tokenizer, model_config
     from thanos.models.base import config_dtype, max_positions
 
     if not Path(student).is_dir():
