@@ -340,3 +340,27 @@ def test_a_checkpoint_of_an_earlier_version_resumes() -> None:
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(restored["state"][name][key], saved["state"][name][key]), (name, key)
     assert _by_name(saved, names) is saved  # saved by name: as it is
+
+
+def test_an_out_is_replaced_only_by_its_own_run(tmp_path: Path) -> None:
+    """``check_previous``: an empty or new --out, or this run's own result, passes; another model, another
+    run's distillation or an earlier version's are refused, each named."""
+    from thanos.errors import OptionError
+    from thanos.stages.distill import check_previous
+
+    out = tmp_path / "out"
+    check_previous(out, "mine")  # new
+    out.mkdir()
+    check_previous(out, "mine")  # empty
+    (out / "pruning_report.json").write_text("{}")
+    for record, named in (
+        (None, "holds another model;"),
+        ({"steps": 8}, r"holds a distillation by an earlier version \(no run_sha256"),
+        ({"run_sha256": "theirs"}, "holds the distillation of another student, teacher, text or options"),
+    ):
+        if record is not None:
+            (out / "distillation.json").write_text(json.dumps(record))
+        with pytest.raises(OptionError, match=named):
+            check_previous(out, "mine")
+    (out / "distillation.json").write_text(json.dumps({"run_sha256": "mine"}))
+    check_previous(out, "mine")  # the same command again

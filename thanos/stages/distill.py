@@ -558,12 +558,17 @@ def check_previous(out: Path, digest: str) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
     try:
-        previous = json.loads((out / RECORD).read_text()).get("run_sha256")
+        recorded = json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
-        previous = None
+        recorded = None
+    previous = recorded.get("run_sha256") if isinstance(recorded, dict) else None
     if previous != digest:
         what = (
-            "the distillation of another student, teacher, text or options" if previous else "another model"
+            "the distillation of another student, teacher, text or options"
+            if previous
+            else "a distillation by an earlier version (no run_sha256 in distillation.json)"
+            if recorded is not None
+            else "another model"
         )
         raise OptionError(
             Option("out", str(out)), f" holds {what}; give another --out, or --overwrite to replace it"
