@@ -129,8 +129,9 @@ def plan(request: PruneRequest) -> Plan:
     reference = model_reference(request.model)
     check_out_beside(out, reference, recipe, request.output.overwrite)
     check_out(out)
-    if resources.workdir:  # the default one (named after the calibration) is checked once it is known
-        check_directory("workdir", Path(resources.workdir).expanduser().resolve())
+    given = Path(resources.workdir).expanduser().resolve() if resources.workdir else None
+    if given is not None:  # the default one (named after the calibration) is checked once it is known
+        check_directory("workdir", given)
     check_device(resources.device)
     model = open_model(reference)
     try:
@@ -146,9 +147,9 @@ def plan(request: PruneRequest) -> Plan:
         distill = checked_distillation(recipe.distill, model.max_positions)
         recipe = dataclasses.replace(recipe, name=named, distill=distill)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
-    workdir = resources.workdir
-    workdir = Path(workdir).expanduser().resolve() if workdir else default_workdir(reference, calibration)
-    check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
+    workdir = given or default_workdir(reference, calibration)
+    if given is None:
+        check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
     run_plan = Plan(
         recipe.pruned,
         reference,

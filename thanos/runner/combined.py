@@ -70,8 +70,12 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
         report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
-        step = {"sparsity": parts[i], "model": str(model), "out": report["out"]}
-        step |= {"compact": report.get("compact")}
+        step = {
+            "sparsity": parts[i],
+            "model": str(model),
+            "out": report["out"],
+            "compact": report.get("compact"),
+        }
         if request.recipes[i].block_map is not None:  # a depth part: with or without its maps
             step["block_map"] = request.recipes[i].block_map
         steps.append(step)

@@ -134,16 +134,14 @@ class RecipeOptions:
     # dense one (the --distill-* options; --distill-tokens turns it on)
     distill: dict[str, Any] | Distillation | None = None
 
-    def _combined(self) -> bool:
-        return isinstance(self.sparsity, str) and "+" in self.sparsity
-
     def recipes(self) -> tuple[Recipe, ...]:
         """The recipe, or a combined pattern's parts (``depth:4+neurons:0.3``) in the order they run, each
         checked; a depth part recovers nothing (no weight of the blocks it keeps is pruned), only a depth
-        part takes ``block_map``, and the last part distils (toward the model the first part read)."""
+        part takes ``block_map``, only the width parts ``compact`` (``--no-compact``: their zeros), and the
+        last part distils (toward the model the first part read)."""
         parts = combined_parts(self.sparsity)
         if parts is None:
-            return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill),)
+            return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill, self.compact),)
         last = len(parts) - 1
         return tuple(
             self._recipe(
@@ -151,12 +149,18 @@ class RecipeOptions:
                 None if part.startswith("depth") else self.recover,
                 self.block_map if part.startswith("depth") else None,
                 self.distill if i == last else None,
+                None if part.startswith("depth") else self.compact,
             )
             for i, part in enumerate(parts)
         )
 
     def _recipe(
-        self, sparsity: str | float, recover: Any, block_map: bool | None = None, distill: Any = None
+        self,
+        sparsity: str | float,
+        recover: Any,
+        block_map: bool | None = None,
+        distill: Any = None,
+        compact: bool | None = None,
     ) -> Recipe:
         given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         options = {name: value for name, value in given.items() if value is not None}
@@ -166,9 +170,8 @@ class RecipeOptions:
             "recover": recover,
             "block_map": block_map,
             "distill": distill,
+            "compact": compact,
         }
-        if self._combined() and str(sparsity).startswith("depth"):
-            options.pop("compact", None)  # --no-compact of a combined recipe: its width parts (zeros)
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:

@@ -91,6 +91,11 @@ def is_workdir(path: Path) -> bool:
     return (path / RECORD).is_file() or ((path / "results").is_dir() and (path / LOCK_NAME).exists())
 
 
+def _modified(path: Path) -> str:
+    """When ``path`` was last modified, as the records write times (for a directory without one)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+
+
 def is_distill_work(path: Path) -> bool:
     """A distillation's checkpoints (``thanos distill``'s ``--work``: ``DISTILL/<out>-<hash>`` by default)."""
     return (path / RUN).is_file()
@@ -103,9 +108,7 @@ def describe_distill(path: Path) -> Workdir:
     except (OSError, ValueError):
         about = {}
     student, teacher, out = (about.get(key, "?") for key in ("student", "teacher", "out"))
-    last_run = about.get("last_run") or time.strftime(
-        "%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime)
-    )
+    last_run = about.get("last_run") or _modified(path)
     what = f"distillation checkpoints toward {teacher}, for {out}"
     return Workdir(path, path_bytes(path), student, what, [], last_run, in_use(path))
 
@@ -125,7 +128,7 @@ def describe(path: Path) -> Workdir:
         model, calibration = ", ".join(models) or "?", "?"
         recipes = sorted(p.name for m in models for p in (path / "results" / m).glob("*") if p.is_dir())
         recipes = [r for r in recipes if r not in ("calib", "chains", "dense")]
-        last_run = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+        last_run = _modified(path)
     return Workdir(path, path_bytes(path), model, calibration, recipes, last_run or "?", in_use(path))
 
 

@@ -140,10 +140,10 @@ def fit_run(
     for start in range(0, end, samples):
         stop = min(start + samples, end)
         out, M, A = _run(handle, module, linear, before, inputs.read(start, stop).to(dev, torch.float32))
-        X = targets.read(start, stop).to(dev, torch.float32)
-        fit.add(M, out - M, X)
+        Y, X = out - M, targets.read(start, stop).to(dev, torch.float32)
+        fit.add(M, Y, X)
         if projection is not None:
-            projection.add(_with_ones(A, has_bias), out - M, X)
+            projection.add(_with_ones(A, has_bias), Y, X)
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
     error = error_map = fit.error(T)
