@@ -39,6 +39,9 @@ def test_depth_counts_and_names() -> None:
         depth_count(parse_sparsity("depth:30"), 30)
     with pytest.raises(ValueError, match="whole number of blocks"):
         parse_sparsity("depth:1.5")
+    for ambiguous in ("depth:1.0", "depth:1e0"):  # one block, or the fraction 1?
+        with pytest.raises(ValueError, match="neither as blocks nor as a fraction: .*'depth:1'"):
+            parse_sparsity(ambiguous)
     assert Recipe(None, "thanos", "depth:6").name == "thanos_depth6"
     assert from_name("thanos_depth6")["sparsity"] == "depth:6"
     assert from_name("wanda_d20")["sparsity"] == "depth:0.2"

@@ -145,6 +145,11 @@ def _depth(spec: str, value: str) -> Sparsity:
     if number >= 1:
         if number.denominator != 1:
             raise ValueError(f"sparsity: {spec!r}: give a whole number of blocks or a fraction in (0, 1)")
+        if not value.strip().isdigit():  # 1.0 or 1e0: one block, or the fraction 1 (every block)?
+            raise ValueError(
+                f"sparsity: {spec!r} is read neither as blocks nor as a fraction: write a number of blocks "
+                f"without a point ('depth:{int(number)}') or a fraction below 1 ('depth:0.2')"
+            )
         return Sparsity("depth", n=int(number))
     return Sparsity("depth", p=number)
 
