@@ -6,6 +6,7 @@ same policy."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from thanos.data.storage import Activations, Hessians, read_tokens
 from thanos.evaluation.loading import load_model
 from thanos.models import get_adapter, load_config
 from thanos.runner.api import prune_model
-from thanos.stages.common import Compute, compute_dtype, cpu_multiplies_natively
+from thanos.stages import cpu_dtypes
+from thanos.stages.common import Compute, compute_dtype
 
 CPU = torch.device("cpu")
 
@@ -30,7 +32,7 @@ def avx2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_policy(avx2: None) -> None:
-    assert not cpu_multiplies_natively(torch.bfloat16)
+    assert not cpu_dtypes.faster_than_float32(torch.bfloat16)
     assert compute_dtype("auto", CPU, torch.bfloat16) == torch.float32
     assert compute_dtype("auto", CPU, torch.float16) == torch.float32
     assert compute_dtype("auto", CPU, torch.bfloat16, native=True) == torch.bfloat16
@@ -42,6 +44,26 @@ def test_policy(avx2: None) -> None:
         compute_dtype("fp8", CPU, torch.bfloat16)
     assert not Compute.of("cpu", "auto", torch.float32).converts  # an fp32 model runs exactly as loaded
     assert Compute.of("cpu", "auto", torch.bfloat16).converts
+
+
+def test_the_cpus_answer_is_measured_once_and_read_back(tmp_path, monkeypatch) -> None:
+    """The first process measures bf16 against float32 and records the answer; every later one reads it
+    (even one that would measure otherwise), so that a run's dtype does not change between its jobs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cpu_dtypes._recorded.cache_clear()
+    answer = cpu_dtypes._recorded(torch.bfloat16)
+    (file,) = (tmp_path / "thanos-prune").glob("cpu-*.json")
+    record = json.loads(file.read_text())
+    assert record["faster"] is answer and record["faster"] == (record["speedup"] >= cpu_dtypes.MARGIN)
+    file.write_text(json.dumps(record | {"faster": not answer}))  # another process's answer, recorded first
+    cpu_dtypes._recorded.cache_clear()
+    assert cpu_dtypes._recorded(torch.bfloat16) is (not answer)
+    # a cache that cannot be written: this process measures and answers for itself
+    monkeypatch.setenv("XDG_CACHE_HOME", str(file))
+    cpu_dtypes._recorded.cache_clear()
+    assert isinstance(cpu_dtypes._recorded(torch.bfloat16), bool)
+    assert json.loads(file.read_text())["faster"] is (not answer)  # nothing written over it
+    cpu_dtypes._recorded.cache_clear()
 
 
 def reference_hidden(model: Path, tokens: Path, dtype: torch.dtype) -> tuple[torch.Tensor, dict]:

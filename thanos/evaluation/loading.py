@@ -46,9 +46,9 @@ class LoadedModel:
 
 def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
     """The dtype the model is loaded and run in: ``compute_dtype``'s policy (``auto``: the saved dtype on a
-    GPU and on a CPU that multiplies it natively, else float32), except that ``auto`` keeps the saved dtype
-    on the CPU when the model's float32 weights would not fit in the memory available now (a 7B bf16 model
-    needs 28 GB in float32)."""
+    GPU and on a CPU that multiplies it faster than float32, else float32), except that ``auto`` keeps the
+    saved dtype on the CPU when the model's float32 weights would not fit in the memory available now (a
+    7B bf16 model needs 28 GB in float32)."""
     import psutil
     import torch
 
@@ -81,7 +81,7 @@ def load_model(
 
     ``device_map="auto"`` spreads the model over every visible GPU (accelerate's placement); otherwise the
     whole model goes to ``device``. ``dtype="auto"``: the saved dtype where the device multiplies it
-    natively (a GPU; a CPU with AVX512_BF16 or AMX for bf16), else float32
+    faster than float32 (a GPU; a CPU where it measured so, ``thanos.stages.cpu_dtypes``), else float32
     (``thanos.stages.common.compute_dtype``).
     """
     from transformers import AutoModelForCausalLM

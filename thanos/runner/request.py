@@ -290,8 +290,8 @@ class Resources:
         default="auto",
         metadata=option(
             "the dtype the blocks are computed in (default auto: the checkpoint's dtype where the device "
-            "multiplies it natively (a GPU; a CPU with AVX512_BF16 or AMX), else float32: bf16 on an AVX2 "
-            "CPU runs at a quarter of its fp32 rate); Hessians are float32 and the stores and written "
+            "multiplies it faster than float32 (a GPU; a CPU where bf16 measured at least 1.2x the fp32 "
+            "rate, once per machine), else float32); Hessians are float32 and the stores and written "
             "weights keep the checkpoint's dtype",
             choices=list(DTYPES),
         ),

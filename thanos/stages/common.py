@@ -13,6 +13,7 @@ from torch import nn
 from tqdm import tqdm
 
 from thanos.errors import Option, OptionError
+from thanos.stages.cpu_dtypes import faster_than_float32
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -46,33 +47,16 @@ def resolve_device(spec: str = "auto") -> torch.device:
     raise ValueError(f"--device: unknown {spec!r}; use {DEVICE_CHOICES}")
 
 
-# oneDNN's ISA limits (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products (AVX512_CORE_BF16)
-_ISA_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
-
-
-def cpu_multiplies_natively(dtype: torch.dtype) -> bool:
-    """Whether this CPU multiplies ``dtype`` matrices with instructions of their own (bfloat16:
-    AVX512_BF16 or AMX; float16: AMX-FP16), so that they run faster than float32, not several times slower
-    as on AVX2 (converted element by element). oneDNN's ``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16
-    turns them off, as it does for the matrix products."""
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper() in _ISA_WITHOUT_BF16:
-        return False
-    probe = {
-        torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"),
-        torch.float16: ("_is_amx_fp16_supported",),
-    }.get(dtype, ())
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probe)
-
-
 def compute_dtype(
     spec: str, device: torch.device, checkpoint: torch.dtype, native: bool | None = None
 ) -> torch.dtype:
     """The dtype a model runs in on ``device`` (its weights and activations; Hessians are fp32 anyway).
 
     ``auto``: the dtype the device is fast at. On a GPU, the checkpoint's dtype. On a CPU, the checkpoint's
-    dtype where the CPU multiplies it natively (``native``; None: ``cpu_multiplies_natively``), else
-    float32: a CPU without bf16 instructions (AVX2) multiplies bf16 matrices at a quarter of its fp32 rate,
-    and float32 is the closer to the exact computation. An explicit dtype is refused where the device cannot
+    dtype where the CPU multiplies it faster than float32 (``native``; None: measured once per machine,
+    ``thanos.stages.cpu_dtypes``), else float32: a CPU without bf16 instructions (AVX2) multiplies bf16
+    matrices at a quarter of its fp32 rate, some with them are slower in bf16 too, and float32 is the
+    closer to the exact computation. An explicit dtype is refused where the device cannot
     compute in it (bfloat16 on a GPU older than compute capability 8.0).
     """
     spec = (spec or "auto").strip().lower()
@@ -81,8 +65,9 @@ def compute_dtype(
     if spec == "auto":
         if device.type != "cpu" or checkpoint not in (torch.bfloat16, torch.float16):
             return checkpoint
-        fast = cpu_multiplies_natively(checkpoint) if native is None else native
-        return checkpoint if fast else torch.float32
+        if native is None:
+            native = faster_than_float32(checkpoint)
+        return checkpoint if native else torch.float32
     dtype = getattr(torch, spec)
     if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError(

@@ -44,8 +44,9 @@ NATIVE_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 RowSolver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _machine() -> str:
-    """What ``-march=native`` depends on: the architecture and, where readable, the CPU's model and flags."""
+def cpu_identity() -> str:
+    """What ``-march=native`` (and how fast each dtype multiplies) depends on: the architecture and, where
+    readable, the CPU's model and flags."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
@@ -69,7 +70,7 @@ def native_solver() -> RowSolver | None:
     if os.environ.get("THANOS_NATIVE") == "0" or compiler is None:
         return None
     code = NATIVE_SOURCE.read_text()
-    key = hashlib.sha256("\0".join([code, *NATIVE_FLAGS, compiler, _machine()]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([code, *NATIVE_FLAGS, compiler, cpu_identity()]).encode()).hexdigest()
     try:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
         library = cache / f"solve_rows-{key[:16]}.so"
