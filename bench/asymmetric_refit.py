@@ -15,6 +15,8 @@ pruned model (the blocks before it already refitted):
 ``--exclude F`` leaves out of each fit the tokens whose target norm exceeds F x the median (the attention-sink
 positions, whose hidden states are orders of magnitude larger). The model is written with the refitted weights
 (same shapes, no parameter added) and both models' perplexity measured as ``bench/structures.py`` does.
+``--blocks 13`` refits only block 13 of the pruned model (for ``depth:6``: the first kept block after the
+run).
 
     OMP_WAIT_POLICY=PASSIVE python bench/asymmetric_refit.py --dense smollm2 --data demo-data \\
         --pruned bench-struct/out/neurons0.3 --out exp/asym-n03
@@ -119,7 +121,11 @@ def main() -> None:
     arguments = parser(__doc__, "a structured model of --dense", "where the refitted model is written")
     arguments.add_argument("--damp", type=float, default=0.01, help="ridge toward the current weights (0.01)")
     arguments.add_argument("--exclude", type=float, default=0.0, help="leave out tokens over F x the median")
+    arguments.add_argument(
+        "--blocks", default="", help="refit only these blocks of --pruned (comma-separated; default: all)"
+    )
     args = arguments.parse_args()
+    only = {int(block) for block in args.blocks.split(",") if block.strip()}
     dense, pruned, tokenizer = models(args)
     kept = kept_blocks(args.pruned, len(dense.model.layers))
     X = calibration_windows(args, tokenizer)
@@ -127,6 +133,8 @@ def main() -> None:
     outs, mids = dense_targets(dense, X)
     last = len(dense.model.layers) - 1
     for j, layer in enumerate(pruned.model.layers):
+        if only and j not in only:
+            continue
         follows = kept[j + 1] - 1 if j + 1 < len(kept) else last
         o_proj, down_proj = layer.self_attn.o_proj, layer.mlp.down_proj
         got = run_to(pruned, j, o_proj, X)
