@@ -364,3 +364,13 @@ def test_an_out_is_replaced_only_by_its_own_run(tmp_path: Path) -> None:
             check_previous(out, "mine")
     (out / "distillation.json").write_text(json.dumps({"run_sha256": "mine"}))
     check_previous(out, "mine")  # the same command again
+
+
+def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) -> None:
+    from thanos.stages.distill import other_teacher
+
+    student, dense = str(setup["student"]), str(setup["dense"])
+    assert other_teacher(student, dense) is None and "toward another model" not in setup["log"]
+    said = other_teacher(student, str(setup["reference"]))  # a model, but not the one it came from
+    assert said is not None and f"pruned from {dense}" in said and f"give --teacher {dense}" in said
+    assert other_teacher(str(setup["reference"] / "nothing"), dense) is None  # no report: nothing to tell

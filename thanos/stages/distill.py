@@ -67,6 +67,7 @@ from thanos.pruning.distillation import (
 )
 from thanos.recipe import Distillation
 from thanos.stages.achieved_sparsity import combined_record
+from thanos.stages.card import base_model
 from thanos.stages.common import compute_dtype
 from thanos.stages.distill_files import (
     RECORD,
@@ -118,6 +119,29 @@ class Models:
         if self.dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=self.dtype)
+
+
+def other_teacher(student: str, teacher: str) -> str | None:
+    """What to say when ``teacher`` is not the model ``student`` was pruned from (its pruning report's base
+    model: a directory that still exists, or a hub id); None when it is, or when that cannot be told (no
+    report, or the base directory is gone)."""
+    report_file = Path(student) / digests.REPORT
+    if not report_file.is_file():
+        return None
+    base = base_model(json.loads(report_file.read_text()))
+    if Path(base).is_dir():
+        same = Path(teacher).is_dir() and Path(base).samefile(teacher)
+    elif Path(base).is_absolute():
+        return None
+    else:
+        same = teacher == base
+    if same:
+        return None
+    return (
+        f"the student was pruned from {base} (its pruning report), the teacher is {teacher}: it is trained "
+        f"toward another model (a larger one with the same tokenizer can teach it; to train it toward the "
+        f"model it came from, give --teacher {base})"
+    )
 
 
 def load_models(
@@ -499,6 +523,8 @@ def distill(
             raise OptionError(Option("out", str(out)), f" is the {name}; give a new directory")
     check_out(out)
     ranks, dev = start_ranks(device)
+    if ranks.main and (other := other_teacher(student, teacher)):
+        log.warning("distill: %s", other)
     if options.batch_size % ranks.world:
         raise OptionError(
             Option("batch_size", str(options.batch_size)),
