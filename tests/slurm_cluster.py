@@ -72,10 +72,29 @@ def ensure_slurm_installed() -> None:
         raise RuntimeError("apt-get installed slurm-wlm but slurmctld is still not on PATH")
 
 
+_TAKEN: set[int] = set()  # the ports this process has handed out
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range. A port the kernel hands out (bind to port 0) may be
+    taken again by any outgoing connection (another cluster's RPCs, torchrun's rendezvous) before slurmd
+    binds it seconds later ("Unable to bind listen port: Address already in use"); below the range, only
+    an explicit bind can take it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    while True:
+        port = 10000 + secrets.randbelow(max(low - 10000, 1000))
+        if port in _TAKEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _TAKEN.add(port)
+        return port
 
 
 def _mem_total_mb() -> int:
