@@ -15,6 +15,7 @@ from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
 from thanos.recipe import ConfigError
 from thanos.workflow_config import distilled_from, expand, schema_problems
+from thanos.workflow_inputs import input_problems
 from thanos.jobs.devices import resolve_devices
 from thanos.jobs.granularity import ALIASES, choose_granularity
 
@@ -67,6 +68,28 @@ if not workflow.remote_exec:
                     f"{_dir} is not what was computed: {'; '.join(_problems)}; delete {_dir} and run again: "
                     "it is reassembled from the pruned layers (copy a model before editing it)"
                 )
+
+
+
+def built_by_workflow(path):
+    """Whether the workflow builds ``path`` itself: the demo's data (or a file in it) and model, a tiny or
+    real model."""
+    path = os.path.normpath(path)
+    if DEMO["enabled"]:
+        data_dir = os.path.normpath(DEMO["data_dir"])
+        if path in (data_dir, os.path.normpath(DEMO["model_dir"])) or path.startswith(data_dir + os.sep):
+            return True
+    return path in TINY_MODELS or path in REAL_MODELS
+
+
+# every input the config names, checked for content (not empty, long enough for the windows asked) before
+# any job starts: a run refused here (and by `snakemake -n`) deletes nothing; a job that failed on it would
+# have had its outputs deleted by Snakemake first
+if not workflow.remote_exec:
+    if _problems := input_problems(config, RECIPES, built_by_workflow):
+        raise ConfigError(
+            _problems[0] if len(_problems) == 1 else "the config's inputs:\n  " + "\n  ".join(_problems)
+        )
 
 if config["granularity"] in ALIASES:
     logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")

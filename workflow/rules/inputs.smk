@@ -9,16 +9,6 @@ from thanos.recipe import streamed_dataset
 # --- models ---------------------------------------------------------------------------------------
 
 
-def _same_path(a, b):
-    return os.path.normpath(a) == os.path.normpath(b)
-
-
-def _built_by_workflow(path):
-    if DEMO["enabled"] and _same_path(path, DEMO["model_dir"]):
-        return True
-    return os.path.normpath(path) in TINY_MODELS or os.path.normpath(path) in REAL_MODELS
-
-
 def model_path(wildcards):
     return MODELS[wildcards.model]["path"]
 
@@ -29,7 +19,7 @@ def _fingerprint_local_models():
     recorded = set()
     for name, model in MODELS.items():
         path = model["path"]
-        if _built_by_workflow(path) or not os.path.isdir(path):
+        if built_by_workflow(path) or not os.path.isdir(path):
             continue
         changed = record(PATHS.fingerprint(name), model_fingerprint(path))
         if changed:
@@ -50,7 +40,7 @@ def model_dir_input(wildcards):
     path = model_path(wildcards)
     if wildcards.model in FINGERPRINTED:
         return [path, PATHS.fingerprint(wildcards.model)]
-    return [path] if _built_by_workflow(path) or os.path.exists(path) else []
+    return [path] if built_by_workflow(path) or os.path.exists(path) else []
 
 
 def _options(spec):

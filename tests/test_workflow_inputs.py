@@ -1,0 +1,149 @@
+"""The config check of the inputs a workflow config names (thanos/workflow_inputs.py), in process: every
+text and model directory read for content before any job runs, each problem one line naming the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import corpus_sentences, make_tiny_model, write_corpus
+
+from thanos.workflow_config import expand
+from thanos.workflow_inputs import input_problems
+
+THANOS = {"method": "thanos", "sparsity": 0.5}
+
+
+def _config(models: dict, source: str | Path, seqlen: int = 32, **over) -> dict:
+    """A validated workflow config's keys the check reads: calibration of ``source``, no evaluation."""
+    config = {
+        "models": models,
+        "calibration": {
+            "source": str(source),
+            "nsamples": 4,
+            "seqlen": seqlen,
+            "seed": 0,
+            "text_field": "text",
+        },
+        "perplexity": {"enabled": False, "source": "wikitext2"},
+        "recipes": {"r": THANOS},
+    }
+    return config | over
+
+
+def _problems(config: dict, built: tuple[str, ...] = ()) -> list[str]:
+    return input_problems(config, expand(config), lambda path: path in built)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A tiny Llama on disk (64 positions, a word-level tokenizer: one token per word)."""
+    return make_tiny_model(tmp_path_factory.mktemp("model"), "llama")
+
+
+def test_a_good_config_has_no_problems(model, tmp_path):
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
+    assert _problems(_config({"m": {"path": str(model)}}, corpus)) == []
+
+
+def test_an_empty_calibration_file_is_named_with_its_key_and_fix(model, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    (line,) = _problems(_config({"m": {"path": str(model)}}, empty))
+    assert line == f"calibration.source: {empty}: no text: the file is empty; give a file with text"
+
+
+def test_a_missing_source_is_refused_unless_the_workflow_builds_it(tmp_path):
+    missing = str(tmp_path / "data" / "calib.jsonl")
+    (line,) = _problems(_config({"m": {"path": "org/hub-model"}}, missing))
+    assert line.startswith(f"calibration.source: {missing}: no such file or directory")
+    assert _problems(_config({"m": {"path": "org/hub-model"}}, missing), built=(missing,)) == []
+    assert _problems(_config({"m": {"path": "org/hub-model"}}, "c4")) == []
+
+
+def test_a_jsonl_without_the_field_names_the_config_key(tmp_path):
+    source = tmp_path / "calib.jsonl"
+    source.write_text(json.dumps({"content": "a b c"}) + "\n")
+    (line,) = _problems(_config({"m": {"path": "org/hub-model"}}, source))
+    assert "line 1 has no 'text' field" in line and "set the text field name (calibration.text_field)" in line
+
+
+def test_documents_shorter_than_a_window_by_their_bytes(tmp_path):
+    """A model not on disk (a hub id): the bound from bytes, one token per byte at most."""
+    source = tmp_path / "short.txt"
+    source.write_text("a short text\n\nand another one\n")
+    (line,) = _problems(_config({"m": {"path": "org/hub-model"}}, source, seqlen=2048))
+    assert line.startswith(
+        f"calibration.source: {source}: no document is longer than calibration.seqlen=2048"
+    )
+    assert "counted as one token per byte" in line and "a smaller calibration.seqlen" in line
+
+
+def test_documents_shorter_than_a_window_in_the_models_tokens(model, tmp_path):
+    """The tiny model's tokenizer makes one token per word: 20 words (over 32 bytes) are not a window of
+    32 tokens; 40 words are."""
+    short = tmp_path / "short.txt"
+    short.write_text(" ".join(corpus_sentences(2, words=9)) + "\n")  # 20 words and periods
+    (line,) = _problems(_config({"m": {"path": str(model)}}, short, seqlen=32))
+    assert "no document is longer than calibration.seqlen=32" in line
+    assert "counted with the model's tokenizer, model m" in line
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(corpus_sentences(4, words=9)) + "\n")  # 40 tokens
+    assert _problems(_config({"m": {"path": str(model)}}, long, seqlen=32)) == []
+
+
+def test_a_window_longer_than_the_models_positions(model, tmp_path):
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=4, words=200)
+    (line,) = _problems(_config({"m": {"path": str(model)}}, corpus, seqlen=128))
+    assert (
+        line
+        == "calibration.seqlen: 128 exceeds the 64 positions of model m; set calibration.seqlen to 64 or less"
+    )
+
+
+def test_perplexity_text_shorter_than_one_window(model, tmp_path):
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
+    short = tmp_path / "ppl.txt"
+    short.write_text("the cat sees the dog .\n")
+    perplexity = {"enabled": True, "source": str(short)}
+    (line,) = _problems(_config({"m": {"path": str(model)}}, corpus, perplexity=perplexity))
+    assert line.startswith(f"perplexity.source: {short}: the text has at most ")
+    assert (
+        "fewer than one window of 64" in line and "set perplexity.seqlen to" in line
+    )  # the model's positions
+    # a model not there yet (hub id): its window is not known, only the text's presence is checked
+    assert _problems(_config({"m": {"path": "org/hub-model"}}, corpus, perplexity=perplexity)) == []
+    short.write_text("")
+    (line,) = _problems(_config({"m": {"path": "org/hub-model"}}, corpus, perplexity=perplexity))
+    assert line.startswith(f"perplexity.source: {short}: no text")
+
+
+def test_distillation_text_without_a_window_beyond_the_held_out(model, tmp_path):
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
+    text = write_corpus(tmp_path / "distill.jsonl", docs=2, words=24)  # about 60 tokens
+    distilled = {**THANOS, "distill": {"tokens": 256, "source": str(text), "seqlen": 32, "heldout": 2}}
+    (line,) = _problems(_config({"m": {"path": str(model)}}, corpus, recipes={"kd": distilled}))
+    assert line.startswith(f"recipes.kd.distill.source: {text}: the text has at most ")
+    assert "no more than 2 held-out window(s) of 32" in line and "fewer recipes.kd.distill.heldout" in line
+    distilled["distill"]["heldout"] = 1
+    assert _problems(_config({"m": {"path": str(model)}}, corpus, recipes={"kd": distilled})) == []
+
+
+def test_model_directories_need_a_readable_config(tmp_path):
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    models = {"a": {"path": str(empty)}, "b": {"path": str(broken)}, "c": {"path": str(corpus)}}
+    lines = _problems(_config(models, corpus))
+    assert (
+        lines[0]
+        == f"models.a.path: {empty}: no config.json; give a Hugging Face model directory (save_pretrained)"
+    )
+    assert lines[1].startswith(f"models.b.path: {broken / 'config.json'}: not readable JSON")
+    assert lines[2].startswith(f"models.c.path: {corpus}: not a directory")
+    # a model the workflow builds is not looked at, even when its directory is there
+    assert _problems(_config({"a": {"path": str(empty)}}, corpus), built=(str(empty),)) == []

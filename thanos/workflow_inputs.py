@@ -1,0 +1,234 @@
+"""The inputs a workflow config names, checked for content at the config check (``snakemake -n`` too), so
+that a run is refused before any job starts (and before Snakemake deletes the outputs of a job it reruns)
+rather than failing in the job that reads them.
+
+Checked, for each input that exists at parse time and that the workflow does not build itself (the demo's
+data and model, tiny and real models are skipped):
+
+- a local model directory (``models.NAME.path``): ``config.json`` readable JSON; ``calibration.seqlen``,
+  ``perplexity.seqlen`` and a distillation's ``seqlen`` within its positions;
+- the calibration text (``calibration.source``), the perplexity text (``perplexity.source``) and each
+  distillation's text (``recipes.NAME.distill.source``): ``thanos.data.textdata.check_files`` (supported
+  files, UTF-8, the first record of a jsonl with its field, not empty), then long enough for the windows
+  asked: a calibration document longer than ``calibration.seqlen`` tokens, one perplexity window, a
+  distillation's held-out windows and one more.
+
+Lengths are counted in tokens with the model's own ``tokenizer.json`` (the ``tokenizers`` library, no
+transformers import) when the model is on disk and the text is at most ``TOKENIZE_BYTES``; otherwise as an
+upper bound from the text's UTF-8 bytes (no tokenizer makes more than one token per byte beyond a few
+special tokens), so a text is refused only when it is certainly too short. A text over ``READ_BYTES`` is
+not read at parse time (its files are only looked at by ``check_files``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from thanos.data.textdata import check_files, read_documents, text_files
+from thanos.errors import PathError
+from thanos.recipe import Distillation, Recipe, streamed_dataset
+
+TOKEN_SLACK = 4  # tokens a tokenizer may add to a text beyond its count (BOS, EOS, a leading prefix)
+TOKENIZE_BYTES = 4 << 20  # texts up to this size are tokenized with the model's tokenizer when it is there
+READ_BYTES = 64 << 20  # texts up to this size are read at parse time to measure their documents
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+DEFAULT_PPL_SEQLEN = 2048  # thanos.evaluation.perplexity.DEFAULT_SEQLEN (not imported: it imports torch)
+
+
+def input_problems(
+    config: dict[str, Any], recipes: dict[str, Recipe], built: Callable[[str], bool]
+) -> list[str]:
+    """What is wrong with the inputs ``config`` names (a validated workflow config; ``recipes`` its expanded
+    recipes), one line each naming the key, the path, what is wrong and the fix; ``built(path)``: whether
+    the workflow builds ``path`` itself (not checked)."""
+    problems: list[str] = []
+    models = {}  # name -> (config.json, model directory) of the models on disk
+    for name, spec in config["models"].items():
+        path = spec["path"]
+        if built(path) or not os.path.exists(path):
+            models[name] = (None, path if os.path.isdir(path) else None)
+            continue
+        model_config, problem = _model_config(f"models.{name}.path", path)
+        problems += [problem] if problem else []
+        models[name] = (model_config, path)
+    calibration = config["calibration"]
+    if any(recipe.needs_calibration for recipe in recipes.values()):
+        problems += _text_problems("calibration", calibration, "c4", models, built, _calibration_need)
+    if config["perplexity"]["enabled"]:
+        perplexity = {**config["perplexity"], "text_field": "text"}
+        problems += _text_problems("perplexity", perplexity, "wikitext2", models, built, _perplexity_need)
+    for key, distill in _distillations(config).items():
+        if not streamed_dataset(distill.source):
+            problems += _text_problems(key, distill.to_dict(), "c4", models, built, _distill_need)
+    return list(dict.fromkeys(problems))
+
+
+def _distillations(config: dict[str, Any]) -> dict[str, Distillation]:
+    """Each recipe entry's ``distill`` by its key (``recipes.NAME.distill``, ``recipe_grid[I].distill``)."""
+    entries = [(f"recipe_grid[{i}]", entry) for i, entry in enumerate(config.get("recipe_grid") or [])]
+    entries += [(f"recipes.{name}", entry) for name, entry in (config.get("recipes") or {}).items()]
+    found = {f"{key}.distill": Distillation.parse(key, entry.get("distill")) for key, entry in entries}
+    return {key: distill for key, distill in found.items() if distill is not None}
+
+
+def _model_config(key: str, path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A local model directory's config.json, or the line saying why it cannot be read."""
+    if not os.path.isdir(path):
+        return None, f"{key}: {path}: not a directory; give a Hugging Face model directory or a hub id"
+    file = Path(path) / "config.json"
+    try:
+        loaded = json.loads(file.read_text())
+    except FileNotFoundError:
+        return None, f"{key}: {path}: no config.json; give a Hugging Face model directory (save_pretrained)"
+    except (OSError, ValueError) as err:
+        return None, f"{key}: {file}: not readable JSON ({err}); copy the model's config.json again"
+    if not isinstance(loaded, dict):
+        return None, f"{key}: {file}: not a JSON object; copy the model's config.json again"
+    return loaded, None
+
+
+def max_positions(model_config: dict[str, Any] | None) -> int | None:
+    """The longest sequence a model's config.json states (None: not stated, or no config)."""
+    for name in POSITION_KEYS:
+        value = (model_config or {}).get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+# what a stage needs of its text for one model: (the window length, a check of the measured lengths
+# returning what is wrong and the fix, or None); None: nothing to check for that model
+Need = tuple[int, Callable[[list[int]], tuple[str, str] | None]] | None
+
+
+def _calibration_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+    seqlen = options["seqlen"]
+
+    def check(lengths: list[int]) -> tuple[str, str] | None:
+        if max(lengths) > seqlen:
+            return None
+        return (
+            f"no document is longer than {key}.seqlen={seqlen} tokens (the longest: at most {max(lengths)})",
+            f"give longer documents (a blank line ends a .txt document) or a smaller {key}.seqlen",
+        )
+
+    return seqlen, check
+
+
+def _perplexity_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+    if not options.get("seqlen") and positions is None:
+        return None  # the window is the model's positions (at most 2048), not known before it is there
+    seqlen = options.get("seqlen") or min(DEFAULT_PPL_SEQLEN, positions)
+
+    def check(lengths: list[int]) -> tuple[str, str] | None:
+        if sum(lengths) >= seqlen:
+            return None
+        return (
+            f"the text has at most {sum(lengths)} tokens, fewer than one window of {seqlen}",
+            f"give a longer text or set {key}.seqlen to {max(2, sum(lengths))} or less",
+        )
+
+    return seqlen, check
+
+
+def _distill_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+    seqlen, heldout = options["seqlen"], options["heldout"]
+
+    def check(lengths: list[int]) -> tuple[str, str] | None:
+        total = sum(n + 1 for n in lengths)  # each document followed by the end-of-text token
+        if total >= (heldout + 1) * seqlen:
+            return None
+        return (
+            f"the text has at most {total} tokens: no more than {heldout} held-out window(s) of {seqlen}",
+            f"give a longer text, a smaller {key}.seqlen or fewer {key}.heldout windows",
+        )
+
+    return seqlen, check
+
+
+def _text_problems(
+    key: str,
+    options: dict[str, Any],
+    hub: str,
+    models: dict[str, tuple[dict[str, Any] | None, str | None]],
+    built: Callable[[str], bool],
+    need: Callable[[dict[str, Any], int | None, str], Need],
+) -> list[str]:
+    """The problems of one text (``options['source']``, ``options['text_field']``; ``hub``: the hub's
+    dataset it may name instead) for every model."""
+    source, field = options["source"], options["text_field"]
+    if source == hub or built(source):
+        return _positions_problems(key, options, models, need)
+    if not os.path.exists(source):
+        return [f"{key}.source: {source}: no such file or directory; give an existing text file or directory"]
+    try:
+        check_files(source, field)
+    except (PathError, FileNotFoundError) as err:
+        return [_path_line(key, source, err)]
+    problems = _positions_problems(key, options, models, need)
+    if problems or _bytes(source) > READ_BYTES:
+        return problems
+    try:
+        documents = read_documents(source, field)
+    except PathError as err:
+        return [_path_line(key, source, err)]
+    for name, (model_config, directory) in models.items():
+        required = need(options, max_positions(model_config), key)
+        if required is None:
+            continue
+        lengths, counted = token_counts(documents, directory, _bytes(source))
+        if (found := required[1](lengths)) is not None:
+            what, fix = found
+            return [f"{key}.source: {source}: {what} ({counted}, model {name}); {fix}"]
+    return []
+
+
+def _positions_problems(
+    key: str,
+    options: dict[str, Any],
+    models: dict[str, tuple[dict[str, Any] | None, str | None]],
+    need: Callable[[dict[str, Any], int | None, str], Need],
+) -> list[str]:
+    """The window asked of a text against each model's positions (where its config.json states them)."""
+    problems = []
+    for name, (model_config, _) in models.items():
+        positions = max_positions(model_config)
+        required = need(options, positions, key)
+        if required is not None and positions is not None and required[0] > positions:
+            problems.append(
+                f"{key}.seqlen: {required[0]} exceeds the {positions} positions of model {name}; "
+                f"set {key}.seqlen to {positions} or less"
+            )
+    return problems
+
+
+def token_counts(documents: Sequence[str], model_dir: str | None, size: int) -> tuple[list[int], str]:
+    """Per document, at most how many tokens it makes (``TOKEN_SLACK`` added), and how that was counted:
+    the model's ``tokenizer.json`` where it is on disk and the text (``size`` bytes) is small, else the
+    document's UTF-8 bytes."""
+    tokenizer_file = Path(model_dir) / "tokenizer.json" if model_dir else None
+    if tokenizer_file is not None and tokenizer_file.is_file() and size <= TOKENIZE_BYTES:
+        try:
+            from tokenizers import Tokenizer
+
+            encodings = Tokenizer.from_file(str(tokenizer_file)).encode_batch(list(documents))
+            return [len(e.ids) + TOKEN_SLACK for e in encodings], "counted with the model's tokenizer"
+        except Exception:  # noqa: BLE001 - a tokenizer.json `tokenizers` cannot read: counted by bytes
+            pass
+    return [len(d.encode("utf-8")) + TOKEN_SLACK for d in documents], "counted as one token per byte"
+
+
+def _bytes(source: str) -> int:
+    return sum(file.stat().st_size for file in text_files(source))
+
+
+def _path_line(key: str, source: str, err: Exception) -> str:
+    """A text's PathError as a config line: the key, the file, what is wrong, the fix in config words."""
+    if not isinstance(err, PathError):
+        return f"{key}.source: {source}: {err}"
+    hint = err.hint.replace("--text-field", f"{key}.text_field")
+    return f"{key}.source: {err.path}: {err.what}; {hint}"
