@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from thanos.files.layout import DENSE, NOT_MODELS, RESERVED, Layout, chain_of, reads_dense_chain
+from thanos.files.layout import (
+    DENSE,
+    NOT_MODELS,
+    RESERVED,
+    Layout,
+    calibration_key,
+    chain_of,
+    reads_dense_chain,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +37,7 @@ def test_documented_paths():
     """Every path the rules build from a Layout is the one the results layout of docs/cli.md shows."""
     text = (REPO / "docs" / "cli.md").read_text()
     tree = re.search(r"## Results layout\n.*?```\n(.*?)```", text, re.S).group(1)
-    paths = Layout("results")
+    paths = Layout("results", calibration="{calibration}")
     m, r, v = "{model}", "{recipe}", "{variant}"
     documented = [
         paths.model_info(m),
@@ -48,6 +56,22 @@ def test_documented_paths():
         assert path.replace("{variant}", "{recipe}") in tree or path.replace("{variant}", "dense") in tree, (
             path
         )
+
+
+CALIBRATION = {"source": "data/calib.jsonl", "nsamples": 128, "seqlen": 2048, "seed": 0, "text_field": "text"}
+
+
+def test_each_calibration_has_its_own_tokens():
+    """The workflow's tokens are kept per calibration: any field changed gives another store, the same
+    calibration (the source spelled another way) the same one."""
+    key = calibration_key(CALIBRATION)
+    assert key.startswith("128x2048-") and len(key) == len("128x2048-") + 8
+    assert calibration_key({**CALIBRATION, "source": "./data//calib.jsonl"}) == key
+    changed = [{"source": "data/other.jsonl"}, {"nsamples": 64}, {"seqlen": 1024}, {"seed": 1}]
+    keys = {calibration_key(CALIBRATION | change) for change in [*changed, {"text_field": "content"}]}
+    assert len(keys) == 5 and key not in keys
+    assert Layout("results", calibration=key).tokens("m") == f"results/m/calib/{key}/tokens.zarr"
+    assert Layout("results").tokens("m") == "results/m/calib/tokens.zarr"  # prune-model's working directory
 
 
 def test_reserved_names_cover_the_results_directories():

@@ -250,6 +250,34 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     assert all(p.stat().st_mtime_ns != mtime for p, mtime in kept.items() if p.exists())
 
 
+def _files(root: Path) -> dict[str, int]:
+    """Relative path -> mtime_ns of every file and directory under ``root``."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.slow
+def test_an_unusable_calibration_is_refused_before_anything_is_deleted(e2e, text, tmp_path):
+    """A finished run, then the same config with an empty calibration file: refused by `snakemake -n` and by
+    the run, one line naming the key, the file and the fix, every result left as it was (Snakemake deletes a
+    job's outputs before it reruns it: the config check runs before); the good config again: nothing to do."""
+    workdir = tmp_path / "edited"
+    shutil.copytree(e2e, workdir, symlinks=True)  # copystat: the same mtimes, so Snakemake sees no change
+    finished = _files(workdir / "results")
+    assert sum(name.endswith("/tokens.zarr") for name in finished) == 2  # one calibration, two models
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    for extra in (["-n"], []):
+        proc = snakemake(workdir, workflow_config(empty, MODELS, RECIPES), *extra, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-2000:]
+        assert f"calibration.source: {empty}: no text: the file is empty; give a file with text" in out, out[
+            -2000:
+        ]
+        assert _files(workdir / "results") == finished
+    dry = snakemake(workdir, workflow_config(text, MODELS, RECIPES), "-n")
+    assert "Nothing to be done" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-2000:]
+
+
 @pytest.mark.slow
 def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
     workdir = tmp_path / "dense"

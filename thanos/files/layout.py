@@ -13,9 +13,12 @@ the dense chain; with ``chain: dense`` every block does.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 StoreKind = Literal["inputs", "hessians"]
 
@@ -38,6 +41,20 @@ RESERVED = (
 )
 NOT_MODELS = ("tables", "figures", "logs")  # directories of the results root that are not models
 RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def calibration_key(calibration: dict[str, Any]) -> str:
+    """The short name of what a calibration's tokens are computed from: ``{nsamples}x{seqlen}-{digest}``,
+    the digest (8 hex digits) of the source (a local path normalised, or the hub's ``c4``), nsamples,
+    seqlen, seed and text_field. The workflow keeps each calibration's tokens under its own key, so that a
+    config changed and changed back finds its tokens where it left them."""
+    source = str(calibration["source"])
+    identity = {
+        "source": source if source == "c4" else os.path.normpath(os.path.expanduser(source)),
+        **{name: calibration[name] for name in ("nsamples", "seqlen", "seed", "text_field")},
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{calibration['nsamples']}x{calibration['seqlen']}-{digest}"
 
 
 def reads_dense_chain(block: int | str, sequential: bool) -> bool:
@@ -82,6 +99,9 @@ MODEL_DIR_FORMAT = 2
 @dataclass(frozen=True)
 class Layout:
     """Every path of one results root. ``sequential``: the config's ``chain: sequential`` (else dense).
+    ``calibration``: the calibration's key (``calibration_key``: the workflow's tokens under
+    ``calib/{key}/``); empty: one calibration per results root (``thanos prune-model``'s working directory,
+    whose name already holds it).
 
     Arguments are names or Snakemake wildcard patterns (``"{model}"``): the methods only format text,
     except ``inputs``/``hessians``, which choose the chain (block 0 and dense chains read ``dense``).
@@ -89,6 +109,7 @@ class Layout:
 
     root: str
     sequential: bool = True
+    calibration: str = ""
 
     def model_info(self, model: str) -> str:
         return f"{self.root}/{model}/model_info.json"
@@ -99,7 +120,8 @@ class Layout:
         return f"{self.root}/{model}/fingerprint.json"
 
     def tokens(self, model: str) -> str:
-        return f"{self.root}/{model}/calib/tokens.zarr"
+        """The calibration tokens: ``calib/{key}/tokens.zarr`` (``calib/tokens.zarr`` without a key)."""
+        return "/".join(filter(None, (f"{self.root}/{model}/calib", self.calibration, "tokens.zarr")))
 
     def chain_dir(self, model: str, chain: str) -> str:
         return f"{self.root}/{model}/chains/{chain}"

@@ -12,7 +12,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from thanos.files import digests
-from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout, calibration_key
 from thanos.recipe import ConfigError
 from thanos.workflow_config import distilled_from, expand, schema_problems
 from thanos.workflow_inputs import input_problems
@@ -32,7 +32,9 @@ validate(config, "../schemas/config.schema.yaml")  # fills in the defaults
 
 R = config["results"]
 CHAIN = config["chain"]
-PATHS = Layout(R, sequential=CHAIN == "sequential")
+# each calibration's tokens under a key of what they are computed from: another calibration is computed
+# beside them, and the config changed back finds them again (nothing of theirs deleted)
+PATHS = Layout(R, sequential=CHAIN == "sequential", calibration=calibration_key(config["calibration"]))
 DEMO = config["demo"]
 MODELS = config["models"]
 RECIPES = expand(config)
