@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,54 +101,57 @@ def max_positions(model_config: dict[str, Any] | None) -> int | None:
     return None
 
 
-# what a stage needs of its text for one model: (the window length, a check of the measured lengths
-# returning what is wrong and the fix, or None); None: nothing to check for that model
-Need = tuple[int, Callable[[list[int]], tuple[str, str] | None]] | None
+@dataclass(frozen=True)
+class Need:
+    """What a stage needs of its text for one model: ``tokens`` in its longest document (``longest``) or in
+    the whole text, for windows of ``seqlen`` (checked against the model's positions); ``what`` and ``fix``
+    say it when the text falls short, ``{found}`` standing for the tokens it has."""
+
+    seqlen: int
+    tokens: int
+    longest: bool
+    what: str
+    fix: str
+
+    def problem(self, lengths: list[int]) -> tuple[str, str] | None:
+        """(what is wrong, the fix) when ``lengths`` (each document's tokens) fall short, else None."""
+        found = max(lengths) if self.longest else sum(lengths)
+        return None if found >= self.tokens else (self.what.format(found=found), self.fix.format(found=found))
 
 
-def _calibration_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+def _calibration_need(options: dict[str, Any], positions: int | None, key: str) -> Need | None:
     seqlen = options["seqlen"]
-
-    def check(lengths: list[int]) -> tuple[str, str] | None:
-        if max(lengths) > seqlen:
-            return None
-        return (
-            f"no document is longer than {key}.seqlen={seqlen} tokens (the longest: at most {max(lengths)})",
-            f"give longer documents (a blank line ends a .txt document) or a smaller {key}.seqlen",
-        )
-
-    return seqlen, check
+    return Need(
+        seqlen,
+        seqlen + 1,
+        True,
+        f"no document is longer than {key}.seqlen={seqlen} tokens (the longest: at most {{found}})",
+        f"give longer documents (a blank line ends a .txt document) or a smaller {key}.seqlen",
+    )
 
 
-def _perplexity_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+def _perplexity_need(options: dict[str, Any], positions: int | None, key: str) -> Need | None:
     if not options.get("seqlen") and positions is None:
         return None  # the window is the model's positions (at most 2048), not known before it is there
-    seqlen = options.get("seqlen") or min(DEFAULT_PPL_SEQLEN, positions)
-
-    def check(lengths: list[int]) -> tuple[str, str] | None:
-        if sum(lengths) >= seqlen:
-            return None
-        return (
-            f"the text has at most {sum(lengths)} tokens, fewer than one window of {seqlen}",
-            f"give a longer text or set {key}.seqlen to {max(2, sum(lengths))} or less",
-        )
-
-    return seqlen, check
+    seqlen = options.get("seqlen") or min(DEFAULT_PPL_SEQLEN, positions or DEFAULT_PPL_SEQLEN)
+    return Need(
+        seqlen,
+        seqlen,
+        False,
+        f"the text has at most {{found}} tokens, fewer than one window of {seqlen}",
+        f"give a longer text or set {key}.seqlen to {{found}} or less",
+    )
 
 
-def _distill_need(options: dict[str, Any], positions: int | None, key: str) -> Need:
+def _distill_need(options: dict[str, Any], positions: int | None, key: str) -> Need | None:
     seqlen, heldout = options["seqlen"], options["heldout"]
-
-    def check(lengths: list[int]) -> tuple[str, str] | None:
-        total = sum(n + 1 for n in lengths)  # each document followed by the end-of-text token
-        if total >= (heldout + 1) * seqlen:
-            return None
-        return (
-            f"the text has at most {total} tokens: no more than {heldout} held-out window(s) of {seqlen}",
-            f"give a longer text, a smaller {key}.seqlen or fewer {key}.heldout windows",
-        )
-
-    return seqlen, check
+    return Need(  # each document's end-of-text token is within TOKEN_SLACK
+        seqlen,
+        (heldout + 1) * seqlen,
+        False,
+        f"the text has at most {{found}} tokens: no more than {heldout} held-out window(s) of {seqlen}",
+        f"give a longer text, a smaller {key}.seqlen or fewer {key}.heldout windows",
+    )
 
 
 def _text_problems(
@@ -156,7 +160,7 @@ def _text_problems(
     hub: str,
     models: dict[str, tuple[dict[str, Any] | None, str | None]],
     built: Callable[[str], bool],
-    need: Callable[[dict[str, Any], int | None, str], Need],
+    need: Callable[[dict[str, Any], int | None, str], Need | None],
 ) -> list[str]:
     """The problems of one text (``options['source']``, ``options['text_field']``; ``hub``: the hub's
     dataset it may name instead) for every model."""
@@ -181,7 +185,7 @@ def _text_problems(
         if required is None:
             continue
         lengths, counted = token_counts(documents, directory, _bytes(source))
-        if (found := required[1](lengths)) is not None:
+        if (found := required.problem(lengths)) is not None:
             what, fix = found
             return [f"{key}.source: {source}: {what} ({counted}, model {name}); {fix}"]
     return []
@@ -191,16 +195,16 @@ def _positions_problems(
     key: str,
     options: dict[str, Any],
     models: dict[str, tuple[dict[str, Any] | None, str | None]],
-    need: Callable[[dict[str, Any], int | None, str], Need],
+    need: Callable[[dict[str, Any], int | None, str], Need | None],
 ) -> list[str]:
     """The window asked of a text against each model's positions (where its config.json states them)."""
     problems = []
     for name, (model_config, _) in models.items():
         positions = max_positions(model_config)
         required = need(options, positions, key)
-        if required is not None and positions is not None and required[0] > positions:
+        if required is not None and positions is not None and required.seqlen > positions:
             problems.append(
-                f"{key}.seqlen: {required[0]} exceeds the {positions} positions of model {name}; "
+                f"{key}.seqlen: {required.seqlen} exceeds the {positions} positions of model {name}; "
                 f"set {key}.seqlen to {positions} or less"
             )
     return problems
