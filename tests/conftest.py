@@ -164,6 +164,13 @@ def workflow_config(source: str | Path, models: dict, recipes: dict, **over: Any
     return config | over
 
 
+def calibrated(results: Path) -> Path:
+    """A workflow run's one calibration directory of a model (``results/{model}``): ``calib/{key}``, which
+    holds its tokens, the chains' stores and the OWL plans (the recipes' pruned layers: ``pruned/{key}``)."""
+    (tokens,) = (results / "calib").glob("*/tokens.zarr")
+    return tokens.parent
+
+
 _SHARED_WORKER: list[Any] = []
 
 

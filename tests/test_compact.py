@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
+from conftest import calibrated, make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
 from transformers import AutoModelForCausalLM
 
 from thanos.demo.tested_models import TESTED_MODELS
@@ -202,7 +202,8 @@ def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
     for name in ("t30", "w30", "m30"):
         assert json.loads((results / name / "model" / "config.json").read_text())["intermediate_size"] == 72
     assert json.loads((results / "t30z" / "model" / "config.json").read_text())["intermediate_size"] == 96
-    kept = results / "t30" / "pruned" / "block1" / "self_attn.q_proj.safetensors"  # not pruned: not copied
+    layers = results / "t30" / "pruned" / calibrated(results).name
+    kept = layers / "block1" / "self_attn.q_proj.safetensors"  # not pruned: not copied
     assert kept.stat().st_size < 200 and json.loads(kept.with_suffix(".json").read_text())["kept_dense"]
     ids = torch.randint(4, 120, (2, 24), generator=torch.Generator().manual_seed(3))
     assert (

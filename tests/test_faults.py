@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_DEFAULTS, WORDS, snakemake, workflow_config, write_corpus
+from conftest import TINY_DEFAULTS, WORDS, calibrated, snakemake, workflow_config, write_corpus
 from safetensors.torch import load_file, save_file
 
 from thanos.demo.tiny import build_tiny_model
@@ -109,7 +109,8 @@ def test_missing_pruned_layer_is_never_assembled_as_dense(base: Path, tmp_path: 
     and, in its sequential chain, the later blocks computed through it: the same bytes as before."""
     work = copy_run(base, tmp_path / "missing")
     recipe = work / "results" / "m" / "thanos_u50"
-    pruned = recipe / "pruned"
+    key = calibrated(work / "results" / "m").name
+    pruned = recipe / "pruned" / key
     for ext in ("safetensors", "json"):
         (pruned / "block0" / f"mlp.down_proj.{ext}").unlink()
     shutil.rmtree(recipe / "model")
@@ -120,11 +121,11 @@ def test_missing_pruned_layer_is_never_assembled_as_dense(base: Path, tmp_path: 
     assert "chain.json" in output(failed)  # the fix it names: delete the recipe job's summary
     (pruned / "chain.json").unlink()
     snakemake(work, BASE_CONFIG)
-    log = (work / "results" / "logs" / "m" / "thanos_u50" / "prune_recipe.log").read_text()
+    log = (work / "results" / "logs" / "m" / "thanos_u50" / key / "prune_recipe.log").read_text()
     assert "recomputing 1 pruned layer(s): mlp.down_proj (missing)" in log
     summary = json.loads((pruned / "chain.json").read_text())
     assert summary["computed"] == {"capture": 1, "prune": 1 + 7, "recover": 0, "propagate": 1}
-    reference = base / "results" / "m" / "thanos_u50" / "pruned"
+    reference = base / "results" / "m" / "thanos_u50" / "pruned" / key
     for block in ("block0", "block1"):
         for file in (reference / block).glob("*.safetensors"):
             assert (pruned / block / file.name).read_bytes() == file.read_bytes(), file
@@ -188,14 +189,14 @@ def test_an_edited_result_model_stops_the_next_run_named(base: Path, tmp_path: P
 
 @pytest.mark.slow
 def test_failed_job_error_reaches_the_terminal(tmp_path: Path) -> None:
-    (tmp_path / "not-a-model").mkdir()
-    (tmp_path / "not-a-model" / "README.md").write_text("weights elsewhere\n")
+    (tmp_path / "not-a-model").mkdir()  # a config the config check reads, but no weights: the job fails
+    (tmp_path / "not-a-model" / "config.json").write_text('{"model_type": "llama"}')
     config = workflow_config(
         "calib.jsonl", {"m": {"path": "not-a-model"}}, {"magnitude_u50": BASE_RECIPES["magnitude_u50"]}
     )
     proc = snakemake(tmp_path, config, check=False)
     assert proc.returncode != 0
-    assert "no config.json in the model directory" in output(proc), output(proc)[-3000:]
+    assert "no safetensors weights in not-a-model" in output(proc), output(proc)[-3000:]
     assert "Traceback" not in output(proc)  # the job's ERROR line; its traceback stays in its log
 
 

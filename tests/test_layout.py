@@ -12,6 +12,7 @@ from thanos.files.layout import (
     DENSE,
     NOT_MODELS,
     RESERVED,
+    UNCALIBRATED,
     Layout,
     calibration_key,
     chain_of,
@@ -44,8 +45,9 @@ def test_documented_paths():
         paths.tokens(m),
         paths.store(m, DENSE, "inputs", "{l}"),
         paths.store(m, r, "inputs", "{l}"),
-        paths.pruned_layer(m, r, "{l}", "{layer}", "safetensors"),
-        paths.chain_summary(m, r),
+        paths.pruned_layer(m, r, "{l}", "{layer}", "safetensors", "{calibration}"),
+        paths.chain_summary(m, r, "{calibration}"),
+        paths.owl(m, r),
         paths.model_dir(m, r) + "/",
         paths.evaluation(m, v, "perplexity"),
         paths.tables + "/",
@@ -72,6 +74,20 @@ def test_each_calibration_has_its_own_tokens():
     assert len(keys) == 5 and key not in keys
     assert Layout("results", calibration=key).tokens("m") == f"results/m/calib/{key}/tokens.zarr"
     assert Layout("results").tokens("m") == "results/m/calib/tokens.zarr"  # prune-model's working directory
+
+
+def test_what_a_calibration_computes_is_kept_under_its_key():
+    """The chains' stores, OWL plans and pruned layers of a keyed layout (the workflow) sit under the
+    calibration's key; a recipe that reads none under ``uncalibrated``; prune-model's layout (no key) as
+    before."""
+    keyed, plain = Layout("results", calibration="8x32-0123abcd"), Layout("results")
+    assert keyed.hessians("m", "t", 1) == "results/m/calib/8x32-0123abcd/chains/t/hessians_1.zarr"
+    assert keyed.owl("m", "t") == "results/m/calib/8x32-0123abcd/owl/t.json"
+    assert keyed.pruned_block("m", "t", 2, "8x32-0123abcd") == "results/m/t/pruned/8x32-0123abcd/block2"
+    assert keyed.chain_summary("m", "mag", UNCALIBRATED) == "results/m/mag/pruned/uncalibrated/chain.json"
+    assert plain.hessians("m", "t", 1) == "results/m/chains/t/hessians_1.zarr"
+    assert plain.pruned_layer("m", "t", 0, "q", "json") == "results/m/t/pruned/block0/q.json"
+    assert plain.owl("m", "t") == "results/m/t/owl.json"
 
 
 def test_reserved_names_cover_the_results_directories():

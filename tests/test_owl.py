@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import snakemake, workflow_config
+from conftest import calibrated, snakemake, workflow_config
 
 from thanos.pruning import owl
 from thanos.recipe import ConfigError, Recipe, from_name
@@ -167,11 +167,10 @@ def test_owl_json_agrees_with_the_dense_activations(run):
     activations in memory) give the same outliers and sparsities."""
     from thanos.stages.owl_plan import compute
 
-    results = run / "results" / "llama"
-    (tokens,) = (results / "calib").glob("*/tokens.zarr")  # the run's one calibration
-    norms = _direct_norms(run / "models" / "llama", tokens)
+    calibration = calibrated(run / "results" / "llama")
+    norms = _direct_norms(run / "models" / "llama", calibration / "tokens.zarr")
     for recipe, entry in RECIPES.items():
-        artifact = json.loads((results / recipe / "owl.json").read_text())
+        artifact = json.loads((calibration / "owl" / f"{recipe}.json").read_text())
         direct = compute(
             run / "models" / "llama", None, Recipe.from_dict({"name": recipe, **entry}), xnorms=norms
         )
@@ -207,7 +206,7 @@ def test_written_model_has_the_target_sparsity(run, recipe):
     Thanos and magnitude, per column block for SparseGPT, per row for Wanda, as at uniform sparsity); over
     the model, the parameter-weighted sparsity is the target within one weight per layer."""
     model_dir = run / "results" / "llama" / recipe / "model"
-    plan = json.loads((run / "results" / "llama" / recipe / "owl.json").read_text())
+    plan = json.loads((calibrated(run / "results" / "llama") / "owl" / f"{recipe}.json").read_text())
     written = _written_zeros(model_dir)
     rows_per_block = 4 * TINY["hidden_size"] + 2 * 86 + TINY["hidden_size"]  # q k v o, gate up (86), down
     slack = {"thanos": 1, "magnitude": 1, "sparsegpt": 1, "wanda": rows_per_block / LAYERS_PER_BLOCK}
@@ -338,7 +337,10 @@ def test_dense_chain_owl_reuses_the_recipes_hessians(run, tmp_path, text):
     blocks = TINY["num_blocks"]
     assert out.count("rule capture:") == blocks and out.count("rule propagate:") == blocks - 1, out[-3000:]
     assert out.count("rule owl:") == 1
-    owl_json = json.loads((tmp_path / "results" / "llama" / "thanos_u70_owl" / "owl.json").read_text())
-    assert owl_json["hessians"] == [f"results/llama/chains/dense/hessians_{b}.zarr" for b in range(blocks)]
-    sequential = json.loads((run / "results" / "llama" / "thanos_u70_owl" / "owl.json").read_text())
+    calibration = calibrated(tmp_path / "results" / "llama")
+    owl_json = json.loads((calibration / "owl" / "thanos_u70_owl.json").read_text())
+    stores = calibration.relative_to(tmp_path) / "chains" / "dense"
+    assert owl_json["hessians"] == [f"{stores}/hessians_{b}.zarr" for b in range(blocks)]
+    sequential_plan = calibrated(run / "results" / "llama") / "owl" / "thanos_u70_owl.json"
+    sequential = json.loads(sequential_plan.read_text())
     assert owl_json["blocks"] == sequential["blocks"]

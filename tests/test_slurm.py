@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import shared_worker, thanos_here  # noqa: E402
+from conftest import calibrated, shared_worker, thanos_here  # noqa: E402
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -255,19 +255,20 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
         assert submitted_first[cancelled] == "capture"
 
         # Outputs of the jobs that finished before the cancel, and their mtimes.
-        (tokens,) = (out / "calib").glob("*/tokens.zarr")  # the run's one calibration
+        calibration = calibrated(out)  # the run's one calibration
+        chains = calibration / "chains"
         finished = [
             out / "model_info.json",
-            tokens,
-            out / "chains" / "dense" / "inputs_0.zarr",
-            out / "chains" / "dense" / "hessians_0.zarr",
-            out / RECIPE / "pruned" / "block0",
-            out / "chains" / RECIPE / "inputs_1.zarr",
+            calibration / "tokens.zarr",
+            chains / "dense" / "inputs_0.zarr",
+            chains / "dense" / "hessians_0.zarr",
+            out / RECIPE / "pruned" / calibration.name / "block0",
+            chains / RECIPE / "inputs_1.zarr",
         ]
         for path in finished:
             assert path.exists(), f"{path} should exist before the cancel\n{first[-3000:]}"
         mtimes = {p: _tree_mtimes(p) for p in finished}
-        assert not (out / "chains" / RECIPE / "hessians_1.zarr").exists()
+        assert not (chains / RECIPE / "hessians_1.zarr").exists()
 
         # 2. The same command again: finishes, recomputes nothing that had finished.
         res = _snakemake(args, env, tmp_path)

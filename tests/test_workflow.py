@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import snakemake, workflow_config
+from conftest import calibrated, snakemake, workflow_config
+
+from thanos.files.layout import UNCALIBRATED, calibration_key
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}
@@ -112,14 +114,16 @@ def test_end_to_end_models(e2e, model):
                     dead = int(zero.all(dim=0).sum())
                     assert dead == math.ceil(0.3 * w.shape[1]), (recipe, block, layer, dead)
     # block 0 inputs/Hessians are shared (dense chain dir); magnitude has no chain of its own
-    chains = e2e / "results" / model / "chains"
+    calibration = calibrated(e2e / "results" / model)
+    chains = calibration / "chains"
     assert (chains / "dense" / "hessians_0.zarr").is_dir()
     assert not (chains / "thanos_u50" / "hessians_0.zarr").exists()
     assert (chains / "thanos_u50" / "hessians_1.zarr").is_dir()
     assert (chains / "thanos_u50" / "inputs_1.zarr").is_dir()
     assert not (chains / "magnitude_u50").exists()
     for recipe in RECIPES:  # granularity recipe: the per-block layout of granularity block/layer
-        pruned = e2e / "results" / model / recipe / "pruned"
+        key = UNCALIBRATED if RECIPES[recipe]["method"] == "magnitude" else calibration.name
+        pruned = e2e / "results" / model / recipe / "pruned" / key
         assert json.loads((pruned / "chain.json").read_text())["num_blocks"] == info["num_blocks"]
         for block in range(info["num_blocks"]):
             for layer in info["layers"]:
@@ -153,7 +157,7 @@ def _finished_outputs(workdir: Path) -> dict[Path, int]:
     found = {}
     for path in (
         list(results.rglob("*.zarr"))
-        + list(results.rglob("pruned/block*/*"))
+        + list(results.rglob("pruned/*/block*/*"))
         + [
             *results.glob("*/model_info.json"),
             *results.glob("*/*/model"),
@@ -173,7 +177,8 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     models = {"llama": MODELS["llama"]}
     config = workflow_config(text, models, {"thanos_u50": RECIPES["thanos_u50"]}, granularity="layer")
     proc = snakemake(workdir, config, popen=True)
-    block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / "block1"
+    key = calibration_key({"text_field": "text", **config["calibration"]})  # the schema's default field
+    block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / key / "block1"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         done = [p for p in block1.glob("*.json") if p.resolve() not in _incomplete(workdir)]
@@ -204,11 +209,12 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
     assert shards
     for shard in shards:
         assert (resumed / "thanos_u50" / "model" / shard.name).read_bytes() == shard.read_bytes(), shard.name
-    assert _tree_bytes(resumed / "thanos_u50" / "pruned", "*.safetensors") == _tree_bytes(
-        reference / "thanos_u50" / "pruned", "*.safetensors"
+    assert _tree_bytes(resumed / "thanos_u50" / "pruned" / key, "*.safetensors") == _tree_bytes(
+        reference / "thanos_u50" / "pruned" / key, "*.safetensors"
     )
     for store in ("dense/hessians_0.zarr", "thanos_u50/inputs_1.zarr", "thanos_u50/hessians_1.zarr"):
-        assert _tree_bytes(resumed / "chains" / store) == _tree_bytes(reference / "chains" / store), store
+        chain_store = f"calib/{key}/chains/{store}"
+        assert _tree_bytes(resumed / chain_store) == _tree_bytes(reference / chain_store), store
     # nothing left to do
     dry = snakemake(workdir, config, "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -222,16 +228,14 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     shutil.copytree(e2e, workdir, symlinks=True)  # copystat: the same mtimes, so Snakemake sees no change
     config = workflow_config(text, MODELS, RECIPES)
     results = workdir / "results" / "llama"
-    pruned = results / "thanos_u50" / "pruned"
-    reference = _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50")
+    chain = calibrated(results) / "chains" / "thanos_u50"
+    pruned = results / "thanos_u50" / "pruned" / chain.parents[1].name
+    reference = _tree_bytes(pruned, "*.safetensors") | _tree_bytes(chain)
     (pruned / "chain.json").unlink()  # the state of a chain job killed after block 0: no summary, no model
     shutil.rmtree(results / "thanos_u50" / "model")
     shutil.rmtree(pruned / "block1")
-    shutil.rmtree(results / "chains" / "thanos_u50" / "hessians_1.zarr")
-    kept = {
-        p: p.stat().st_mtime_ns
-        for p in [*(pruned / "block0").iterdir(), results / "chains" / "thanos_u50" / "inputs_1.zarr"]
-    }
+    shutil.rmtree(chain / "hessians_1.zarr")
+    kept = {p: p.stat().st_mtime_ns for p in [*(pruned / "block0").iterdir(), chain / "inputs_1.zarr"]}
     out = snakemake(workdir, config, "--quiet", "rules")
     ran = out.stdout + out.stderr
     assert "prune_recipe" in ran and "assemble" in ran, ran[-2000:]
@@ -241,7 +245,7 @@ def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     summary = json.loads((pruned / "chain.json").read_text())
     layers = len(summary["layers"])
     assert summary["computed"] == {"capture": 1, "prune": layers, "recover": 0, "propagate": 0}
-    assert _tree_bytes(pruned, "*.safetensors") | _tree_bytes(results / "chains" / "thanos_u50") == reference
+    assert _tree_bytes(pruned, "*.safetensors") | _tree_bytes(chain) == reference
     # another damp for the same recipe name: every block is recomputed, nothing stale is reused
     changed = dict(RECIPES, thanos_u50=dict(RECIPES["thanos_u50"], damp=0.02))
     snakemake(workdir, workflow_config(text, MODELS, changed))
@@ -276,6 +280,28 @@ def test_an_unusable_calibration_is_refused_before_anything_is_deleted(e2e, text
         assert _files(workdir / "results") == finished
     dry = snakemake(workdir, workflow_config(text, MODELS, RECIPES), "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-2000:]
+    # another calibration (a real run), then the first again: what it computed is where it left it (its
+    # tokens, chains and pruned layers under its key); only the assemblies (the published models were the
+    # other calibration's) and nothing before them run again, magnitude's not even that
+    other = workflow_config(text, MODELS, RECIPES)
+    other["calibration"]["seed"] = 1
+    snakemake(workdir, other)
+    again = snakemake(workdir, workflow_config(text, MODELS, RECIPES), "-n", "--quiet", "rules")
+    jobs = _job_counts(again.stdout + again.stderr)
+    assemblies = 2 * (len(RECIPES) - 1)  # two models, every recipe but magnitude's
+    expected = {"assemble": assemblies, "all": 1, "total": assemblies + 1}
+    assert jobs == expected, (again.stdout + again.stderr)[-3000:]
+
+
+def _job_counts(out: str) -> dict[str, int]:
+    """The job counts of Snakemake's 'Job stats' table, its ``total`` included."""
+    counts = {}
+    for words in (line.split() for line in out.split("Job stats:", 1)[1].splitlines()):
+        if len(words) == 2 and words[1].isdigit():
+            counts[words[0]] = int(words[1])
+        if words[:1] == ["total"]:
+            break
+    return counts
 
 
 @pytest.mark.slow
@@ -289,7 +315,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
         chain="dense",
     )
     snakemake(workdir, dense)
-    chains = workdir / "results" / "llama" / "chains"
+    chains = calibrated(workdir / "results" / "llama") / "chains"
     assert sorted(p.name for p in chains.iterdir()) == ["dense"]
     assert {p.name for p in (chains / "dense").iterdir()} >= {
         "inputs_0.zarr",
@@ -309,7 +335,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
         text, {"llama": {"path": str(model_dir)}}, {"magnitude_u50": RECIPES["magnitude_u50"]}
     )
     out = snakemake(tmp_path / "magnitude", magnitude)
-    assert "calibrate" not in out.stdout + out.stderr
+    assert "rule calibrate" not in out.stdout + out.stderr
     results = tmp_path / "magnitude" / "results" / "llama"
     assert not (results / "calib").exists() and not (results / "chains").exists()
     assert (results / "magnitude_u50" / "model" / "pruning_report.json").is_file()
@@ -319,12 +345,7 @@ def test_dense_chain_and_magnitude_without_calibration(text, tmp_path):
 def test_recipe_change_reruns_only_that_recipe(e2e, text):
     changed = dict(RECIPES, sparsegpt_s30={"method": "sparsegpt", "sparsity": "structured:0.3", "damp": 0.02})
     dry = snakemake(e2e, workflow_config(text, MODELS, changed), "-n", "--quiet", "rules")
-    lines = (dry.stdout + dry.stderr).splitlines()
-    counts = {
-        line.split()[0]: int(line.split()[1])
-        for line in lines
-        if len(line.split()) == 2 and line.split()[1].isdigit()
-    }
+    counts = _job_counts(dry.stdout + dry.stderr)
     # sparsegpt_s30 on 2 models: its chain job (capture, prune, propagate of every block) and assemble
     assert counts.get("prune_recipe") == 2 and counts.get("assemble") == 2, counts
     for rule in ("calibrate", "embed", "capture", "propagate", "make_tiny_model", "model_info"):

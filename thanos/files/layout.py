@@ -82,6 +82,9 @@ def pruned_layer_name(layer: str, ext: str) -> str:
     return f"{layer}.{ext}"
 
 
+# the pruned layers' directory of a recipe that reads no calibration (magnitude), beside those of the
+# calibrations' keys (``Layout.pruned``)
+UNCALIBRATED = "uncalibrated"
 CHAIN_SUMMARY = "chain.json"  # PRUNED/chain.json: written last by a recipe's chain job
 # PRUNED/recovered/block{l}: a recovered recipe's block l after recovery (its layers, and recovery.json last)
 RECOVERED = "recovered"
@@ -119,11 +122,19 @@ class Layout:
         reads."""
         return f"{self.root}/{model}/fingerprint.json"
 
+    def calibrated(self, model: str) -> str:
+        """What is computed from the calibration and belongs to no recipe's published files: ``calib/{key}``
+        with a key (its tokens, the chains' stores, the OWL plans), ``calib`` without one (its tokens)."""
+        return "/".join(filter(None, (f"{self.root}/{model}/calib", self.calibration)))
+
     def tokens(self, model: str) -> str:
         """The calibration tokens: ``calib/{key}/tokens.zarr`` (``calib/tokens.zarr`` without a key)."""
-        return "/".join(filter(None, (f"{self.root}/{model}/calib", self.calibration, "tokens.zarr")))
+        return f"{self.calibrated(model)}/tokens.zarr"
 
     def chain_dir(self, model: str, chain: str) -> str:
+        """A chain's stores: ``calib/{key}/chains/{chain}`` (``chains/{chain}`` without a key)."""
+        if self.calibration:
+            return f"{self.calibrated(model)}/chains/{chain}"
         return f"{self.root}/{model}/chains/{chain}"
 
     def store(self, model: str, chain: str, kind: StoreKind, block: int | str) -> str:
@@ -138,20 +149,28 @@ class Layout:
         """Block ``block``'s Hessians as ``chain`` (a recipe or ``dense``) reads them."""
         return self.store(model, chain_of(chain, block, self.sequential), "hessians", block)
 
-    def pruned(self, model: str, recipe: str) -> str:
-        return f"{self.root}/{model}/{recipe}/pruned"
+    def pruned(self, model: str, recipe: str, calibration: str = "") -> str:
+        """A recipe's pruned layers: ``{recipe}/pruned/{calibration}`` (the workflow: the calibration's key,
+        or ``UNCALIBRATED`` for a recipe that reads none, so that a changed calibration leaves it be),
+        ``{recipe}/pruned`` without one."""
+        return "/".join(filter(None, (f"{self.root}/{model}/{recipe}/pruned", calibration)))
 
-    def pruned_block(self, model: str, recipe: str, block: int | str) -> str:
-        return f"{self.pruned(model, recipe)}/{pruned_block_name(block)}"
+    def pruned_block(self, model: str, recipe: str, block: int | str, calibration: str = "") -> str:
+        return f"{self.pruned(model, recipe, calibration)}/{pruned_block_name(block)}"
 
-    def pruned_layer(self, model: str, recipe: str, block: int | str, layer: str, ext: str) -> str:
-        return f"{self.pruned_block(model, recipe, block)}/{pruned_layer_name(layer, ext)}"
+    def pruned_layer(
+        self, model: str, recipe: str, block: int | str, layer: str, ext: str, calibration: str = ""
+    ) -> str:
+        return f"{self.pruned_block(model, recipe, block, calibration)}/{pruned_layer_name(layer, ext)}"
 
-    def chain_summary(self, model: str, recipe: str) -> str:
-        return f"{self.pruned(model, recipe)}/{CHAIN_SUMMARY}"
+    def chain_summary(self, model: str, recipe: str, calibration: str = "") -> str:
+        return f"{self.pruned(model, recipe, calibration)}/{CHAIN_SUMMARY}"
 
     def owl(self, model: str, recipe: str) -> str:
-        """An OWL recipe's per-block sparsities (``thanos.stages.owl_plan``), read by its prune jobs."""
+        """An OWL recipe's per-block sparsities (``thanos.stages.owl_plan``), read by its prune jobs:
+        ``calib/{key}/owl/{recipe}.json`` (``{recipe}/owl.json`` without a key)."""
+        if self.calibration:
+            return f"{self.calibrated(model)}/owl/{recipe}.json"
         return f"{self.root}/{model}/{recipe}/owl.json"
 
     def depth(self, model: str, recipe: str) -> str:

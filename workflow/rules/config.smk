@@ -12,7 +12,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from thanos.files import digests
-from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, Layout, calibration_key
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, UNCALIBRATED, Layout, calibration_key
 from thanos.recipe import ConfigError
 from thanos.workflow_config import distilled_from, expand, schema_problems
 from thanos.workflow_inputs import input_problems
@@ -32,8 +32,9 @@ validate(config, "../schemas/config.schema.yaml")  # fills in the defaults
 
 R = config["results"]
 CHAIN = config["chain"]
-# each calibration's tokens under a key of what they are computed from: another calibration is computed
-# beside them, and the config changed back finds them again (nothing of theirs deleted)
+# what is computed from a calibration (its tokens, the chains' stores, OWL plans, pruned layers) under a
+# key of that calibration: another calibration is computed beside it, and the config changed back finds
+# it again (nothing of it deleted); only the assembled models and their evaluations are redone
 PATHS = Layout(R, sequential=CHAIN == "sequential", calibration=calibration_key(config["calibration"]))
 DEMO = config["demo"]
 MODELS = config["models"]
@@ -159,6 +160,7 @@ wildcard_constraints:
     variant=_alternation([DENSE, *RECIPES]),
     l=r"\d+",
     layer=r"[A-Za-z0-9_.]+",
+    calibration=_alternation([PATHS.calibration, UNCALIBRATED]),
 
 
 def compute_dtype(wildcards, output):

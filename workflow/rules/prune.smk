@@ -2,7 +2,8 @@
 # default), one per block (block), or one per recipe (recipe: `python -m thanos chain` runs capture,
 # prune and propagate of every block in one process, same files byte for byte; its output is the summary
 # written after the last block, so a killed job keeps its finished blocks and resumes there). Recipe
-# options are params, so editing a recipe reruns its jobs only.
+# options are params, so editing a recipe reruns its jobs only. The pruned layers are kept per calibration
+# (the {calibration} wildcard: its key, or `uncalibrated` for a recipe that reads none: Layout.pruned).
 
 if GRANULARITY == "layer":
 
@@ -10,8 +11,8 @@ if GRANULARITY == "layer":
         input:
             unpack(prune_inputs),
         output:
-            weight=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "safetensors"), "pruned_layers"),
-            stats=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "json"), "pruned_layers"),
+            weight=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "safetensors", "{calibration}"), "pruned_layers"),
+            stats=retain(PATHS.pruned_layer("{model}", "{recipe}", "{l}", "{layer}", "json", "{calibration}"), "pruned_layers"),
         params:
             model=model_path,
             recipe=recipe_json,
@@ -19,7 +20,7 @@ if GRANULARITY == "layer":
             out_dir=prune_out_dir,
         priority: PRUNING_FIRST
         log:
-            f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}/{{layer}}.log",
+            f"{PATHS.logs}/{{model}}/{{recipe}}/{{calibration}}/prune/block{{l}}/{{layer}}.log",
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
@@ -34,7 +35,7 @@ elif GRANULARITY == "block":
         input:
             unpack(prune_inputs),
         output:
-            retain(directory(PATHS.pruned_block("{model}", "{recipe}", "{l}")), "pruned_layers"),
+            retain(directory(PATHS.pruned_block("{model}", "{recipe}", "{l}", "{calibration}")), "pruned_layers"),
         params:
             model=model_path,
             recipe=recipe_json,
@@ -42,7 +43,7 @@ elif GRANULARITY == "block":
             layers=block_layers,
         priority: PRUNING_FIRST
         log:
-            f"{PATHS.logs}/{{model}}/{{recipe}}/prune/block{{l}}.log",
+            f"{PATHS.logs}/{{model}}/{{recipe}}/{{calibration}}/prune/block{{l}}.log",
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,
@@ -57,7 +58,7 @@ elif GRANULARITY == "recipe":
         input:
             unpack(recipe_inputs),
         output:
-            PATHS.chain_summary("{model}", "{recipe}"),
+            PATHS.chain_summary("{model}", "{recipe}", "{calibration}"),
         params:
             model=model_path,
             recipe=recipe_json,
@@ -66,7 +67,7 @@ elif GRANULARITY == "recipe":
             compute_dtype=compute_dtype,
         priority: PRUNING_FIRST
         log:
-            f"{PATHS.logs}/{{model}}/{{recipe}}/prune_recipe.log",
+            f"{PATHS.logs}/{{model}}/{{recipe}}/{{calibration}}/prune_recipe.log",
         threads: config["threads"]
         resources:
             gpu=JOB_GPUS,

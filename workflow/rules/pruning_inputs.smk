@@ -1,7 +1,7 @@
 # Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
-from thanos.files.layout import RECOVERED
+from thanos.files.layout import RECOVERED, UNCALIBRATED
 from thanos.reads import recipe_reads
 from thanos.files.pruned_layers import block_layers as block_layers_of
 
@@ -16,6 +16,12 @@ def needs_hessian(recipe):
     return RECIPES[recipe].needs_hessian
 
 
+def calibration_of(recipe):
+    """The directory of a recipe's pruned layers under ``{recipe}/pruned/``: the calibration's key, so that
+    another calibration prunes beside them, or ``uncalibrated`` for a recipe that reads none."""
+    return PATHS.calibration if needs_calibration(recipe) else UNCALIBRATED
+
+
 def recipe_json(wildcards):
     """The recipe as its jobs take it (--recipe JSON); a param, so editing a recipe reruns its jobs only."""
     return RECIPES[wildcards.recipe].to_json()
@@ -24,13 +30,16 @@ def recipe_json(wildcards):
 def pruned_block_outputs(model, recipe, block):
     """What a finished block of a recipe is, as job outputs: its layers' files, its directory, or (one
     job per recipe) the recipe's chain summary."""
+    calibration = calibration_of(recipe)
     if GRANULARITY == "recipe":
-        return [PATHS.chain_summary(model, recipe)]
+        return [PATHS.chain_summary(model, recipe, calibration)]
     if GRANULARITY == "block":
-        return [PATHS.pruned_block(model, recipe, block)]
+        return [PATHS.pruned_block(model, recipe, block, calibration)]
     layers = recipe_layers(model, recipe, block)
     return [
-        PATHS.pruned_layer(model, recipe, block, layer, ext) for layer in layers for ext in ("safetensors", "json")
+        PATHS.pruned_layer(model, recipe, block, layer, ext, calibration)
+        for layer in layers
+        for ext in ("safetensors", "json")
     ]
 
 
@@ -89,12 +98,12 @@ def block_layers(wildcards):
 
 
 def prune_out_dir(wildcards, output):
-    return PATHS.pruned_block(wildcards.model, wildcards.recipe, wildcards.l)
+    return PATHS.pruned_block(wildcards.model, wildcards.recipe, wildcards.l, wildcards.calibration)
 
 
 def pruned_root(wildcards, output):
     """The layers a recipe's model is assembled from: its pruned layers, or its recovered blocks."""
-    root = PATHS.pruned(wildcards.model, wildcards.recipe)
+    root = PATHS.pruned(wildcards.model, wildcards.recipe, calibration_of(wildcards.recipe))
     return f"{root}/{RECOVERED}" if RECIPES[wildcards.recipe].recover is not None else root
 
 
@@ -126,7 +135,8 @@ def propagate_inputs(wildcards):
 def pruned_dir_option(wildcards):
     if wildcards.chain == DENSE:
         return ""
-    block_dir = PATHS.pruned_block(wildcards.model, wildcards.chain, previous_block(wildcards))
+    recipe = wildcards.chain
+    block_dir = PATHS.pruned_block(wildcards.model, recipe, previous_block(wildcards), calibration_of(recipe))
     exclude = "".join(f" --exclude {quoted(p)}" for p in RECIPES[wildcards.chain].exclude)
     return f"--pruned-dir {quoted(block_dir)}{exclude}"
 
@@ -173,7 +183,7 @@ def recipe_store_options(wildcards):
 
 
 def recipe_pruned_root(wildcards):
-    return PATHS.pruned(wildcards.model, wildcards.recipe)
+    return PATHS.pruned(wildcards.model, wildcards.recipe, wildcards.calibration)
 
 
 # --- assemble --------------------------------------------------------------------------------------
@@ -183,7 +193,7 @@ def assemble_inputs(wildcards):
     model, recipe = wildcards.model, wildcards.recipe
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
     if GRANULARITY == "recipe":
-        inputs["pruned"] = [PATHS.chain_summary(model, recipe)]
+        inputs["pruned"] = pruned_block_outputs(model, recipe, None)
     else:
         blocks = range(model_info(model)["num_blocks"])
         inputs["pruned"] = [f for block in blocks for f in pruned_block_outputs(model, recipe, block)]
@@ -203,7 +213,7 @@ def calibration_option(wildcards, input):
 def intermediates(wildcards):
     """Paths whose disk use the pruning report lists."""
     model, recipe = wildcards.model, wildcards.recipe
-    paths = [PATHS.pruned(model, recipe)]
+    paths = [PATHS.pruned(model, recipe, calibration_of(recipe))]
     if needs_calibration(recipe):
         paths += [PATHS.tokens(model), PATHS.chain_dir(model, DENSE)]
         if PATHS.sequential and needs_hessian(recipe):
