@@ -28,6 +28,7 @@ SMOLLM2 = {  # hidden 576, 3 KV heads of 64, MLP 1536
     "mlp.up_proj": [1536, 576],
     "mlp.down_proj": [576, 1536],
 }
+TINY = {"mlp.down_proj": [64, 256]}
 NEURONS = {"mlp.down_proj": [576, 1536]}  # a neurons recipe removes columns of down_proj alone
 DISTILL = {"tokens": 131072, "source": "c4"}
 RECOVER = {"epochs": 2, "lr": 0.003, "batch_size": 4, "holdout": 0.125, "target": "dense"}
@@ -66,8 +67,9 @@ def _distilled(root: Path, pruned: str, name: str, ppl: float) -> None:
 
 
 def realistic_results(root: Path) -> Path:
-    """One model, 30 blocks: the four methods' sparsity sweeps, block sizes, n:m with alphas, structured,
-    OWL, recovered and distilled recipes, and MLP neurons 30 % with its distilled model."""
+    """SmolLM2's 30 blocks: the four methods' sparsity sweeps, block sizes, n:m with alphas, structured,
+    OWL, recovered and distilled recipes, and MLP neurons 30 % with its distilled model; and a model of one
+    block and one layer."""
     _write(root / MODEL / "dense" / "eval" / "perplexity.json", {"ppl": 20.1, "dataset": "wiki"})
     r = functools.partial(_recipe, root, MODEL, blocks=30, shapes=SMOLLM2)
     for method, scale in (("magnitude", 3.0), ("wanda", 1.6), ("sparsegpt", 1.3), ("thanos", 1.25)):
@@ -100,6 +102,10 @@ def realistic_results(root: Path) -> Path:
     r("thanos_n30", "thanos", "neurons:0.3", ppl=73.1, shapes=NEURONS)
     _update(root, "thanos_n30", overall_sparsity=0.0)
     _distilled(root, "thanos_n30", "thanos_n30_kd131072", ppl=48.2)
+    # a model of one block and one layer: a colour scale of one objective, panels of one cell
+    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
+    for pct in (50, 60):
+        _recipe(root, "tiny", f"wanda_u{pct}", "wanda", str(pct / 100), ppl=12.0, blocks=1, shapes=TINY)
     return root
 
 
@@ -198,6 +204,7 @@ def test_every_figure_is_drawn(figures):
         f"alpha_ablation_{MODEL}",
         "pruning_time_vs_layer_size",
         *(f"objective_heatmap_{MODEL}_{p}" for p in ("u50", "u70", "2-4", "4-8", "s30", "n30")),
+        "objective_heatmap_tiny_u50",
     } <= stems
 
 
@@ -252,7 +259,7 @@ def test_a_distilled_recipe_shows_its_perplexity_and_no_layer_of_its_own(figures
     labels = [line.get_label() for ax in timing.axes for line in ax.get_lines()]
     assert labels and not any("distillation" in label for label in labels), labels
     points = sum(len(c.get_offsets()) for ax in timing.axes for c in ax.collections)
-    assert points == len(layers) == 30 * (7 * 34 + 1)  # every pruned layer once, none twice
+    assert points == len(layers) == 30 * (7 * 34 + 1) + 2  # every pruned layer once, none twice
     for stem in (f"objective_heatmap_{MODEL}_{p}" for p in ("u50", "u70", "n30")):
         grids = [ax.get_images()[0].get_array() for ax in drawn[stem].axes if ax.get_images()]
         for a, b in itertools.combinations(grids, 2):

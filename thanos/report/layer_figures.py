@@ -213,6 +213,20 @@ def _heatmap_panel(
     return image
 
 
+def _colour_bar(fig: Figure, image: AxesImage, axes: list[Axes]) -> None:
+    """The objective's colour bar beside ``axes``: its log axis labels its powers of ten, no minor tick
+    (they crowd a short bar); under two decades, where it would label one power or none, three ticks
+    spread over the range."""
+    from matplotlib.ticker import NullFormatter
+
+    bar = fig.colorbar(image, ax=axes, label=OBJECTIVE_LABEL, shrink=0.9)
+    low, high = image.norm.vmin, image.norm.vmax
+    if high / low < 100:
+        ticks = [low, math.sqrt(low * high), high]
+        bar.set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _without_objective(layers: pd.DataFrame, kept: pd.DataFrame, model: str, group: str) -> list[str]:
     """Labels of this pattern's recipes (of ``model``) that recorded no objective: no panel for them."""
     mine = layers[(layers["model"] == model) & (layers["group"] == group)]
@@ -234,7 +248,7 @@ def objective_heatmap_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Draw
         recipes = rows.sort_values("row_order").drop_duplicates("recipe")
         layer_order = list(dict.fromkeys(rows.sort_values("order")["layer"]))
         blocks = sorted(set(rows["block"]))
-        panel = (max(2.4, 1.2 + 0.42 * len(layer_order)), 2.0 + min(0.12 * len(blocks), 5.0))
+        panel = (max(2.4, 1.2 + 0.42 * len(layer_order)), max(2.8, 2.0 + min(0.12 * len(blocks), 5.0)))
         pattern = recipes.iloc[0][["kind", "fraction", "sparsity"]]
         what = f"per-layer objective ‖ΔW X‖², {pattern_title(*pattern)}"
         title = f"{model}: {what}"
@@ -245,7 +259,7 @@ def objective_heatmap_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Draw
             grid = _objective_grid(rows[rows["recipe"] == recipe["recipe"]], blocks, layer_order)
             show_layers = i + ncols >= len(axes)
             image = _heatmap_panel(ax, grid, norm, cmap, recipe["label"], show_layers, panel[0])
-        fig.colorbar(image, ax=axes, label=OBJECTIVE_LABEL, shrink=0.9)
+        _colour_bar(fig, image, axes)
         fig.supxlabel("layer")
         fig.supylabel("block")
         missing = _without_objective(labelled, rows, model, group)

@@ -64,10 +64,16 @@ def text_inches(text: str, fontsize: float) -> float:
 
 
 def wrapped(text: str, inches: float, fontsize: float) -> str:
-    """``text`` broken into lines about ``inches`` wide at ``fontsize`` points (at spaces where it can): a
-    title as wide as its panel or figure, never over its neighbour's or past the canvas."""
+    """``text`` broken into lines about ``inches`` wide at ``fontsize`` points: a title as wide as its panel
+    or figure, never over its neighbour's or past the canvas. A line too long breaks first after its
+    ``: `` (``model:`` / ``what of it``), then at spaces and hyphens where it can."""
     chars = max(8, int(inches * 72 / (0.6 * fontsize)))
-    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+    lines = []
+    for line in text.split("\n"):
+        head, colon, tail = line.partition(": ")
+        parts = [head + colon.rstrip(), tail] if colon and len(line) > chars else [line]
+        lines += [textwrap.fill(part, chars) for part in parts]
+    return "\n".join(lines)
 
 
 LEGEND_FONTSIZE = 9
