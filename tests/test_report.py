@@ -50,16 +50,18 @@ def _zeroshot(base: float, tasks=TASKS) -> dict:
     return {"tasks": per_task, "mean_acc": sum(v["acc"] for v in per_task.values()) / len(per_task)}
 
 
-def _recipe(root, model, name, method, sparsity, ppl=None, zs=None, alpha=0.0, blocksize=None, blocks=3):
-    """A recipe directory: pruning_report.json (recipe + per-layer stats) and the evaluations given.
+def _recipe(
+    root, model, name, method, sparsity, ppl=None, zs=None, alpha=0.0, blocksize=None, blocks=3, shapes=SHAPES
+):
+    """A recipe directory: pruning_report.json (recipe + per-layer stats of the layers ``shapes`` names)
+    and the evaluations given.
     Seconds and objectives depend on the method, sparsity, alpha and block size, so that a figure pooling
     recipes (or scaling each recipe's heatmap on its own) shows other numbers than one that does not."""
     fraction = 0.5 if ":" in sparsity and "structured" not in sparsity else float(sparsity.split(":")[-1])
     variant = (1 + fraction) * (1 + alpha) * (1 + (blocksize or 0) / 4096)
     layers = []
     for block in range(blocks):
-        for j, layer in enumerate(LAYERS):
-            rows, cols = SHAPES[layer]
+        for j, (layer, (rows, cols)) in enumerate(shapes.items()):
             objective = None
             if method != "magnitude":
                 objective = 10.0 ** (block + j / 2) * METHOD_OBJECTIVE[method] * variant

@@ -174,8 +174,7 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                     row["params_removed"] = 1 - _float(parameters.get("kept")) / _float(
                         parameters["original"]
                     )
-                layers = report.get("layers") or []
-                secs = [_float(layer.get("seconds")) for layer in layers if isinstance(layer, dict)]
+                secs = [_float(layer.get("seconds")) for layer in own_layers(report)]
                 row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan
         fields, tasks = _eval_fields(path / "eval")
         row |= fields
@@ -194,9 +193,17 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame, task_frame
 
 
+def own_layers(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-layer stats of the layers a recipe pruned. A distilled model's report (``distillation``)
+    carries those of the model it was trained from, which pruned them: none are its own."""
+    if report.get("distillation"):
+        return []
+    return [layer for layer in report.get("layers") or [] if isinstance(layer, dict)]
+
+
 def collect_layers(results: str | Path) -> pd.DataFrame:
-    """One row per pruned layer of every recipe: model, recipe, method, sparsity, kind, alpha, block,
-    layer, numel (weights), seconds, objective, device."""
+    """One row per pruned layer of every recipe (``own_layers``: none of a distilled one): model, recipe,
+    method, sparsity, kind, alpha, block, layer, numel (weights), seconds, objective, device."""
     rows = []
     for model, variant, path in variants(results):
         if variant == "dense":
@@ -209,9 +216,7 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
         fields = _sparsity_fields(recipe.sparsity if recipe else None)
         base |= {key: fields[key] for key in ("sparsity", "kind")}
         base["alpha"] = _float(recipe.alpha if recipe else None)
-        for order, layer in enumerate(report.get("layers") or []):
-            if not isinstance(layer, dict):
-                continue
+        for order, layer in enumerate(own_layers(report)):
             shape = layer.get("shape") or []
             numel = math.prod(int(s) for s in shape) if shape else math.nan
             rows.append(

@@ -90,21 +90,24 @@ def _take(number: int, shared: bool) -> int:
         return _TAKEN.value - 1
 
 
+def drawn_figures(frame: pd.DataFrame, layers: pd.DataFrame) -> Drawn:
+    """Every figure the results allow (``collect``'s and ``collect_layers``' frames), in a fixed order."""
+    if frame.empty:
+        return
+    yield from ppl_vs_sparsity_figures(frame)
+    yield from blocksize_ablation_figures(frame)
+    yield from alpha_ablation_figures(frame)
+    if not layers.empty:
+        yield from pruning_time_figures(layers, frame)
+        yield from objective_heatmap_figures(layers, frame)
+
+
 def _draw(frame: pd.DataFrame, layers: pd.DataFrame, out: Path, shared: bool = False) -> list[Path]:
     """Plot every figure the results allow, in a fixed order, and save those this process takes (all of
     them unless ``shared``); the others are closed unsaved."""
-    drawn: list[Drawn] = []
-    if not frame.empty:
-        drawn += [
-            ppl_vs_sparsity_figures(frame),
-            blocksize_ablation_figures(frame),
-            alpha_ablation_figures(frame),
-        ]
-        if not layers.empty:
-            drawn += [pruning_time_figures(layers, frame), objective_heatmap_figures(layers, frame)]
     paths: list[Path] = []
     mine = _take(0, shared)
-    for number, (stem, fig) in enumerate(figure for figures in drawn for figure in figures):
+    for number, (stem, fig) in enumerate(drawn_figures(frame, layers)):
         if number == mine:
             paths += _save(fig, out, stem)
             mine = _take(number + 1, shared)
@@ -116,6 +119,7 @@ def _draw(frame: pd.DataFrame, layers: pd.DataFrame, out: Path, shared: bool = F
 __all__ = [
     "alpha_ablation_figures",
     "blocksize_ablation_figures",
+    "drawn_figures",
     "objective_heatmap_figures",
     "ppl_vs_sparsity_figures",
     "pruning_time_figures",

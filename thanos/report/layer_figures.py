@@ -8,6 +8,10 @@ label their rows (``collect.labelled_recipes``).
 - ``objective_heatmap_{model}_{pattern}`` (pattern ``u50``, ``s30``, ``2-4``): the per-layer objective
   ||dW X||^2 (block x layer) of every recipe of that pattern, one panel each, all on one log colour scale
   with one colour bar (Magnitude records no objective and has no panel).
+
+A distilled recipe pruned no layer (``collect.own_layers``): it has no line and no panel here. The panels
+share their x axis, ticked at the layer sizes of every panel; titles and legend labels are wrapped to the
+width of their panel, figure titles to the figure's.
 """
 
 from __future__ import annotations
@@ -20,7 +24,17 @@ import pandas as pd
 
 from thanos.labels import pattern_slug, pattern_title
 from thanos.report.collect import METHOD_ORDER, labelled_recipes
-from thanos.report.plotting import LINESTYLES, MARKERS, METHOD_COLORS, Drawn, pyplot, safe_name
+from thanos.report.plotting import (
+    LINESTYLES,
+    MARKERS,
+    METHOD_COLORS,
+    Drawn,
+    pyplot,
+    safe_name,
+    spread,
+    text_inches,
+    wrapped,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -29,6 +43,8 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
 
 OBJECTIVE_LABEL = "‖ΔW X‖² (log scale)"
+TIME_PANEL = (4.2, 4.6)  # inches: a pattern's panel of the pruning-time figure, its legend below
+TIME_LEGEND_FONTSIZE = 7
 
 
 def _with_labels(layers: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -82,18 +98,28 @@ def _series_styles(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _time_panel(ax: Axes, series: list[dict[str, Any]]) -> None:
-    """One pattern: faint points per layer, a median line per recipe configuration, the legend below."""
-    for s, style in zip(series, _series_styles(series), strict=True):
+    """One pattern: faint points per layer, a median line per recipe configuration, the legend below (as
+    wide as the panel: in two columns where two fit, a long label in lines)."""
+    labels = [wrapped(s["label"], TIME_PANEL[0] - 0.8, TIME_LEGEND_FONTSIZE) for s in series]
+    for s, label, style in zip(series, labels, _series_styles(series), strict=True):
         points = s["points"]
         ax.scatter(points["numel"], points["seconds"], s=8, alpha=0.25, color=style["color"], linewidths=0)
-        ax.plot(s["median"]["numel"], s["median"]["seconds"], label=s["label"], linewidth=1.6, **style)
+        ax.plot(s["median"]["numel"], s["median"]["seconds"], label=label, linewidth=1.6, **style)
     ax.set_title(series[0]["group_label"])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _size_ticks(ax, sorted({float(n) for s in series for n in s["points"]["numel"]}))
     ax.tick_params(which="both", labelbottom=True, labelleft=True)
     ax.set_xlabel("layer size (weights)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=True, fontsize=7)
+    ax.set_ylabel("time per layer (s)")
+    widest = max(text_inches(label, TIME_LEGEND_FONTSIZE) for label in labels)
+    ncol = 2 if 2 * (widest + 0.6) <= TIME_PANEL[0] else 1
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18),
+        ncol=ncol,
+        frameon=True,
+        fontsize=TIME_LEGEND_FONTSIZE,
+    )
 
 
 def _size_label(numel: float) -> str:
@@ -104,27 +130,30 @@ def _size_label(numel: float) -> str:
     return f"{numel:g}"
 
 
-def _size_ticks(ax: Axes, sizes: list[float], most: int = 8) -> None:
-    """Ticks at the layer sizes of the data (at most ``most`` of them, else the log axis's own), and no
-    minor tick labels: the log axis would otherwise print overlapping 2x10^4, 3x10^4, ... labels."""
+def _size_ticks(ax: Axes, sizes: list[float]) -> None:
+    """Ticks at the layer sizes of the data, those with room for their label (``spread``; where one size
+    alone, the log axis's own), and no minor tick labels: the log axis would otherwise print overlapping
+    2x10^4, 3x10^4, ... labels. The panels share their x axis: the sizes are every panel's."""
     from matplotlib.ticker import NullFormatter
 
-    if 0 < len(sizes) <= most:
-        ax.set_xticks(sizes, [_size_label(n) for n in sizes])
+    ticks = spread(sizes, log=True)
+    if len(ticks) >= 2:
+        ax.set_xticks(ticks, [_size_label(n) for n in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _grid(
-    plt: Any, n: int, most: int, panel: tuple[float, float], **kwargs
+    plt: Any, n: int, most: int, panel: tuple[float, float], extra: float = 0.0, least: float = 0.0, **kwargs
 ) -> tuple[Figure, list[Axes], int]:
-    """n panels of size ``panel`` (inches) in rows of at most ``most``, balanced (6 -> 2 x 3, not 4 + 2);
+    """n panels of size ``panel`` (inches) in rows of at most ``most``, balanced (6 -> 2 x 3, not 4 + 2),
+    ``extra`` inches beside them (a colour bar), the figure at least ``least`` inches wide (its title);
     returns the figure, the n axes (row by row) and the number of columns."""
     nrows = math.ceil(n / most)
     ncols = math.ceil(n / nrows)
     fig, axes = plt.subplots(
         nrows,
         ncols,
-        figsize=(panel[0] * ncols, panel[1] * nrows),
+        figsize=(max(panel[0] * ncols + extra, least), panel[1] * nrows),
         squeeze=False,
         layout="constrained",
         **kwargs,
@@ -142,14 +171,14 @@ def pruning_time_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Drawn:
     if not series:
         return
     groups = list(dict.fromkeys(s["group"] for s in series))  # table order: patterns first
-    fig, axes, ncols = _grid(plt, len(groups), 3, (4.2, 4.6), sharex=True, sharey=True)
-    for i, (ax, group) in enumerate(zip(axes, groups, strict=True)):
+    fig, axes, ncols = _grid(plt, len(groups), 3, TIME_PANEL, sharex=True, sharey=True)
+    for ax, group in zip(axes, groups, strict=True):
         _time_panel(ax, [s for s in series if s["group"] == group])
-        if i % ncols == 0:
-            ax.set_ylabel("time per layer (s); line: median per size")
+    _size_ticks(axes[0], sorted({float(n) for s in series for n in s["points"]["numel"]}))
     devices = sorted({str(d) for d in layers["device"].dropna()})
     on = f" (device: {', '.join(devices)})" if devices else ""
-    fig.suptitle(f"Pruning time per layer vs layer size{on}")
+    title = f"Pruning time per layer vs layer size{on}; points: layers, lines: the median per size"
+    fig.suptitle(wrapped(title, TIME_PANEL[0] * ncols, 12))
     yield "pruning_time_vs_layer_size", fig
 
 
@@ -169,7 +198,7 @@ def _objective_grid(rows: pd.DataFrame, blocks: list, layer_order: list[str]) ->
 
 
 def _heatmap_panel(
-    ax: Axes, grid: pd.DataFrame, norm: Normalize, cmap: Colormap, title: str, show_layers: bool
+    ax: Axes, grid: pd.DataFrame, norm: Normalize, cmap: Colormap, title: str, show_layers: bool, width: float
 ) -> AxesImage:
     image = ax.imshow(
         grid.to_numpy(dtype=float), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest"
@@ -180,8 +209,22 @@ def _heatmap_panel(
     step = max(1, math.ceil(nblocks / 16))
     ax.set_yticks(range(0, nblocks, step), [str(b) for b in grid.index[::step]], fontsize=8)
     ax.grid(False)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(wrapped(title, width - 0.4, 9), fontsize=9)
     return image
+
+
+def _colour_bar(fig: Figure, image: AxesImage, axes: list[Axes]) -> None:
+    """The objective's colour bar beside ``axes``: its log axis labels its powers of ten, no minor tick
+    (they crowd a short bar); under two decades, where it would label one power or none, three ticks
+    spread over the range."""
+    from matplotlib.ticker import NullFormatter
+
+    bar = fig.colorbar(image, ax=axes, label=OBJECTIVE_LABEL, shrink=0.9)
+    low, high = image.norm.vmin, image.norm.vmax
+    if high / low < 100:
+        ticks = [low, math.sqrt(low * high), high]
+        bar.set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _without_objective(layers: pd.DataFrame, kept: pd.DataFrame, model: str, group: str) -> list[str]:
@@ -205,19 +248,22 @@ def objective_heatmap_figures(layers: pd.DataFrame, frame: pd.DataFrame) -> Draw
         recipes = rows.sort_values("row_order").drop_duplicates("recipe")
         layer_order = list(dict.fromkeys(rows.sort_values("order")["layer"]))
         blocks = sorted(set(rows["block"]))
-        panel = (1.2 + 0.42 * len(layer_order), 2.0 + min(0.12 * len(blocks), 5.0))
-        fig, axes, ncols = _grid(plt, len(recipes), 4, panel, sharey=True)
+        panel = (max(2.4, 1.2 + 0.42 * len(layer_order)), max(2.8, 2.0 + min(0.12 * len(blocks), 5.0)))
+        pattern = recipes.iloc[0][["kind", "fraction", "sparsity"]]
+        what = f"per-layer objective ‖ΔW X‖², {pattern_title(*pattern)}"
+        title = f"{model}: {what}"
+        least = max(text_inches(f"{model}:", 12), text_inches(what, 12)) + 0.4  # two lines at most
+        fig, axes, ncols = _grid(plt, len(recipes), 4, panel, extra=1.0, least=least, sharey=True)
         image = None
         for i, (ax, (_, recipe)) in enumerate(zip(axes, recipes.iterrows(), strict=True)):
             grid = _objective_grid(rows[rows["recipe"] == recipe["recipe"]], blocks, layer_order)
-            image = _heatmap_panel(ax, grid, norm, cmap, recipe["label"], show_layers=i + ncols >= len(axes))
-            if i % ncols == 0:
-                ax.set_ylabel("block")
-        fig.colorbar(image, ax=axes, label=OBJECTIVE_LABEL, shrink=0.9)
-        pattern = recipes.iloc[0][["kind", "fraction", "sparsity"]]
-        title = f"{model}: per-layer objective ‖ΔW X‖², {pattern_title(*pattern)}"
+            show_layers = i + ncols >= len(axes)
+            image = _heatmap_panel(ax, grid, norm, cmap, recipe["label"], show_layers, panel[0])
+        _colour_bar(fig, image, axes)
+        fig.supxlabel("layer")
+        fig.supylabel("block")
         missing = _without_objective(labelled, rows, model, group)
         if missing:
             title += f"\n(no objective recorded: {', '.join(missing)})"
-        fig.suptitle(title)
+        fig.suptitle(wrapped(title, fig.get_figwidth() - 0.3, 12))
         yield f"objective_heatmap_{safe_name(model)}_{pattern_slug(*pattern)}", fig

@@ -16,6 +16,10 @@
 - ``alpha_ablation_{model}``: Thanos perplexity vs the outlier-row fraction alpha, one panel per sparsity
   pattern, with horizontal reference lines for the dense model and for SparseGPT and Wanda (alpha 0) at
   that pattern.
+
+The two ablations compare the pruning alone: their lines and reference levels are recipes of uniform
+sparsity, neither recovered nor distilled (a recovered recipe's perplexity at alpha 0.1 is not Thanos'
+at alpha 0.1).
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from thanos.report.plotting import (
     pyplot,
     safe_name,
     ticks_at,
+    titled,
+    wrapped,
 )
 
 if TYPE_CHECKING:
@@ -82,6 +88,13 @@ def _evaluated(frame: pd.DataFrame) -> pd.DataFrame:
     pruned["recovered"] = [is_set(r) for r in pruned["recovered"]]
     pruned["distilled"] = [is_set(d) for d in pruned["distilled"]]
     return pruned
+
+
+def _plain(pruned: pd.DataFrame) -> pd.DataFrame:
+    """The recipes of ``_evaluated``'s rows that are pruning alone: uniform sparsity, neither recovered nor
+    distilled (the ablations compare block sizes and alphas of the pruning, nothing else)."""
+    owl = pruned["profile"].map(is_owl).astype(bool)
+    return pruned[~(pruned["recovered"] | pruned["distilled"] | owl)]
 
 
 def dense_ppl(frame: pd.DataFrame, model: str) -> float | None:
@@ -147,7 +160,7 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
             continue
         ambiguous = len({(m, a, r, d) for (m, a, _, r, d), _ in families}) < len(families)
         dense = dense_ppl(frame, model)
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
         values: list[float] = []
         sparsities: list[float] = []
         if dense is not None:
@@ -185,7 +198,7 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
         kind_text = KIND_TITLES.get(kind, kind).lower()
         ax.set_xlabel(f"{kind_text} sparsity (%)")
         note = "" if dense is not None else " (no dense perplexity)"
-        ax.set_title(f"{model}: perplexity vs {kind_text} sparsity{note}")
+        titled(ax, f"{model}: perplexity vs {kind_text} sparsity{note}")
         legend_right(ax)
         yield f"ppl_vs_sparsity_{safe_name(model)}_{kind}", fig
 
@@ -193,7 +206,7 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
 def blocksize_ablation_figures(frame: pd.DataFrame) -> Drawn:
     """Thanos perplexity vs block size B, one line per (sparsity pattern, alpha)."""
     plt = pyplot()
-    thanos = _evaluated(frame)
+    thanos = _plain(_evaluated(frame))
     thanos = thanos[thanos["method"] == "thanos"]
     for model, rows in thanos.groupby("model"):
         lines = [
@@ -204,7 +217,7 @@ def blocksize_ablation_figures(frame: pd.DataFrame) -> Drawn:
         if not lines:
             continue
         lines.sort(key=lambda item: (_pattern_key(item[1].iloc[0]), sortable(item[0][1])))
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
         values, ticks = [], []
         for i, ((_, alpha), grp) in enumerate(lines):
             first = grp.iloc[0]
@@ -226,7 +239,7 @@ def blocksize_ablation_figures(frame: pd.DataFrame) -> Drawn:
         ax.set_xscale("log", base=2)
         ticks_at(ax, ticks)
         ax.set_xlabel("block size B (columns)")
-        ax.set_title(f"{model}: Thanos block-size ablation")
+        titled(ax, f"{model}: Thanos block-size ablation")
         legend_right(ax)
         yield f"blocksize_ablation_{safe_name(model)}", fig
 
@@ -242,7 +255,7 @@ def reference_levels(frame: pd.DataFrame, model: str, sparsity: str) -> list[tup
     dense = dense_ppl(frame, model)
     if dense is not None:
         levels.append((f"Dense ({dense:.2f})", dense, dict(DENSE_STYLE)))
-    pruned = _evaluated(frame)
+    pruned = _plain(_evaluated(frame))
     for method, linestyle in REFERENCES.items():
         rows = pruned[
             (pruned["model"] == model)
@@ -296,7 +309,7 @@ def _alpha_panel(ax: Axes, frame: pd.DataFrame, model: str, first: pd.Series, li
 def alpha_ablation_figures(frame: pd.DataFrame) -> Drawn:
     """Thanos perplexity vs alpha, one panel per pattern, with Dense, SparseGPT and Wanda as references."""
     plt = pyplot()
-    thanos = _evaluated(frame)
+    thanos = _plain(_evaluated(frame))
     thanos = thanos[thanos["method"] == "thanos"]
     for model, rows in thanos.groupby("model"):
         panels = _alpha_panels(rows)
@@ -307,5 +320,5 @@ def alpha_ablation_figures(frame: pd.DataFrame) -> Drawn:
         )
         for ax, (first, lines) in zip(axes[0], panels, strict=True):
             _alpha_panel(ax, frame, model, first, lines)
-        fig.suptitle(f"{model}: Thanos outlier-fraction (α) ablation")
+        fig.suptitle(wrapped(f"{model}: Thanos outlier-fraction (α) ablation", 4.8 * len(panels), 12))
         yield f"alpha_ablation_{safe_name(model)}", fig
