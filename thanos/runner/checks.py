@@ -60,8 +60,9 @@ class Plan:
     computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
     disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
     part_of: dict[str, Any] | None = None  # the last part of a combined recipe: the whole (its report's)
-    # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``) and
-    # the dense model it is distilled toward (a combined recipe's: the model its first part read)
+    # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``);
+    # ``teacher``: the input model, the baseline of the evaluations and the model distillation is toward (a
+    # combined recipe's: the model its first part read)
     distilled: Recipe | None = None
     teacher: str | None = None
 

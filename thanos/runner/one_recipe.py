@@ -226,11 +226,14 @@ def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[
 
 
 def _evaluations(run_plan: Plan) -> Any:
-    """The evaluations the plan asks for, of its pruned model and of the dense model beside it."""
-    evaluation, root = run_plan.evaluation, run_plan.model_root
+    """The evaluations the plan asks for, of its pruned model and of the dense model beside it: the input
+    model (a combined recipe's: the model its first part read, not the one this part read), evaluated in
+    ``results/<its name>/dense/eval``."""
+    evaluation, base = run_plan.evaluation, run_plan.teacher or run_plan.reference
+    dense = run_plan.workdir / "results" / model_slug(base) / DENSE / "eval"
     return Evaluations(
-        run_plan.published_dir, run_plan.out, root / "eval", run_plan.reference,
-        root.parent / DENSE / "eval", evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
+        run_plan.published_dir, run_plan.out, run_plan.model_root / "eval", base,
+        dense, evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
         run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
         evaluation.include_path, evaluation.ppl_seqlen,
     )  # fmt: skip
