@@ -29,6 +29,7 @@ from thanos.reads import recipe_reads
 from thanos.recipe import ConfigError, Distillation, Recipe, select_layers, streamed_dataset
 from thanos.runner.disk import DiskEstimate, check_free, estimate
 from thanos.runner.request import Evaluation, PruneRequest, Resources
+from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import default_workdir, model_slug
 from thanos.stages.common import Compute, resolve_device
 from thanos.stages.depth import check_depth
@@ -148,6 +149,7 @@ def plan(request: PruneRequest) -> Plan:
         distill = checked_distillation(recipe.distill, model.max_positions)
         recipe = dataclasses.replace(recipe, name=named, distill=distill)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
+    check_texts(reference, evaluation, recipe.distill, model.max_positions)
     workdir = given or default_workdir(reference, calibration)
     if given is None:
         check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
