@@ -39,6 +39,10 @@ def test_depth_counts_and_names() -> None:
     )
     with pytest.raises(ValueError, match="removes 30 of the model's 30 blocks, which leaves none"):
         depth_count(parse_sparsity("depth:30"), 30)
+    with pytest.raises(
+        ValueError, match="40 of the model's 30 blocks.*at most 29 can go.*give depth:29 or less"
+    ):
+        depth_count(parse_sparsity("depth:40"), 30)
     with pytest.raises(ValueError, match="whole number of blocks"):
         parse_sparsity("depth:1.5")
     for ambiguous in ("depth:1.0", "depth:1e0"):  # one block, or the fraction 1?
