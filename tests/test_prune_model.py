@@ -489,6 +489,45 @@ def test_texts_too_short_are_refused_before_anything_runs(tmp_path, cli):
     assert f"give a longer text, or {tokens} or less as --ppl-seqlen" in lines[-1]
 
 
+def test_a_new_recipe_reuses_and_an_abandoned_one_is_named_and_deleted(tmp_path, cli, monkeypatch):
+    """A run interrupted before its model is written leaves an unfinished recipe: the interruption says so,
+    a run with another option (another recipe) names it, ``thanos workdirs`` lists it as unfinished with how
+    to delete it, and deletes it alone. The first run of a new recipe says what it reused, never
+    "resumed"; only a rerun of the same recipe does."""
+    from thanos.demo.tiny import build_tiny_model
+    from thanos.runner import one_recipe
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    base = ["prune-model", "--model", model, "--method", "magnitude", "--workdir", tmp_path / "w"]
+
+    def interrupted(*args, **kwargs):  # Ctrl-C before the first step finished
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(one_recipe, "run_recipe", interrupted)
+        stopped = thanos_here(*base, "--sparsity", "0.5", "--out", tmp_path / "o5", cwd=tmp_path)
+    assert stopped.returncode == 130 and f"this one stays unfinished in {tmp_path / 'w'}" in stopped.stderr
+    other = cli(*base, "--sparsity", "0.6", "--out", tmp_path / "o6", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert "w holds the unfinished recipe magnitude_u50 (" in other.stderr
+    assert "`thanos workdirs --delete w/magnitude_u50` deletes it" in other.stderr
+    third = cli(*base, "--sparsity", "0.7", "--out", tmp_path / "o7", cwd=tmp_path)
+    assert (
+        "reused: 1 step that other recipes' runs computed" in third.stderr and "resumed" not in third.stderr
+    )
+    listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path)
+    assert "recipes magnitude_u60, magnitude_u70; last run" in listed.stdout, listed.stdout
+    assert "unfinished: magnitude_u50 (interrupted or abandoned;" in listed.stdout
+    assert "delete: thanos workdirs --delete w/magnitude_u50)" in listed.stdout
+    deleted = cli("workdirs", "--root", tmp_path, "--delete", "w/magnitude_u50", cwd=tmp_path)
+    assert deleted.returncode == 0 and f"deleted {tmp_path / 'w' / 'magnitude_u50'}" in deleted.stdout
+    listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path).stdout
+    assert "unfinished" not in listed and "recipes magnitude_u60, magnitude_u70" in listed
+    assert (tmp_path / "w" / "results" / "m" / "magnitude_u60" / "model" / "pruning_report.json").is_file()
+    again = cli(*base, "--sparsity", "0.7", "--out", tmp_path / "o7", cwd=tmp_path)
+    assert "nothing to do" in again.stderr and "unfinished" not in again.stderr
+
+
 def test_an_unreachable_hub_is_one_line_at_once(tmp_path, cli):
     """A hub id not in the local cache while the hub cannot be reached: one line naming --model, at once."""
     (tmp_path / "calib.txt").write_text("some text\n")
@@ -761,7 +800,7 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs,
     assert "run the same command to resume" in lines[-1] and "Traceback" not in "".join(lines)
     resumed = prune(inputs, tmp_path / "out", tmp_path / "work", *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 step(s)" in resumed.stderr
+    assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 steps" in resumed.stderr
 
 
 @pytest.mark.slow

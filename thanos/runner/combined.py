@@ -36,7 +36,7 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
-from thanos.runner.workdirs import default_root, default_workdir, model_slug, record_run
+from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.outputs import remove
 from thanos.stages.publish import weight_files
 
@@ -52,7 +52,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
-    intermediates = root / f"{model_slug(reference)}-combined"
+    intermediates = root / f"{model_slug(reference)}{COMBINED}"
     if not request.dry_run:  # the intermediate models: listed and deleted by ``thanos workdirs``
         intermediates.mkdir(parents=True, exist_ok=True)
         calibration = request.calibration
