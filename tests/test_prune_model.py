@@ -519,7 +519,7 @@ def test_a_new_recipe_reuses_and_an_abandoned_one_is_named_and_deleted(tmp_path,
     assert "recipes magnitude_u60, magnitude_u70; last run" in listed.stdout, listed.stdout
     assert "unfinished: magnitude_u50 (interrupted or abandoned;" in listed.stdout
     assert "delete: thanos workdirs --delete w/magnitude_u50)" in listed.stdout
-    deleted = cli("workdirs", "--root", tmp_path, "--delete", "w/magnitude_u50", cwd=tmp_path)
+    deleted = cli("workdirs", "--root", tmp_path, "--delete", "w/magnitude_u50", cwd=model)  # under --root
     assert deleted.returncode == 0 and f"deleted {tmp_path / 'w' / 'magnitude_u50'}" in deleted.stdout
     listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path).stdout
     assert "unfinished" not in listed and "recipes magnitude_u60, magnitude_u70" in listed

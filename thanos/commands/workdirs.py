@@ -47,10 +47,12 @@ def _target(root: Path, name: str) -> tuple[Path, str | None]:
     ``NAME/RECIPE`` where ``NAME`` is a working directory and ``RECIPE`` no directory of it."""
     from thanos.runner.workdirs import is_workdir
 
-    path = root / name if (root / name).exists() or "/" not in name else Path(name)
-    if not path.exists() and is_workdir(path.parent):
-        return path.parent.resolve(), path.name
-    return path.resolve(), None
+    for path in (root / name, Path(name).expanduser()):  # under --root first, then as a path
+        if path.exists():
+            return path.resolve(), None
+        if is_workdir(path.parent):
+            return path.parent.resolve(), path.name
+    return (root / name if "/" not in name else Path(name)).resolve(), None
 
 
 def _delete(root: Path, args: argparse.Namespace) -> None:
