@@ -215,3 +215,34 @@ def test_prune_imports_no_transformers(tmp_path, model_type: str) -> None:
     imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if "|" in line}
     assert "torch" in imported and "transformers" not in imported
     assert (tmp_path / "out" / "mlp.down_proj.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["prune-model", "--model", "m", "--method", "thanoss", "--sparsity", "0.5", "--out", "o"],
+            "ERROR: thanos prune-model: argument --method: invalid choice: 'thanoss' (choose from "
+            "'magnitude', 'sparsegpt', 'wanda', 'thanos'); did you mean 'thanos'? (thanos prune-model --help",
+        ),
+        (["prune-modle"], "invalid choice: 'prune-modle' (choose from 'assemble', "),
+        (
+            ["prune-model", "--model", "m", "--method", "thanos", "--out", "o"],
+            "ERROR: thanos prune-model: the following arguments are required: --sparsity (thanos prune-model",
+        ),
+        (
+            ["perplexity", "--model", "m", "--out", "o", "--bogus", "1"],
+            "ERROR: thanos perplexity: unrecognized arguments: --bogus 1 (thanos perplexity --help",
+        ),
+    ],
+)
+def test_a_mistyped_option_is_one_line_without_the_usage(args: list[str], line: str, tmp_path: Path) -> None:
+    """argparse's errors are one line like every other (no 35 lines of usage first), exit status 2; a
+    mistyped choice gets the closest one suggested."""
+    from conftest import thanos_here
+
+    run = thanos_here(*args, cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr.splitlines() == [run.stderr.strip()], run.stderr
+    assert line in run.stderr and "usage:" not in run.stderr
+    if "prune-modle" in args:
+        assert "did you mean 'prune-model'?" in run.stderr

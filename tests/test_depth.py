@@ -4,10 +4,12 @@ settings, the refusals, and ``thanos prune-model --sparsity depth:1`` as a user 
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -37,6 +39,10 @@ def test_depth_counts_and_names() -> None:
     )
     with pytest.raises(ValueError, match="removes 30 of the model's 30 blocks, which leaves none"):
         depth_count(parse_sparsity("depth:30"), 30)
+    with pytest.raises(
+        ValueError, match="40 of the model's 30 blocks.*at most 29 can go.*give depth:29 or less"
+    ):
+        depth_count(parse_sparsity("depth:40"), 30)
     with pytest.raises(ValueError, match="whole number of blocks"):
         parse_sparsity("depth:1.5")
     for ambiguous in ("depth:1.0", "depth:1e0"):  # one block, or the fraction 1?
@@ -202,17 +208,32 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     )
 
 
-def test_prune_model_combines_depth_and_neurons(tmp_path: Path) -> None:
+def test_prune_model_combines_depth_and_neurons(tmp_path: Path, cli: Any) -> None:
     """``--sparsity neurons:0.3+depth:1``: depth runs first, then neurons on the shortened model; the output
-    has both (fewer blocks, a narrower MLP) and loads; a part that removes no structure is refused."""
+    has both (fewer blocks, a narrower MLP) and loads; a part that removes no structure is refused. The dense
+    perplexity printed and on the card is the input model's (not the model the last part read), the number
+    ``thanos perplexity`` gives it."""
     from thanos import prune_model
 
     model = make_tiny_model(tmp_path, "llama", num_blocks=3, intermediate_size=96)
     corpus = write_corpus(tmp_path / "calib.jsonl")
+    ppl = write_corpus(tmp_path / "ppl.txt", kind="txt", seed=7)
     options = {"calibration": str(corpus), "nsamples": 8, "seqlen": 32, "device": "cpu"}
+    options |= {"evaluate": "ppl", "ppl_source": ppl, "ppl_seqlen": 16}
+    stream = io.StringIO()
     report = prune_model(
-        model, "thanos", "neurons:0.3+depth:1", out=tmp_path / "out", workdir=tmp_path / "work", **options
-    )
+        model, "thanos", "neurons:0.3+depth:1", out=tmp_path / "out", workdir=tmp_path / "work",
+        stream=stream, **options,
+    )  # fmt: skip
+    measured = cli(
+        "perplexity", "--model", model, "--source", ppl, "--seqlen", 16, "--out", tmp_path / "dense.json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert measured.returncode == 0, measured.stderr
+    dense = json.loads((tmp_path / "dense.json").read_text())["ppl"]
+    assert report["evaluation"]["dense"]["perplexity"]["ppl"] == dense  # the same number, every digit
+    assert f"; the dense model {dense:.2f})" in stream.getvalue()
+    assert f"; the dense model: {dense:.2f})" in (tmp_path / "out" / "README.md").read_text()
     assert [part["sparsity"] for part in report["parts"]] == ["depth:1", "neurons:0.3"]
     assert report["parts"][1]["model"] == report["parts"][0]["out"]
     config = json.loads((tmp_path / "out" / "config.json").read_text())

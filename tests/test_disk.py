@@ -232,7 +232,10 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
     (checkpoints / "checkpoint" / "state.pt").write_bytes(b"\0" * 4096)
     listed = _workdirs(root=root)
     assert f"distill/{checkpoints.name}" in listed.stdout, listed.stdout
-    assert f"model {tmp_path / 'n30'}; calibration distillation checkpoints toward {model}" in listed.stdout
+    what = f"distillation checkpoints of {tmp_path / 'n30-kd'} (student {tmp_path / 'n30'}, teacher {model})"
+    assert f"{what}, kept to resume it; last run" in listed.stdout, listed.stdout
+    block = listed.stdout.split(f"distill/{checkpoints.name}")[1].split("\n")[1]  # its line: no recipes
+    assert "recipes" not in block and "calibration" not in block
     with exclusive_workdir(checkpoints, "--work"):  # a distillation is running
         busy = _workdirs("--delete", f"distill/{checkpoints.name}", root=root)
     assert busy.returncode == 2 and "a run is using it now" in busy.stderr and checkpoints.is_dir()

@@ -455,6 +455,79 @@ def test_bad_text_data_is_named_before_any_step(tmp_path, cli):
         assert not (tmp_path / "w").exists()
 
 
+def test_texts_too_short_are_refused_before_anything_runs(tmp_path, cli):
+    """A perplexity or distillation text too short for its windows (or empty, or missing) is one ERROR line
+    with exit status 2 before any step runs, for a combined recipe too (its last part reads them): not a
+    failure after the pruning."""
+    from thanos.demo.tiny import build_tiny_model
+    from thanos.models import load_tokenizer
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=2, max_position_embeddings=64)
+    (tmp_path / "c.txt").write_text("a calibration text of a few words . " * 40)
+    short = tmp_path / "short.txt"
+    short.write_text("too short a text .")
+    (tmp_path / "empty.txt").write_text("\n")
+    base = ["prune-model", "--model", model, "--method", "thanos", "--out", tmp_path / "o"]
+    base += ["--calibration", tmp_path / "c.txt", "--nsamples", "4", "--seqlen", "16"]
+    ppl = ["--evaluate", "ppl", "--ppl-seqlen", "32", "--ppl-source"]
+    distill = ["--distill-tokens", "64", "--distill-seqlen", "16", "--distill-source"]
+    tokens = len(load_tokenizer(model)(short.read_text()).input_ids)  # fewer than 32
+    too_short = f"--ppl-source {short} has {tokens} tokens, fewer than one window of 32 (--ppl-seqlen)"
+    windows = (tokens + 1) // 16  # with its end-of-text token: not more than the 8 held out
+    for sparsity, extra, message in (
+        ("0.5", [*ppl, short], too_short),
+        ("0.5", [*ppl, tmp_path / "empty.txt"], "no text: the file is empty"),
+        ("0.5", [*ppl, tmp_path / "gone.txt"], "gone.txt: no such file or directory"),
+        ("neurons:0.3", [*distill, short], f"gives {windows} window(s) of 16 tokens, not more than the 8"),
+        ("depth:1+neurons:0.3", [*ppl, short], too_short),
+    ):
+        run = cli(*base, "--sparsity", sparsity, *extra, "--workdir", tmp_path / "w", cwd=tmp_path)
+        lines = run.stderr.splitlines()
+        assert run.returncode == 2 and message in lines[-1], run.stderr[-2000:]
+        assert [line for line in lines if "ERROR" in line] == lines[-1:] and "Traceback" not in run.stderr
+        assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+    assert f"give a longer text, or {tokens} or less as --ppl-seqlen" in lines[-1]
+
+
+def test_a_new_recipe_reuses_and_an_abandoned_one_is_named_and_deleted(tmp_path, cli, monkeypatch):
+    """A run interrupted before its model is written leaves an unfinished recipe: the interruption says so,
+    a run with another option (another recipe) names it, ``thanos workdirs`` lists it as unfinished with how
+    to delete it, and deletes it alone. The first run of a new recipe says what it reused, never
+    "resumed"; only a rerun of the same recipe does."""
+    from thanos.demo.tiny import build_tiny_model
+    from thanos.runner import one_recipe
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    base = ["prune-model", "--model", model, "--method", "magnitude", "--workdir", tmp_path / "w"]
+
+    def interrupted(*args, **kwargs):  # Ctrl-C before the first step finished
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(one_recipe, "run_recipe", interrupted)
+        stopped = thanos_here(*base, "--sparsity", "0.5", "--out", tmp_path / "o5", cwd=tmp_path)
+    assert stopped.returncode == 130 and f"this one stays unfinished in {tmp_path / 'w'}" in stopped.stderr
+    other = cli(*base, "--sparsity", "0.6", "--out", tmp_path / "o6", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert "w holds the unfinished recipe magnitude_u50 (" in other.stderr
+    assert "`thanos workdirs --delete w/magnitude_u50` deletes it" in other.stderr
+    third = cli(*base, "--sparsity", "0.7", "--out", tmp_path / "o7", cwd=tmp_path)
+    assert (
+        "reused: 1 step that other recipes' runs computed" in third.stderr and "resumed" not in third.stderr
+    )
+    listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path)
+    assert "recipes magnitude_u60, magnitude_u70; last run" in listed.stdout, listed.stdout
+    assert "unfinished: magnitude_u50 (interrupted or abandoned;" in listed.stdout
+    assert "delete: thanos workdirs --delete w/magnitude_u50)" in listed.stdout
+    deleted = cli("workdirs", "--root", tmp_path, "--delete", "w/magnitude_u50", cwd=model)  # under --root
+    assert deleted.returncode == 0 and f"deleted {tmp_path / 'w' / 'magnitude_u50'}" in deleted.stdout
+    listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path).stdout
+    assert "unfinished" not in listed and "recipes magnitude_u60, magnitude_u70" in listed
+    assert (tmp_path / "w" / "results" / "m" / "magnitude_u60" / "model" / "pruning_report.json").is_file()
+    again = cli(*base, "--sparsity", "0.7", "--out", tmp_path / "o7", cwd=tmp_path)
+    assert "nothing to do" in again.stderr and "unfinished" not in again.stderr
+
+
 def test_an_unreachable_hub_is_one_line_at_once(tmp_path, cli):
     """A hub id not in the local cache while the hub cannot be reached: one line naming --model, at once."""
     (tmp_path / "calib.txt").write_text("some text\n")
@@ -727,20 +800,28 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs,
     assert "run the same command to resume" in lines[-1] and "Traceback" not in "".join(lines)
     resumed = prune(inputs, tmp_path / "out", tmp_path / "work", *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 step(s)" in resumed.stderr
+    assert "sample calibration tokens" not in resumed.stderr and "resumed: 4 steps" in resumed.stderr
 
 
 @pytest.mark.slow
-def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(first, inputs):
+def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(first, inputs, monkeypatch):
+    from thanos.evaluation import perplexity
+
     out, workdir, _ = first
     model, calib = inputs
-    short = out.parent / "short.txt"
-    short.write_text("too short\n")  # passes the up-front check, fails in the evaluation
     evaluated = out.parent / "evaluated"
-    failed = prune(inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", short)
+
+    def failing(*args, **kwargs):  # a failure no check before the run can see (the machine's, the text's)
+        raise ValueError("the scoring failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(perplexity, "window_nll", failing)
+        failed = prune(
+            inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib, "--ppl-seqlen", "16"
+        )
     assert failed.returncode == 1
     assert "FAILED after" in failed.stderr and "perplexity (thanos_2-4)" in failed.stderr
-    assert "fewer than one window" in failed.stderr and "or --ppl-seqlen" in failed.stderr  # its option
+    assert "ERROR: the scoring failed" in failed.stderr
     assert f"the pruned model is published without this evaluation: {evaluated}" in failed.stderr
     weights = (evaluated / "model.safetensors").stat().st_ino
     assert "Not evaluated" in (evaluated / "README.md").read_text()

@@ -235,7 +235,7 @@ def test_killed_mid_recovery_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     reference = thanos_here(*command("reference", "wd-ref")[3:], cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
     terminal = reference.stdout + reference.stderr
-    assert "then recovery of every block: 12 epoch(s), lr 0.003, towards the dense model" in terminal
+    assert "then recovery of every block: 12 epochs, lr 0.003, towards the dense model" in terminal
     assert "(recovery: validation loss" in terminal  # each block's line says what recovery did
     recipe = "thanos_u50_rec-e12"
     pruned = tmp_path / "wd" / "results" / model.name / recipe / "pruned"

@@ -15,10 +15,12 @@ import argparse
 import ast
 import atexit
 import contextlib
+import difflib
 import importlib
 import logging
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,10 +60,24 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, as every other error: ``ERROR: thanos prune-model:
+    argument --method: invalid choice: 'thanoss' (choose from ...); did you mean 'thanos'?``, exit status 2,
+    without the usage (``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        given = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if given is not None:
+            choices = re.findall(r"'([^']*)'", given.group(2))
+            close = difflib.get_close_matches(given.group(1), choices, n=1)
+            message += f"; did you mean {close[0]!r}?" if close else ""
+        self.exit(EXIT_ERROR, f"ERROR: {self.prog}: {message} ({self.prog} --help shows every option)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with the arguments of ``command`` only (its module is the only one imported); the
     other commands are listed with their ``HELP``."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="thanos",
         description="Thanos LLM pruning.\n\nTo prune a model with one command:  thanos prune-model --help\n"
         "The other commands are the workflow's stages (calibrate, capture, prune, assemble, evaluate, ...).",
@@ -79,7 +95,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(cmd)
         passthrough = getattr(module, "PASSTHROUGH", False)  # the arguments it does not know go to a tool
         cmd.set_defaults(
-            _run=module.run, _traceback=getattr(module, "TRACEBACK", True), _passthrough=passthrough
+            _run=module.run,
+            _traceback=getattr(module, "TRACEBACK", True),
+            _passthrough=passthrough,
+            _parser=cmd,
         )
     return parser
 
@@ -129,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(command)
         args, extra = parser.parse_known_args(argv)
         if extra and not getattr(args, "_passthrough", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args._extra = extra
         args._run(args)
     except KeyboardInterrupt:

@@ -137,6 +137,12 @@ def blocks_text(blocks: list[int]) -> str:
     return f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count and its noun agreeing: ``1 core``, ``2 cores``, ``1,024 tokens`` (``plural``: where it is not
+    the noun and an s)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def shape_text(compact: dict[str, Any]) -> str:
     """What a compact model's shape changed, in one line: ``MLP width 96 -> 72 neurons per block
     (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed

@@ -13,13 +13,19 @@ HELP = "perplexity and lm-eval zero-shot of one model, loaded once -> perplexity
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.evaluation.perplexity import DEFAULT_BATCH_SIZE
     from thanos.evaluation.zeroshot import PAPER_TASKS
 
     parser.add_argument("--model", required=True, help="HF model directory (assembled or dense) or hub id")
     _args.add_text_source(parser, "wikitext2", "hub: wikitext/wikitext-2-raw-v1, test split")
     parser.add_argument("--seqlen", type=int, default=None, help="perplexity window length in tokens")
     parser.add_argument("--max-windows", type=int, default=None, help="perplexity: the first K windows")
-    parser.add_argument("--ppl-batch-size", type=int, default=1, help="perplexity windows per pass")
+    parser.add_argument(
+        "--ppl-batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"perplexity windows per pass (default {DEFAULT_BATCH_SIZE})",
+    )
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS), help="comma-separated lm-eval tasks")
     parser.add_argument("--include-path", default=None, help="directory of lm-eval task YAMLs")
     parser.add_argument("--zeroshot-batch-size", type=int, default=1, help="lm-eval batch size")

@@ -11,6 +11,8 @@ HELP = "perplexity of a model on WikiText-2 (hub) or a local corpus -> perplexit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from thanos.evaluation.perplexity import DEFAULT_BATCH_SIZE
+
     parser.add_argument("--model", required=True, help="HF model directory (assembled or dense) or hub id")
     _args.add_text_source(
         parser,
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="score only the first K windows, for quick runs (default: every window, the paper's protocol)",
     )
-    _args.add_batch_size(parser, 1, "windows")
+    _args.add_batch_size(parser, DEFAULT_BATCH_SIZE, "windows")
     _args.add_evaluation(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 

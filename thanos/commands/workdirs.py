@@ -24,45 +24,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="delete these (names as listed, under --root, or paths)",
+        help="delete these (names as listed, under --root, or paths); NAME/RECIPE deletes one unfinished "
+        "recipe of a working directory (what it wrote there alone)",
     )
     parser.add_argument("--delete-all", action="store_true", help="delete every one not in use")
 
 
 def run(args: argparse.Namespace) -> None:
-    from thanos.runner.disk import size_text
-    from thanos.runner.workdirs import check_deletable, default_root, delete, scan
+    from thanos.runner.workdirs import default_root
 
     root = Path(args.root).expanduser().resolve() if args.root else default_root()
     if args.delete or args.delete_all:
         if args.delete and args.delete_all:
             raise ValueError("--delete and --delete-all: give one of them")
-        targets = (
-            [w.path for w in scan(root) if not w.in_use]
-            if args.delete_all
-            else [
-                root / name if (root / name).exists() or "/" not in name else Path(name)
-                for name in args.delete
-            ]
-        )
-        for path in targets:  # every one is checked before any is deleted
-            check_deletable(path.resolve())
-        freed = 0
-        for path in targets:
-            size = delete(path.resolve())
-            freed += size
-            print(f"deleted {path} ({size_text(size)})")
-        print(f"freed {size_text(freed)}")
+        _delete(root, args)
         return
+    _list(root)
+
+
+def _target(root: Path, name: str) -> tuple[Path, str | None]:
+    """(the directory, None) that ``name`` names, or (a working directory, one of its recipes) for
+    ``NAME/RECIPE`` where ``NAME`` is a working directory and ``RECIPE`` no directory of it."""
+    from thanos.runner.workdirs import is_workdir
+
+    for path in (root / name, Path(name).expanduser()):  # under --root first, then as a path
+        if path.exists():
+            return path.resolve(), None
+        if is_workdir(path.parent):
+            return path.parent.resolve(), path.name
+    return (root / name if "/" not in name else Path(name)).resolve(), None
+
+
+def _delete(root: Path, args: argparse.Namespace) -> None:
+    """Delete what ``--delete`` names (every one checked before any is deleted), or ``--delete-all``."""
+    from thanos.runner.disk import size_text
+    from thanos.runner.workdirs import check_deletable, delete, delete_recipe, scan
+
+    if args.delete_all:
+        targets: list[tuple[Path, str | None]] = [(w.path, None) for w in scan(root) if not w.in_use]
+    else:
+        targets = [_target(root, name) for name in args.delete]
+    for path, _ in targets:
+        check_deletable(path)
+    freed = 0
+    for path, recipe in targets:
+        size = delete(path) if recipe is None else delete_recipe(path, recipe)
+        freed += size
+        print(f"deleted {path if recipe is None else path / recipe} ({size_text(size)})")
+    print(f"freed {size_text(freed)}")
+
+
+def _list(root: Path) -> None:
+    """Each working directory: its size, model, calibration, recipes (finished, unfinished) and last run;
+    each distillation's checkpoints: whose, and that they serve to resume it."""
+    from thanos.runner.disk import size_text
+    from thanos.runner.workdirs import scan
+
     found = scan(root)
     if not found:
         print(f"no working directories under {root}")
         return
     for workdir in found:
-        flag = " (in use)" if workdir.in_use else ""
-        print(f"{size_text(workdir.bytes):>10}  {workdir.path.relative_to(root)}{flag}")
+        name = workdir.path.relative_to(root)
+        print(f"{size_text(workdir.bytes):>10}  {name}{' (in use)' if workdir.in_use else ''}")
+        if workdir.distill:
+            print(f"            {workdir.calibration}; last run {workdir.last_run}")
+            continue
         print(f"            model {workdir.model}; calibration {workdir.calibration}")
         recipes = ", ".join(workdir.recipes) or "none finished"
         print(f"            recipes {recipes}; last run {workdir.last_run}")
+        for recipe in workdir.unfinished:
+            print(
+                f"            unfinished: {recipe} (interrupted or abandoned; its command again resumes it; "
+                f"delete: thanos workdirs --delete {name}/{recipe})"
+            )
     total = sum(w.bytes for w in found)
     print(f"{size_text(total):>10}  in all, under {root}; delete: thanos workdirs --delete NAME")

@@ -71,6 +71,15 @@ def _torch_dtype(dtype: str, device: str, config: Any, path: str) -> Any:
     return chosen
 
 
+def run_dtype(path: str, device: str = "auto", dtype: str = "auto") -> str:
+    """The dtype ``load_model(path, device, dtype)`` runs the model in (``float32``, ``bfloat16``), read
+    from its config alone: a result computed in another dtype is another result."""
+    from thanos.models import model_config
+
+    chosen = _torch_dtype(dtype, str(resolve_device(device)), model_config(path), path)
+    return str(chosen).removeprefix("torch.")
+
+
 def load_model(
     path: str, device: str = "auto", dtype: str = "auto", device_map: str | None = None
 ) -> LoadedModel:

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 WIKITEXT2 = "wikitext2"
 HUB_DATASET = ("wikitext", "wikitext-2-raw-v1", "test")
 DEFAULT_SEQLEN = 2048
+# windows per forward pass: the default of ``thanos perplexity``, ``thanos evaluate``, ``prune-model
+# --evaluate`` and the workflow's ``perplexity.batch_size``, so that each scores a model the same (a batch
+# changes the rounding of a half-precision model's products)
+DEFAULT_BATCH_SIZE = 8
 PLACEMENT = ("device", "dtype", "device_map")  # load_model's keywords evaluate_perplexity passes on
 
 
@@ -164,7 +168,7 @@ def evaluate_perplexity(
     model_path: str,
     source: str = WIKITEXT2,
     seqlen: int | None = None,
-    batch_size: int = 1,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     text_field: str = "text",
     progress: bool = True,
     max_windows: int | None = None,

@@ -159,7 +159,11 @@ def depth_count(pattern: Sparsity, blocks: int) -> int:
     when none would be left."""
     k = pattern.n or math.ceil(pattern.p * blocks)
     if k >= blocks:
-        raise ValueError(f"{pattern} removes {k} of the model's {blocks} blocks, which leaves none")
+        raise ValueError(
+            f"{pattern} removes {k} of the model's {blocks} blocks, which leaves none: at most {blocks - 1} "
+            f"can go (a model keeps at least one block, the final norm and the head read its outputs); "
+            f"give depth:{blocks - 1} or less"
+        )
     return k
 
 

@@ -29,6 +29,7 @@ from thanos.reads import recipe_reads
 from thanos.recipe import ConfigError, Distillation, Recipe, select_layers, streamed_dataset
 from thanos.runner.disk import DiskEstimate, check_free, estimate
 from thanos.runner.request import Evaluation, PruneRequest, Resources
+from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import default_workdir, model_slug
 from thanos.stages.common import Compute, resolve_device
 from thanos.stages.depth import check_depth
@@ -60,8 +61,9 @@ class Plan:
     computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
     disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
     part_of: dict[str, Any] | None = None  # the last part of a combined recipe: the whole (its report's)
-    # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``) and
-    # the dense model it is distilled toward (a combined recipe's: the model its first part read)
+    # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``);
+    # ``teacher``: the input model, the baseline of the evaluations and the model distillation is toward (a
+    # combined recipe's: the model its first part read)
     distilled: Recipe | None = None
     teacher: str | None = None
 
@@ -147,6 +149,7 @@ def plan(request: PruneRequest) -> Plan:
         distill = checked_distillation(recipe.distill, model.max_positions)
         recipe = dataclasses.replace(recipe, name=named, distill=distill)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
+    check_texts(reference, evaluation, recipe.distill, model.max_positions)
     workdir = given or default_workdir(reference, calibration)
     if given is None:
         check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.files.atomic import write_json
-from thanos.runner.checks import model_reference
+from thanos.runner.checks import checked_distillation, checked_evaluation, model_reference, open_model
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
-from thanos.runner.workdirs import default_root, default_workdir, model_slug, record_run
+from thanos.runner.texts import check_texts
+from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.outputs import remove
 from thanos.stages.publish import weight_files
 
@@ -46,11 +47,12 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run every part of a combined request (``request.recipes``, in the order they run), each on the
     previous part's model; the last writes ``out`` and evaluates, its report recording the whole."""
     reference = model_reference(request.model)
+    _check_last_part(request, reference)
     given = request.resources.workdir
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
-    intermediates = root / f"{model_slug(reference)}-combined"
+    intermediates = root / f"{model_slug(reference)}{COMBINED}"
     if not request.dry_run:  # the intermediate models: listed and deleted by ``thanos workdirs``
         intermediates.mkdir(parents=True, exist_ok=True)
         calibration = request.calibration
@@ -93,6 +95,17 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
         )
         say(stream, f"deleted the intermediate models under {intermediates} (--keep all keeps them)")
     return result
+
+
+def _check_last_part(request: PruneRequest, reference: str) -> None:
+    """What only the last part reads, checked on the input model before the first part runs: the
+    evaluation's options and texts and the distillation's (each part's own plan checks the rest)."""
+    model = open_model(reference)
+    evaluation = checked_evaluation(request.evaluation, model.max_positions)
+    distill = request.recipes[-1].distill
+    if distill is not None:
+        distill = checked_distillation(distill, model.max_positions)
+    check_texts(reference, evaluation, distill, model.max_positions)
 
 
 def _key(request: PruneRequest, reference: str) -> str:

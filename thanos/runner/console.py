@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+import torch
+
 from thanos.errors import describe
-from thanos.labels import nm_note, shape_text
+from thanos.labels import counted, nm_note, shape_text
 from thanos.runner.checks import Plan
 from thanos.runner.disk import free_bytes, size_text
 from thanos.runner.progress import clock_text
+from thanos.stages.common import resolve_device
 from thanos.stages.provenance import path_bytes
 
 
@@ -32,17 +35,17 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
         rec = recipe.recover
         say(
             stream,
-            f"  then recovery of every block: {rec.epochs} epoch(s), lr {rec.lr:g}, towards "
+            f"  then recovery of every block: {counted(rec.epochs, 'epoch')}, lr {rec.lr:g}, towards "
             f"{'the dense model' if rec.target == 'dense' else 'the dense block'}, "
-            f"{rec.held_out(run_plan.calibration.nsamples)} window(s) held out",
+            f"{counted(rec.held_out(run_plan.calibration.nsamples), 'window')} held out",
         )
     if run_plan.distilled is not None:
         kd = run_plan.distilled.distill
         say(
             stream,
-            f"  then distillation toward {run_plan.teacher}: {kd.tokens:,} tokens of {kd.source} ({kd.steps} "
-            f"steps of {kd.batch_size} x {kd.seqlen} tokens, lr {kd.lr:g}), a checkpoint every "
-            f"{kd.checkpoint_every} steps",
+            f"  then distillation toward {run_plan.teacher}: {counted(kd.tokens, 'token')} of {kd.source} "
+            f"({counted(kd.steps, 'step')} of {kd.batch_size} x {kd.seqlen} tokens, lr {kd.lr:g}), a "
+            f"checkpoint every {counted(kd.checkpoint_every, 'step') if kd.checkpoint_every > 1 else 'step'}",
         )
     if recipe.exclude:
         shown = ", ".join(repr(p) for p in recipe.exclude)
@@ -55,8 +58,8 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
     resources = run_plan.resources
     say(
         stream,
-        f"  {data} | device {resources.device}, computes in {run_plan.computes_in} | {resources.cores} cores "
-        f"| evaluate: {evaluate}",
+        f"  {data} | device {device_text(resources.device)}, computes in {run_plan.computes_in} | "
+        f"{counted(resources.cores, 'core')} | evaluate: {evaluate}",
     )
     say(stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
     if (disk := run_plan.disk) is not None:
@@ -68,6 +71,14 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
             f"{size_text(free_bytes(run_plan.workdir)[0])} free",
         )
     say(stream, f"  {'a run writes its full log to' if dry_run else 'full log'} {run_plan.log_file}")
+
+
+def device_text(device: str) -> str:
+    """The device a run computes on: ``cpu``, ``cuda:0``; ``auto`` as what it resolved to (``cpu (auto)``)."""
+    resolved = resolve_device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return f"{resolved} (auto)" if device.strip().lower() == "auto" else str(resolved)
 
 
 def failed(
@@ -88,7 +99,8 @@ def recovery_text(blocks: list[dict[str, Any]]) -> str:
     improved = sum(1 for b in blocks if b["epochs_kept"])
     before, after = sum(b["loss_before"] for b in blocks), sum(b["loss_after"] for b in blocks)
     return (
-        f"recovery: {improved} of {len(blocks)} blocks improved; held-out reconstruction loss, summed over "
+        f"recovery: {improved} of {counted(len(blocks), 'block')} improved; held-out reconstruction loss, "
+        "summed over "
         f"the blocks, {before:.4g} -> {after:.4g}"
         + (f" ({100 * (after / before - 1):+.1f} %)" if before > 0 else "")
     )

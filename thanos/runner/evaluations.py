@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PPL_BATCH_SIZE = 8  # the workflow's defaults (workflow/schemas/config.schema.yaml)
-ZEROSHOT_BATCH_SIZE = 16
+from thanos.evaluation.perplexity import DEFAULT_BATCH_SIZE
+
+ZEROSHOT_BATCH_SIZE = 16  # the workflow's default (workflow/schemas/config.schema.yaml)
 NAMES = {"ppl": "perplexity", "zeroshot": "zeroshot"}  # --evaluate name: the file's and the card's
 LABELS = {"ppl": "perplexity", "zeroshot": "zero-shot tasks"}
 
@@ -39,6 +40,14 @@ class Evaluations:
     ppl_seqlen: int | None = None  # the perplexity window (None: min(2048, the model's positions))
 
     @functools.cached_property
+    def _runs_in(self) -> str:
+        """The dtype the models are run in, ``dtype`` resolved (``auto`` depends on the machine): a result
+        computed in another dtype, or before ``auto`` chose this one, is computed again."""
+        from thanos.evaluation.loading import run_dtype
+
+        return run_dtype(self.reference, self.device, self.dtype)
+
+    @functools.cached_property
     def _dense_identity(self) -> Any:
         """The dense model's files (read once: for a hub id, resolving it asks the hub)."""
         from thanos.models import ModelHandle
@@ -59,9 +68,10 @@ class Evaluations:
         from thanos.stages.engine import source_identity
 
         if kind == "ppl":
-            inputs = {"model": identity, "source": source_identity(self.ppl_source), "dtype": self.dtype}
+            inputs = {"model": identity, "source": source_identity(self.ppl_source), "dtype": self._runs_in}
+            inputs["batch_size"] = DEFAULT_BATCH_SIZE
             return inputs | ({"seqlen": self.ppl_seqlen} if self.ppl_seqlen is not None else {})
-        inputs = {"model": identity, "tasks": self.tasks, "dtype": self.dtype}
+        inputs = {"model": identity, "tasks": self.tasks, "dtype": self._runs_in}
         if self.include_path:  # edited task YAMLs evaluate again
             inputs["include_path"] = source_identity(self.include_path)
         return inputs
@@ -108,8 +118,8 @@ class Evaluations:
             from thanos.evaluation.perplexity import evaluate_perplexity
 
             result = evaluate_perplexity(
-                model, source=self.ppl_source, seqlen=self.ppl_seqlen, batch_size=PPL_BATCH_SIZE,
-                device=self.device, progress=False, loaded=loaded[0], seqlen_option="--ppl-seqlen",
+                model, source=self.ppl_source, seqlen=self.ppl_seqlen, device=self.device, progress=False,
+                loaded=loaded[0], seqlen_option="--ppl-seqlen",
             )  # fmt: skip
             write_json(out, result.to_dict())
         else:

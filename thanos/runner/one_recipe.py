@@ -25,13 +25,14 @@ import torch
 
 from thanos.files.layout import DENSE
 from thanos.files.workdir_lock import exclusive_workdir
+from thanos.labels import counted
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
 from thanos.runner.console import say
 from thanos.runner.evaluations import Evaluations
 from thanos.runner.progress import StepProgress, clock_text, full_log
 from thanos.runner.request import PruneRequest
-from thanos.runner.workdirs import model_slug, record_run
+from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unfinished, unfinished_note
 from thanos.stages.achieved_sparsity import summarize
 from thanos.stages.card import CARD, model_card
 from thanos.stages.engine import RunOptions, run_recipe
@@ -99,6 +100,10 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             )
             remove(run_plan.files.model_dir)
         calibration = dataclasses.asdict(run_plan.calibration)
+        ran_before = run_plan.name in recorded_recipes(run_plan.workdir)
+        for other in unfinished(run_plan.workdir):
+            if other != run_plan.name:
+                progress.note(unfinished_note(run_plan.workdir, other))
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
         distilled = run_plan.distilled is not None and _guarded(
@@ -118,9 +123,15 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
                 remove(run_plan.distill_work)  # the checkpoints: a rerun finds the distilled model in --out
     if not steps.computed and not distilled:
         progress.note("nothing to do: every step finished in an earlier run")
-    elif steps.reused or progress.resumed:
+    elif progress.resumed or (steps.reused and ran_before):
         blocks = f"; the chain's {progress.resumed.split(', starting')[0]}" if progress.resumed else ""
-        progress.note(f"resumed: {len(steps.reused)} step(s) finished in an earlier run were kept{blocks}")
+        kept = counted(len(steps.reused), "step")
+        progress.note(f"resumed: {kept} finished in an earlier run of this recipe were kept{blocks}")
+    elif steps.reused:  # another recipe's run computed them: shared, not resumed
+        progress.note(
+            f"reused: {counted(len(steps.reused), 'step')} that other recipes' runs computed in this working "
+            f"directory ({', '.join(steps.reused)})"
+        )
     return published
 
 
@@ -135,7 +146,12 @@ def _guarded(
         log.warning("interrupted during: %s", progress.current)
         progress.clear()
         took = clock_text(time.monotonic() - started)
-        say(stream, f"interrupted after {took}: finished steps are kept; run the same command to resume")
+        say(
+            stream,
+            f"interrupted after {took}: finished steps are kept; run the same command to resume (with other "
+            f"options it is another recipe, and this one stays unfinished in {run_plan.workdir}: `thanos "
+            "workdirs` lists it and deletes it)",
+        )
         raise RunFailed("interrupted", interrupted=True) from None
     except Exception as err:
         log.exception("%s failed", progress.current or "the run")
@@ -226,11 +242,14 @@ def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[
 
 
 def _evaluations(run_plan: Plan) -> Any:
-    """The evaluations the plan asks for, of its pruned model and of the dense model beside it."""
-    evaluation, root = run_plan.evaluation, run_plan.model_root
+    """The evaluations the plan asks for, of its pruned model and of the dense model beside it: the input
+    model (a combined recipe's: the model its first part read, not the one this part read), evaluated in
+    ``results/<its name>/dense/eval``."""
+    evaluation, base = run_plan.evaluation, run_plan.teacher or run_plan.reference
+    dense = run_plan.workdir / "results" / model_slug(base) / DENSE / "eval"
     return Evaluations(
-        run_plan.published_dir, run_plan.out, root / "eval", run_plan.reference,
-        root.parent / DENSE / "eval", evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
+        run_plan.published_dir, run_plan.out, run_plan.model_root / "eval", base,
+        dense, evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
         run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
         evaluation.include_path, evaluation.ppl_seqlen,
     )  # fmt: skip

@@ -23,9 +23,13 @@ from thanos.files.atomic import write_json
 from thanos.files.layout import DISTILL_ABOUT as ABOUT
 from thanos.files.layout import DISTILL_RUN as RUN
 from thanos.files.workdir_lock import LOCK_NAME
+from thanos.runner.disk import size_text
 from thanos.stages.provenance import path_bytes
 
 RECORD = "workdir.json"
+COMBINED = (
+    "-combined"  # ``<model>-combined``: the intermediate models of combined recipes (``runner.combined``)
+)
 DISTILL = "distill"  # thanos distill's checkpoints, one directory per run (``thanos.commands.distill``)
 
 
@@ -74,9 +78,72 @@ def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: s
     )
 
 
+def recorded_recipes(workdir: Path) -> list[str]:
+    """The recipes ``workdir``'s record says were run there (finished or not)."""
+    try:
+        return list(json.loads((workdir / RECORD).read_text()).get("recipes", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def finished(workdir: Path, recipe: str) -> bool:
+    """Whether ``recipe`` finished in ``workdir``: its model was assembled (``pruning_report.json``; kept
+    when the model went to ``--out``)."""
+    return any((workdir / "results").glob(f"*/{recipe}/model/pruning_report.json"))
+
+
+def unfinished(workdir: Path) -> list[str]:
+    """The recipes run in ``workdir`` that did not finish (interrupted, or left for a recipe with other
+    options): their stores stay until they are resumed or deleted (``delete_recipe``)."""
+    if workdir.name.endswith(COMBINED):  # the intermediate models of combined recipes: no recipe of theirs
+        return []
+    return [recipe for recipe in recorded_recipes(workdir) if not finished(workdir, recipe)]
+
+
+def recipe_paths(workdir: Path, recipe: str) -> list[Path]:
+    """What ``recipe``'s runs wrote in ``workdir`` and no other recipe reads: its directory and its chain's
+    stores under each model, and its log."""
+    results = workdir / "results"
+    found = [
+        *results.glob(f"*/{recipe}"),
+        *results.glob(f"*/chains/{recipe}"),
+        workdir / "logs" / f"{recipe}.log",
+    ]
+    return [path for path in found if path.exists()]
+
+
+def unfinished_note(workdir: Path, recipe: str) -> str:
+    """One line on an unfinished recipe left in ``workdir``: its size, how to resume or delete it."""
+    size = sum(path_bytes(path) for path in recipe_paths(workdir, recipe))
+    return (
+        f"{workdir.name} holds the unfinished recipe {recipe} ({size_text(size)}): its command again resumes "
+        f"it; `thanos workdirs --delete {workdir.name}/{recipe}` deletes it"
+    )
+
+
+def delete_recipe(workdir: Path, recipe: str) -> int:
+    """Delete what ``recipe`` wrote in the working directory ``workdir`` (``recipe_paths``) and its entry in
+    the record; refused while a run uses the directory. Returns the bytes freed."""
+    check_deletable(workdir)
+    if recipe not in recorded_recipes(workdir):
+        raise ValueError(
+            f"{workdir}: no recipe {recipe!r} was run there (its recipes: "
+            f"{', '.join(recorded_recipes(workdir)) or 'none'}); nothing deleted"
+        )
+    size = 0
+    for path in recipe_paths(workdir, recipe):
+        size += path_bytes(path)
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    record = json.loads((workdir / RECORD).read_text())
+    write_json(workdir / RECORD, record | {"recipes": [r for r in record["recipes"] if r != recipe]})
+    return size
+
+
 @dataclass(frozen=True)
 class Workdir:
-    """One working directory: where, its size, what it was for, when it was last used."""
+    """One working directory: where, its size, what it was for, when it was last used; ``unfinished``: its
+    recipes that did not finish. For a distillation's checkpoints (``distill``), ``model`` is the student
+    and ``calibration`` says what they are."""
 
     path: Path
     bytes: int
@@ -85,6 +152,8 @@ class Workdir:
     recipes: list[str] = field(default_factory=list)
     last_run: str = "?"
     in_use: bool = False
+    unfinished: list[str] = field(default_factory=list)
+    distill: bool = False
 
 
 def is_workdir(path: Path) -> bool:
@@ -109,8 +178,8 @@ def describe_distill(path: Path) -> Workdir:
         about = {}
     student, teacher, out = (about.get(key, "?") for key in ("student", "teacher", "out"))
     last_run = about.get("last_run") or _modified(path)
-    what = f"distillation checkpoints toward {teacher}, for {out}"
-    return Workdir(path, path_bytes(path), student, what, [], last_run, in_use(path))
+    what = f"distillation checkpoints of {out} (student {student}, teacher {teacher}), kept to resume it"
+    return Workdir(path, path_bytes(path), student, what, [], last_run, in_use(path), distill=True)
 
 
 def describe(path: Path) -> Workdir:
@@ -129,7 +198,9 @@ def describe(path: Path) -> Workdir:
         recipes = sorted(p.name for m in models for p in (path / "results" / m).glob("*") if p.is_dir())
         recipes = [r for r in recipes if r not in ("calib", "chains", "dense")]
         last_run = _modified(path)
-    return Workdir(path, path_bytes(path), model, calibration, recipes, last_run or "?", in_use(path))
+    left = unfinished(path)
+    done = [recipe for recipe in recipes if recipe not in left]
+    return Workdir(path, path_bytes(path), model, calibration, done, last_run or "?", in_use(path), left)
 
 
 def scan(root: Path) -> list[Workdir]:

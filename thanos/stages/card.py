@@ -25,7 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.labels import LABELS, blocks_text, nm_note, pattern_text, public_name, shape_text
+from thanos.labels import LABELS, blocks_text, counted, nm_note, pattern_text, public_name, shape_text
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import (
@@ -220,8 +220,9 @@ def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
     ppl = evaluation.get("perplexity")
     if ppl:
         beside = f"; the dense model: {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
+        text = public_name(str(ppl.get("dataset")))  # a local file by its name: the card is uploaded
         lines.append(
-            f"- perplexity **{ppl['ppl']:.2f}** on {ppl.get('dataset')} ({ppl.get('windows')} windows of "
+            f"- perplexity **{ppl['ppl']:.2f}** on {text} ({counted(int(ppl['windows']), 'window')} of "
             f"{ppl.get('seqlen')} tokens{beside})"
         )
     zeroshot = evaluation.get("zeroshot")

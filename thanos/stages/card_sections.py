@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from thanos.labels import public_name
+from thanos.labels import counted, public_name
 
 EBFT_ARXIV = "Guo et al. 2024, arXiv:2402.12419"
 MINITRON_ARXIV = "Muralidharan et al. 2024, arXiv:2407.14679"
@@ -29,15 +29,16 @@ def recovery_lines(report: dict[str, Any]) -> list[str]:
         "## Recovery",
         "",
         "After pruning, each block's kept weights were trained so that the block's outputs match the dense "
-        f"model's again (block-wise reconstruction, EBFT: {EBFT_ARXIV}): {options['epochs']} epoch(s) of "
-        f"Adam at learning rate {options['lr']:g} (decayed linearly to 0), {options['batch_size']} "
-        f"calibration windows per step, target: {RECOVERY_TARGET_TEXT[options['target']]}; the best epoch on "
-        f"{100 * options['holdout']:g} % of the windows held out was kept. Every pruned weight is still zero "
+        f"model's again (block-wise reconstruction, EBFT: {EBFT_ARXIV}): "
+        f"{counted(options['epochs'], 'epoch')} of Adam at learning rate {options['lr']:g} (decayed linearly "
+        f"to 0), {options['batch_size']} calibration windows per step, target: "
+        f"{RECOVERY_TARGET_TEXT[options['target']]}; the best epoch on {100 * options['holdout']:g} % of the "
+        "windows held out was kept. Every pruned weight is still zero "
         "(the updates are masked). Norms, biases, mixture-of-experts routers and the layers the recipe "
         "excludes were not trained.",
         "",
         f"The blocks' validation loss went down by {100 * sum(closed) / max(len(closed), 1):.1f} % on "
-        f"average ({len(blocks)} blocks, {seconds:.0f} s of training in all):",
+        f"average ({counted(len(blocks), 'block')}, {seconds:.0f} s of training in all):",
         "",
         "| block | loss before | loss after | epochs kept | seconds |",
         "| --: | --: | --: | --: | --: |",
@@ -63,14 +64,15 @@ def distillation_lines(report: dict[str, Any]) -> list[str]:
         "",
         "After pruning, the whole model was trained toward the dense model's next-token distributions (the "
         f"KL divergence, Minitron's logit loss: {MINITRON_ARXIV}) on {distilled['tokens']:,} tokens of "
-        f"`{public_name(source['source'])}` (sha256 `{source['checksum'][:12]}...`): {distilled['steps']} "
-        f"steps of AdamW, {options['batch_size']} windows of {options['seqlen']} tokens each, learning rate "
+        f"`{public_name(source['source'])}` (sha256 `{source['checksum'][:12]}...`): "
+        f"{counted(distilled['steps'], 'step')} of AdamW, {counted(options['batch_size'], 'window')} of "
+        f"{options['seqlen']} tokens each, learning rate "
         f"{options['lr']:g} after a warm-up, decayed on a cosine; {distilled['seconds']:.0f} s. Every zero "
         "that pruning wrote is still zero.",
         "",
-        f"On {distilled['heldout_windows']} windows of that text held out from training: KL per token "
-        f"{before['kl']:.4f} before, {best['kl']:.4f} after (the weights of step {best['step']}); perplexity "
-        f"{math.exp(min(before['student_nll'], 700)):.2f} before, {ppl['student_nll']:.2f} after, the dense "
-        f"model {ppl['teacher_nll']:.2f}.",
+        f"On {counted(distilled['heldout_windows'], 'window')} of that text held out from training: KL per "
+        f"token {before['kl']:.4f} before, {best['kl']:.4f} after (the weights of step {best['step']}); "
+        f"perplexity {math.exp(min(before['student_nll'], 700)):.2f} before, {ppl['student_nll']:.2f} after, "
+        f"the dense model {ppl['teacher_nll']:.2f}.",
         "",
     ]
