@@ -195,7 +195,8 @@ def announce_distill(prepared: Any, keep: str, log_file: Path, stream: TextIO) -
     say(
         stream,
         f"  text {kd.source}: {kd.tokens:,} tokens in {kd.steps} steps of {kd.batch_size} x {kd.seqlen} "
-        f"tokens (lr {kd.lr:g}, {kd.warmup_steps} warm-up steps); {text.heldout.shape[0]} windows held out",
+        f"tokens (lr {kd.lr:g}, {kd.warmup_steps} warm-up step{'s' * (kd.warmup_steps != 1)}); "
+        f"{text.heldout.shape[0]} windows held out",
     )
     processes = prepared.ranks.world
     split = f" | {processes} processes{', sharded' if prepared.sharded else ''}" if processes > 1 else ""

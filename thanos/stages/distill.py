@@ -331,25 +331,15 @@ def run(prepared: Prepared, keep_checkpoints: bool = False) -> dict[str, Any]:
     return result
 
 
-def distill(
-    student: str,
-    teacher: str,
-    out: str | Path,
-    work: str | Path,
-    options: Distillation,
-    device: str = "auto",
-    dtype: str = "auto",
-    keep_checkpoints: bool = False,
-    shard_models: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Train ``student`` toward ``teacher`` on ``options.source`` and write it to ``out``: ``prepare`` (its
-    warnings logged), then ``run``. ``shard_models``: under torchrun, the student, its gradients and AdamW's
-    moments and the teacher sharded over the processes by FSDP instead of whole in each (for models that do
-    not fit one device; the same steps, equal to rounding). An ``out`` that holds another model, or the
-    distillation of other inputs or options, is replaced only with ``overwrite`` (refused before any
-    training)."""
-    prepared = prepare(student, teacher, out, work, options, device, dtype, shard_models, overwrite)
+def distill(*inputs: Any, keep_checkpoints: bool = False, **choices: Any) -> dict[str, Any]:
+    """Train a student toward a teacher on text and write it to ``out``: ``prepare(*inputs, **choices)``
+    (the student, teacher, out, work and options; the device, dtype, ``shard_models``, ``overwrite``) with
+    its warnings logged, then ``run`` (``keep_checkpoints``). ``shard_models``: under torchrun, the student,
+    its gradients and AdamW's moments and the teacher sharded over the processes by FSDP instead of whole in
+    each (for models that do not fit one device; the same steps, equal to rounding). An ``out`` that holds
+    another model, or the distillation of other inputs or options, is replaced only with ``overwrite``
+    (refused before any training)."""
+    prepared = prepare(*inputs, **choices)
     for warning in prepared.warnings:
         log.warning("distill: %s", warning)
     return run(prepared, keep_checkpoints)
