@@ -406,6 +406,7 @@ def test_a_failure_once_it_runs_is_one_error_line(setup: dict[str, Path], tmp_pa
         "pruned from; give the dense model it was pruned from"
     ], run.stderr
     assert "Traceback" not in run.stderr and run.stderr.startswith("thanos distill: "), run.stderr
+    assert " failed" not in run.stderr and "FAILED after 0:0" in run.stderr, run.stderr  # said once
     log_file = root / "work-wrong" / "distill.log"
     assert f"--- the traceback and the full log: {log_file}" in run.stderr
     assert "Traceback" in log_file.read_text()

@@ -185,7 +185,7 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
                 log.warning("interrupted during: %s", label)
                 raise
             except Exception as err:
-                log.exception("%s failed", label)
+                log.exception("failed: %s", label)  # into the log only (not a "distill: " note)
                 failed = err
             else:
                 progress.on_step(label, time.monotonic() - started)
