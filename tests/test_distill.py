@@ -103,7 +103,18 @@ def test_distillation_lowers_the_heldout_kl_and_keeps_every_zero(setup: dict[str
     card = (out / "README.md").read_text()
     assert "## Distillation" in card and f"{record['tokens']:,} tokens of `text.jsonl`" in card
     assert "## Achieved sparsity per layer type" in card  # its pruned layers, counted again
-    assert "distilled 3,072 tokens" in setup["log"] or "distill: wrote" in setup["log"]
+    assert record["device"] == "cpu" and record["compute_dtype"] == "float32"
+    assert "`thanos perplexity --model reference --out ppl.json`" in card  # commands that evaluate it
+    assert "prune-model --evaluate" not in card
+    # the header: what runs where, in which dtype, and what happens to the checkpoints
+    header = setup["log"].splitlines()[:6]
+    assert header[0] == f"thanos distill: {setup['student']} -> reference", header
+    assert "  device cpu, computes in float32 | 1 thread" in header, header
+    work = setup["root"] / "work-reference"
+    assert f"  checkpoints {work}: every 4 steps, " in "\n".join(header)
+    assert "deleted once --out holds the model (--keep needed)" in header[4], header
+    assert "distilled: 3,072 tokens" in setup["log"] and "Traceback" not in setup["log"]
+    assert not work.exists()  # deleted once the model was written
 
 
 @pytest.mark.slow
@@ -126,14 +137,16 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_bytes(setup: dict[str, P
     torch.set_num_threads(1)
     try:
         cache = {"THANOS_WORKDIR": str(root / "cache")}
-        rerun = thanos_here(*command(setup, "killed", "--delete-checkpoints"), cwd=root, env=cache)
+        rerun = thanos_here(*command(setup, "killed", "--keep", "all"), cwd=root, env=cache)
     finally:
         torch.set_num_threads(torch_threads)
     assert rerun.returncode == 0, rerun.stderr
     # the checkpoint of step `at` (a multiple of 4) may or may not be written when the signal lands
     resumed = int(re.search(r"resumed from the checkpoint of step (\d+)", rerun.stderr).group(1))
     assert resumed % 4 == 0 and 4 <= resumed <= at < resumed + 8, (at, resumed)
-    assert not (root / "work-killed").exists()  # --delete-checkpoints: gone once the model is written
+    about = json.loads((root / "work-killed" / "about.json").read_text())  # --keep all: kept, finished
+    assert (root / "work-killed" / "checkpoint" / "best.pt").is_file() and "finished" in about
+    assert f"checkpoints kept (--keep all): {root / 'work-killed'}" in rerun.stderr
     for shard in sorted(setup["reference"].glob("*.safetensors")):
         assert shard.read_bytes() == (root / "killed" / shard.name).read_bytes(), f"killed at step {at}"
     ref = json.loads((setup["reference"] / "distillation.json").read_text())
@@ -158,7 +171,7 @@ def test_two_processes_give_the_one_process_weights(setup: dict[str, Path]) -> N
     one, two = weights(setup["reference"]), weights(root / "two")
     for name, W in one.items():
         assert torch.allclose(two[name], W, rtol=0, atol=1e-5), (name, float((two[name] - W).abs().max()))
-    assert run.stdout.count("distilled 3,072 tokens") == 1  # one process reports and writes
+    assert run.stderr.count("distilled: 3,072 tokens") == 1  # one process reports and writes
 
 
 @pytest.mark.slow
@@ -324,7 +337,7 @@ def test_a_checkpoint_of_an_earlier_version_resumes() -> None:
     as the one saved by name now (``get_optimizer_state_dict``)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-    from thanos.stages.distill import _by_name
+    from thanos.stages.distill_train import _by_name
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
@@ -374,3 +387,61 @@ def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) ->
     said = other_teacher(student, str(setup["reference"]))  # a model, but not the one it came from
     assert said is not None and f"pruned from {dense}" in said and f"give --teacher {dense}" in said
     assert other_teacher(str(setup["reference"] / "nothing"), dense) is None  # no report: nothing to tell
+
+
+@pytest.mark.slow
+def test_a_failure_once_it_runs_is_one_error_line(setup: dict[str, Path], tmp_path: Path) -> None:
+    """A teacher with more output tokens than the student (not the model it was pruned from) is found once
+    the models are read, after the header: with stderr not a terminal (a file, as here), one ``ERROR:``
+    line naming it, no traceback (it is in the run's log), exit status 1, nothing written."""
+    root = setup["root"]
+    wider = make_tiny_model(tmp_path, "llama", vocab_size=256)
+    args = [str(a) for a in command(setup, "wrong")]
+    args[args.index("--teacher") + 1] = str(wider)
+    run = thanos_here(*args, cwd=root, env={"THANOS_WORKDIR": str(root / "cache")})
+    assert run.returncode == 1, run.stderr
+    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    assert errors == [
+        f"ERROR: --teacher {wider} has 256 output tokens, the student 128: not the model the student was "
+        "pruned from; give the dense model it was pruned from"
+    ], run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.startswith("thanos distill: "), run.stderr
+    assert " failed" not in run.stderr and "FAILED after 0:0" in run.stderr, run.stderr  # said once
+    log_file = root / "work-wrong" / "distill.log"
+    assert f"--- the traceback and the full log: {log_file}" in run.stderr
+    assert "Traceback" in log_file.read_text()
+    assert not (root / "wrong").exists() and not (root / "work-wrong" / "checkpoint").exists()
+
+
+@pytest.mark.parametrize("width", [80, 60, 40, 24])
+def test_the_status_line_fits_the_terminal_numbers_first(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distillation's status line (``thanos.runner.progress``) within the terminal's columns less one: the
+    step, KL, tokens/s and time left first, as many as fit; the step's label (its path shortened to the
+    file's name) where there is room."""
+    import io
+    import logging
+
+    from thanos.runner.progress import StepProgress
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    stream = io.StringIO()
+    label = "distill: 8,192 tokens of /data/a/rather/long/path/to/the/corpus.jsonl"
+    with StepProgress(stream, interactive=True) as progress:
+        progress.on_step(label, None)
+        message = "distill: step 3/24: KL 0.5132, 5,120 tokens/s, 0:20 left, lr 0.0003"
+        progress.handle(logging.makeLogRecord({"msg": message, "levelno": logging.INFO}))  # as logged
+        status = stream.getvalue().split("\r\x1b[K")[-1]
+    assert len(status) <= width - 1 and status.startswith("[0:00] step 3/24: KL"), status
+    shown = status.removeprefix("[0:00] ").split(" | ")[0].split(", ")
+    full = ["step 3/24: KL 0.5132", "5,120 tokens/s", "0:20 left", "lr 0.0003"]
+    if width > 30:  # else the first one is cut: "[0:00] step 3/24: KL..."
+        assert shown == full[: len(shown)], status  # the first ones, whole
+    if width >= 60:
+        assert "0:20 left" in shown, status
+    wide = StepProgress(io.StringIO(), interactive=True)
+    monkeypatch.setenv("COLUMNS", "200")
+    with wide:
+        wide.on_step(label, None)
+        wide.block = "step 3/24: KL 0.5132, 5,120 tokens/s, 0:20 left, lr 0.0003"
+        wide._refresh()
+    assert wide.stream.getvalue().split("\r\x1b[K")[-2].endswith(f" | {label} (0:00)")

@@ -2,18 +2,29 @@
 divergence of their next-token distributions (Minitron's logit loss), AdamW, warm-up and cosine decay; every
 zero pruning wrote stays zero. Checkpoints every --checkpoint-every steps: the same command again continues
 from the last one, to the same weights. The weights with the lowest KL on held-out windows of the text are
-written to --out (the student's files, shards and dtype). Several processes: `torchrun --nproc-per-node N -m
-thanos distill ...` (data parallel; gloo on CPUs, NCCL on GPUs). See docs/distillation.md."""
+written to --out (the student's files, shards and dtype); then the checkpoints are deleted (--keep all keeps
+them). Several processes: `torchrun --nproc-per-node N -m thanos distill ...` (data parallel; gloo on CPUs,
+NCCL on GPUs). See docs/distillation.md."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import os
+import logging
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from thanos.commands import _args
+from thanos.runner.disk import KEEP
+
+# its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
+# failure once it runs is logged with its traceback in the run's log file)
+TRACEBACK = False
+
+log = logging.getLogger("thanos.stages.distill")
 
 HELP = "train a pruned model toward the dense model's next-token distributions on text (resumable)"
 
@@ -86,10 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: refused; the same command again may always replace its own result)",
     )
     parser.add_argument(
-        "--delete-checkpoints",
-        action="store_true",
-        help="delete the checkpoints' directory once --out is written (16 bytes a parameter that serve only "
-        "to resume a killed run); default: kept",
+        "--keep",
+        default="needed",
+        choices=KEEP,
+        help="what --work keeps once --out holds the model: needed (default: nothing; the checkpoints, 16 "
+        "bytes a parameter, serve only to resume a killed run and are deleted then) or all (the checkpoints "
+        "and the log)",
     )
     _args.add_device(parser)
     parser.add_argument(
@@ -99,7 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"the teacher's dtype and the student's autocast (default {_args.DTYPE_AUTO}); the student's "
         "master weights are float32",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no status line on a terminal (the checkpoints' lines only, as when stderr is not a terminal)",
+    )
 
 
 def default_work(args: argparse.Namespace, options: dict) -> Path:
@@ -112,31 +129,67 @@ def default_work(args: argparse.Namespace, options: dict) -> Path:
 
 
 def run(args: argparse.Namespace) -> None:
+    """Check everything and read the text (``prepare``), say what will run, run it with its full log in
+    ``--work``, say what was written; a failure once it runs is one ``ERROR:`` line (its traceback in the
+    log), exit status 1."""
     from dataclasses import asdict, fields
 
     from thanos.recipe import Distillation
-    from thanos.stages.distill import distill
+    from thanos.runner import console
+    from thanos.stages import distill as stage
+    from thanos.stages.distill_files import LOG
 
     options = Distillation(**{f.name: getattr(args, f.name) for f in fields(Distillation)})
     work = Path(args.work) if args.work else default_work(args, asdict(options))
-    result = distill(
+    prepared = stage.prepare(
         args.student,
         args.teacher,
         args.out,
         work,
         options,
-        device=args.device,
-        dtype=args.dtype,
-        progress_bar=not args.no_progress,
-        delete_checkpoints=args.delete_checkpoints,
-        shard_models=args.shard,
-        overwrite=args.overwrite,
+        args.device,
+        args.dtype,
+        args.shard,
+        args.overwrite,
     )
-    if int(os.environ.get("RANK", "0")):
-        return  # not the first process of a torchrun: the first one says what was written
-    before, best = result["heldout"][0], result["best"]
-    print(
-        f"distilled {result['tokens']:,} tokens in {result['seconds']:.0f} s "
-        f"({result['tokens_per_second'] or 0:.0f} tokens/s): held-out KL {before['kl']:.4g} -> "
-        f"{best['kl']:.4g} (step {best['step']}); written to {args.out}"
-    )
+    keep_checkpoints = args.keep == "all"
+    if not prepared.ranks.main:  # another process of a torchrun: the first one says what runs
+        stage.run(prepared, keep_checkpoints)
+        return
+    log_file = work / LOG
+    console.announce_distill(prepared, args.keep, log_file, sys.stderr)
+    started = time.monotonic()
+    result = _logged(prepared, keep_checkpoints, log_file, not args.no_progress, started)
+    console.distilled_summary(prepared.out, result, work, args.keep, sys.stderr, started)
+
+
+def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, started: float) -> dict:
+    """``run(prepared)`` with the status line on stderr (a terminal's, unless not ``show``) and every other
+    record and output in ``log_file``; a failure says what failed in one ``ERROR:`` line and exits 1."""
+    from thanos.runner.console import say, say_failure
+    from thanos.runner.progress import Console, StepProgress, full_log
+    from thanos.stages import distill as stage
+
+    label = stage.step_label(prepared.options)
+    stream = Console(sys.stderr)
+    progress = StepProgress(stream, interactive=None if show else False, started=started)
+    with full_log(log_file):
+        log.info("thanos distill: %s -> %s, %s", prepared.student, prepared.out, prepared.options)
+        for warning in prepared.warnings:
+            log.warning("distill: %s", warning)
+        with progress:
+            progress.on_step(label, None)
+            try:
+                result = stage.run(prepared, keep_checkpoints)
+            except KeyboardInterrupt:
+                log.warning("interrupted during: %s", label)
+                raise
+            except Exception as err:
+                log.exception("failed: %s", label)  # into the log only (not a "distill: " note)
+                failed = err
+            else:
+                progress.on_step(label, time.monotonic() - started)
+                return result
+    say_failure(stream, label, failed, log_file, started)
+    say(stream, "fix the cause and run the same command again: it continues from the last checkpoint")
+    raise SystemExit(1)

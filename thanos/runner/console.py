@@ -1,9 +1,10 @@
-"""The console of a ``prune_model`` run: what it will do (before), how it failed, and what it wrote (after).
-Progress lines while it runs are ``thanos.runner.progress``'s."""
+"""The console of a ``prune_model`` run and of a ``thanos distill`` run: what it will do (before), how it
+failed, and what it wrote (after). Progress lines while it runs are ``thanos.runner.progress``'s."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 import torch
@@ -13,6 +14,7 @@ from thanos.labels import counted, nm_note, shape_text
 from thanos.runner.checks import Plan
 from thanos.runner.disk import free_bytes, size_text
 from thanos.runner.progress import clock_text
+from thanos.stages.card import evaluate_commands
 from thanos.stages.common import resolve_device
 from thanos.stages.provenance import path_bytes
 
@@ -85,13 +87,17 @@ def failed(
     run_plan: Plan, step: str | None, err: BaseException, stream: TextIO, started: float, published: bool
 ) -> None:
     """What failed, the error's one line, where the full log is, how to resume."""
-    took = clock_text(time.monotonic() - started)
-    say(stream, f"FAILED after {took}: {step or 'the run'}")
-    say(stream, f"ERROR: {describe(err)}")
-    say(stream, f"--- the traceback and the full log: {run_plan.log_file}")
+    say_failure(stream, step or "the run", err, run_plan.log_file, started)
     if published:
         say(stream, f"the pruned model is published without this evaluation: {run_plan.out}")
     say(stream, "fix the cause and run the same command again: finished steps are kept")
+
+
+def say_failure(stream: TextIO, step: str, err: BaseException, log_file: Path, started: float) -> None:
+    """What failed after how long, the error's one ``ERROR:`` line, where its traceback is."""
+    say(stream, f"FAILED after {clock_text(time.monotonic() - started)}: {step}")
+    say(stream, f"ERROR: {describe(err)}")
+    say(stream, f"--- the traceback and the full log: {log_file}")
 
 
 def recovery_text(blocks: list[dict[str, Any]]) -> str:
@@ -176,3 +182,68 @@ def disk_text(run_plan: Plan) -> str:
         f"disk: --out {size_text(out)}; workdir {size_text(work)} (--keep {run_plan.resources.keep}; "
         "`thanos workdirs` lists the working directories and deletes them)"
     )
+
+
+CHECKPOINT_BYTES = 16  # a checkpoint per parameter: fp32 weights, AdamW's two moments, the best weights
+WORK_STATES = {
+    "new": "",
+    "started": "",
+    "resumes": "; it holds this run's last checkpoint: the run continues from it",
+    "other": "; it holds the checkpoint of other inputs or options: deleted, the run starts over",
+}
+
+
+def announce_distill(prepared: Any, keep: str, log_file: Path, stream: TextIO) -> None:
+    """What a ``thanos distill`` run will do (``prepared``: a ``thanos.stages.distill.Prepared``), before
+    it reads the models' weights: the student, the teacher, the text and the budget, where and in which
+    dtype it computes, where its checkpoints go and what ``keep`` keeps of them, its log, its warnings."""
+    import torch
+
+    from thanos.stages.distill_files import parameter_count
+
+    kd, text = prepared.options, prepared.text
+    say(stream, f"thanos distill: {prepared.student} -> {prepared.out}")
+    say(stream, f"  teacher {prepared.teacher}")
+    say(
+        stream,
+        f"  text {kd.source}: {kd.tokens:,} tokens in {kd.steps} steps of {kd.batch_size} x {kd.seqlen} "
+        f"tokens (lr {kd.lr:g}, {kd.warmup_steps} warm-up step{'s' * (kd.warmup_steps != 1)}); "
+        f"{text.heldout.shape[0]} windows held out",
+    )
+    processes = prepared.ranks.world
+    split = f" | {processes} processes{', sharded' if prepared.sharded else ''}" if processes > 1 else ""
+    threads = torch.get_num_threads()
+    say(
+        stream,
+        f"  device {prepared.device}, computes in {str(prepared.dtype).removeprefix('torch.')} | {threads} "
+        f"thread{'s' * (threads != 1)}{split}",
+    )
+    size = size_text(CHECKPOINT_BYTES * parameter_count(Path(prepared.student)))
+    after = "kept (--keep all)" if keep == "all" else "deleted once --out holds the model (--keep needed)"
+    say(
+        stream,
+        f"  checkpoints {prepared.work}: every {kd.checkpoint_every} steps, {size} each; {after}"
+        + WORK_STATES[prepared.work_state],
+    )
+    say(stream, f"  full log {log_file}")
+    for warning in prepared.warnings:
+        say(stream, f"  warning: {warning}")
+
+
+def distilled_summary(
+    out: Path, record: dict[str, Any], work: Path, keep: str, stream: TextIO, started: float
+) -> None:
+    """The closing lines of a ``thanos distill`` run: what was written, what distillation did, how to load
+    and evaluate the model, what is left of the checkpoints."""
+    say(stream, f"written: {out} ({clock_text(time.monotonic() - started)})")
+    say(stream, f"  {distillation_text(record)}")
+    say(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
+    say(stream, f"  evaluate it: {evaluate_commands(str(out))}")
+    if keep == "all":
+        say(
+            stream,
+            f"  checkpoints kept (--keep all): {work}, {size_text(path_bytes(work))} (`thanos workdirs "
+            "--delete` deletes them)",
+        )
+    else:
+        say(stream, f"  checkpoints deleted (--keep needed): {work}")

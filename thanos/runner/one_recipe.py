@@ -195,7 +195,7 @@ def _distill(run_plan: Plan, steps: Any, on_step: Any) -> bool:
     ``run_plan.published_dir``, from its last checkpoint when an earlier run stopped; nothing when an earlier
     run distilled this assembled model (a model assembled again is distilled again). Whether it trained."""
     from thanos.files import digests
-    from thanos.stages.distill import distill
+    from thanos.stages.distill import distill, step_label
 
     out = run_plan.published_dir
     if steps.computed and out.exists():
@@ -204,13 +204,13 @@ def _distill(run_plan: Plan, steps: Any, on_step: Any) -> bool:
         return False
     remove(out)  # a copy cut short
     options = run_plan.distilled.distill  # type: ignore[union-attr]
-    label = f"distill: {options.tokens:,} tokens of {options.source}"
+    label = step_label(options)
     on_step(label, None)
     began = time.monotonic()
     resources = run_plan.resources
     distill(
         str(run_plan.files.model_dir), str(run_plan.teacher), out, run_plan.distill_work, options,
-        device=resources.device, dtype=resources.compute_dtype, progress_bar=False,
+        device=resources.device, dtype=resources.compute_dtype, keep_checkpoints=resources.keep == "all",
     )  # fmt: skip
     on_step(label, time.monotonic() - began)
     return True

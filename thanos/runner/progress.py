@@ -1,12 +1,14 @@
-"""What ``thanos prune-model`` shows while it runs, and where the rest goes.
+"""What ``thanos prune-model`` and ``thanos distill`` show while they run, and where the rest goes.
 
 ``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, one per block
 the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``, with the recovery's
 validation loss before and after for a recipe with recovery, and from the second block on the time left at
-this run's rate), and the chain's ``resuming:`` record (which blocks an earlier run finished). On a terminal
-it also keeps a status line up to date: the step that runs and for how long, the recovery's epoch and
-validation loss, the distillation's step, KL, tokens/s and time left (its checkpoints and held-out KL are
-lines of their own).
+this run's rate), the chain's ``resuming:`` record (which blocks an earlier run finished), and the
+distillation's checkpoints, held-out KL and warnings (and, when it is not a terminal, its step records:
+twenty a run). On a terminal it also keeps a status line up to date, within the terminal's width and the
+numbers first: the recovery's epoch and validation loss, the distillation's step, KL, tokens/s and time
+left, then the step that runs and for how long (its paths shortened to their names, or cut, where the line
+would not fit).
 
 ``full_log`` sends everything else to the run's log file for the duration: the package's log records,
 and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import re
 import shutil
 import sys
@@ -29,8 +32,9 @@ from typing import TextIO
 BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done( \(recovery[^)]*\))?")
 RESUMING = re.compile(r"chain: resuming: (.*)")
 RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
-DISTILL_STEP = re.compile(r"distill: (step \d+/\d+: .*)")  # KL, lr, tokens/s, time left
-DISTILL_NOTE = re.compile(r"distill: ((checkpoint at|resumed from) .*)")
+DISTILL_STEP = re.compile(r"distill: (step \d+/\d+: .*)")  # KL, tokens/s, time left, lr
+DISTILL_NOTE = re.compile(r"distill: ((checkpoint at|resumed from|before training:|sharded) .*)")
+LABEL_ROOM = 12  # the fewest columns the step's label is shown in on the status line (else it is left out)
 
 
 class Console:
@@ -58,6 +62,9 @@ class Console:
     def isatty(self) -> bool:
         return not self.closed and self.stream.isatty()
 
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
 
 def clock_text(seconds: float) -> str:
     """1:05, 1:02:03."""
@@ -65,6 +72,40 @@ def clock_text(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` writes to: ``$COLUMNS`` where it is set, else the terminal's,
+    else the terminal of stdout's (80 where there is none)."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return shutil.get_terminal_size().columns
+
+
+def short_paths(text: str) -> str:
+    """``text``, each path in it shortened to its name (``/data/corpus.jsonl`` -> ``corpus.jsonl``)."""
+    return " ".join(Path(word).name or word if "/" in word else word for word in text.split(" "))
+
+
+def fit_status(head: str, numbers: str, label: str, since: str, width: int) -> str:
+    """The status line in ``width`` columns, the numbers first: ``[0:42] numbers | label (since)``; where it
+    does not fit, the label's paths shortened to their names, then the label cut, then left out; then the
+    numbers' last parts (``, ``-separated: the learning rate first) left out."""
+    parts = numbers.split(", ") if numbers else []
+    while len(parts) > 1 and len(head) + 1 + len(", ".join(parts)) > width:
+        parts.pop()
+    head = f"{head} {', '.join(parts)}" if parts else head
+    gap, tail = (" | " if numbers else " "), f" ({since})"
+    for text in (label, short_paths(label)):
+        if len(head) + len(gap) + len(text) + len(tail) <= width:
+            return head + gap + text + tail
+    room = width - len(head) - len(gap) - len(tail)
+    if room >= LABEL_ROOM:
+        return head + gap + short_paths(label)[: room - 3] + "..." + tail
+    return head if len(head) <= width else head[: width - 3] + "..."
 
 
 class StepProgress(logging.Handler):
@@ -120,13 +161,18 @@ class StepProgress(logging.Handler):
                 self._refresh()
             return
         step = DISTILL_STEP.match(message)
-        if step is not None:  # the status line; a line now and then when it is not a terminal (checkpoints)
+        if step is not None:  # the status line; a line of its own when it is not a terminal (twenty a run)
             with self._mutex:
                 self.block = step.group(1)
+                if not self.interactive:
+                    self.note(f"distill: {self.block}")
                 self._refresh()
             return
         if (note := DISTILL_NOTE.match(message)) is not None:
             self.note(f"distill: {note.group(1)}")
+            return
+        if record.levelno >= logging.WARNING and message.startswith("distill: "):
+            self.note(f"warning: {message}")
             return
         resuming = RESUMING.match(message)
         if resuming is not None:
@@ -163,10 +209,9 @@ class StepProgress(logging.Handler):
         if not self.interactive or self.current is None:
             return
         with self._mutex:
-            doing = f"{self.current} ({clock_text(time.monotonic() - self.current_since)})"
-            status = f"[{self.elapsed()}] {doing}" + (f": {self.block}" if self.block else "")
-            width = shutil.get_terminal_size().columns - 1  # a wrapped line could not be redrawn
-            self._status = status[:width]
+            since = clock_text(time.monotonic() - self.current_since)
+            width = columns(self.stream) - 1  # a wrapped line could not be redrawn
+            self._status = fit_status(f"[{self.elapsed()}]", self.block, self.current, since, width)
             self.stream.write("\r\x1b[K" + self._status)
             self.stream.flush()
 

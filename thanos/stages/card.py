@@ -212,9 +212,17 @@ def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
     )
 
 
-def _evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
+def evaluate_commands(model: str) -> str:
+    """The commands that evaluate the model in the directory ``model``, whatever made it."""
+    return (
+        f"`thanos perplexity --model {model} --out ppl.json`, "
+        f"`thanos zeroshot --model {model} --out zeroshot.json`"
+    )
+
+
+def _evaluation_lines(evaluation: dict[str, Any] | None, where: str) -> list[str]:
     if not evaluation:
-        return ["Not evaluated (`thanos prune-model --evaluate ppl,zeroshot` evaluates it)."]
+        return [f"Not evaluated ({evaluate_commands(where)} evaluate it)."]
     lines = []
     dense = evaluation.get("dense") or {}
     ppl = evaluation.get("perplexity")
@@ -306,7 +314,7 @@ def model_card(
         *distillation_lines(report),
         "## Evaluation",
         "",
-        *_evaluation_lines(evaluation),
+        *_evaluation_lines(evaluation, _where(out)),
         "",
         *_use_and_reproduce(report, out),
         "",
@@ -401,9 +409,14 @@ def _per_type_lines(summary: SparsitySummary) -> list[str]:
     return [*lines, ""]
 
 
+def _where(out: str | Path | None) -> str:
+    """The model's directory as the card's commands name it."""
+    return public_name(out) if out is not None else "THIS_DIRECTORY"
+
+
 def _use_and_reproduce(report: dict[str, Any], out: str | Path | None) -> list[str]:
     """How to load the model (plain transformers) and the command that makes it again."""
-    where = public_name(out) if out is not None else "THIS_DIRECTORY"
+    where = _where(out)
     lines = [
         "## Use",
         "",

@@ -1,6 +1,8 @@
 """The files of a distillation: its working directory (``run.json``, the checkpoints) and its output.
 
-``prepare_work`` keeps ``WORK/run.json`` (what the checkpoints are of); ``Checkpoints`` writes and reads
+``check_work`` says what ``WORK`` holds for a run, ``prepare_work`` keeps ``WORK/run.json`` (what the
+checkpoints are of) and ``about.json`` (for whom, when; ``finished`` once the run wrote its model and kept
+them), ``WORK/distill.log`` is ``thanos distill``'s log; ``Checkpoints`` writes and reads
 ``WORK/checkpoint/`` whole (``state.pt``: the weights, AdamW's moments, the step, the random state, the
 history; ``best.pt``: the weights with the lowest held-out KL so far).
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -37,28 +40,56 @@ log = logging.getLogger(__name__)
 RECORD = "distillation.json"
 RUN, ABOUT = DISTILL_RUN, DISTILL_ABOUT
 CHECKPOINT = "checkpoint"
+LOG = "distill.log"  # the log of `thanos distill`'s runs
+
+
+def check_work(work: Path, record: dict[str, Any]) -> str:
+    """What ``work`` holds for the run of ``record``: "new" (nothing yet), "resumes" (a checkpoint of this
+    run), "other" (a checkpoint of other inputs or options: ``prepare_work`` deletes it), "started" (the
+    run's record, no checkpoint yet). A directory that is not a distillation's is refused (its lock file and
+    the run's log aside)."""
+    run = work / RUN
+    if not run.is_file():
+        if work.is_dir() and any(p.name not in (LOCK_NAME, LOG) for p in work.iterdir()):
+            raise OptionError(
+                Option("work", str(work)),
+                f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
+                "empty directory",
+            )
+        return "new"
+    if json.loads(run.read_text()) != record:
+        return "other"
+    return "resumes" if (work / CHECKPOINT / "state.pt").is_file() else "started"
 
 
 def prepare_work(work: Path, record: dict[str, Any], about: dict[str, Any]) -> None:
     """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
-    is deleted, after saying why); a directory that is not a distillation's is refused (its lock file
-    aside). ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time."""
-    run = work / RUN
-    if run.is_file():
-        previous = json.loads(run.read_text())
-        if previous != record:
-            changed = sorted(key for key in record if previous.get(key) != record[key])
-            log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
-            shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
-    elif work.is_dir() and any(p.name != LOCK_NAME for p in work.iterdir()):
-        raise OptionError(
-            Option("work", str(work)),
-            f" is not empty and holds no {RUN} (not a distillation's working directory); give a new or "
-            "empty directory",
-        )
+    is deleted, after saying why); a directory that is not a distillation's is refused (``check_work``).
+    ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time."""
+    if check_work(work, record) == "other":
+        previous = json.loads((work / RUN).read_text())
+        changed = sorted(key for key in record if previous.get(key) != record[key])
+        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
+        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    write_json(run, record)
+    write_json(work / RUN, record)
     write_json(work / ABOUT, about | {"last_run": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+
+def mark_finished(work: Path) -> None:
+    """``WORK/about.json`` records when the run finished (its model written to ``out``): the checkpoints
+    kept then are a finished run's, which nothing resumes from."""
+    about = json.loads((work / ABOUT).read_text())
+    write_json(work / ABOUT, about | {"finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+
+def parameter_count(model: Path) -> int:
+    """The parameters of the safetensors shards in ``model``, from their headers."""
+    count = 0
+    for file in model.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as shard:
+            count += sum(math.prod(shard.get_slice(name).get_shape()) for name in shard.keys())  # noqa: SIM118
+    return count
 
 
 class Checkpoints:
@@ -147,6 +178,6 @@ def write_student(
             report = json.loads(report_file.read_text())
             report["distillation"] = {key: value for key, value in result.items() if key != "train_kl"}
             report.pop("files", None)
-            describe_model(tmp, report)
+            describe_model(tmp, report, out=out)
             report["files"] = digests.record(tmp)
             (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -9,7 +9,6 @@ token, concatenated and cut into windows; tokenizing stops once the windows a ru
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ import torch
 from thanos.data.calibration import load_source
 from thanos.errors import PathError
 from thanos.recipe import streamed_dataset
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,11 +88,17 @@ def load_text(
             "give a longer text, a smaller --seqlen or fewer --heldout windows",
         )
     train = windows[heldout:]
-    if train.shape[0] < budget:
-        log.warning(
-            "distill: the text gives %d training windows of %d tokens; the budget of %d tokens goes over "
-            "them %.1f times (each pass in a new order)",
-            train.shape[0], seqlen, tokens, budget / train.shape[0],
-        )  # fmt: skip
     sha = hashlib.sha256(windows.numpy().tobytes()).hexdigest()
     return Text(windows[:heldout], train, provenance, sha)
+
+
+def passes_note(text: Text, tokens: int) -> str | None:
+    """What to say when the budget of ``tokens`` goes over the training windows more than once."""
+    seqlen, windows = text.train.shape[1], text.train.shape[0]
+    budget = math.ceil(tokens / seqlen)
+    if windows >= budget:
+        return None
+    return (
+        f"the text gives {windows} training windows of {seqlen} tokens; the budget of {tokens:,} tokens goes "
+        f"over them {budget / windows:.1f} times (each pass in a new order)"
+    )

@@ -124,10 +124,11 @@ def distill_work(wildcards, output):
 
 
 def distill_flags(wildcards, output):
-    """`--delete-checkpoints` unless config retention.distill_checkpoints keeps them, `--shard` when
-    config distill_shard asks for FSDP (takes `output`, see compute_dtype)."""
-    delete = [] if config["retention"]["distill_checkpoints"] else ["--delete-checkpoints"]
-    return " ".join(delete + (["--shard"] if config["distill_shard"] else []))
+    """`--keep all` where config retention.distill_checkpoints keeps the checkpoints (`thanos distill`
+    deletes them once the model is written by default), `--shard` when config distill_shard asks for FSDP
+    (takes `output`, see compute_dtype)."""
+    keep = ["--keep", "all"] if config["retention"]["distill_checkpoints"] else []
+    return " ".join(keep + (["--shard"] if config["distill_shard"] else []))
 
 
 def distill_threads(wildcards, threads):
