@@ -275,3 +275,25 @@ def test_other_tokenizers_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="WordLevel"):
         prune_vocabulary(tmp_path / "tok", tmp_path / "out", parse_sparsity("vocab:0.3"), ["red"], "x")
     assert not (tmp_path / "out").exists()
+
+
+def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -> None:
+    """``thanos prune-vocab`` writes the model the stage wrote (the same kept ids and tensors), says what it
+    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept."""
+    text = tmp_path / "prose.txt"
+    text.write_text("\n\n".join(CHOOSING) + "\n")
+    out = tmp_path / "out"
+    args = ("prune-vocab", "--model", pruned["dense"], "--sparsity", "vocab:0.15", "--text", text)
+    done = cli(*args, "--nsamples", 4, "--seqlen", 32, "--out", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = pruned["report"]
+    assert f"kept {report['tokens_kept']:,} of {report['tokens_before']:,} tokens" in done.stdout
+    assert json.loads((out / "vocabulary.json").read_text())["kept_ids"] == report["kept_ids"]
+    assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
+    assert str(text) in (out / "README.md").read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused = cli(*args, "--out", other, cwd=tmp_path)
+    assert refused.returncode != 0 and "is not empty and is not a previous result" in refused.stderr
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 # Files a pruned vocabulary rewrites, or leaves out because they describe the old one
 REWRITTEN = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
-STALE = ("tokenizer.model", "vocab.json", "merges.txt", "model.safetensors.index.json")
+STALE = ("tokenizer.model", "vocab.json", "merges.txt", "model.safetensors.index.json", "README.md")
 
 
 def slice_vocabulary(model: torch.nn.Module, kept: Sequence[int]) -> None:
@@ -127,6 +127,7 @@ def prune_vocabulary(
         "tokens_before": vocab.size,
         "tokens_kept": len(kept),
         "tokens_the_text_uses": len(used),
+        "used_tokens_kept": len(used.keys() & set(kept)),
         "parameters_before": before,
         "parameters_after": after,
         "text_tokens_before": len(text_ids),
@@ -147,6 +148,47 @@ def prune_vocabulary(
     return report
 
 
+def summary(report: dict[str, Any], out: Path) -> str:
+    """What was written, in two lines: tokens kept, parameters, how much longer the choosing text became."""
+    before, after = report["parameters_before"], report["parameters_after"]
+    text_before, text_after = report["text_tokens_before"], report["text_tokens_after"]
+    kept, total, used = report["tokens_kept"], report["tokens_before"], report["used_tokens_kept"]
+    return (
+        f"wrote {out}: {report['sparsity']} kept {kept:,} of {total:,} tokens ({used:,} "
+        f"of the {report['tokens_the_text_uses']:,} the text uses), {after:,} of {before:,} parameters "
+        f"({100 * (1 - after / before):.1f} % fewer)\n{report['text']}: {text_after:,} tokens instead of "
+        f"{text_before:,} ({100 * (text_after / text_before - 1):+.1f} %)"
+    )
+
+
+def card(report: dict[str, Any]) -> str:
+    """The model card's section on the vocabulary."""
+    return (
+        "## Vocabulary\n\n"
+        f"Pruned with `{report['sparsity']}` by thanos-prune: {report['tokens_kept']:,} of the "
+        f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
+        f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
+        f"*{report['text']}* uses (the most used first), then the "
+        "tokens the dense model predicts most often on it, each with its merge parts. Token ids are "
+        "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
+        f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
+        f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
+        "encodes and decodes back to itself.\n"
+    )
+
+
+def check_vocab_out(out: Path) -> None:
+    """Refuse an output that is a file, or a non-empty directory that is not a previous vocabulary result
+    (``vocabulary.json``): it would be replaced."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "vocabulary.json").is_file():
+        raise ValueError(
+            f"--out {out} is not empty and is not a previous result (no vocabulary.json); give a new or "
+            "empty directory"
+        )
+
+
 def _read_optional(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
@@ -160,6 +202,7 @@ def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, 
             skip = source.name in (*REWRITTEN, *STALE) or source.suffix in (".safetensors", ".bin")
             if source.is_file() and not skip:
                 shutil.copy2(source, tmp / source.name)
+        (tmp / "README.md").write_text(card(files["vocabulary.json"]), encoding="utf-8")
         for name, content in files.items():
             (tmp / name).write_text(
                 json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
