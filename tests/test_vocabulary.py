@@ -297,3 +297,30 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     refused = cli(*args, "--out", other, cwd=tmp_path)
     assert refused.returncode != 0 and "is not empty and is not a previous result" in refused.stderr
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
+
+
+def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
+    """``thanos.prune_model(..., sparsity="vocab:0.15")`` chooses by the calibration text and writes the
+    model the stage writes; the workflow's config refuses a vocab recipe, naming the command."""
+    from thanos import prune_model
+    from thanos.recipe import ConfigError
+    from thanos.workflow_config import expand
+
+    text = tmp_path / "calib.txt"
+    text.write_text("\n\n".join(CHOOSING) + "\n")
+    out = tmp_path / "out"
+    report = prune_model(
+        pruned["dense"],
+        "thanos",
+        "vocab:0.15",
+        out=out,
+        calibration=text,
+        nsamples=4,
+        seqlen=32,
+        device="cpu",
+    )
+    assert report["kept_ids"] == pruned["report"]["kept_ids"] and report["out"] == str(out)
+    assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
+    grid = {"recipe_grid": [{"methods": ["thanos"], "sparsities": ["vocab:0.3"]}]}
+    with pytest.raises(ConfigError, match="vocab:0.3 .tokens removed. runs with `thanos prune-model"):
+        expand(grid)

@@ -3,8 +3,9 @@
 A BPE tokenizer produces a token only by merging its two parts, so a kept set is usable when it is closed
 under the merges (``closure``: a kept token's parts kept, recursively) and holds what every text starts
 from: the byte alphabet (byte-level BPE: the 256 byte symbols; SentencePiece-style BPE with byte fallback:
-the 256 ``<0xNN>`` tokens), with which any text still encodes and decodes back to itself. The special
-tokens (``added_tokens``, the unknown token, the config's bos/eos/pad ids) are kept too.
+the 256 ``<0xNN>`` tokens), with which any text still encodes and decodes back to itself (a byte symbol
+the tokenizer lacks, as SmolLM2's lacks 21 never seen in training, was not encoded by it before either).
+The special tokens (``added_tokens``, the unknown token, the config's bos/eos/pad ids) are kept too.
 
 ``choose_tokens`` fills the budget in one rank order, each token inserted together with the part of its
 closure not yet kept, skipped when that does not fit: the tokens a text uses (most used first), then the
@@ -95,14 +96,11 @@ def read_bpe(tokenizer: Mapping[str, Any], special_ids: Iterable[int] = ()) -> B
             "vocab: the tokenizer is BPE without byte-level pre-tokenization or byte fallback, so a text "
             "could need a removed token; only byte-level BPE and BPE with byte fallback can lose tokens"
         )
-    missing = [token for token in alphabet if token not in vocab]
-    if missing:
-        raise ValueError(f"vocab: the {byte_kind} tokenizer lacks {len(missing)} of its 256 byte tokens")
     added = {entry["id"]: entry["content"] for entry in tokenizer.get("added_tokens") or []}
     size = max([*vocab.values(), *added, -1]) + 1
     unknown = [vocab[model["unk_token"]]] if model.get("unk_token") in vocab else []
     specials = {i for i in special_ids if 0 <= i < size}
-    always = frozenset({*added, *unknown, *specials, *(vocab[token] for token in alphabet)})
+    always = frozenset({*added, *unknown, *specials, *(vocab[t] for t in alphabet if t in vocab)})
     merges = []
     for merge in model.get("merges") or []:
         left, right = merge_pair(merge)
