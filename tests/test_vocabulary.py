@@ -279,7 +279,8 @@ def test_other_tokenizers_refused(tmp_path: Path) -> None:
 
 def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -> None:
     """``thanos prune-vocab`` writes the model the stage wrote (the same kept ids and tensors), says what it
-    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept."""
+    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept, and so is a
+    directory inside the input model."""
     text = tmp_path / "prose.txt"
     text.write_text("\n\n".join(CHOOSING) + "\n")
     out = tmp_path / "out"
@@ -297,6 +298,8 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     refused = cli(*args, "--out", other, cwd=tmp_path)
     assert refused.returncode != 0 and "is not empty and is not a previous result" in refused.stderr
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
+    inside = cli(*args, "--out", pruned["dense"] / "pruned", cwd=tmp_path)
+    assert inside.returncode != 0 and "is the input model or inside it" in inside.stderr
 
 
 def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:

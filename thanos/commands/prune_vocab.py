@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> None:
         )
     load_config(args.model)  # a directory without a readable config.json is refused, named
     out = Path(args.out)
-    check_vocab_out(out)
+    check_vocab_out(out, args.model)
     documents = read_documents(args.text, field=args.text_field)
     report = prune_vocabulary(
         args.model, out, pattern, documents, str(args.text), args.seqlen, args.nsamples, args.device

@@ -35,7 +35,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             "perplexity",
         )
     try:
-        check_vocab_out(out)
+        check_vocab_out(out, model)
     except ValueError as err:
         raise OptionError(Option("out", str(out)), str(err).split(" ", 2)[2]) from None
     calibration = request.calibration

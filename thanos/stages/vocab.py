@@ -177,9 +177,11 @@ def card(report: dict[str, Any]) -> str:
     )
 
 
-def check_vocab_out(out: Path) -> None:
-    """Refuse an output that is a file, or a non-empty directory that is not a previous vocabulary result
-    (``vocabulary.json``): it would be replaced."""
+def check_vocab_out(out: Path, model_dir: str | Path) -> None:
+    """Refuse an output that is a file, the input model or inside it, or a non-empty directory that is not a
+    previous vocabulary result (``vocabulary.json``): it would be replaced."""
+    if out.resolve() == Path(model_dir).resolve() or Path(model_dir).resolve() in out.resolve().parents:
+        raise ValueError(f"--out {out} is the input model or inside it; give another directory")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "vocabulary.json").is_file():
