@@ -279,8 +279,8 @@ def test_other_tokenizers_refused(tmp_path: Path) -> None:
 
 def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -> None:
     """``thanos prune-vocab`` writes the model the stage wrote (the same kept ids and tensors), says what it
-    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept, and so is a
-    directory inside the input model."""
+    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept,
+    and so is a directory inside the input model."""
     text = tmp_path / "prose.txt"
     text.write_text("\n\n".join(CHOOSING) + "\n")
     out = tmp_path / "out"
