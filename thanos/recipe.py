@@ -37,7 +37,15 @@ CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from
 DEFAULT_DAMP = 0.01
 OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
 # the pattern kind's letter in a recipe's name (``pattern_tag``)
-TAGS = {"unstructured": "u", "structured": "s", "neurons": "n", "heads": "h", "kv_heads": "g", "depth": "d"}
+TAGS = {
+    "unstructured": "u",
+    "structured": "s",
+    "neurons": "n",
+    "heads": "h",
+    "kv_heads": "g",
+    "depth": "d",
+    "vocab": "v",
+}
 KINDS_OF_TAGS = {tag: kind for kind, tag in TAGS.items()}
 RECOVERY_TARGETS = ("dense", "block")  # the dense model's outputs, or the dense block on the chain's inputs
 
@@ -576,11 +584,12 @@ def select_layers(
 
 def pattern_tag(sparsity: Sparsity) -> str:
     """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30,
-    heads:0.33 -> h33, kv_heads:0.25 -> g25, depth:6 -> depth6, depth:0.2 -> d20."""
+    heads:0.33 -> h33, kv_heads:0.25 -> g25, depth:6 -> depth6, depth:0.2 -> d20, vocab:8000 -> vocab8000,
+    vocab:0.3 -> v30."""
     if sparsity.kind == "nm":
         return f"{sparsity.n}-{sparsity.m}"
-    if sparsity.kind == "depth" and sparsity.n:
-        return f"depth{sparsity.n}"
+    if sparsity.kind in ("depth", "vocab") and sparsity.n:  # a count: depth6, vocab8000
+        return f"{sparsity.kind}{sparsity.n}"
     return f"{TAGS[sparsity.kind]}{float(sparsity.p) * 100:g}"
 
 
@@ -589,15 +598,15 @@ def from_name(name: str) -> dict[str, Any] | None:
     ``default_name``; None for other names. ``alpha`` is None when the name leaves it at its default."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>depth\d+|[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
+        rf"^(?P<method>{alternatives})_(?P<tag>(?:depth|vocab)\d+|[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
         name,
     )
     if not match:
         return None
     tag = match["tag"]
     try:
-        if tag.startswith("depth"):
-            sparsity = f"depth:{tag[5:]}"
+        if tag.startswith(("depth", "vocab")):
+            sparsity = f"{tag[:5]}:{tag[5:]}"
         elif tag[0] in KINDS_OF_TAGS:
             kind = KINDS_OF_TAGS[tag[0]]
             sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))

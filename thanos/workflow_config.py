@@ -10,6 +10,14 @@ from typing import Any
 from thanos.pruning import methods
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
 
+# the structures only ``thanos prune-model`` runs, and what the workflow says of them
+PRUNE_MODEL_ONLY = {
+    "depth": "(whole blocks removed) runs with `thanos prune-model --sparsity depth:K`; the workflow does "
+    "not run depth recipes",
+    "vocab": "(tokens removed) runs with `thanos prune-model --sparsity vocab:N` or `thanos prune-vocab`; "
+    "the workflow does not run vocab recipes",
+}
+
 
 def expand(config: dict[str, Any]) -> dict[str, Recipe]:
     """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
@@ -31,11 +39,9 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
             except ValueError as err:
                 raise ConfigError(str(err)) from None
             for k, sparsity in enumerate(entry["sparsities"]):
-                if check_sparsity(key, sparsity, f"sparsities[{k}]").kind == "depth":
-                    raise ConfigError(
-                        f"{key}.sparsities[{k}]: {sparsity} (whole blocks removed) runs with `thanos "
-                        "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
-                    )
+                kind = check_sparsity(key, sparsity, f"sparsities[{k}]").kind
+                if kind in PRUNE_MODEL_ONLY:
+                    raise ConfigError(f"{key}.sparsities[{k}]: {sparsity} {PRUNE_MODEL_ONLY[kind]}")
                 for alpha in alphas:
                     recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
                     if len(alphas) > 1:
@@ -47,11 +53,9 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
                         )
                     recipes[recipe.name] = recipe
     for name, entry in (config.get("recipes") or {}).items():
-        if str(entry.get("sparsity", "")).strip().lower().startswith("depth"):
-            raise ConfigError(
-                f"recipes.{name}.sparsity: {entry['sparsity']} (whole blocks removed) runs with `thanos "
-                "prune-model --sparsity depth:K`; the workflow does not run depth recipes"
-            )
+        kind = str(entry.get("sparsity", "")).strip().lower().partition(":")[0]
+        if kind in PRUNE_MODEL_ONLY:
+            raise ConfigError(f"recipes.{name}.sparsity: {entry['sparsity']} {PRUNE_MODEL_ONLY[kind]}")
         if name in recipes:
             raise ConfigError(
                 f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"

@@ -14,7 +14,9 @@ A pattern is one of
   head that reads them.
 
 - ``depth``: whole decoder blocks removed: ``depth:6`` six of them, ``depth:0.2`` ceil(0.2 L) of the L
-  (``thanos.stages.depth`` chooses which).
+  (``thanos.stages.depth`` chooses which);
+- ``vocab``: tokens removed from the vocabulary: ``vocab:8000`` keeps 8000 tokens, ``vocab:0.3`` removes
+  ceil(0.3 V) of the V (``thanos.models.vocabulary`` chooses which).
 
 ``neurons``, ``heads`` and ``kv_heads`` (``COMPACT_KINDS``) prune one layer per block and write the model
 smaller (``thanos.stages.compact``).
@@ -31,8 +33,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads", "depth"]
+Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads", "depth", "vocab"]
 FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
+COUNT_KINDS = ("depth", "vocab")  # a whole number (depth: blocks removed, vocab: tokens kept) or a fraction
 COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
 NEURON_MULTIPLE = 8  # the kept MLP width is rounded up to a multiple of this (kernel-friendly)
 
@@ -49,7 +52,8 @@ def exact(x: float | int | str | Fraction) -> Fraction:
 @dataclass(frozen=True)
 class Sparsity:
     """A parsed sparsity pattern. ``p`` is set for unstructured/structured, ``n`` and ``m`` for n:m; for
-    depth ``n`` (a count of blocks) or ``p`` (a fraction of them)."""
+    depth ``n`` (a count of blocks) or ``p`` (a fraction of them); for vocab ``n`` (the tokens kept) or ``p``
+    (the fraction of them removed)."""
 
     kind: Kind
     p: Fraction = Fraction(0)
@@ -62,8 +66,13 @@ class Sparsity:
                 raise ValueError(
                     f"sparsity: n:m needs integers 0 < n < m, got {self.n}:{self.m} (e.g. '2:4' or '4:8')"
                 )
-        elif self.kind == "depth":
+        elif self.kind in COUNT_KINDS:
             if not ((self.n >= 1 and self.p == 0) or (self.n == 0 and 0 < self.p < 1)):
+                if self.kind == "vocab":
+                    raise ValueError(
+                        f"sparsity: vocab takes a number of tokens kept (vocab:8000) or a fraction of them "
+                        f"removed in (0, 1) (vocab:0.3), got {self.n or float(self.p)}"
+                    )
                 raise ValueError(
                     f"sparsity: depth takes a number of blocks (depth:6) or a fraction of them in (0, 1) "
                     f"(depth:0.2), got {self.n or float(self.p)}"
@@ -76,8 +85,8 @@ class Sparsity:
                 )
         else:
             raise ValueError(
-                f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured, neurons, heads or "
-                "kv_heads"
+                f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured, neurons, heads, "
+                "kv_heads, depth or vocab"
             )
 
     @property
@@ -89,8 +98,8 @@ class Sparsity:
         """The canonical text, read back exactly by ``parse_sparsity`` (``unstructured:0.5``, ``2:4``)."""
         if self.kind == "nm":
             return f"{self.n}:{self.m}"
-        if self.kind == "depth" and self.n:
-            return f"depth:{self.n}"
+        if self.kind in COUNT_KINDS and self.n:
+            return f"{self.kind}:{self.n}"
         short = f"{float(self.p):g}"
         return f"{self.kind}:{short if exact(short) == self.p else repr(float(self.p))}"
 
@@ -121,13 +130,13 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     kind, _, value = text.rpartition(":")
     kind = kind or "unstructured"
     kind = kind.replace("-", "_")
-    if kind == "depth":
-        return _depth(spec, value)
+    if kind in COUNT_KINDS:
+        return _count(spec, kind, value)
     if kind not in FRACTION_KINDS:
         raise ValueError(
             f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
-            "'n:m' ('2:4', '4:8'), 'structured:<fraction>', 'neurons:<fraction>', 'heads:<fraction>' or "
-            "'kv_heads:<fraction>'"
+            "'n:m' ('2:4', '4:8'), 'structured:<fraction>', 'neurons:<fraction>', 'heads:<fraction>', "
+            "'kv_heads:<fraction>', 'depth:<blocks or fraction>' or 'vocab:<tokens kept or fraction removed>'"
         )
     try:
         p = exact(value)
@@ -136,22 +145,24 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     return Sparsity(kind, p=p)
 
 
-def _depth(spec: str, value: str) -> Sparsity:
-    """``depth:6`` (blocks) or ``depth:0.2`` (a fraction of them)."""
+def _count(spec: str, kind: str, value: str) -> Sparsity:
+    """``depth:6`` (blocks removed) or ``depth:0.2`` (a fraction of them); ``vocab:8000`` (tokens kept) or
+    ``vocab:0.3`` (a fraction of them removed)."""
+    unit = "blocks" if kind == "depth" else "tokens"
     try:
         number = exact(value)
     except (ValueError, ZeroDivisionError):
-        raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number of blocks or a fraction") from None
+        raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number of {unit} or a fraction") from None
     if number >= 1:
         if number.denominator != 1:
-            raise ValueError(f"sparsity: {spec!r}: give a whole number of blocks or a fraction in (0, 1)")
+            raise ValueError(f"sparsity: {spec!r}: give a whole number of {unit} or a fraction in (0, 1)")
         if not value.strip().isdigit():  # 1.0 or 1e0: one block, or the fraction 1 (every block)?
             raise ValueError(
-                f"sparsity: {spec!r} is read neither as blocks nor as a fraction: write a number of blocks "
-                f"without a point ('depth:{int(number)}') or a fraction below 1 ('depth:0.2')"
+                f"sparsity: {spec!r} is read neither as {unit} nor as a fraction: write a number of {unit} "
+                f"without a point ('{kind}:{int(number)}') or a fraction below 1 ('{kind}:0.2')"
             )
-        return Sparsity("depth", n=int(number))
-    return Sparsity("depth", p=number)
+        return Sparsity(kind, n=int(number))  # type: ignore[arg-type]
+    return Sparsity(kind, p=number)  # type: ignore[arg-type]
 
 
 def depth_count(pattern: Sparsity, blocks: int) -> int:
@@ -165,6 +176,15 @@ def depth_count(pattern: Sparsity, blocks: int) -> int:
             f"give depth:{blocks - 1} or less"
         )
     return k
+
+
+def vocab_count(pattern: Sparsity, tokens: int) -> int:
+    """Tokens ``vocab:N`` keeps of a vocabulary of ``tokens``: N, or tokens - ceil(p tokens) for a fraction;
+    refused when it keeps them all."""
+    kept = pattern.n or tokens - math.ceil(pattern.p * tokens)
+    if kept >= tokens:
+        raise ValueError(f"{pattern} keeps {kept} of the model's {tokens} tokens, which removes none")
+    return kept
 
 
 def check_alpha(pattern: Sparsity, alpha: float | Fraction) -> None:

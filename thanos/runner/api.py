@@ -15,6 +15,7 @@ from thanos.runner.combined import prune_combined
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.progress import Console
 from thanos.runner.request import DEFAULT_NSAMPLES, PYTHON, PruneRequest, build_request
+from thanos.runner.vocab import prune_vocab
 
 
 def prune_model(
@@ -58,8 +59,9 @@ def prune_model(
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``; rerunning the same call resumes.
 
     ``method``: magnitude, wanda, sparsegpt or thanos, with ``sparsity``: 0.5, "2:4", "4:8",
-    "structured:0.3", "neurons:0.3", "heads:0.33", "kv_heads:0.25", "depth:6" or structures joined with "+"
-    ("depth:4+neurons:0.3"); or a ``thanos.Recipe`` (then no ``sparsity`` nor recipe keywords).
+    "structured:0.3", "neurons:0.3", "heads:0.33", "kv_heads:0.25", "depth:6", "vocab:0.3" ("vocab:16000":
+    tokens kept) or structures joined with "+" ("depth:4+neurons:0.3"); or a ``thanos.Recipe`` (then no
+    ``sparsity`` nor recipe keywords).
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
     ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
@@ -93,4 +95,6 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
     previous part's model (``thanos.runner.combined``); a closed ``stream`` stops the lines, not the run."""
     console = Console(stream)
+    if request.recipes[0].sparsity.kind == "vocab" and not request.combined:
+        return prune_vocab(request, console)
     return prune_combined(request, console) if request.combined else prune_one(request, console)

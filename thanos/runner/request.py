@@ -206,7 +206,7 @@ def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Re
             Option("compact", repr(False)),
             f"{sparsity} removes whole blocks, which cannot be written as zeros; leave it out",
         )
-    if recipe.sparsity.kind not in ("nm", "depth") and recipe.sparsity.p == 0:
+    if recipe.sparsity.kind not in ("nm", "depth", "vocab") and recipe.sparsity.p == 0:
         raise OptionError(
             Option("sparsity", repr(sparsity)), "prunes nothing; give a fraction above 0 (e.g. 0.5)"
         )

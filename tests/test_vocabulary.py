@@ -1,0 +1,329 @@
+"""The vocabulary as a structure (``vocab:N``, ``vocab:p``): tokenizers trained here (byte-level BPE, and
+SentencePiece-style BPE with byte fallback as Llama's), tiny Llama models (untied and tied head) built from
+configs, each pruned once per module (``thanos.stages.vocab.prune_vocabulary``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from thanos.demo.tiny import build_tokenizer
+from thanos.models.vocabulary import choose_tokens, closure, minimum_kept, read_bpe
+from thanos.models.vocabulary_files import prune_config, prune_tokenizer_config, renumbering
+from thanos.pruning.sparsity import parse_sparsity, vocab_count
+from thanos.stages.vocab import prune_vocabulary
+
+SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
+END = "<|end|>"  # an added special token after every other token: its id changes
+PROSE = """Rivers carry sand from the mountains to the sea, and every spring the valley floods again.
+The farmers of the valley learned to plant late, after the water had gone, in soil the river left behind.
+Their houses stand on stone platforms; their granaries on stilts. Children learn to swim before they read.
+In the old town the streets are narrow and the walls are thick, built to keep out summer heat and winter
+wind alike. Markets open at dawn: bread, cheese, olives, figs, and fish brought up from the coast overnight.
+A traveller who arrives in the evening finds the squares full of people talking, eating, and arguing about
+the weather, the harvest, the price of oil, and whether the new bridge will ever be finished.
+Scientists measure the river's flow at three stations. The numbers go into a model that predicts floods
+a week ahead, which gives the farmers time to move their animals and their grain to higher ground.
+""".split("\n")
+CHOOSING = [line for line in PROSE if line][:2]  # the text that chooses the vocabulary
+STRINGS = [
+    "",
+    " ",
+    "   leading and trailing   ",
+    "tabs\tand\nnewlines\r\n\n",
+    "\x00\x01\x1f control \x7f bytes",
+    "emoji 🙂🚀👩‍👩‍👧 and flags 🇫🇷",
+    "中文字符和日本語のテキスト、한국어",
+    "Ünïcödé çàñ ß ∑ ∫ √ ≠ ™",
+    "The valley floods every spring.",
+    "zzqx unusual wordforms xylophonic",
+]
+
+
+def random_strings(count: int, seed: int = 0) -> list[str]:
+    """Strings of random code points from many scripts (no '<', which could spell a special token)."""
+    rng = random.Random(seed)
+    ranges = [(0, 0x7F), (0x80, 0x7FF), (0x800, 0xD7FF), (0xE000, 0xFFFD), (0x10000, 0x1FAFF)]
+    out = []
+    for _ in range(count):
+        chars = (chr(rng.randint(*rng.choice(ranges))) for _ in range(rng.randint(1, 24)))
+        out.append("".join(c for c in chars if c != "<"))
+    return out
+
+
+def train_tokenizer(kind: str) -> Any:
+    """A BPE tokenizer trained on ``PROSE``: byte-level, or SentencePiece-style with byte fallback."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=SPECIAL, show_progress=False)
+    if kind == "byte-level":
+        trainer = trainers.BpeTrainer(
+            vocab_size=420,
+            special_tokens=SPECIAL,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(PROSE, trainer)
+    else:
+        normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        trained = Tokenizer(models.BPE(unk_token="<unk>"))
+        trained.normalizer = normalizer
+        trained.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+        trained.train_from_iterator(PROSE, trainer)
+        learned = json.loads(trained.to_str())["model"]
+        pieces = [*SPECIAL, *(f"<0x{b:02X}>" for b in range(256)), *list(learned["vocab"])[len(SPECIAL) :]]
+        vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
+        merges = [tuple(merge) for merge in learned["merges"]]
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.normalizer = normalizer
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+    end = tok.get_vocab_size()
+    tok.add_special_tokens([END])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"<s> $A {END}", special_tokens=[("<s>", 1), (END, end)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token=END, pad_token="<pad>"
+    )
+
+
+def build_model(directory: Path, kind: str) -> Path:
+    """A tiny random Llama over the ``kind`` tokenizer, float32: untied head for byte-level, tied for the
+    other, a few more embedding rows than tokens (a padded vocabulary)."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = train_tokenizer(kind)
+    eos = tokenizer.convert_tokens_to_ids(END)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer) + 3,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=kind != "byte-level",
+        bos_token_id=1,
+        eos_token_id=eos,
+        pad_token_id=3,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).float()
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=[eos, 2], pad_token_id=3)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module", params=["byte-level", "byte-fallback"])
+def pruned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A model of each tokenizer kind and the same model with ``vocab:0.15``, chosen by ``CHOOSING``."""
+    root = tmp_path_factory.mktemp(request.param)
+    dense = build_model(root / "dense", request.param)
+    out = root / "pruned"
+    report = prune_vocabulary(
+        dense, out, parse_sparsity("vocab:0.15"), CHOOSING, "prose", seqlen=32, windows=4
+    )
+    return {"kind": request.param, "dense": dense, "out": out, "report": report}
+
+
+def tokenizers_of(case: dict[str, Any]) -> tuple[Any, Any]:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(case["dense"]), AutoTokenizer.from_pretrained(case["out"])
+
+
+def test_vocab_grammar_exact_counts() -> None:
+    """``vocab:N`` keeps N tokens, ``vocab:p`` removes ceil(p V) of V, written back as given; a count
+    written with a point and a count that removes nothing are refused."""
+    assert str(parse_sparsity("vocab:8000")) == "vocab:8000"
+    assert vocab_count(parse_sparsity("vocab:8000"), 49152) == 8000
+    assert vocab_count(parse_sparsity("vocab:0.3"), 10) == 7  # 0.3 * 10 is exactly 3
+    assert vocab_count(parse_sparsity("Vocab:0.25"), 49152) == 36864
+    with pytest.raises(ValueError, match="without a point"):
+        parse_sparsity("vocab:1.0")
+    with pytest.raises(ValueError, match="removes none"):
+        vocab_count(parse_sparsity("vocab:500"), 500)
+
+
+def test_choice_honours_the_budget_and_is_closed(pruned: dict[str, Any]) -> None:
+    """Any budget from the minimum up is met exactly; the kept set holds the special tokens, the byte
+    alphabet and the text's tokens (when they fit) and every kept token's merge parts; below the minimum
+    it is refused, naming it."""
+    data = json.loads((pruned["dense"] / "tokenizer.json").read_text())
+    vocab = read_bpe(data, [1, 2, 3])
+    parts = vocab.parts()
+    dense_tok, _ = tokenizers_of(pruned)
+    used = {i: 1 for i in dense_tok.encode(" farmers of the valley", add_special_tokens=False)}
+    low = minimum_kept(vocab)
+    needed = len(closure(used, parts, closure(vocab.always, parts)))
+    assert low >= 256 + len(SPECIAL)
+    for keep in (low, low + 1, low + 17, vocab.size - 1):
+        kept = choose_tokens(vocab, keep, used)
+        assert len(kept) == keep
+        assert vocab.always <= set(kept)
+        assert not closure(kept, parts, kept)  # closed: nothing beyond itself is needed
+        assert all(set(parts.get(token, ())) <= set(kept) for token in kept)
+    assert set(used) <= set(choose_tokens(vocab, low + needed, used))
+    with pytest.raises(ValueError, match=f"keep at least {low}"):
+        choose_tokens(vocab, low - 1, used)
+
+
+def test_report_counts(pruned: dict[str, Any]) -> None:
+    """The report: the text that chose, tokens kept (ceil-exact), parameters before and after, the text's
+    length before and after."""
+    report = pruned["report"]
+    assert report["text"] == "prose" and report["tokenizer"] == pruned["kind"]
+    assert report["tokens_kept"] == report["tokens_before"] - -(-15 * report["tokens_before"] // 100)
+    rows = json.loads((pruned["dense"] / "config.json").read_text())["vocab_size"]
+    tied = pruned["kind"] != "byte-level"
+    removed = (rows - report["tokens_kept"]) * 32 * (1 if tied else 2)
+    assert report["parameters_before"] - report["parameters_after"] == removed
+    assert report["text_tokens_after"] == report["text_tokens_before"]  # the text's own tokens are all kept
+
+
+def test_decodes_what_it_encodes(pruned: dict[str, Any]) -> None:
+    """Every string the pruned tokenizer encodes decodes back to itself (unicode, emoji, CJK, control
+    bytes, empty, whitespace runs), with only ids below the new vocabulary size."""
+    _, tokenizer = tokenizers_of(pruned)
+    size = pruned["report"]["tokens_kept"]
+    for text in STRINGS + random_strings(60):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert all(0 <= i < size for i in ids)
+        assert tokenizer.decode(ids) == text, repr(text)
+
+
+def test_kept_text_same_ids_and_logits(pruned: dict[str, Any]) -> None:
+    """A text of kept tokens encodes to the dense ids renumbered (special tokens included), and the pruned
+    model's logits on it are the dense model's restricted to the kept tokens (fp32, 1e-5)."""
+    from transformers import AutoModelForCausalLM
+
+    dense_tok, tok = tokenizers_of(pruned)
+    kept = pruned["report"]["kept_ids"]
+    new_id = renumbering(kept)
+    text = CHOOSING[1]
+    dense_ids = dense_tok.encode(text)
+    assert dense_ids[-1] == dense_tok.convert_tokens_to_ids(END) != new_id[dense_ids[-1]]
+    assert tok.encode(text) == [new_id[i] for i in dense_ids]
+    dense = AutoModelForCausalLM.from_pretrained(pruned["dense"], dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(pruned["out"], dtype=torch.float32)
+    with torch.no_grad():
+        expected = dense(torch.tensor([dense_ids])).logits[0][:, kept]
+        got = model(torch.tensor([tok.encode(text)])).logits[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_kept_rows_equal_dense_rows(pruned: dict[str, Any]) -> None:
+    """Every kept row of the embedding and the head is the dense row; a tied head stays tied, an untied
+    one keeps its own rows; config and generation config name the renumbered special tokens."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    dense = AutoModelForCausalLM.from_pretrained(pruned["dense"], dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(pruned["out"], dtype=torch.float32)
+    kept = pruned["report"]["kept_ids"]
+    new_id = renumbering(kept)
+    for get in ("get_input_embeddings", "get_output_embeddings"):
+        new, old = getattr(model, get)().weight, getattr(dense, get)().weight
+        assert new.shape == (len(kept), 32)
+        assert torch.equal(new, old[kept])
+    tied = model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    assert tied == (pruned["kind"] != "byte-level")
+    config, generation = model.config, GenerationConfig.from_pretrained(pruned["out"])
+    assert config.vocab_size == len(kept)
+    assert (config.bos_token_id, config.pad_token_id) == (new_id[1], new_id[3])
+    assert config.eos_token_id == new_id[dense.config.eos_token_id]
+    assert generation.eos_token_id == [new_id[dense.config.eos_token_id], new_id[2]]
+
+
+def test_tokenizer_config_ids_renumbered() -> None:
+    """``added_tokens_decoder`` (as transformers 4 writes it) is keyed by the new ids; the config's token
+    ids, one or a list, renumbered, and ``vocab_size`` the kept count."""
+    entry = {"content": "<x>", "special": True}
+    config = {"added_tokens_decoder": {"0": entry, "7": entry}, "bos_token": "<x>"}
+    assert prune_tokenizer_config(config, [0, 3, 7])["added_tokens_decoder"] == {"0": entry, "2": entry}
+    model = {"vocab_size": 10, "eos_token_id": [7, 3], "bos_token_id": 0, "hidden_size": 7}
+    assert prune_config(model, [7, 0, 3]) == {
+        "vocab_size": 3,
+        "eos_token_id": [2, 1],
+        "bos_token_id": 0,
+        "hidden_size": 7,
+    }
+    with pytest.raises(ValueError, match="bos_token_id names token 0, which is not kept"):
+        prune_config(model, [3, 7])
+
+
+def test_other_tokenizers_refused(tmp_path: Path) -> None:
+    """A word-level tokenizer is refused in one line naming its type; nothing is written."""
+    tokenizer = build_tokenizer(["red", "green"])
+    tokenizer.save_pretrained(tmp_path / "tok")
+    data = json.loads((tmp_path / "tok" / "tokenizer.json").read_text())
+    with pytest.raises(ValueError, match="the tokenizer is WordLevel, not BPE") as err:
+        read_bpe(data)
+    assert "\n" not in str(err.value)
+    (tmp_path / "tok" / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 8}))
+    with pytest.raises(ValueError, match="WordLevel"):
+        prune_vocabulary(tmp_path / "tok", tmp_path / "out", parse_sparsity("vocab:0.3"), ["red"], "x")
+    assert not (tmp_path / "out").exists()
+
+
+def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -> None:
+    """``thanos prune-vocab`` writes the model the stage wrote (the same kept ids and tensors), says what it
+    kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept,
+    and so is a directory inside the input model."""
+    text = tmp_path / "prose.txt"
+    text.write_text("\n\n".join(CHOOSING) + "\n")
+    out = tmp_path / "out"
+    args = ("prune-vocab", "--model", pruned["dense"], "--sparsity", "vocab:0.15", "--text", text)
+    done = cli(*args, "--nsamples", 4, "--seqlen", 32, "--out", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = pruned["report"]
+    assert f"kept {report['tokens_kept']:,} of {report['tokens_before']:,} tokens" in done.stdout
+    assert json.loads((out / "vocabulary.json").read_text())["kept_ids"] == report["kept_ids"]
+    assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
+    assert str(text) in (out / "README.md").read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused = cli(*args, "--out", other, cwd=tmp_path)
+    assert refused.returncode != 0 and "is not empty and is not a previous result" in refused.stderr
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
+    inside = cli(*args, "--out", pruned["dense"] / "pruned", cwd=tmp_path)
+    assert inside.returncode != 0 and "is the input model or inside it" in inside.stderr
+
+
+def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
+    """``thanos.prune_model(..., sparsity="vocab:0.15")`` chooses by the calibration text and writes the
+    model the stage writes; the workflow's config refuses a vocab recipe, naming the command."""
+    from thanos import prune_model
+    from thanos.recipe import ConfigError
+    from thanos.workflow_config import expand
+
+    text = tmp_path / "calib.txt"
+    text.write_text("\n\n".join(CHOOSING) + "\n")
+    out = tmp_path / "out"
+    report = prune_model(
+        pruned["dense"],
+        "thanos",
+        "vocab:0.15",
+        out=out,
+        calibration=text,
+        nsamples=4,
+        seqlen=32,
+        device="cpu",
+    )
+    assert report["kept_ids"] == pruned["report"]["kept_ids"] and report["out"] == str(out)
+    assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
+    grid = {"recipe_grid": [{"methods": ["thanos"], "sparsities": ["vocab:0.3"]}]}
+    with pytest.raises(ConfigError, match="vocab:0.3 .tokens removed. runs with `thanos prune-model"):
+        expand(grid)

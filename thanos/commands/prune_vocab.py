@@ -1,0 +1,55 @@
+"""``thanos prune-vocab``: a model directory written with a smaller vocabulary (``vocab:N`` keeps N tokens,
+``vocab:p`` removes the fraction p), chosen by a text (``thanos.stages.vocab``)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "write a model with a smaller vocabulary (vocab:N tokens kept, vocab:p removed) chosen by a text"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a Hugging Face model directory (BPE tokenizer.json)")
+    parser.add_argument(
+        "--sparsity",
+        required=True,
+        help="vocab:N (tokens kept, e.g. vocab:16000) or vocab:p (e.g. vocab:0.3)",
+    )
+    parser.add_argument(
+        "--text",
+        required=True,
+        help="the text that chooses the tokens: a text/jsonl/parquet file or directory",
+    )
+    parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
+    parser.add_argument(
+        "--nsamples", type=int, default=64, help="windows the dense model scores tokens on (64)"
+    )
+    parser.add_argument("--seqlen", type=int, default=256, help="tokens per window (256)")
+    parser.add_argument("--device", default="cpu", help="where the dense model scores the tokens (cpu)")
+    parser.add_argument(
+        "--out", required=True, help="the new model directory (a previous result is replaced)"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from thanos.data.textdata import read_documents
+    from thanos.models import load_config
+    from thanos.pruning.sparsity import parse_sparsity
+    from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary
+
+    pattern = parse_sparsity(args.sparsity)
+    if pattern.kind != "vocab":
+        raise ValueError(
+            f"--sparsity {args.sparsity}: prune-vocab takes vocab:N or vocab:p; use thanos prune-model for "
+            f"{pattern.kind}"
+        )
+    load_config(args.model)  # a directory without a readable config.json is refused, named
+    out = Path(args.out)
+    check_vocab_out(out, args.model)
+    documents = read_documents(args.text, field=args.text_field)
+    report = prune_vocabulary(
+        args.model, out, pattern, documents, str(args.text), args.seqlen, args.nsamples, args.device
+    )
+    print(summary(report, out))

@@ -1,0 +1,172 @@
+"""The vocabulary as a structure (``vocab:N``, ``vocab:p``): which token ids a smaller vocabulary keeps.
+
+A BPE tokenizer produces a token only by merging its two parts, so a kept set is usable when it is closed
+under the merges (``closure``: a kept token's parts kept, recursively) and holds what every text starts
+from: the byte alphabet (byte-level BPE: the 256 byte symbols; SentencePiece-style BPE with byte fallback:
+the 256 ``<0xNN>`` tokens), with which any text still encodes and decodes back to itself (a byte symbol
+the tokenizer lacks, as SmolLM2's lacks 21 never seen in training, was not encoded by it before either).
+The special tokens (``added_tokens``, the unknown token, the config's bos/eos/pad ids) are kept too.
+
+``choose_tokens`` fills the budget in one rank order, each token inserted together with the part of its
+closure not yet kept, skipped when that does not fit: the tokens a text uses (most used first), then the
+rest by a score (the dense model's mean next-token probability over that text, given as an array so this
+stays pure), or by id (the earliest merges) without one. The budget is an exact count: the kept set
+never exceeds it, and reaches it unless every remaining token's closure is larger than the room left.
+
+Pure functions of the tokenizer's JSON (``tokenizer.json``) and of token counts; ``thanos.models.
+vocabulary_files`` rewrites the files, ``thanos.stages.vocab`` applies it to a model directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+BYTE_FALLBACK_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
+
+
+def byte_level_alphabet() -> tuple[str, ...]:
+    """The 256 symbols byte-level BPE writes bytes as (GPT-2's ``bytes_to_unicode``), by byte value."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    symbols = {byte: chr(byte) for byte in printable}
+    shifted = (byte for byte in range(256) if byte not in symbols)
+    symbols |= {byte: chr(256 + i) for i, byte in enumerate(shifted)}
+    return tuple(symbols[byte] for byte in range(256))
+
+
+def _types(node: Any) -> set[str]:
+    """Every component type in a normalizer, pre-tokenizer or decoder (``Sequence`` opened)."""
+    if not isinstance(node, Mapping):
+        return set()
+    inner = node.get("pretokenizers") or node.get("decoders") or node.get("normalizers") or []
+    return {str(node.get("type"))}.union(*(_types(child) for child in inner))
+
+
+def merge_pair(merge: str | Sequence[str]) -> tuple[str, str]:
+    """A merge as its two parts, in either format tokenizer.json writes (``"a b"`` or ``["a", "b"]``)."""
+    if isinstance(merge, str):
+        left, _, right = merge.partition(" ")
+        return left, right
+    return merge[0], merge[1]
+
+
+@dataclass(frozen=True)
+class BPEVocabulary:
+    """A BPE tokenizer's tokens by id: ``merges`` as (left, right, result) ids in rank order (merges whose
+    result is not a token left out), ``always`` the ids every pruned vocabulary keeps, ``size`` one past the
+    largest id, ``kind`` byte-level or byte-fallback."""
+
+    tokens: Mapping[str, int]
+    merges: tuple[tuple[int, int, int], ...]
+    always: frozenset[int]
+    size: int
+    kind: str
+
+    def parts(self) -> dict[int, list[int]]:
+        """Each token's merge parts (every merge that produces it)."""
+        found: dict[int, list[int]] = {}
+        for left, right, result in self.merges:
+            found.setdefault(result, []).extend((left, right))
+        return found
+
+
+def read_bpe(tokenizer: Mapping[str, Any], special_ids: Iterable[int] = ()) -> BPEVocabulary:
+    """The BPE vocabulary of a ``tokenizer.json``'s content; ``special_ids`` (the config's bos/eos/pad ids)
+    are kept with the added tokens. Any other tokenizer model, and BPE that cannot encode every text
+    without its merges (neither byte-level nor with byte fallback), is refused in one line naming it."""
+    model = tokenizer.get("model") or {}
+    kind = model.get("type", "unknown")
+    if kind != "BPE":
+        raise ValueError(
+            f"vocab: the tokenizer is {kind}, not BPE: only byte-level BPE and SentencePiece-style BPE with "
+            "byte fallback can lose tokens (every text must still encode); prune another structure"
+        )
+    vocab: dict[str, int] = dict(model["vocab"])
+    if model.get("byte_fallback"):
+        alphabet, byte_kind = BYTE_FALLBACK_TOKENS, "byte-fallback"
+    elif "ByteLevel" in _types(tokenizer.get("pre_tokenizer")):
+        alphabet, byte_kind = byte_level_alphabet(), "byte-level"
+    else:
+        raise ValueError(
+            "vocab: the tokenizer is BPE without byte-level pre-tokenization or byte fallback, so a text "
+            "could need a removed token; only byte-level BPE and BPE with byte fallback can lose tokens"
+        )
+    added = {entry["id"]: entry["content"] for entry in tokenizer.get("added_tokens") or []}
+    size = max([*vocab.values(), *added, -1]) + 1
+    unknown = [vocab[model["unk_token"]]] if model.get("unk_token") in vocab else []
+    specials = {i for i in special_ids if 0 <= i < size}
+    always = frozenset({*added, *unknown, *specials, *(vocab[t] for t in alphabet if t in vocab)})
+    merges = []
+    for merge in model.get("merges") or []:
+        left, right = merge_pair(merge)
+        result = _merged(left, right, model)
+        if left in vocab and right in vocab and result in vocab:
+            merges.append((vocab[left], vocab[right], vocab[result]))
+    return BPEVocabulary(vocab, tuple(merges), always, size, byte_kind)
+
+
+def _merged(left: str, right: str, model: Mapping[str, Any]) -> str:
+    """The token a merge produces (the continuing-subword prefix of its right part dropped)."""
+    prefix = model.get("continuing_subword_prefix") or ""
+    return left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)
+
+
+def closure(tokens: Iterable[int], parts: Mapping[int, Sequence[int]], kept: Iterable[int] = ()) -> set[int]:
+    """The tokens ``tokens`` need beyond ``kept``: themselves and their merge parts, recursively."""
+    have = set(kept)
+    found: set[int] = set()
+    stack = [token for token in tokens if token not in have]
+    while stack:
+        token = stack.pop()
+        if token in found:
+            continue
+        found.add(token)
+        stack.extend(part for part in parts.get(token, ()) if part not in have and part not in found)
+    return found
+
+
+def rank_order(
+    ids: Iterable[int], used: Mapping[int, int], scores: Sequence[float] | None = None
+) -> list[int]:
+    """The order tokens are offered to the budget: the used ones by count (most first), then the others by
+    score (highest first) or, without scores, by id (the earliest merges first); ties by id."""
+    ids = list(ids)
+    first = sorted((i for i in ids if used.get(i, 0) > 0), key=lambda i: (-used[i], i))
+    rest = [i for i in ids if used.get(i, 0) <= 0]
+    rest.sort(key=(lambda i: (-float(scores[i]), i)) if scores is not None else None)
+    return first + rest
+
+
+def minimum_kept(vocab: BPEVocabulary) -> int:
+    """The fewest tokens a pruned vocabulary can have: the special tokens and the byte alphabet, closed."""
+    return len(closure(vocab.always, vocab.parts()))
+
+
+def choose_tokens(
+    vocab: BPEVocabulary, keep: int, used: Mapping[int, int], scores: Sequence[float] | None = None
+) -> list[int]:
+    """The ``keep`` token ids kept, in increasing order (see the module's docstring): refused when ``keep``
+    is below ``minimum_kept`` or not below the vocabulary's size."""
+    parts = vocab.parts()
+    kept = closure(vocab.always, parts)
+    if keep < len(kept):
+        raise ValueError(
+            f"vocab: keeping {keep} tokens is fewer than the {len(kept)} special and byte tokens every "
+            f"vocabulary keeps; keep at least {len(kept)}"
+        )
+    ids = sorted(set(vocab.tokens.values()) | set(vocab.always))
+    if keep >= len(ids):
+        raise ValueError(f"vocab: keeping {keep} tokens removes none of the tokenizer's {len(ids)}")
+    for token in rank_order(ids, used, scores):
+        if len(kept) == keep:
+            break
+        if token not in kept:
+            new = closure([token], parts, kept)
+            if len(kept) + len(new) <= keep:
+                kept |= new
+    return sorted(kept)

@@ -1,0 +1,211 @@
+"""Tokens removed from the vocabulary (``vocab:N``, ``vocab:p``): the model directory written without them.
+
+**Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
+uses (the calibration text by default), then, up to the budget, the rest by the dense model's own mean
+next-token probability over that text (``next_token_scores``), every kept token with its merge parts.
+
+**Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
+order; ``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` and ``generation_config.json``
+rewritten; the input embedding and the output head (tied or not) keep their kept rows. On a text of kept
+tokens the model gives the dense model's logits restricted to the kept tokens. A SentencePiece
+``tokenizer.model`` and the slow tokenizer's ``vocab.json`` / ``merges.txt`` would describe the old
+vocabulary and are not copied: ``tokenizer.json`` is the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from thanos.files.atomic import atomic_path
+from thanos.models.vocabulary import choose_tokens, read_bpe
+from thanos.models.vocabulary_files import (
+    kept_rows,
+    prune_config,
+    prune_tokenizer,
+    prune_tokenizer_config,
+    renumbering,
+    token_ids,
+)
+from thanos.pruning.sparsity import Sparsity, vocab_count
+
+log = logging.getLogger(__name__)
+
+# Files a pruned vocabulary rewrites, or leaves out because they describe the old one
+REWRITTEN = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+STALE = ("tokenizer.model", "vocab.json", "merges.txt", "model.safetensors.index.json", "README.md")
+
+
+def slice_vocabulary(model: torch.nn.Module, kept: Sequence[int]) -> None:
+    """Keep only the ``kept`` rows (renumbered in increasing old id) of ``model``'s input embedding and output
+    head (its bias too; a tied head stays tied), in place; ``config.vocab_size`` follows."""
+    embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embedding.weight
+    embedding.weight = torch.nn.Parameter(kept_rows(embedding.weight.data, kept))
+    embedding.num_embeddings = len(kept)
+    if getattr(embedding, "padding_idx", None) is not None:
+        embedding.padding_idx = renumbering(kept).get(embedding.padding_idx)
+    if head is not None:
+        head.weight = embedding.weight if tied else torch.nn.Parameter(kept_rows(head.weight.data, kept))
+        if getattr(head, "bias", None) is not None:
+            head.bias = torch.nn.Parameter(kept_rows(head.bias.data, kept))
+        head.out_features = len(kept)
+    model.config.vocab_size = len(kept)
+
+
+@torch.no_grad()
+def next_token_scores(model: torch.nn.Module, windows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The dense model's mean next-token probability of every token id over ``windows`` (fp32, one row
+    per id of its head)."""
+    total: torch.Tensor | None = None
+    positions = 0
+    for window in windows:
+        ids = torch.tensor([list(window)], dtype=torch.long, device=model.device)
+        probs = model(input_ids=ids).logits[0].float().softmax(-1)
+        total = probs.sum(0) if total is None else total + probs.sum(0)
+        positions += probs.shape[0]
+    if total is None:
+        raise ValueError("vocab: no text to score the tokens on")
+    return (total / positions).cpu()
+
+
+def windows_of(ids: Sequence[int], seqlen: int, count: int) -> list[list[int]]:
+    """Up to ``count`` consecutive windows of ``seqlen`` ids (the last one shorter if the text is)."""
+    return [list(ids[start : start + seqlen]) for start in range(0, len(ids), seqlen)][:count]
+
+
+def prune_vocabulary(
+    model_dir: str | Path,
+    out: str | Path,
+    pattern: Sparsity,
+    documents: Sequence[str],
+    text_name: str,
+    seqlen: int = 256,
+    windows: int = 64,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
+    ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    tokenizer_data = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    generation = _read_optional(model_dir / "generation_config.json")
+    vocab = read_bpe(tokenizer_data, token_ids(config) + token_ids(generation or {}))
+    dense = Tokenizer.from_str(json.dumps(tokenizer_data))
+    encoded = [e.ids for e in dense.encode_batch(list(documents), add_special_tokens=False)]
+    used = Counter(i for ids in encoded for i in ids)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device).eval()
+    text_ids = [i for ids in encoded for i in ids]
+    scores = next_token_scores(model, windows_of(text_ids, seqlen, windows))
+    keep = vocab_count(pattern, vocab.size)
+    kept = choose_tokens(vocab, keep, used, scores.tolist())
+    before = sum(p.numel() for p in model.parameters())
+    slice_vocabulary(model, kept)
+    for key, value in prune_config(config, kept).items():
+        if key.endswith("_token_id"):
+            setattr(model.config, key, value)
+    after = sum(p.numel() for p in model.parameters())
+    pruned_tokenizer = prune_tokenizer(tokenizer_data, kept)
+    pruned = Tokenizer.from_str(json.dumps(pruned_tokenizer))
+    longer = sum(len(e.ids) for e in pruned.encode_batch(list(documents), add_special_tokens=False))
+    report = {
+        "structure": "vocab",
+        "sparsity": str(pattern),
+        "text": text_name,
+        "tokenizer": vocab.kind,
+        "tokens_before": vocab.size,
+        "tokens_kept": len(kept),
+        "tokens_the_text_uses": len(used),
+        "used_tokens_kept": len(used.keys() & set(kept)),
+        "parameters_before": before,
+        "parameters_after": after,
+        "text_tokens_before": len(text_ids),
+        "text_tokens_after": longer,
+        "scored_windows": min(windows, -(-len(text_ids) // seqlen)),
+        "kept_ids": kept,
+    }
+    files = {
+        "config.json": prune_config(config, kept),
+        "tokenizer.json": pruned_tokenizer,
+        "vocabulary.json": report,
+    }
+    if generation is not None:
+        files["generation_config.json"] = prune_config(generation, kept, vocab_size=False)
+    if (tokenizer_config := _read_optional(model_dir / "tokenizer_config.json")) is not None:
+        files["tokenizer_config.json"] = prune_tokenizer_config(tokenizer_config, kept)
+    _write(model, model_dir, Path(out), files)
+    return report
+
+
+def summary(report: dict[str, Any], out: Path) -> str:
+    """What was written, in two lines: tokens kept, parameters, how much longer the choosing text became."""
+    before, after = report["parameters_before"], report["parameters_after"]
+    text_before, text_after = report["text_tokens_before"], report["text_tokens_after"]
+    kept, total, used = report["tokens_kept"], report["tokens_before"], report["used_tokens_kept"]
+    return (
+        f"wrote {out}: {report['sparsity']} kept {kept:,} of {total:,} tokens ({used:,} "
+        f"of the {report['tokens_the_text_uses']:,} the text uses), {after:,} of {before:,} parameters "
+        f"({100 * (1 - after / before):.1f} % fewer)\n{report['text']}: {text_after:,} tokens instead of "
+        f"{text_before:,} ({100 * (text_after / text_before - 1):+.1f} %)"
+    )
+
+
+def card(report: dict[str, Any]) -> str:
+    """The model card's section on the vocabulary."""
+    return (
+        "## Vocabulary\n\n"
+        f"Pruned with `{report['sparsity']}` by thanos-prune: {report['tokens_kept']:,} of the "
+        f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
+        f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
+        f"*{report['text']}* uses (the most used first), then the "
+        "tokens the dense model predicts most often on it, each with its merge parts. Token ids are "
+        "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
+        f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
+        f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
+        "encodes and decodes back to itself.\n"
+    )
+
+
+def check_vocab_out(out: Path, model_dir: str | Path) -> None:
+    """Refuse an output that is a file, the input model or inside it, or a non-empty directory that is not a
+    previous vocabulary result (``vocabulary.json``): it would be replaced."""
+    if out.resolve() == Path(model_dir).resolve() or Path(model_dir).resolve() in out.resolve().parents:
+        raise ValueError(f"--out {out} is the input model or inside it; give another directory")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "vocabulary.json").is_file():
+        raise ValueError(
+            f"--out {out} is not empty and is not a previous result (no vocabulary.json); give a new or "
+            "empty directory"
+        )
+
+
+def _read_optional(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, dict[str, Any]]) -> None:
+    """The model's weights, ``files`` and every other file of ``model_dir`` (not its weights, not
+    ``STALE``), written to ``out`` at once."""
+    with atomic_path(out, is_dir=True) as tmp:
+        model.save_pretrained(tmp)
+        for source in model_dir.iterdir():
+            skip = source.name in (*REWRITTEN, *STALE) or source.suffix in (".safetensors", ".bin")
+            if source.is_file() and not skip:
+                shutil.copy2(source, tmp / source.name)
+        (tmp / "README.md").write_text(card(files["vocabulary.json"]), encoding="utf-8")
+        for name, content in files.items():
+            (tmp / name).write_text(
+                json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
