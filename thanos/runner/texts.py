@@ -3,9 +3,8 @@ it is read for is refused before any block is pruned, not found after: the perpl
 ``--ppl-seqlen`` tokens at least) and the distillation's (more windows than it holds out). Each is read as
 the step that needs it reads it (``thanos.evaluation.perplexity``, ``thanos.stages.distill_text``), with the
 model's tokenizer, and only as far as the check needs. Hub sources (``wikitext2``, ``c4``, ``hf:NAME``)
-are the hub's: ``thanos.runner.checks`` checks that the hub can be reached.
-
-``check_distill_text`` is also ``thanos distill``'s check of its ``--source``."""
+are the hub's: ``thanos.runner.checks`` checks that the hub can be reached. (``thanos distill`` reads its
+text before any model, ``thanos.stages.distill_text.load_text``, which refuses a text too short there.)"""
 
 from __future__ import annotations
 
@@ -45,21 +44,6 @@ def distill_windows(options: Distillation, tokenizer: Any) -> int:
 
     documents, _ = load_source(options.source, options.text_field)
     return int(pack_windows(documents, tokenizer, options.seqlen, options.heldout + 1).shape[0])
-
-
-def check_distill_text(options: Distillation, tokenizer: Any) -> None:
-    """Refuse a local distillation text too short for ``options`` (no more windows of ``seqlen`` tokens
-    than the ``heldout`` ones), in ``thanos distill``'s words (``--seqlen``, ``--heldout``), before any
-    model is loaded; ``tokenizer``: the student's. A hub source passes (read as the run goes)."""
-    if _local(options.source):
-        windows = distill_windows(options, tokenizer)
-        if windows <= options.heldout:
-            raise PathError(
-                f"the text gives {windows} window(s) of {options.seqlen} tokens: not more than the "
-                f"{options.heldout} held out",
-                options.source,
-                "give a longer text, a smaller --seqlen or fewer --heldout windows",
-            )
 
 
 def check_texts(model: str, evaluation: Evaluation, distill: Distillation | None, max_positions: int) -> None:
