@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from thanos.errors import Option, OptionError, PathError
+from thanos.errors import Option, OptionError
 from thanos.recipe import Distillation, streamed_dataset
 from thanos.runner.request import Evaluation
 
