@@ -98,13 +98,13 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
         "report": False,
     }
     (tmp_path / "mine.yaml").write_text(json.dumps(config))
+    (tmp_path / "calib.txt").write_text(" ".join(["the tiny model reads these words again"] * 40) + "\n")
     planned = run([bindir / "thanos", "workflow", "-n", "--configfile", "mine.yaml"], env=env, cwd=tmp_path)
     assert "make_tiny_model" in planned.stdout and "This was a dry-run" in planned.stdout, planned.stdout[
         -2000:
     ]
     # run for real, Ctrl-C (SIGINT to the process group) once the model is being assembled: the same
     # command again finishes it, without --rerun-incomplete (the packaged profile)
-    (tmp_path / "calib.txt").write_text(" ".join(["the tiny model reads these words again"] * 40) + "\n")
     command = [bindir / "thanos", "workflow", "--cores", "2", "--configfile", "mine.yaml"]
     proc = subprocess.Popen(
         command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
