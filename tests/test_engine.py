@@ -20,9 +20,12 @@ from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recip
 
 
 def _digests(root: Path) -> dict[str, str]:
-    """sha256 of every pruned layer file and of the assembled weights under ``root``."""
-    files = sorted([*root.glob("pruned/block*/*.safetensors"), *root.glob("model/*.safetensors")])
-    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    """sha256 of every pruned layer file and of the assembled weights under ``root`` (a recipe's directory),
+    by ``block{l}/{layer}`` and ``model/{file}`` (the workflow keeps its layers under the calibration's key,
+    ``pruned/{key}/``; the engine's working directory, one calibration, under ``pruned/``)."""
+    files = [*root.glob("pruned/block*/*.safetensors"), *root.glob("pruned/*/block*/*.safetensors")]
+    files += root.glob("model/*.safetensors")
+    return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 @pytest.fixture

@@ -12,7 +12,15 @@ import llama_oracle
 import pytest
 import torch
 import yaml
-from conftest import REPO, expert_matrix, pruned_in_memory, snakemake, workflow_config, write_corpus
+from conftest import (
+    REPO,
+    calibrated,
+    expert_matrix,
+    pruned_in_memory,
+    snakemake,
+    workflow_config,
+    write_corpus,
+)
 from transformers import AutoModelForCausalLM
 
 from thanos.demo.tested_models import TESTED_MODELS, readme_table
@@ -179,7 +187,8 @@ def test_matrix_through_the_workflow(models: dict[str, Path], tmp_path: Path) ->
         }
         for recipe, (_, sparsity) in RECIPES.items():
             out = Path(paths.model_dir(model_type, recipe))
-            pruned = Path(paths.pruned(model_type, recipe))
+            key = calibrated(tmp_path / "results" / model_type).name
+            pruned = Path(paths.pruned(model_type, recipe, key))
             assembled = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
             with torch.inference_mode():
                 got = assembled(ids).logits
