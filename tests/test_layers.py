@@ -13,6 +13,7 @@ PACKAGE = Path(thanos.__file__).parent
 # bottom to top: a module may import its own layer and the layers before it
 LAYERS = (
     "errors",  # PathError: every layer names the file it failed on
+    "options",  # each option declared once (a field's metadata) and the command lines generated from it
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
@@ -20,6 +21,7 @@ LAYERS = (
     "reads",  # which stores a recipe reads: asked by the rules, the engine, the chain and the disk check
     "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
+    "workflow_inputs",  # the config's inputs read for content before any job (a module)
     "models",  # the adapter (the generic one), the layout read by name, checkpoints
     "stages",  # one function per pipeline stage: assembly with its model card, publishing
     "evaluation",  # perplexity, zero-shot

@@ -28,6 +28,7 @@ from typing import Any
 
 from thanos.errors import Option, OptionError
 from thanos.files.layout import RECIPE_NAME, RESERVED
+from thanos.options import option
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
 from thanos.pruning.sparsity import COMPACT_KINDS, Sparsity, check_alpha, parse_sparsity
@@ -58,18 +59,19 @@ class Recovery:
     (the best epoch on them is kept). ``target``: ``dense``, the dense model's outputs of the block, or
     ``block``, the dense block applied to the block's own inputs (the pruned chain's)."""
 
-    epochs: int = field(default=2, metadata={"help": "passes over the calibration windows"})
-    lr: float = field(default=3e-3, metadata={"help": "Adam's learning rate, decayed linearly to 0"})
-    batch_size: int = field(default=4, metadata={"help": "windows per step"})
+    epochs: int = field(default=2, metadata=option("passes over the calibration windows"))
+    lr: float = field(default=3e-3, metadata=option("Adam's learning rate, decayed linearly to 0"))
+    batch_size: int = field(default=4, metadata=option("windows per step"))
     holdout: float = field(
-        default=0.125, metadata={"help": "fraction of the windows held out to pick the best epoch"}
+        default=0.125, metadata=option("fraction of the windows held out to pick the best epoch")
     )
     target: str = field(
         default="dense",
-        metadata={
-            "help": "dense: the dense model's outputs of each block; block: the dense block on the pruned "
-            "chain's inputs"
-        },
+        metadata=option(
+            "dense: the dense model's outputs of each block (default); block: the dense block on the pruned "
+            "chain's inputs",
+            choices=list(RECOVERY_TARGETS),
+        ),
     )
 
     @classmethod
@@ -151,35 +153,34 @@ class Distillation:
     config, ``thanos distill`` and ``prune-model``'s ``--distill-*`` options all take it."""
 
     tokens: int = field(
-        metadata={
-            "help": "the token budget: windows trained on x seqlen",
-            "argparse": {"type": int, "metavar": "N"},
-        }
+        metadata=option("the token budget: windows trained on x seqlen", type=int, metavar="N")
     )
     source: str = field(
         default="c4",
-        metadata={
-            "help": "c4, hf:NAME[:CONFIG] (a hub dataset, streamed) or a local text/jsonl/parquet path"
-        },
+        metadata=option(
+            "c4 (the first English training shard of allenai/c4, from the hub), hf:NAME[:CONFIG] (the train "
+            "split of a hub dataset, streamed, read only as far as the budget needs) or a local "
+            "text/jsonl/parquet file or directory"
+        ),
     )
-    text_field: str = field(default="text", metadata={"help": "jsonl/parquet field holding the text"})
-    seqlen: int = field(default=512, metadata={"help": "window length in tokens"})
-    batch_size: int = field(default=8, metadata={"help": "windows per optimizer step, over every process"})
-    micro_batch: int = field(default=1, metadata={"help": "windows per forward pass (gradient accumulation)"})
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate of AdamW"})
+    text_field: str = field(default="text", metadata=option("jsonl/parquet field holding the text"))
+    seqlen: int = field(default=512, metadata=option("window length in tokens"))
+    batch_size: int = field(default=8, metadata=option("windows per optimizer step, over every process"))
+    micro_batch: int = field(default=1, metadata=option("windows per forward pass: gradient accumulation"))
+    lr: float = field(default=1e-4, metadata=option("peak learning rate of AdamW"))
     warmup: int | None = field(
-        default=None,
-        metadata={"help": "warm-up steps (default: a tenth of the steps)", "argparse": {"type": int}},
+        default=None, metadata=option("warm-up steps (default: a tenth of the steps)", type=int)
     )
-    heldout: int = field(default=8, metadata={"help": "windows of the text held out"})
-    checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints"})
-    seed: int = field(default=0, metadata={"help": "seed of the windows' order"})
+    heldout: int = field(default=8, metadata=option("windows of the text held out"))
+    checkpoint_every: int = field(default=50, metadata=option("steps between checkpoints"))
+    seed: int = field(default=0, metadata=option("seed of the windows' order"))
     hidden_weight: float = field(
         default=0.0,
-        metadata={
-            "help": "weight of the hidden-state loss: each student block's output matched to the teacher "
-            "block's it stands for (relative squared error; for removed blocks); 0: logits only"
-        },
+        metadata=option(
+            "add the hidden-state loss with this weight: each student block's output matched to the output "
+            "of the teacher block it stands for (relative squared error; blocks removed by depth:k are read "
+            "from the student's pruning report); default 0: the logits' KL only"
+        ),
     )
 
     def __post_init__(self) -> None:

@@ -1,12 +1,16 @@
 """The workflow's config as recipes: ``expand`` makes the named ``Recipe`` of every ``recipe_grid`` and
-``recipes`` entry, ``schema_problems`` says in words what the JSON schema refuses. Torch-free: the
-workflow's parse (workflow/rules/config.smk) imports it."""
+``recipes`` entry, ``schema_problems`` says in words what the JSON schema refuses; the models the workflow
+builds itself (``built_models``, ``builds``) and the model names it refuses (``check_model_names``).
+Torch-free: the workflow's parse (workflow/rules/config.smk) imports it."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
+from thanos.files.layout import NOT_MODELS
 from thanos.pruning import methods
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
 
@@ -139,3 +143,43 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
             text = error.message
         problems.append(f"{key}: {text}" if key != "the config" else text)
     return problems
+
+
+def built_models(models: dict[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The models the workflow builds, by normalised path: the tiny ones' specs (rule make_tiny_model) and
+    the real ones' (rule real_model); two models building different tiny models at one path are refused."""
+    tiny: dict[str, dict] = {}
+    owners: dict[str, str] = {}
+    for name, model in models.items():
+        if "tiny" not in model:
+            continue
+        path = os.path.normpath(model["path"])
+        if path in tiny and tiny[path] != model["tiny"]:
+            raise ConfigError(
+                f"models.{owners[path]} and models.{name} build different tiny models at the same"
+                f" path {model['path']!r}; give each its own path (one spec per path)"
+            )
+        tiny[path], owners[path] = model["tiny"], name
+    real = {os.path.normpath(model["path"]): model["real"] for model in models.values() if "real" in model}
+    return tiny, real
+
+
+def builds(path: str, demo: dict[str, Any], built: Collection[str]) -> bool:
+    """Whether the workflow builds ``path`` itself: the demo's data (or a file in it) and model when the
+    demo is enabled, or one of the models ``built`` (normalised paths, ``built_models``)."""
+    path = os.path.normpath(path)
+    if demo["enabled"]:
+        data_dir = os.path.normpath(demo["data_dir"])
+        if path in (data_dir, os.path.normpath(demo["model_dir"])) or path.startswith(data_dir + os.sep):
+            return True
+    return path in built
+
+
+def check_model_names(models: Collection[str], results: str) -> None:
+    """Refuse a model named as a directory of the report (``tables``, ``figures``, ... under ``results``)."""
+    taken = sorted(set(models) & set(NOT_MODELS))
+    if taken:
+        raise ConfigError(
+            f"models: {', '.join(taken)} names a directory of the report ({', '.join(NOT_MODELS)} under"
+            f" {results}); rename the model"
+        )

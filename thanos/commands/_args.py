@@ -4,9 +4,9 @@ and offline mode of the evaluations, and text sources. Torch-free, like every ``
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from thanos import options
 from thanos.runner.request import DTYPES, RecipeOptions, positive  # noqa: F401 - positive: the commands' type
 
 if TYPE_CHECKING:
@@ -35,9 +35,7 @@ def add_recipe(parser: argparse.ArgumentParser) -> None:
 def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str) -> None:
     """The recipe option ``name`` as ``thanos prune-model`` declares it (``RecipeOptions``' field), not
     required."""
-    field = next(field for field in dataclasses.fields(RecipeOptions) if field.name == name)
-    given = {key: value for key, value in field.metadata["argparse"].items() if key != "required"}
-    parser.add_argument(f"--{name}", default=None, help=field.metadata["help"], **given)
+    options.add_option(parser, options.named(RecipeOptions, name), required=False)
 
 
 def add_owl(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from thanos import options
 from thanos.commands import _args
+from thanos.recipe import Distillation
 from thanos.runner.disk import KEEP
 
 # its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
@@ -36,48 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--teacher", required=True, help="the dense model it was pruned from (directory or hub id)"
     )
-    _args.add_text_source(
-        parser,
-        "c4",
-        "the first English training shard of allenai/c4, from the hub; or hf:NAME[:CONFIG], the "
-        "train split of a hub dataset streamed, read only as far as the budget needs",
-    )
     parser.add_argument(
         "--out", required=True, help="the distilled model's directory (written whole at the end)"
     )
-    parser.add_argument(
-        "--tokens", type=int, required=True, help="the token budget: windows trained on x seqlen"
-    )
-    parser.add_argument("--seqlen", type=int, default=512, help="window length in tokens (default: 512)")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=8,
-        help="windows per optimizer step, over every process (default: 8)",
-    )
-    parser.add_argument(
-        "--micro-batch",
-        type=int,
-        default=1,
-        help="windows per forward pass: gradient accumulation (default: 1)",
-    )
-    parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate of AdamW (default: 1e-4)")
-    parser.add_argument(
-        "--warmup", type=int, default=None, help="warm-up steps (default: a tenth of the steps)"
-    )
-    parser.add_argument("--heldout", type=int, default=8, help="windows of the text held out (default: 8)")
-    parser.add_argument(
-        "--checkpoint-every", type=int, default=50, help="steps between checkpoints (default: 50)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the windows' order (default: 0)")
-    parser.add_argument(
-        "--hidden-weight",
-        type=float,
-        default=0.0,
-        help="add the hidden-state loss with this weight: each student block's output matched to the output "
-        "of the teacher block it stands for (relative squared error; blocks removed by depth:k are read "
-        "from the student's pruning report); default 0: the logits' KL only",
-    )
+    # the options of the distillation itself, as prune-model's --distill-* (thanos.recipe.Distillation)
+    options.add_options(parser, Distillation)
     parser.add_argument(
         "--work",
         default=None,
@@ -119,12 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def default_work(args: argparse.Namespace, options: dict) -> Path:
+def default_work(args: argparse.Namespace, distillation: dict) -> Path:
     """Where the checkpoints of these inputs and options go when --work is not given."""
     from thanos.runner.workdirs import DISTILL, default_root, slug
 
     inputs = [str(Path(args.student).resolve()), args.teacher, args.source, str(Path(args.out).resolve())]
-    key = hashlib.sha256(json.dumps([inputs, options], sort_keys=True).encode()).hexdigest()[:10]
+    key = hashlib.sha256(json.dumps([inputs, distillation], sort_keys=True).encode()).hexdigest()[:10]
     return default_root() / DISTILL / f"{slug(Path(args.out).name)}-{key}"
 
 
@@ -132,21 +97,20 @@ def run(args: argparse.Namespace) -> None:
     """Check everything and read the text (``prepare``), say what will run, run it with its full log in
     ``--work``, say what was written; a failure once it runs is one ``ERROR:`` line (its traceback in the
     log), exit status 1."""
-    from dataclasses import asdict, fields
+    from dataclasses import asdict
 
-    from thanos.recipe import Distillation
     from thanos.runner import console
     from thanos.stages import distill as stage
     from thanos.stages.distill_files import LOG
 
-    options = Distillation(**{f.name: getattr(args, f.name) for f in fields(Distillation)})
-    work = Path(args.work) if args.work else default_work(args, asdict(options))
+    distillation = Distillation(**options.given(args, Distillation))
+    work = Path(args.work) if args.work else default_work(args, asdict(distillation))
     prepared = stage.prepare(
         args.student,
         args.teacher,
         args.out,
         work,
-        options,
+        distillation,
         args.device,
         args.dtype,
         args.shard,

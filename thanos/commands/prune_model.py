@@ -5,9 +5,10 @@ README.md model card) to --out."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
+
+from thanos.options import declared, flag, given
 
 # its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
 # step's failure is logged with its traceback in the run's log file)
@@ -33,31 +34,16 @@ estimated and checked before it starts; `thanos workdirs` lists the working dire
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The request's fields as options, in its groups, each with its field's help
-    (``thanos.runner.request``)."""
+    (``thanos.runner.request``, ``thanos.options``)."""
+    from thanos.options import add_options
     from thanos.runner.request import GROUPS, PruneRequest
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
-    _add_fields(parser, PruneRequest)
-    for title, group in GROUPS.items():
-        prefix = {"recovery": "recover_", "distillation": "distill_"}.get(title.split(" ")[0], "")
-        _add_fields(parser.add_argument_group(title), group, prefix)
-
-
-def _add_fields(parser: Any, group: type, prefix: str = "") -> None:
-    """One option per field of ``group`` that has a help text: ``--name-with-dashes`` (or the field's
-    ``flag``), its argparse keywords; a field without them (recovery's) takes its default's type and
-    shows the default."""
-    for field in dataclasses.fields(group):
-        if "help" not in field.metadata:
-            continue
-        given = dict(field.metadata.get("argparse", {"type": type(field.default), "default": None}))
-        flag = given.pop("flag", "--" + (prefix + field.name).replace("_", "-"))
-        text = field.metadata["help"]
-        if "argparse" not in field.metadata:
-            text += f" (default {field.default})"
-        given.setdefault("default", None if field.default is dataclasses.MISSING else field.default)
-        parser.add_argument(flag, dest=prefix + field.name, help=text, **given)
+    add_options(parser, PruneRequest)
+    for title, group, prefix in GROUPS:
+        # a prefixed group's options are optional together (--distill-tokens turns distillation on)
+        add_options(parser.add_argument_group(title), group, prefix, required=not prefix)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -79,22 +65,14 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(130 if err.interrupted else 1) from None
 
 
-def _given(args: argparse.Namespace, group: str) -> tuple[dict[str, Any], str]:
-    """The options of ``group`` given (``--recover-epochs 4`` -> ``{"epochs": 4}``) and their flags, named."""
-    prefix = group + "_"
-    options = {
-        name.removeprefix(prefix): value
-        for name, value in vars(args).items()
-        if name.startswith(prefix) and value is not None
-    }
-    return options, ", ".join(f"--{group}-{name.replace('_', '-')}" for name in options)
-
-
 def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--recover`` and its options as the request's ``recover``; an option without ``--recover`` is
     refused."""
-    options, flags = _given(args, "recover")
+    from thanos.recipe import Recovery
+
+    options = given(args, Recovery, "recover_")
     if options and not args.recover:
+        flags = _flags(Recovery, "recover_", options)
         raise ValueError(f"{flags}: recovery options without --recover; add --recover or leave them out")
     return options if args.recover else None
 
@@ -102,7 +80,15 @@ def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
 def _distill(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``--distill-*`` options as the request's ``distill``; any of them without ``--distill-tokens`` is
     refused."""
-    options, flags = _given(args, "distill")
+    from thanos.recipe import Distillation
+
+    options = given(args, Distillation, "distill_")
     if options and "tokens" not in options:
+        flags = _flags(Distillation, "distill_", options)
         raise ValueError(f"{flags}: distillation options without --distill-tokens; add it or leave them out")
     return options or None
+
+
+def _flags(group: type, prefix: str, options: dict[str, Any]) -> str:
+    """The flags of the ``options`` given, named: ``--distill-lr, --distill-seed``."""
+    return ", ".join(flag(field, prefix) for field in declared(group) if field.name in options)

@@ -6,11 +6,13 @@
 - ``devices``: the GPU slot pool that gives each concurrent job its own device
   (``python -m thanos.jobs.devices -- python -m thanos <stage> ...``);
 - ``granularity``: how pruning becomes jobs (per layer, block or recipe), read by the config rules;
-- ``joblogs``: the ERROR lines of failed jobs' logs (the Snakefile's ``onerror``).
+- ``joblogs``: the ERROR lines of failed jobs' logs (the Snakefile's ``onerror``);
+- ``plan``: how the workflow's jobs run, decided once at parse (the device check, the granularity, each
+  kind of job's GPUs, the environment every job reads).
 
 What drives a whole run (Snakemake's API, progress lines, one recipe in one call) is ``thanos.runner``.
 
-Imports: nothing of the package at import time; one edge up: the worker runs ``thanos.cli`` in its forked
-children (and sets the evaluation's offline switches there, ``thanos.evaluation``). This ``__init__``
-imports nothing.
+Imports: nothing of the package at import time but ``plan``'s ``thanos.recipe`` (torch-free); one edge
+up: the worker runs ``thanos.cli`` in its forked children (and sets the evaluation's offline switches
+there, ``thanos.evaluation``). This ``__init__`` imports nothing.
 """

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.errors import FlagWords, KeywordWords, Option, OptionError
+from thanos.options import flags, option
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
@@ -35,7 +36,6 @@ ORDER = {"depth": 0, "heads": 1, "kv_heads": 1, "neurons": 2}
 
 # the options whose words are not the keyword's name (a flag that sets False; a keyword's dict's entries)
 PYTHON = KeywordWords({"disk_check": "disk_check=False"})
-FLAGS = FlagWords({"disk_check": "--no-disk-check"})
 
 
 def positive(text: str) -> int:
@@ -46,25 +46,18 @@ def positive(text: str) -> int:
     return value
 
 
-def option(help: str, **argparse_options: Any) -> dict[str, Any]:
-    """A field's metadata: its help text and how the command line takes it (``argparse`` keywords; ``flag``:
-    the option's flag where it is not ``--`` and the field's name with dashes)."""
-    return {"help": help, "argparse": argparse_options}
-
-
 @dataclass(frozen=True)
 class RecipeOptions:
     """How to prune: the method, the pattern and the method's options (``thanos.recipe.Recipe``)."""
 
-    method: str = field(metadata=option("pruning method", required=True, choices=list(methods.METHODS)))
+    method: str = field(metadata=option("pruning method", choices=list(methods.METHODS)))
     sparsity: str | float = field(
         metadata=option(
             "0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written "
             "smaller), heads:0.33 (attention query heads of each key/value group, model written smaller), "
             "kv_heads:0.25 (whole key/value groups), depth:6 or depth:0.2 (whole blocks), or structures "
             "joined with + (depth:4+neurons:0.3: blocks first, then heads, then neurons, each on the model "
-            "the previous part wrote)",
-            required=True,
+            "the previous part wrote)"
         )
     )
     alpha: float | None = field(
@@ -334,7 +327,7 @@ class Evaluation:
     """The evaluations of the published model (and of the dense one beside it)."""
 
     evaluate: str | Sequence[str] = field(
-        default=(), metadata=option("ppl and/or zeroshot, comma-separated (default none)", default="")
+        default=(), metadata=option("ppl and/or zeroshot, comma-separated (default none)")
     )
     ppl_source: str | Path = field(
         default="wikitext2", metadata=option("perplexity text: wikitext2 (the hub, default) or a local file")
@@ -373,9 +366,7 @@ class Evaluation:
 class Output:
     """Where the pruned model is published."""
 
-    out: str | Path = field(
-        metadata=option("output directory (new, empty, or a previous result)", required=True)
-    )
+    out: str | Path = field(metadata=option("output directory (new, empty, or a previous result)"))
     overwrite: bool = field(
         default=False,
         metadata=option(
@@ -391,7 +382,7 @@ class PruneRequest:
     ``part_of``: for the last part of a combined recipe, what its report records of the whole (the pattern,
     the base model, the parts before it)."""
 
-    model: str = field(metadata=option("Hugging Face model directory or hub id", required=True))
+    model: str = field(metadata=option("Hugging Face model directory or hub id"))
     recipes: tuple[Recipe, ...]
     sparsity: str  # the pattern as given: ``depth:4+neurons:0.3`` for a combined recipe
     calibration: CalibrationOptions
@@ -419,17 +410,26 @@ class PruneRequest:
         return len(self.recipes) > 1
 
 
-GROUPS = {  # the request's groups as the command's --help shows them
-    "output": Output,
-    "recipe": RecipeOptions,
-    "recovery (each pruned block's kept weights trained to match the dense block's outputs; zeros "
-    "kept)": Recovery,
-    "distillation (the pruned model trained toward the dense model's next-token distributions on text; "
-    "zeros kept; --distill-tokens N turns it on; docs/distillation.md)": Distillation,
-    "calibration": CalibrationOptions,
-    "where and how it runs": Resources,
-    "evaluation of the pruned model (and of the dense model beside it)": Evaluation,
-}
+# the request's groups as the command's --help shows them: (title, fields, the prefix of their options)
+GROUPS = (
+    ("output", Output, ""),
+    ("recipe", RecipeOptions, ""),
+    (
+        "recovery (each pruned block's kept weights trained to match the dense block's outputs; zeros kept)",
+        Recovery,
+        "recover_",
+    ),
+    (
+        "distillation (the pruned model trained toward the dense model's next-token distributions on text; "
+        "zeros kept; --distill-tokens N turns it on; docs/distillation.md)",
+        Distillation,
+        "distill_",
+    ),
+    ("calibration", CalibrationOptions, ""),
+    ("where and how it runs", Resources, ""),
+    ("evaluation of the pruned model (and of the dense model beside it)", Evaluation, ""),
+)
+FLAGS = FlagWords(flags(PruneRequest, *(group for _, group, _ in GROUPS)))
 
 
 def build_request(

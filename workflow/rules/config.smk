@@ -12,12 +12,19 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from thanos.files import digests
-from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, NOT_MODELS, UNCALIBRATED, Layout, calibration_key
+from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, UNCALIBRATED, Layout, calibration_key
 from thanos.recipe import ConfigError
-from thanos.workflow_config import distilled_from, expand, schema_problems
+from thanos.workflow_config import (
+    builds,
+    built_models,
+    check_model_names,
+    distilled_from,
+    expand,
+    schema_problems,
+)
 from thanos.workflow_inputs import input_problems
-from thanos.jobs.devices import resolve_devices
-from thanos.jobs.granularity import ALIASES, choose_granularity
+from thanos.jobs import plan
+from thanos.jobs.granularity import ALIASES
 
 if not workflow.overwrite_configfiles:
 
@@ -45,20 +52,9 @@ OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
 DISTILLED = {name: distilled_from(recipe, RECIPES) for name, recipe in RECIPES.items() if recipe.distill}
 PRUNED = [name for name in RECIPES if name not in DISTILLED]
 
-TINY_MODELS = {}  # normalised path -> the tiny model's spec (built by rule make_tiny_model)
-_TINY_OWNERS = {}
-for _name, _model in MODELS.items():
-    if "tiny" in _model:
-        _path = os.path.normpath(_model["path"])
-        if _path in TINY_MODELS and TINY_MODELS[_path] != _model["tiny"]:
-            raise ConfigError(
-                f"models.{_TINY_OWNERS[_path]} and models.{_name} build different tiny models at the same"
-                f" path {_model['path']!r}; give each its own path (one spec per path)"
-            )
-        TINY_MODELS[_path] = _model["tiny"]
-        _TINY_OWNERS[_path] = _name
-# normalised path -> the real model's spec (downloaded and converted by rule real_model)
-REAL_MODELS = {os.path.normpath(_m["path"]): _m["real"] for _m in MODELS.values() if "real" in _m}
+# normalised path -> the spec of a tiny model (built by rule make_tiny_model) or a real one (downloaded and
+# converted by rule real_model)
+TINY_MODELS, REAL_MODELS = built_models(MODELS)
 
 # results users copy from must be what was computed: an assembled model changed since (an edit in
 # place, a truncation, a deleted file) stops the run here, named, before anything reads it
@@ -77,12 +73,7 @@ if not workflow.remote_exec:
 def built_by_workflow(path):
     """Whether the workflow builds ``path`` itself: the demo's data (or a file in it) and model, a tiny or
     real model."""
-    path = os.path.normpath(path)
-    if DEMO["enabled"]:
-        data_dir = os.path.normpath(DEMO["data_dir"])
-        if path in (data_dir, os.path.normpath(DEMO["model_dir"])) or path.startswith(data_dir + os.sep):
-            return True
-    return path in TINY_MODELS or path in REAL_MODELS
+    return builds(path, DEMO, TINY_MODELS.keys() | REAL_MODELS.keys())
 
 
 # every input the config names, checked for content (not empty, long enough for the windows asked) before
@@ -100,52 +91,22 @@ if config["granularity"] in ALIASES:
 
 def _local_gpus():
     """GPUs the jobs of this machine can use at once: --resources gpu=K, else the slot pool's devices."""
-    if config["device"] == "cpu":
-        return 0
     given = getattr(workflow.global_resources.get("gpu"), "value", None)
-    if given is not None:
-        return int(given)
-    return len(resolve_devices(config["gpu_slots"]))
+    return plan.local_gpus(config["device"], given, config["gpu_slots"])
 
 
-# device: cuda on a machine whose jobs would see no GPU fails in the first job: said now, naming the key
-# (a cluster's nodes have their own GPUs; --resources gpu=K says K are there)
-if (
-    str(config["device"]).startswith("cuda")
-    and not workflow.remote_exec
-    and workflow.resource_settings.nodes is None
-    and _local_gpus() == 0
-):
-    raise ConfigError(
-        f"device: {config['device']}, but the jobs of this machine would see no GPU (none in "
-        "CUDA_VISIBLE_DEVICES or from nvidia-smi, no --resources gpu=K); set device: cpu or auto, or run on "
-        "a GPU machine (on a cluster: --profile workflow/profiles/slurm)"
-    )
-
-
-# auto is resolved once, by the Snakemake process that schedules the jobs; jobs that Snakemake re-parses
-# (cluster jobs) take its choice from the environment, so both see the same rules.
-if workflow.remote_exec and "THANOS_WF_GRANULARITY" in os.environ:
-    GRANULARITY = os.environ["THANOS_WF_GRANULARITY"]
-    GRANULARITY_REASON = os.environ.get("THANOS_WF_GRANULARITY_REASON", "")
-else:
-    try:
-        GRANULARITY, GRANULARITY_REASON = choose_granularity(
-            config["granularity"],
-            cluster=workflow.resource_settings.nodes is not None,
-            gpus=_local_gpus(),
-            recovered=[name for name, recipe in RECIPES.items() if recipe.recover is not None],
-        )
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if config["granularity"] == "auto":
-        logger.info(f"granularity: {GRANULARITY} ({GRANULARITY_REASON})")
-
-if set(MODELS) & set(NOT_MODELS):
-    raise ConfigError(
-        f"models: {', '.join(sorted(set(MODELS) & set(NOT_MODELS)))} names a directory of the report"
-        f" ({', '.join(NOT_MODELS)} under {R}); rename the model"
-    )
+_CLUSTER = workflow.resource_settings.nodes is not None
+plan.check_device(config["device"], local=not workflow.remote_exec and not _CLUSTER, gpus=_local_gpus)
+GRANULARITY, GRANULARITY_REASON = plan.granularity(
+    config["granularity"],
+    [name for name, recipe in RECIPES.items() if recipe.recover is not None],
+    remote=workflow.remote_exec,
+    cluster=_CLUSTER,
+    gpus=_local_gpus,
+)
+if config["granularity"] == "auto" and not (workflow.remote_exec and plan.GRANULARITY_ENV[0] in os.environ):
+    logger.info(f"granularity: {GRANULARITY} ({GRANULARITY_REASON})")
+check_model_names(MODELS, R)
 
 
 def _alternation(names):
@@ -174,55 +135,19 @@ def compute_dtype(wildcards, output):
 # --- job environment (not params: changing the device does not invalidate finished results) -------
 # Rules read these as shell variables; set here, they reach every job (local or re-parsed remotely).
 
+plan.check_eval_gpus(config["eval_gpus"], config["device"])
 EVAL_GPUS = config["eval_gpus"]
-if EVAL_GPUS > 1 and config["device"] != "auto" and config["device"] != "cuda":
-    raise ConfigError(
-        f"eval_gpus: {EVAL_GPUS} spreads evaluated models over several GPUs, which needs device: auto or"
-        f" cuda (got device: {config['device']}); set eval_gpus: 1"
-    )
-# The one place that decides how many GPUs a job asks for (the `gpu` resource of the rules: local
-# `--resources gpu=K` caps, SLURM's --gpus). device: cpu asks for none, so CPU-only clusters accept the jobs.
-JOB_GPUS = 0 if config["device"] == "cpu" else 1
-EVAL_JOB_GPUS = 0 if config["device"] == "cpu" else EVAL_GPUS
 DISTILL_PROCESSES = config["distill_processes"]
-DISTILL_JOB_GPUS = 0 if config["device"] == "cpu" else DISTILL_PROCESSES
+# the GPUs each kind of job asks for (the `gpu` resource of the rules)
+JOB_GPUS = plan.job_gpus(config["device"], 1)
+EVAL_JOB_GPUS = plan.job_gpus(config["device"], EVAL_GPUS)
+DISTILL_JOB_GPUS = plan.job_gpus(config["device"], DISTILL_PROCESSES)
 # Scheduling: among the jobs ready to run, those that lead to pruned models (calibration, chains, OWL,
 # pruning, assembly) go before evaluations, so a run ends on evaluations alone, which fill the cores to the
 # end, instead of a last model's prune -> assemble -> evaluate chain running while the other cores idle.
 PRUNING_FIRST = 1
-# The figures job runs last, alone: a local run draws them with up to 8 of its cores (a process each; more
-# would only plot figures that another process saves), a cluster job or a run without --cores with one.
-if workflow.resource_settings.nodes is None:
-    FIGURE_PROCESSES = min(workflow.resource_settings.cores or 1, 8)
-else:
-    FIGURE_PROCESSES = 1
-
-
-def _slot_pool(count):
-    """The GPU slot-pool wrapper of a job needing `count` GPUs (none on device: cpu)."""
-    if config["device"] == "cpu":
-        return ""
-    return f"python -m thanos.jobs.devices --slots {config['gpu_slots']} --count {count} --"
-
-
-JOB_ENV = {
-    "THANOS_WF_DEVICE": config["device"],
-    "THANOS_WF_GPU": _slot_pool(1),
-    "THANOS_WF_EVAL_GPU": _slot_pool(EVAL_GPUS),
-    # where an evaluation puts the model: one device, or spread over eval_gpus GPUs
-    "THANOS_WF_EVAL_PLACEMENT": "--device-map auto" if EVAL_GPUS > 1 else f"--device {config['device']}",
-    # a distillation job: its GPUs, and its processes (data parallel through torchrun when several, each
-    # a Python of its own: not forked from the local run's warm worker)
-    "THANOS_WF_DISTILL_GPU": _slot_pool(DISTILL_PROCESSES),
-    "THANOS_WF_DISTILL": (
-        f"env THANOS_WORKER=off python -m torch.distributed.run --standalone --nproc-per-node {DISTILL_PROCESSES}"
-        if DISTILL_PROCESSES > 1
-        else "python"
-    ),
-    "THANOS_WF_ZEROSHOT_ENV": "env HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1" if config["zeroshot"]["offline"] else "",
-    "THANOS_WF_GRANULARITY": GRANULARITY,
-    "THANOS_WF_GRANULARITY_REASON": GRANULARITY_REASON,
-}
+FIGURE_PROCESSES = plan.figure_processes(_CLUSTER, workflow.resource_settings.cores)
+JOB_ENV = plan.job_env(config, GRANULARITY, GRANULARITY_REASON)
 os.environ.update(JOB_ENV)
 
 

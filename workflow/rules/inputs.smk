@@ -2,8 +2,10 @@
 # sources, evaluation. Those of the pruning rules: rules/pruning_inputs.smk. Paths: PATHS (config.smk).
 
 import json
+import shlex
 
 from thanos.files.fingerprint import model_fingerprint, record
+from thanos.options import command_line
 from thanos.recipe import streamed_dataset
 
 # --- models ---------------------------------------------------------------------------------------
@@ -110,11 +112,9 @@ def distill_source_input(wildcards):
 
 
 def distill_options(wildcards):
-    """The recipe's `distill` options as `thanos distill` flags (--tokens 131072 --lr 0.0003 ...)."""
-    options = RECIPES[wildcards.distilled].distill.to_dict()
-    return " ".join(
-        f"--{name.replace('_', '-')} {quoted(value)}" for name, value in options.items() if value is not None
-    )
+    """The recipe's `distill` options (the config's keys: the fields of thanos.recipe.Distillation) as the
+    `thanos distill` flags declared by the same fields (--tokens 131072 --lr 0.0003 ...)."""
+    return shlex.join(command_line(RECIPES[wildcards.distilled].distill))
 
 
 def distill_work(wildcards, output):
