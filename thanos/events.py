@@ -8,18 +8,19 @@ the log file only: nothing reads a log line back, so a log line can be reworded 
 - ``ChainResumed``, ``BlockDone``: the chain (``thanos.stages.chain``) resumed at its first unfinished block;
   a block pruned (and recovered);
 - ``RecoveryEpoch``: an epoch of a block's recovery (``thanos.stages.recover``);
-- ``DistillStep``, ``DistillCheckpoint``, ``DistillResumed``, ``DistillBefore``, ``DistillSharded``,
-  ``DistillWarning``: the distillation's steps, checkpoints, resume, held-out KL before training, FSDP, and
-  what it warns of (``thanos.stages.distill``).
+- ``DistillStep``: a distillation's step (``thanos.stages.distill``); its ``DistillNote``s, each a line of
+  its own: ``DistillCheckpoint``, ``DistillResumed``, ``DistillBefore`` (the held-out KL before training),
+  ``DistillSharded`` (FSDP); ``DistillWarning``: what it warns of.
 
-An event's ``text`` is what its log line and the display both say. Torch-free; imports nothing of the
-package.
+An event's ``text`` is what the display says of it (most log lines say it too, in their own frame).
+Torch-free; imports nothing of the package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 def clock_text(seconds: float) -> str:
@@ -137,8 +138,19 @@ class DistillStep:
         )
 
 
+class DistillNote:
+    """A distillation's event that a display lists as it comes, a line of its own: its ``text`` is its
+    ``WORDS`` with its fields filled in."""
+
+    WORDS: ClassVar[str]
+
+    @property
+    def text(self) -> str:
+        return self.WORDS.format_map(vars(self))
+
+
 @dataclass(frozen=True)
-class DistillCheckpoint:
+class DistillCheckpoint(DistillNote):
     """A checkpoint written at step ``step`` of ``steps``: the held-out KL, the best so far and its step."""
 
     step: int
@@ -146,51 +158,35 @@ class DistillCheckpoint:
     kl: float
     best_kl: float
     best_step: int
-
-    @property
-    def text(self) -> str:
-        return (
-            f"checkpoint at step {self.step}/{self.steps}: held-out KL {self.kl:.4g} "
-            f"(best {self.best_kl:.4g} at step {self.best_step})"
-        )
+    WORDS = "checkpoint at step {step}/{steps}: held-out KL {kl:.4g} (best {best_kl:.4g} at step {best_step})"
 
 
 @dataclass(frozen=True)
-class DistillResumed:
+class DistillResumed(DistillNote):
     """The distillation resumed from the checkpoint of step ``step`` in ``directory``."""
 
     step: int
     directory: str
-
-    @property
-    def text(self) -> str:
-        return f"resumed from the checkpoint of step {self.step} ({self.directory})"
+    WORDS = "resumed from the checkpoint of step {step} ({directory})"
 
 
 @dataclass(frozen=True)
-class DistillBefore:
+class DistillBefore(DistillNote):
     """The student's held-out KL before training."""
 
     kl: float
-
-    @property
-    def text(self) -> str:
-        return f"before training: held-out KL {self.kl:.4g}"
+    WORDS = "before training: held-out KL {kl:.4g}"
 
 
 @dataclass(frozen=True)
-class DistillSharded:
+class DistillSharded(DistillNote):
     """The models sharded by FSDP over ``processes``."""
 
     processes: int
-
-    @property
-    def text(self) -> str:
-        n = self.processes
-        return (
-            f"sharded (FSDP) over {n} processes: each holds 1/{n} of the student, its gradients, AdamW's "
-            "moments and the teacher"
-        )
+    WORDS = (
+        "sharded (FSDP) over {processes} processes: each holds 1/{processes} of the student, its gradients, "
+        "AdamW's moments and the teacher"
+    )
 
 
 @dataclass(frozen=True)
@@ -214,8 +210,6 @@ Event = (
     | DistillWarning
 )
 OnEvent = Callable[[Event], None]
-# the distillation's events a display lists as they come, each a line of its own
-DISTILL_NOTES = (DistillCheckpoint, DistillResumed, DistillBefore, DistillSharded)
 
 
 def ignore(event: Event) -> None:

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TextIO
 
 from thanos.events import (
-    DISTILL_NOTES,
     BlockDone,
     ChainResumed,
+    DistillNote,
     DistillStep,
     DistillWarning,
     Event,
@@ -151,7 +151,7 @@ class StepProgress:
                 self._update(event.text, listed=False)  # the blocks'
             elif isinstance(event, DistillStep):  # a line of its own when not a terminal: twenty a run
                 self._update(event.text, listed=event.listed, prefix="distill")
-            elif isinstance(event, DISTILL_NOTES):
+            elif isinstance(event, DistillNote):
                 self.note(f"distill: {event.text}")
             elif isinstance(event, DistillWarning):
                 self.note(f"warning: distill: {event.text}")
