@@ -338,11 +338,10 @@ def distill(
     """Train a student toward a teacher on text and write it to ``out``: ``prepare(*inputs, **choices)``
     (the student, teacher, out, work and options; the device, dtype, ``shard_models``, ``overwrite``) with
     its warnings logged and told to ``on_event``, then ``run`` (``keep_checkpoints``, ``on_event``).
-    ``shard_models``: under torchrun, the student,
-    its gradients and AdamW's moments and the teacher sharded over the processes by FSDP instead of whole in
-    each (for models that do not fit one device; the same steps, equal to rounding). An ``out`` that holds
-    another model, or the distillation of other inputs or options, is replaced only with ``overwrite``
-    (refused before any training)."""
+    ``shard_models``: under torchrun, the student, its gradients and AdamW's moments and the teacher sharded
+    over the processes by FSDP instead of whole in each (for models that do not fit one device; the same
+    steps, equal to rounding). An ``out`` that holds another model, or the distillation of other inputs or
+    options, is replaced only with ``overwrite`` (refused before any training)."""
     prepared = prepare(*inputs, **choices)
     for warning in prepared.warnings:
         log.warning("distill: %s", warning)
