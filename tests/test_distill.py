@@ -419,17 +419,16 @@ def test_the_status_line_fits_the_terminal_numbers_first(width: int, monkeypatch
     step, KL, tokens/s and time left first, as many as fit; the step's label (its path shortened to the
     file's name) where there is room."""
     import io
-    import logging
 
+    from thanos.events import DistillStep, StepStarted
     from thanos.runner.progress import StepProgress
 
     monkeypatch.setenv("COLUMNS", str(width))
     stream = io.StringIO()
     label = "distill: 8,192 tokens of /data/a/rather/long/path/to/the/corpus.jsonl"
     with StepProgress(stream, interactive=True) as progress:
-        progress.on_step(label, None)
-        message = "distill: step 3/24: KL 0.5132, 5,120 tokens/s, 0:20 left, lr 0.0003"
-        progress.handle(logging.makeLogRecord({"msg": message, "levelno": logging.INFO}))  # as logged
+        progress.on_event(StepStarted(label))
+        progress.on_event(DistillStep(3, 24, kl=0.5132, tokens_per_second=5120, seconds_left=20, lr=3e-4))
         status = stream.getvalue().split("\r\x1b[K")[-1]
     assert len(status) <= width - 1 and status.startswith("[0:00] step 3/24: KL"), status
     shown = status.removeprefix("[0:00] ").split(" | ")[0].split(", ")
@@ -441,7 +440,7 @@ def test_the_status_line_fits_the_terminal_numbers_first(width: int, monkeypatch
     wide = StepProgress(io.StringIO(), interactive=True)
     monkeypatch.setenv("COLUMNS", "200")
     with wide:
-        wide.on_step(label, None)
+        wide.on_event(StepStarted(label))
         wide.block = "step 3/24: KL 0.5132, 5,120 tokens/s, 0:20 left, lr 0.0003"
         wide._refresh()
     assert wide.stream.getvalue().split("\r\x1b[K")[-2].endswith(f" | {label} (0:00)")

@@ -20,6 +20,7 @@ LAYERS = (
     "workflow_config",  # the workflow's config as recipes (torch-free; a module)
     "reads",  # which stores a recipe reads: asked by the rules, the engine, the chain and the disk check
     "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
+    "events",  # what a run reports while it runs: typed progress events, stages -> display (a module)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
     "workflow_inputs",  # the config's inputs read for content before any job (a module)
     "models",  # the adapter (the generic one), the layout read by name, checkpoints

@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> None:
 def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, started: float) -> dict:
     """``run(prepared)`` with the status line on stderr (a terminal's, unless not ``show``) and every other
     record and output in ``log_file``; a failure says what failed in one ``ERROR:`` line and exits 1."""
+    from thanos.events import StepDone, StepStarted
     from thanos.runner.console import say, say_failure
     from thanos.runner.progress import Console, StepProgress, full_log
     from thanos.stages import distill as stage
@@ -142,9 +143,9 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
         for warning in prepared.warnings:
             log.warning("distill: %s", warning)
         with progress:
-            progress.on_step(label, None)
+            progress.on_event(StepStarted(label))
             try:
-                result = stage.run(prepared, keep_checkpoints)
+                result = stage.run(prepared, keep_checkpoints, progress.on_event)
             except KeyboardInterrupt:
                 log.warning("interrupted during: %s", label)
                 raise
@@ -152,7 +153,7 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
                 log.exception("failed: %s", label)  # into the log only (not a "distill: " note)
                 failed = err
             else:
-                progress.on_step(label, time.monotonic() - started)
+                progress.on_event(StepDone(label, time.monotonic() - started))
                 return result
     say_failure(stream, label, failed, log_file, started)
     say(stream, "fix the cause and run the same command again: it continues from the last checkpoint")

@@ -2,8 +2,8 @@
 
 - ``request``: the request both fronts build (its fields declare the command's options once), checked once;
 - ``checks``: the checks before the first step (the model, the output, the sources, the disk) -> the ``Plan``;
-- ``console``: what the terminal shows before, on failure and after (``progress``: while it runs, and the
-  run's log file);
+- ``console``: what the terminal shows before, on failure and after (``progress``: while it runs, from the
+  stages' events, ``thanos.events``; and the run's log file);
 - ``one_recipe``: one recipe run, every stage in this process (``thanos.stages.engine``), the publish and
   the evaluations (``evaluations``); ``combined``: a combined recipe, one request per part;
 - ``api``: the public ``prune_model`` and ``execute``;

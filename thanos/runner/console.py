@@ -10,10 +10,10 @@ from typing import Any, TextIO
 import torch
 
 from thanos.errors import describe
+from thanos.events import clock_text
 from thanos.labels import counted, nm_note, shape_text
 from thanos.runner.checks import Plan
 from thanos.runner.disk import free_bytes, size_text
-from thanos.runner.progress import clock_text
 from thanos.stages.card import evaluate_commands
 from thanos.stages.common import resolve_device
 from thanos.stages.provenance import path_bytes

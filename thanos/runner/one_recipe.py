@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import torch
 
+from thanos.events import OnEvent, StepDone, StepStarted, clock_text
 from thanos.files.layout import DENSE
 from thanos.files.workdir_lock import exclusive_workdir
 from thanos.labels import counted
@@ -30,7 +31,7 @@ from thanos.runner import console
 from thanos.runner.checks import Plan, plan
 from thanos.runner.console import say
 from thanos.runner.evaluations import Evaluations
-from thanos.runner.progress import StepProgress, clock_text, full_log
+from thanos.runner.progress import StepProgress, full_log
 from thanos.runner.request import PruneRequest
 from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unfinished, unfinished_note
 from thanos.stages.achieved_sparsity import summarize
@@ -105,9 +106,9 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             if other != run_plan.name:
                 progress.note(unfinished_note(run_plan.workdir, other))
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
-        steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
+        steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_event))
         distilled = run_plan.distilled is not None and _guarded(
-            run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_step)
+            run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_event)
         )
         evaluation = evaluations.current()
         published = publish_result(run_plan, evaluation)
@@ -124,7 +125,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
     if not steps.computed and not distilled:
         progress.note("nothing to do: every step finished in an earlier run")
     elif progress.resumed or (steps.reused and ran_before):
-        blocks = f"; the chain's {progress.resumed.split(', starting')[0]}" if progress.resumed else ""
+        blocks = f"; the chain's {progress.resumed.finished}" if progress.resumed else ""
         kept = counted(len(steps.reused), "step")
         progress.note(f"resumed: {kept} finished in an earlier run of this recipe were kept{blocks}")
     elif steps.reused:  # another recipe's run computed them: shared, not resumed
@@ -170,7 +171,7 @@ def _threads(run_plan: Plan) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _run_steps(run_plan: Plan, on_step: Any) -> Any:
+def _run_steps(run_plan: Plan, on_event: OnEvent) -> Any:
     """The engine's steps; returns the steps run and kept."""
     files = run_plan.files
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
@@ -187,10 +188,10 @@ def _run_steps(run_plan: Plan, on_step: Any) -> Any:
         record=record,
         dtype=resources.compute_dtype,
     )
-    return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_step)
+    return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_event)
 
 
-def _distill(run_plan: Plan, steps: Any, on_step: Any) -> bool:
+def _distill(run_plan: Plan, steps: Any, on_event: OnEvent) -> bool:
     """The assembled model distilled toward the dense one (``thanos.stages.distill``) into
     ``run_plan.published_dir``, from its last checkpoint when an earlier run stopped; nothing when an earlier
     run distilled this assembled model (a model assembled again is distilled again). Whether it trained."""
@@ -205,14 +206,15 @@ def _distill(run_plan: Plan, steps: Any, on_step: Any) -> bool:
     remove(out)  # a copy cut short
     options = run_plan.distilled.distill  # type: ignore[union-attr]
     label = step_label(options)
-    on_step(label, None)
+    on_event(StepStarted(label))
     began = time.monotonic()
     resources = run_plan.resources
     distill(
         str(run_plan.files.model_dir), str(run_plan.teacher), out, run_plan.distill_work, options,
         device=resources.device, dtype=resources.compute_dtype, keep_checkpoints=resources.keep == "all",
+        on_event=on_event,
     )  # fmt: skip
-    on_step(label, time.monotonic() - began)
+    on_event(StepDone(label, time.monotonic() - began))
     return True
 
 

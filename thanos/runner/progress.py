@@ -1,14 +1,13 @@
 """What ``thanos prune-model`` and ``thanos distill`` show while they run, and where the rest goes.
 
-``StepProgress`` prints one short line per finished step, prefixed by the elapsed time, one per block
-the chain finishes (the ``chain: block i/n done`` records of ``thanos.stages.chain``, with the recovery's
+``StepProgress`` shows the stages' events (``thanos.events``; it reads no log record): one short line per
+finished step, prefixed by the elapsed time, one per block the chain finishes (with the recovery's
 validation loss before and after for a recipe with recovery, and from the second block on the time left at
-this run's rate), the chain's ``resuming:`` record (which blocks an earlier run finished), and the
-distillation's checkpoints, held-out KL and warnings (and, when it is not a terminal, its step records:
-twenty a run). On a terminal it also keeps a status line up to date, within the terminal's width and the
-numbers first: the recovery's epoch and validation loss, the distillation's step, KL, tokens/s and time
-left, then the step that runs and for how long (its paths shortened to their names, or cut, where the line
-would not fit).
+this run's rate), the chain's resume (which blocks an earlier run finished), and the distillation's
+checkpoints, held-out KL and warnings (and, when it is not a terminal, its listed steps: twenty a run). On
+a terminal it also keeps a status line up to date, within the terminal's width and the numbers first: the
+recovery's epoch and validation loss, the distillation's step, KL, tokens/s and time left, then the step
+that runs and for how long (its paths shortened to their names, or cut, where the line would not fit).
 
 ``full_log`` sends everything else to the run's log file for the duration: the package's log records,
 and what the stages print (progress bars, warnings of the libraries) on stdout and stderr.
@@ -20,7 +19,6 @@ import contextlib
 import logging
 import math
 import os
-import re
 import shutil
 import sys
 import threading
@@ -29,11 +27,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-BLOCK_DONE = re.compile(r"chain: block (\d+)/(\d+) done( \(recovery[^)]*\))?")
-RESUMING = re.compile(r"chain: resuming: (.*)")
-RECOVERY_EPOCH = re.compile(r"recover: block (\d+) epoch (\d+)/(\d+): validation loss (\S+)")
-DISTILL_STEP = re.compile(r"distill: (step \d+/\d+: .*)")  # KL, tokens/s, time left, lr
-DISTILL_NOTE = re.compile(r"distill: ((checkpoint at|resumed from|before training:|sharded) .*)")
+from thanos.events import (
+    BlockDone,
+    ChainResumed,
+    DistillNote,
+    DistillStep,
+    DistillWarning,
+    Event,
+    RecoveryEpoch,
+    StepDone,
+    StepStarted,
+    clock_text,
+)
+
 LABEL_ROOM = 12  # the fewest columns the step's label is shown in on the status line (else it is left out)
 
 
@@ -64,14 +70,6 @@ class Console:
 
     def fileno(self) -> int:
         return self.stream.fileno()
-
-
-def clock_text(seconds: float) -> str:
-    """1:05, 1:02:03."""
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def columns(stream: TextIO) -> int:
@@ -108,20 +106,19 @@ def fit_status(head: str, numbers: str, label: str, since: str, width: int) -> s
     return head if len(head) <= width else head[: width - 3] + "..."
 
 
-class StepProgress(logging.Handler):
-    """Step events (``on_step``) and the chain's block records -> progress lines on ``stream``."""
+class StepProgress:
+    """The stages' events (``thanos.events``, through ``on_event``) -> progress lines on ``stream``."""
 
     def __init__(
         self, stream: TextIO | None = None, interactive: bool | None = None, started: float | None = None
     ) -> None:
-        super().__init__(level=logging.INFO)
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.started = time.monotonic() if started is None else started
         self.current: str | None = None  # the step that runs
         self.current_since = 0.0
         self.block = ""
-        self.resumed = ""  # the chain's "blocks 1-5 of 8 done, starting at block 6", when it resumed
+        self.resumed: ChainResumed | None = None  # the chain's blocks an earlier run finished, if it resumed
         self._blocks: list[float] = []  # when this run's blocks of the chain step finished
         self._mutex = threading.RLock()
         self._status = ""
@@ -139,56 +136,39 @@ class StepProgress(logging.Handler):
             self.stream.flush()
             self._refresh()
 
-    def on_step(self, label: str, seconds: float | None) -> None:
-        """A step started (``seconds`` None) or finished."""
+    def on_event(self, event: Event) -> None:
+        """Show ``event``: a line of its own, the status line, or both."""
         with self._mutex:
-            if seconds is None:
-                self.current, self.current_since, self.block = label, time.monotonic(), ""
+            if isinstance(event, StepStarted):
+                self.current, self.current_since, self.block = event.label, time.monotonic(), ""
                 self._blocks = []
                 self._refresh()
-            else:
+            elif isinstance(event, StepDone):
                 self.current = None
-                took = f"{seconds:.1f} s" if seconds < 60 else clock_text(seconds)
-                self.note(f"done: {label} ({took})")
+                took = f"{event.seconds:.1f} s" if event.seconds < 60 else clock_text(event.seconds)
+                self.note(f"done: {event.label} ({took})")
+            elif isinstance(event, RecoveryEpoch):  # the status line only: a line per epoch would drown
+                self._update(event.text, listed=False)  # the blocks'
+            elif isinstance(event, DistillStep):  # a line of its own when not a terminal: twenty a run
+                self._update(event.text, listed=event.listed, prefix="distill")
+            elif isinstance(event, DistillNote):
+                self.note(f"distill: {event.text}")
+            elif isinstance(event, DistillWarning):
+                self.note(f"warning: distill: {event.text}")
+            elif isinstance(event, ChainResumed):
+                self.resumed = event
+                self.note(f"{self.current or 'chain'}: resuming: {event.text}")
+            elif isinstance(event, BlockDone):
+                self._blocks.append(time.monotonic())
+                left = self._left(event.blocks - event.block - 1)
+                self._update(event.text + left, listed=True, prefix=self.current or "chain")
 
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        epoch = RECOVERY_EPOCH.match(message)
-        if epoch is not None:  # the status line only: a line per epoch would drown the blocks'
-            with self._mutex:
-                block, done, epochs, loss = epoch.groups()
-                self.block = f"block {int(block) + 1}: recovery epoch {done}/{epochs}, validation loss {loss}"
-                self._refresh()
-            return
-        step = DISTILL_STEP.match(message)
-        if step is not None:  # the status line; a line of its own when it is not a terminal (twenty a run)
-            with self._mutex:
-                self.block = step.group(1)
-                if not self.interactive:
-                    self.note(f"distill: {self.block}")
-                self._refresh()
-            return
-        if (note := DISTILL_NOTE.match(message)) is not None:
-            self.note(f"distill: {note.group(1)}")
-            return
-        if record.levelno >= logging.WARNING and message.startswith("distill: "):
-            self.note(f"warning: {message}")
-            return
-        resuming = RESUMING.match(message)
-        if resuming is not None:
-            self.resumed = resuming.group(1)
-            self.note(f"{self.current or 'chain'}: resuming: {self.resumed}")
-            return
-        match = BLOCK_DONE.match(message)
-        if match is None:
-            return
-        with self._mutex:
-            self._blocks.append(time.monotonic())
-            done, total = int(match.group(1)), int(match.group(2))
-            self.block = f"block {done}/{total} done{match.group(3) or ''}{self._left(total - done)}"
-            if not self.interactive:
-                self.note(f"{self.current or 'chain'}: {self.block}")
-            self._refresh()
+    def _update(self, text: str, listed: bool, prefix: str = "") -> None:
+        """``text`` on the status line; not on a terminal, a line ``prefix: text`` when ``listed``."""
+        self.block = text
+        if listed and not self.interactive:
+            self.note(f"{prefix}: {text}")
+        self._refresh()
 
     def _left(self, blocks: int) -> str:
         """ ", ~1:05 left": the remaining blocks at the rate of this run's blocks, once two are done."""
@@ -220,14 +200,12 @@ class StepProgress(logging.Handler):
             self._refresh()
 
     def __enter__(self) -> StepProgress:
-        logging.getLogger("thanos").addHandler(self)
         if self.interactive:
             self._thread = threading.Thread(target=self._tick, name="thanos-progress", daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        logging.getLogger("thanos").removeHandler(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

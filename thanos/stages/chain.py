@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from thanos.events import BlockDone, ChainResumed, OnEvent, ignore
 from thanos.files.atomic import write_json
 from thanos.files.layout import (
     RECOVERED,
@@ -72,6 +73,7 @@ class _Chain:
     device: str
     dtype: str  # the compute dtype (``thanos.stages.common.compute_dtype``)
     owl: Path | None = None  # the recipe's owl.json (per-block sparsities), None for uniform sparsity
+    on_event: OnEvent = ignore  # told of each block done and each recovery epoch (``thanos.events``)
     computed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
     reused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
 
@@ -164,17 +166,20 @@ class _Chain:
             self.dense / store_name("inputs", block + 1) if self.recipe.recover.target == "dense" else None
         )
         inputs = self.store("inputs", block)
-        recover(self.model, block, self.recipe, block_dir, out, inputs, targets, self.device, self.dtype)
+        recover(
+            self.model, block, self.recipe, block_dir, out, inputs, targets, self.device, self.dtype,
+            self.on_event,
+        )  # fmt: skip
         self.computed["recover"] += 1
         return out
 
-    def recovery_note(self, block_dir: Path) -> str:
-        """`` (recovery: validation loss a -> b)`` for a recovered block, else nothing."""
+    def recovery_losses(self, block_dir: Path) -> tuple[float, float] | None:
+        """A recovered block's validation loss before and after its recovery, else None."""
         record = block_dir / RECOVERY_RECORD
         if not record.is_file():
-            return ""
+            return None
         done = json.loads(record.read_text())
-        return f" (recovery: validation loss {done['loss_before']:.4g} -> {done['loss_after']:.4g})"
+        return done["loss_before"], done["loss_after"]
 
     def propagate(self, block: int, block_dir: Path) -> None:
         """Block l+1's inputs of the sequential chain, through the pruned block l."""
@@ -327,18 +332,6 @@ def _fingerprint(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, 
     }
 
 
-def _blocks_text(blocks: list[int]) -> str:
-    """ "blocks 1-5", "blocks 1-3, 6", "block 2": 1-based, runs joined."""
-    runs: list[list[int]] = []
-    for block in blocks:
-        if runs and block == runs[-1][-1] + 1:
-            runs[-1].append(block)
-        else:
-            runs.append([block])
-    text = ", ".join(f"{r[0] + 1}-{r[-1] + 1}" if len(r) > 1 else f"{r[0] + 1}" for r in runs)
-    return f"block{'s' * (len(blocks) > 1)} {text}"
-
-
 def chain(
     model: str | Path | ModelHandle,
     recipe: Recipe,
@@ -348,6 +341,7 @@ def chain(
     device: str = "auto",
     dtype: str = "auto",
     drop: Sequence[StoreKind] = (),
+    on_event: OnEvent = ignore,
 ) -> dict[str, Any]:
     """Prune every block of ``model`` with ``recipe``; write the summary ``out``; return it.
 
@@ -356,6 +350,9 @@ def chain(
     ``drop``: the kinds of the recipe's own stores (``inputs``, ``hessians``) deleted as soon as their block
     is done (retention false): a running sequential chain then holds only its current block's inputs and
     Hessians and the next block's inputs.
+
+    ``on_event``: told where the chain resumes, of each block done and of each recovery epoch
+    (``thanos.events``).
 
     Sets this process's malloc to a single arena and trims it after each block (``thanos.stages.memory``), so
     that its memory does not grow with the number of blocks; each block's log line says the RSS.
@@ -369,14 +366,16 @@ def chain(
     num_blocks = int(adapter.num_blocks)
     compute = Compute.of(device, dtype, adapter.dtype)
     run = _open_chain(handle, recipe, paths, batch_size, device, dtype)
+    run.on_event = on_event
     fingerprint = _fingerprint(run, num_blocks, dtype_name(compute.dtype))
     run.discard_if_changed(fingerprint)
 
     frontier = run.frontier(num_blocks)
     done = [block for block in range(num_blocks) if run.finished(block, num_blocks, frontier)]
     if done and len(done) < num_blocks:
-        log.info("chain: resuming: %s of %d done, starting at block %d", _blocks_text(done), num_blocks,
-                 min(set(range(num_blocks)) - set(done)) + 1)  # fmt: skip
+        resumed = ChainResumed(tuple(done), num_blocks)
+        log.info("chain: resuming: %s", resumed.text)
+        on_event(resumed)
     for block in range(num_blocks):
         if run.finished(block, num_blocks, frontier):
             run.skip(block, num_blocks)
@@ -392,10 +391,9 @@ def chain(
         # through it: the frontier changes here only
         frontier = run.frontier(num_blocks)
         release_free_memory()
-        log.info(
-            "chain: block %d/%d done%s: RSS %.0f MiB, peak %.0f MiB",
-            block + 1, num_blocks, run.recovery_note(block_dir), rss_mib(), peak_rss_mib(),
-        )  # fmt: skip
+        finished = BlockDone(block, num_blocks, run.recovery_losses(block_dir))
+        log.info("chain: %s: RSS %.0f MiB, peak %.0f MiB", finished.text, rss_mib(), peak_rss_mib())
+        on_event(finished)
 
     summary = {
         "method": recipe.method,

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from thanos.errors import MissingOption, Option, OptionError
+from thanos.events import DistillSharded, DistillWarning, OnEvent, ignore
 from thanos.files import digests
 from thanos.files.fingerprint import model_fingerprint
 from thanos.files.workdir_lock import exclusive_workdir
@@ -293,18 +294,18 @@ def prepare(
     )
 
 
-def run(prepared: Prepared, keep_checkpoints: bool = False) -> dict[str, Any]:
+def run(prepared: Prepared, keep_checkpoints: bool = False, on_event: OnEvent = ignore) -> dict[str, Any]:
     """A prepared distillation's models read, trained from its last checkpoint (or the first step) and
     written to ``out`` (the module's steps 2-4); returns what ``distillation.json`` records (on every
     process; only the first writes). ``work`` is deleted once ``out`` is written unless ``keep_checkpoints``
-    (they serve only to resume this run; ``distillation.json`` keeps their held-out history)."""
+    (they serve only to resume this run; ``distillation.json`` keeps their held-out history).
+    ``on_event``: told of the steps, checkpoints and warnings (``thanos.events``) on the first process."""
     p, ranks = prepared, prepared.ranks
     models = read_models(p.student, p.teacher, p.device, p.dtype, ranks, p.sharded)
     if p.sharded and ranks.main:
-        log.info(
-            "distill: sharded (FSDP) over %d processes: each holds 1/%d of the student, its gradients, "
-            "AdamW's moments and the teacher", ranks.world, ranks.world,
-        )  # fmt: skip
+        sharded = DistillSharded(ranks.world)
+        log.info("distill: %s", sharded.text)
+        on_event(sharded)
     if p.options.hidden_weight:
         models.pairs = block_pairs(Path(p.student), models)
     with contextlib.ExitStack() as held:
@@ -315,9 +316,9 @@ def run(prepared: Prepared, keep_checkpoints: bool = False) -> dict[str, Any]:
                 "teacher": p.teacher,
                 "out": str(p.out.resolve()),
             }
-            prepare_work(p.work, p.record, about)
+            prepare_work(p.work, p.record, about, on_event)
         ranks.barrier()
-        progress = train(models, p.text, p.options, p.work, p.device, ranks)
+        progress = train(models, p.text, p.options, p.work, p.device, ranks, on_event)
         result = summary(p, progress, zeros_held(models, ranks, p.device))
         if ranks.main:
             write_student(Path(p.student), p.out, Checkpoints(p.work).best_weights(), result)
@@ -331,18 +332,21 @@ def run(prepared: Prepared, keep_checkpoints: bool = False) -> dict[str, Any]:
     return result
 
 
-def distill(*inputs: Any, keep_checkpoints: bool = False, **choices: Any) -> dict[str, Any]:
+def distill(
+    *inputs: Any, keep_checkpoints: bool = False, on_event: OnEvent = ignore, **choices: Any
+) -> dict[str, Any]:
     """Train a student toward a teacher on text and write it to ``out``: ``prepare(*inputs, **choices)``
     (the student, teacher, out, work and options; the device, dtype, ``shard_models``, ``overwrite``) with
-    its warnings logged, then ``run`` (``keep_checkpoints``). ``shard_models``: under torchrun, the student,
-    its gradients and AdamW's moments and the teacher sharded over the processes by FSDP instead of whole in
-    each (for models that do not fit one device; the same steps, equal to rounding). An ``out`` that holds
-    another model, or the distillation of other inputs or options, is replaced only with ``overwrite``
-    (refused before any training)."""
+    its warnings logged and told to ``on_event``, then ``run`` (``keep_checkpoints``, ``on_event``).
+    ``shard_models``: under torchrun, the student, its gradients and AdamW's moments and the teacher sharded
+    over the processes by FSDP instead of whole in each (for models that do not fit one device; the same
+    steps, equal to rounding). An ``out`` that holds another model, or the distillation of other inputs or
+    options, is replaced only with ``overwrite`` (refused before any training)."""
     prepared = prepare(*inputs, **choices)
     for warning in prepared.warnings:
         log.warning("distill: %s", warning)
-    return run(prepared, keep_checkpoints)
+        on_event(DistillWarning(warning))
+    return run(prepared, keep_checkpoints, on_event)
 
 
 def run_digest(record: dict[str, Any]) -> str:

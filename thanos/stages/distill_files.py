@@ -30,6 +30,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from thanos.errors import Option, OptionError
+from thanos.events import DistillWarning, OnEvent, ignore
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import DISTILL_ABOUT, DISTILL_RUN
@@ -62,14 +63,19 @@ def check_work(work: Path, record: dict[str, Any]) -> str:
     return "resumes" if (work / CHECKPOINT / "state.pt").is_file() else "started"
 
 
-def prepare_work(work: Path, record: dict[str, Any], about: dict[str, Any]) -> None:
+def prepare_work(
+    work: Path, record: dict[str, Any], about: dict[str, Any], on_event: OnEvent = ignore
+) -> None:
     """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
     is deleted, after saying why); a directory that is not a distillation's is refused (``check_work``).
-    ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time."""
+    ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time. ``on_event``: told
+    why the checkpoints are deleted (``thanos.events.DistillWarning``)."""
     if check_work(work, record) == "other":
         previous = json.loads((work / RUN).read_text())
         changed = sorted(key for key in record if previous.get(key) != record[key])
-        log.warning("distill: %s differ(s) from the checkpoint's run in %s: starting over", changed, work)
+        warning = DistillWarning(f"{changed} differ(s) from the checkpoint's run in {work}: starting over")
+        log.warning("distill: %s", warning.text)
+        on_event(warning)
         shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     write_json(work / RUN, record)

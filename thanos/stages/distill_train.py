@@ -6,8 +6,8 @@ Each step trains ``batch_size`` windows (``step_windows``: a function of the ste
 trains on the windows an uninterrupted run trains on) in micro-batches, AdamW on fp32 master weights, the
 gradients masked so that every zero pruning wrote stays zero. Every ``checkpoint_every`` steps and at the
 last, the held-out KL is measured and ``Checkpoints`` written (the weights with the lowest held-out KL so far
-kept as ``best.pt``). A step's record (``distill: step i/n: KL ..., tokens/s, time left, lr``) is logged
-twenty times a run (every step's with -v): ``thanos.runner.progress`` shows it on the status line.
+kept as ``best.pt``). Each step, checkpoint and resume is told to ``on_event`` (``thanos.events``: the
+terminal's status line shows the steps) and logged (a step twenty times a run, every step's with -v).
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from thanos.events import (
+    DistillBefore,
+    DistillCheckpoint,
+    DistillResumed,
+    DistillStep,
+    OnEvent,
+    ignore,
+)
 from thanos.pruning.distillation import (
     apply_masks,
     hidden_loss,
@@ -148,6 +156,7 @@ def _resume(
     checkpoints: Checkpoints,
     device: torch.device,
     ranks: Ranks,
+    on_event: OnEvent,
 ) -> Progress | None:
     """The last checkpoint's weights, AdamW state and random state restored; its progress (None: none)."""
     from torch.distributed.checkpoint.state_dict import (
@@ -165,8 +174,9 @@ def _resume(
     set_optimizer_state_dict(models.student, optimizer, named, options=whole)
     set_random_state(state["random"], device)
     if ranks.main:
-        step = state["progress"]["step"]
-        log.info("distill: resumed from the checkpoint of step %d (%s)", step, checkpoints.dir)
+        resumed = DistillResumed(state["progress"]["step"], str(checkpoints.dir))
+        log.info("distill: %s", resumed.text)
+        on_event(resumed)
     return Progress(**state["progress"])
 
 
@@ -192,6 +202,7 @@ def _checkpoint(
     checkpoints: Checkpoints,
     device: torch.device,
     ranks: Ranks,
+    on_event: OnEvent,
 ) -> None:
     """The held-out scores at this step; the checkpoint, with the best weights if they are the best (every
     process when sharded: the forward passes and the gathering of the whole weights are collective; the
@@ -220,32 +231,29 @@ def _checkpoint(
     if not ranks.main:
         return
     checkpoints.save(state, state["model"] if improved else None)
-    log.info(
-        "distill: checkpoint at step %d/%d: held-out KL %.4g (best %.4g at step %d)",
-        progress.step, options.steps, scores["kl"], progress.best["kl"], progress.best["step"],
-    )  # fmt: skip
+    written = DistillCheckpoint(
+        progress.step, options.steps, scores["kl"], progress.best["kl"], progress.best["step"]
+    )
+    log.info("distill: %s", written.text)
+    on_event(written)
 
 
-def _report(progress: Progress, options: Distillation, ranks: Ranks) -> None:
-    """The step just done, in the log (twenty lines a run; every step's with -v): the numbers first (its KL,
-    tokens/s, the time left at the mean step time so far), then the learning rate."""
+def _report(progress: Progress, options: Distillation, ranks: Ranks, on_event: OnEvent) -> None:
+    """The step just done, told to ``on_event`` (the first process's) and in the log (twenty lines a run;
+    every step's with -v): its KL, tokens/s, the time left at the mean step time so far, the learning
+    rate."""
     step = progress.history[-1]
-    rate = options.batch_size * options.seqlen / step["seconds"]
-    left = (options.steps - progress.step) * progress.seconds / len(progress.history)
-    every = max(1, options.steps // 20)
-    level = logging.INFO if progress.step % every == 0 and ranks.main else logging.DEBUG
-    log.log(
-        level,
-        "distill: step %d/%d: KL %.4g, %s tokens/s, %s left, lr %.3g",
-        progress.step, options.steps, step["kl"], f"{rate:,.0f}", _clock(left), step["lr"],
-    )  # fmt: skip
-
-
-def _clock(seconds: float) -> str:
-    """1:05, 1:02:03."""
-    hours, rest = divmod(int(seconds), 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    done = DistillStep(
+        progress.step,
+        options.steps,
+        step["kl"],
+        options.batch_size * options.seqlen / step["seconds"],
+        (options.steps - progress.step) * progress.seconds / len(progress.history),
+        step["lr"],
+    )
+    log.log(logging.INFO if done.listed and ranks.main else logging.DEBUG, "distill: %s", done.text)
+    if ranks.main:
+        on_event(done)
 
 
 def train(
@@ -255,12 +263,14 @@ def train(
     work: Path,
     device: torch.device,
     ranks: Ranks,
+    on_event: OnEvent = ignore,
 ) -> Progress:
-    """Steps from the last checkpoint (or the first) to the last (the module's steps 2 and 3)."""
+    """Steps from the last checkpoint (or the first) to the last (the module's steps 2 and 3), each told to
+    ``on_event`` (``thanos.events``) on the first process."""
     params = list(models.params.values())
     optimizer = torch.optim.AdamW(params, lr=options.lr, betas=(0.9, 0.95), weight_decay=0.0)
     checkpoints = Checkpoints(work)
-    progress = _resume(models, optimizer, checkpoints, device, ranks)
+    progress = _resume(models, optimizer, checkpoints, device, ranks, on_event)
     if progress is None:
         progress = Progress()
         if ranks.main or models.sharded:
@@ -268,7 +278,9 @@ def train(
             progress.heldout.append(before)
             progress.best = before
             if ranks.main:
-                log.info("distill: before training: held-out KL %.4g", before["kl"])
+                start = DistillBefore(before["kl"])
+                log.info("distill: %s", start.text)
+                on_event(start)
     if ranks.world > 1 and not models.sharded:
         models.forward = nn.parallel.DistributedDataParallel(models.student)
     share = options.batch_size // ranks.world
@@ -290,10 +302,10 @@ def train(
         progress.seconds += seconds
         progress.step += 1
         progress.history.append({"step": progress.step, "kl": kl, "lr": lr, "seconds": round(seconds, 4)})
-        _report(progress, options, ranks)
+        _report(progress, options, ranks, on_event)
         if progress.step % options.checkpoint_every == 0 or progress.step == options.steps:
             if ranks.main or models.sharded:
-                _checkpoint(models, optimizer, progress, text, options, checkpoints, device, ranks)
+                _checkpoint(models, optimizer, progress, text, options, checkpoints, device, ranks, on_event)
             ranks.barrier()
     return progress
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from thanos.events import OnEvent, StepDone, StepStarted, ignore
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
 from thanos.reads import RecipeReads, recipe_reads
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OnStep = Callable[[str, float | None], None]  # (label, None when it starts | seconds when it is done)
 # beside a recipe's pruned layers: they were deleted once the model was assembled (retention)
 LAYERS_DELETED = ".layers-deleted.json"
 
@@ -158,7 +158,7 @@ class Steps:
     those are checked complete (``given``) and never recomputed. ``computed``/``reused``: the labels of
     the steps run and kept."""
 
-    on_step: OnStep | None = None
+    on_event: OnEvent = ignore  # told when a step starts and when it is done (``thanos.events``)
     owned: bool = True
     computed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
@@ -215,8 +215,7 @@ class Steps:
             log.info("%s: started", label)
         else:
             log.info("%s: done in %.1f s", label, seconds)
-        if self.on_step is not None:
-            self.on_step(label, seconds)
+        self.on_event(StepStarted(label) if seconds is None else StepDone(label, seconds))
 
 
 @dataclass
@@ -379,7 +378,7 @@ class _Run:
             remove(deleted)
             chain(
                 self.model, self.recipe, paths, files.summary, options.batch_size, options.device,
-                options.dtype, options.drop,
+                options.dtype, options.drop, self.steps.on_event,
             )  # fmt: skip
 
         def complete(summary: Path) -> bool:  # deleted layers: done while the model assembled from them is
@@ -458,7 +457,7 @@ def run_recipe(
     files: RecipeFiles,
     calibration: Calibration | None = None,
     options: RunOptions | None = None,
-    on_step: OnStep | None = None,
+    on_event: OnEvent = ignore,
 ) -> Steps:
     """Run every stage of ``recipe`` on ``model`` that is missing or out of date; return the steps run and
     kept. ``model`` is opened once (``thanos.models.ModelHandle``, with ``files.model_info``; a handle is
@@ -466,13 +465,13 @@ def run_recipe(
 
     ``calibration`` None: the upstream outputs (model info, calibration tokens, the dense chain's stores,
     OWL's plan) were written by the workflow's own jobs; they are checked complete, never computed here.
-    ``on_step(label, seconds)``: called when a step starts (seconds None) and when it is done.
+    ``on_event``: told of each step's start and end, and of the chain's blocks (``thanos.events``).
     """
     from thanos.models import ModelHandle
 
     single_arena()  # before any zarr worker thread allocates (``thanos.stages.memory``): flat RSS in depth
     options = options or RunOptions()
-    steps = Steps(on_step, owned=calibration is not None)
+    steps = Steps(on_event, owned=calibration is not None)
     # the model opened once: its layout is read from model_info.json once the model-info step has
     # written it (the adapter's where there is none)
     handle = model if isinstance(model, ModelHandle) else ModelHandle.open(model, files.model_info)

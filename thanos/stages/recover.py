@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from thanos.data.storage import Activations, dtype_name, write_activations
+from thanos.events import OnEvent, RecoveryEpoch, ignore
 from thanos.files.atomic import atomic_path
 from thanos.files.layout import RECOVERY_RECORD, pruned_layer_name
 from thanos.models import ModelHandle
@@ -50,12 +51,14 @@ def recover(
     targets: str | Path | None = None,
     device: str = "auto",
     dtype: str = "auto",
+    on_event: OnEvent = ignore,
 ) -> dict[str, Any]:
     """Recover block ``block`` of ``recipe`` (``recipe.recover``'s options) into ``out_dir``; return its
     record (``recovery.json``). ``targets``: the dense model's outputs of the block (``target: dense``);
     None computes them with the dense block (``target: block``). The forward and backward passes run in
     the compute dtype ``dtype`` (``thanos.stages.common.compute_dtype``: autocast where it is not float32);
-    the weights and Adam's state are float32 whatever it is."""
+    the weights and Adam's state are float32 whatever it is. ``on_event``: told of each epoch's validation
+    loss (``thanos.events.RecoveryEpoch``)."""
     options = recipe.recover
     if options is None:
         raise ValueError(f"recipe {recipe.name} has no recover options")
@@ -82,6 +85,7 @@ def recover(
 
         def report(epoch: int, val: float) -> None:
             log.info("recover: block %d epoch %d/%d: validation loss %.6g", block, epoch, options.epochs, val)
+            on_event(RecoveryEpoch(block, epoch, options.epochs, val))
 
         result = recover_block(
             _block_forward(adapter, module, block, compute),
