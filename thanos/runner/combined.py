@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.files.atomic import write_json
+from thanos.files.ledger import remove
 from thanos.runner.checks import checked_distillation, checked_evaluation, model_reference, open_model
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
-from thanos.stages.outputs import remove
 from thanos.stages.publish import weight_files
 
 DONE = "done.json"  # a finished combined recipe (--keep needed): its key, --out's weights, its result

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import torch
 
 from thanos.files.layout import DENSE
+from thanos.files.ledger import remove
 from thanos.files.workdir_lock import exclusive_workdir
 from thanos.labels import counted
 from thanos.runner import console
@@ -36,7 +37,6 @@ from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unf
 from thanos.stages.achieved_sparsity import summarize
 from thanos.stages.card import CARD, model_card
 from thanos.stages.engine import RunOptions, run_recipe
-from thanos.stages.outputs import remove
 from thanos.stages.provenance import RunRecord
 from thanos.stages.publish import intact, publish, release, released, released_to, update_texts
 
