@@ -141,7 +141,7 @@ def _first_change(old: Any, new: Any, live: Any, path: tuple[Any, ...]) -> str:
                 return f"{_label((*path, key))} is no longer an input"
             inner = live.get(key) if isinstance(live, dict) else None
             return _first_change(before, after, inner, (*path, key))
-    if _same_length_lists(old, new) and not all(_scalar(value) for value in new):
+    if _same_length_lists(old, new) and not all(_scalar(value) for value in [*new, *(live or ())]):
         for i, (before, after) in enumerate(zip(old, new, strict=True)):
             if before != after:
                 inner = live[i] if isinstance(live, list | tuple) and i < len(live) else None
@@ -152,13 +152,14 @@ def _first_change(old: Any, new: Any, live: Any, path: tuple[Any, ...]) -> str:
 def _label(path: tuple[Any, ...]) -> str:
     """``option damp`` for ``("recipe", "damp")``, ``calibration`` for ``("calibration",)``."""
     names = [str(part) for part in path if not isinstance(part, int)]
-    if names and names[0] in OPTIONS:
-        return "option " + (".".join(names[1:]) or names[0])
+    if len(names) > 1 and names[0] in OPTIONS:
+        return "option " + ".".join(names[1:])
     return ".".join(names) or "the record"
 
 
 def _scalar(value: Any) -> bool:
-    return not isinstance(value, dict | list)
+    """A value said whole when it changed (not a dict or a list, nor an ``Upstream`` named on its own)."""
+    return not isinstance(value, dict | list | Upstream)
 
 
 def _same_length_lists(old: Any, new: Any) -> bool:
