@@ -106,6 +106,8 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
                 progress.note(unfinished_note(run_plan.workdir, other))
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_step))
+        for label, why in steps.reruns.items():  # the ledger's reason (``thanos.files.ledger``)
+            progress.note(f"computed again: {label} ({why})")
         distilled = run_plan.distilled is not None and _guarded(
             run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_step)
         )
