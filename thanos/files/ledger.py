@@ -180,6 +180,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def recorded(record: Path) -> Any:
+    """The inputs the record ``record`` holds (None: none, or unreadable)."""
+    try:
+        inputs = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(inputs, dict):  # records of earlier versions held the retention, which changes nothing
+        inputs.pop("drop", None)
+    return inputs
+
+
 @dataclass(frozen=True)
 class Entry:
     """One output and its record (``record``: where it is kept; ``Entry.beside``: the engine's place)."""
@@ -194,13 +205,7 @@ class Entry:
 
     def recorded(self) -> Any:
         """The record (None: none, or unreadable)."""
-        try:
-            record = json.loads(self.record.read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(record, dict):  # records of earlier versions held the retention, which changes nothing
-            record.pop("drop", None)
-        return record
+        return recorded(self.record)
 
     def reason(self, inputs: Any, complete: Callable[[Path], bool] = Path.exists) -> str | None:
         """None when the output is complete and was computed from ``inputs``; else why it is not:
