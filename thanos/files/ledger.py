@@ -209,11 +209,13 @@ class Entry:
 
     def reason(self, inputs: Any, complete: Callable[[Path], bool] = Path.exists) -> str | None:
         """None when the output is complete and was computed from ``inputs``; else why it is not:
-        ``MISSING``, ``NOT_FINISHED`` or the input that changed (``difference``)."""
-        if not complete(self.output):
-            return NOT_FINISHED if self.output.exists() or self.output.is_symlink() else MISSING
+        ``MISSING``, the input that changed (``difference``), or ``NOT_FINISHED`` (no record, or the output
+        incomplete)."""
+        if not (self.output.exists() or self.output.is_symlink()):
+            return MISSING
         recorded = self.recorded()
-        return NOT_FINISHED if recorded is None else difference(recorded, inputs)
+        why = NOT_FINISHED if recorded is None else difference(recorded, inputs)
+        return NOT_FINISHED if why is None and not complete(self.output) else why
 
     def current(self, inputs: Any, complete: Callable[[Path], bool] = Path.exists) -> bool:
         """Whether the output is complete and was computed from ``inputs``."""
