@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from thanos.files.ledger import remove
 from thanos.models import open_model
 from thanos.stages.calibrate import calibrate
 from thanos.stages.capture import capture, embed, propagate
 from thanos.stages.common import compute_dtype
-from thanos.stages.outputs import remove
 
 DTYPES = ("bfloat16", "float32")
 

@@ -127,3 +127,28 @@ def test_the_recipe_job_is_given_the_shared_stores_and_never_computes_them(setup
     assert steps.computed == ["prune every block (thanos_u50)"]
     assert json.loads(files.summary.read_bytes())["reused"]["prune"] == 3 * 7
     assert json.loads(summary)["computed"]["prune"] == 3 * 7
+
+
+def test_each_step_computed_again_says_the_one_input_that_changed(setup, tmp_path):
+    """The ledger (``thanos.files.ledger``): a step whose output is not current says why, in one reason
+    naming the input that changed (``Steps.reruns``, what ``prune-model`` shows)."""
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    _run(model, corpus, recipe, root)
+
+    write_corpus(corpus, seed=7)  # a new calibration text and another damping, at once
+    steps = _run(model, corpus, Recipe("thanos_u50", "thanos", 0.5, damp=0.02), root)[1]
+    assert steps.reruns == {
+        "sample calibration tokens": "source file calib.jsonl changed",
+        "embed the calibration tokens (block 0 inputs)": "tokens.zarr was written again",
+        "Hessians of block 0 (dense)": "inputs_0.zarr was written again",
+        "prune every block (thanos_u50)": "option damp 0.01 -> 0.02",
+        "assemble the pruned model (thanos_u50)": "option damp 0.01 -> 0.02",
+    }
+    assert steps.reused == ["read the model's structure"]
+
+    config = model / "config.json"  # the model's files: every step says so
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))
+    steps = _run(model, corpus, recipe, root)[1]
+    assert set(steps.reruns.values()) == {"model file config.json changed"}
+    assert list(steps.reruns) == steps.computed and len(steps.computed) == 6

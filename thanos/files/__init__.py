@@ -5,7 +5,8 @@
   and the config's grid expanded into them;
 - ``pruned_layers``: a recipe's per-layer files, and which of them are finished;
 - ``atomic``: write to a temporary sibling, rename into place;
-- ``digests``, ``fingerprint``: what an assembled model held, what an input model is.
+- ``digests``, ``fingerprint``: what an assembled model held, what an input model is;
+- ``ledger``: whether an output is still current for its inputs, and why not (every resuming part asks it).
 
 Imports: ``thanos.pruning`` and ``thanos.errors``. ``layout`` and ``recipes`` are torch-free (Snakemake
 imports them when it parses the workflow). This ``__init__`` imports nothing.

@@ -19,6 +19,7 @@ from thanos.data.textdata import check_files
 from thanos.errors import MissingOption, Option, OptionError
 from thanos.evaluation.zeroshot import task_manager
 from thanos.files.layout import Layout, store_name
+from thanos.files.ledger import difference
 from thanos.labels import recipe_label
 from thanos.models.checkpoint import Checkpoint
 from thanos.models.heads import attention_layout, check_expressible
@@ -460,36 +461,33 @@ def check_disk(run_plan: Plan, num_blocks: int) -> None:
 def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:
     """Refuse an ``out`` that is the input model, inside it or holding it, and, unless ``overwrite``, one
     that holds another model's or another recipe's result (the same recipe's is written again)."""
-    if Path(reference).is_dir():
-        model = Path(reference).resolve()
-        where = (
-            "is"
-            if out == model
-            else "is inside"
-            if model in out.parents
-            else "holds"
-            if out in model.parents
-            else ""
+    local = Path(reference).is_dir()  # a hub model's report names its snapshot: the recipe alone is compared
+    model = Path(reference).resolve()
+    if local and (out == model or model in out.parents or out in model.parents):
+        where = "is" if out == model else "is inside" if model in out.parents else "holds"
+        raise OptionError(
+            Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
         )
-        if where:
-            raise OptionError(
-                Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
-            )
     report = out / "pruning_report.json"
     if overwrite or not report.is_file():
         return
-    previous: Any = None
-    try:
+    wanted = {
+        "model": reference if local else None,
+        "recipe": recipe.pruned.name,
+        "distilled": bool(recipe.distill),
+    }
+    try:  # what --out holds, as the ledger compares it (``thanos.files.ledger``)
         previous = json.loads(report.read_text())
-        name, path = previous["recipe"]["name"], previous["model"]["path"]
+        holds = {"model": previous["model"]["path"], "recipe": previous["recipe"]["name"]}
+        holds["distilled"] = bool(previous.get("distillation"))
+        why = difference(holds | ({} if local else {"model": None}), wanted)
     except (OSError, ValueError, KeyError, TypeError):
-        name, path = "an unreadable report", "?"
-    same_model = path == reference or not Path(reference).is_dir()
-    distilled = isinstance(previous, dict) and bool(previous.get("distillation"))
-    if name != recipe.pruned.name or distilled != (recipe.distill is not None) or not same_model:
+        holds, why = {"model": "?", "recipe": "an unreadable report", "distilled": False}, "unreadable"
+    if why is not None:
         raise OptionError(
             Option("out", str(out)),
-            f" holds another pruned model ({name}{' distilled' * distilled} of {path}); give another ",
+            f" holds another pruned model ({holds['recipe']}{' distilled' * holds['distilled']} of "
+            f"{holds['model']}), not this run's ({why}); give another ",
             Option("out"),
             ", or ",
             Option("overwrite"),

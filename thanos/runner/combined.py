@@ -15,11 +15,10 @@ intermediate models are written under the working directory root (``<model>-comb
 workdirs`` lists and deletes like a working directory), and the later parts' default working directories
 are named after the input model too (``<model>+depth1+neurons0.3-<hash>``), not after the intermediate model
 they read; the last part writes ``out``, with the card, the report and the evaluations. Under
-``--keep needed`` the intermediate models are deleted once ``out`` is written, and a record (``DONE``) of the
-request and of ``out``'s weights makes a rerun of the same request do nothing while ``out`` holds them (else
-the parts run again). The returned
-report lists every part. ``recover`` applies to the width parts (a depth part prunes no weight of the
-blocks it keeps).
+``--keep needed`` the intermediate models are deleted once ``out`` is written, and the ledger's record
+(``DONE``, ``thanos.files.ledger``) of the request and of ``out``'s weights makes a rerun of the same request
+do nothing while ``out`` holds them (else the parts run again). The returned report lists every part.
+``recover`` applies to the width parts (a depth part prunes no weight of the blocks it keeps).
 """
 
 from __future__ import annotations
@@ -31,16 +30,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.files.atomic import write_json
+from thanos.files.ledger import Entry, model_identity, remove
 from thanos.runner.checks import checked_distillation, checked_evaluation, model_reference, open_model
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
-from thanos.stages.outputs import remove
 from thanos.stages.publish import weight_files
 
-DONE = "done.json"  # a finished combined recipe (--keep needed): its key, --out's weights, its result
+DONE = "done.json"  # the ledger's record of a finished combined recipe (--keep needed)
+RESULT = "result.json"  # what that run returned
 
 
 def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
@@ -62,8 +62,8 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             "seqlen": calibration.seqlen,
         }
         record_run(intermediates, reference, record, "+".join(parts))
-    key = _key(request, reference)
-    if not request.dry_run and (finished := _finished(intermediates, key, request.output.out)) is not None:
+    inputs = _inputs(request, reference)
+    if not request.dry_run and (finished := _finished(intermediates, inputs, request.output.out)) is not None:
         say(
             stream, "nothing to do: this combined recipe finished in an earlier run and --out holds its model"
         )
@@ -90,9 +90,9 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     if request.resources.keep == "needed":  # --out is the model: the intermediate ones go
         for step in steps[:-1]:
             remove(Path(step["out"]).parent)  # the part's model and its digest's directory
-        write_json(
-            intermediates / DONE, {"key": key, "weights": weight_files(request.output.out), "result": result}
-        )
+        write_json(intermediates / RESULT, result)
+        out = request.output.out  # its weights as published: the output's identity
+        _ledger(intermediates, out).write(inputs | {"weights": weight_files(out)})  # last: it finished
         say(stream, f"deleted the intermediate models under {intermediates} (--keep all keeps them)")
     return result
 
@@ -108,28 +108,35 @@ def _check_last_part(request: PruneRequest, reference: str) -> None:
     check_texts(reference, evaluation, distill, model.max_positions)
 
 
-def _key(request: PruneRequest, reference: str) -> str:
-    """What a finished combined recipe is: the model, the parts' recipes, the calibration, the evaluation and
-    ``--out``."""
-    recipes = [recipe.to_dict() for recipe in request.recipes]
-    calibration, evaluation = (
-        dataclasses.astuple(request.calibration),
-        dataclasses.astuple(request.evaluation),
-    )
-    out = str(Path(request.output.out).resolve())
-    return json.dumps([reference, recipes, calibration, evaluation, out], default=str)
+def _inputs(request: PruneRequest, reference: str) -> dict[str, Any]:
+    """What a finished combined recipe was computed from, as the ledger records it
+    (``thanos.files.ledger``): the model (its files), the parts' recipes, the calibration, the evaluation
+    and ``--out`` (its weights are added once it holds them)."""
+    return {
+        "model": reference,
+        "model_files": model_identity(reference),
+        "recipes": [recipe.to_dict() for recipe in request.recipes],
+        "calibration": dataclasses.asdict(request.calibration),
+        "evaluation": dataclasses.asdict(request.evaluation),
+        "out": str(Path(request.output.out).resolve()),
+    }
 
 
-def _finished(intermediates: Path, key: str, out: str | Path) -> dict[str, Any] | None:
-    """The result of the combined recipe ``key`` when an earlier run finished it (``DONE``) and ``out`` still
-    holds its weights as published; else None (its parts run, computing what is missing)."""
+def _ledger(intermediates: Path, out: str | Path) -> Entry:
+    """``out`` as a finished combined recipe's output, with the ledger's record ``DONE``."""
+    return Entry(Path(out), intermediates / DONE)
+
+
+def _finished(intermediates: Path, inputs: dict[str, Any], out: str | Path) -> dict[str, Any] | None:
+    """The result of the combined recipe of ``inputs`` when an earlier run finished it (``DONE``) and
+    ``out`` still holds its weights as published; else None (its parts run, computing what is missing)."""
+    entry = _ledger(intermediates, out)
+    if not entry.current(inputs | {"weights": weight_files(out)}, lambda path: bool(weight_files(path))):
+        return None
     try:
-        record = json.loads((intermediates / DONE).read_text())
+        return json.loads((intermediates / RESULT).read_text())
     except (OSError, ValueError):
         return None
-    if record.get("key") != key or record.get("weights") != weight_files(out) or not record.get("weights"):
-        return None
-    return record["result"]
 
 
 def _part(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.evaluation.perplexity import DEFAULT_BATCH_SIZE
+from thanos.files.ledger import Entry, Upstream, source_identity
 
 ZEROSHOT_BATCH_SIZE = 16  # the workflow's default (workflow/schemas/config.schema.yaml)
 NAMES = {"ppl": "perplexity", "zeroshot": "zeroshot"}  # --evaluate name: the file's and the card's
@@ -56,17 +57,13 @@ class Evaluations:
 
     def _variants(self) -> list[tuple[str, str, Path, Any]]:
         """(name, model, eval directory, the model's identity) of the pruned and the dense model."""
-        from thanos.stages.outputs import mtime
-
-        pruned = mtime(self.model_dir / "pruning_report.json")
+        pruned = Upstream(self.model_dir / "pruning_report.json")
         return [
             (self.recipe, str(self.published), self.eval_dir, pruned),
             ("dense", self.reference, self.dense_eval_dir, self._dense_identity),
         ]
 
     def _inputs(self, kind: str, identity: Any) -> dict[str, Any]:
-        from thanos.stages.engine import source_identity
-
         if kind == "ppl":
             inputs = {"model": identity, "source": source_identity(self.ppl_source), "dtype": self._runs_in}
             inputs["batch_size"] = DEFAULT_BATCH_SIZE
@@ -79,13 +76,11 @@ class Evaluations:
     def current(self) -> dict[str, Any] | None:
         """The results of every evaluation asked for, when each is current (the dense model's under
         ``dense``); else None."""
-        from thanos.stages.engine import Steps
-
         variants = self._variants()
         files = [
             (v, d / f"{NAMES[k]}.json", self._inputs(k, i)) for v, _, d, i in variants for k in self.kinds
         ]
-        if not self.kinds or not all(Steps.current(file, inputs) for _, file, inputs in files):
+        if not self.kinds or not all(Entry.beside(file).current(inputs) for _, file, inputs in files):
             return None
         results: dict[str, Any] = {"dense": {}}
         for variant, file, _ in files:

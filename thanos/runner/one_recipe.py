@@ -25,6 +25,7 @@ import torch
 
 from thanos.events import OnEvent, StepDone, StepStarted, clock_text
 from thanos.files.layout import DENSE
+from thanos.files.ledger import remove
 from thanos.files.workdir_lock import exclusive_workdir
 from thanos.labels import counted
 from thanos.runner import console
@@ -37,7 +38,6 @@ from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unf
 from thanos.stages.achieved_sparsity import summarize
 from thanos.stages.card import CARD, model_card
 from thanos.stages.engine import RunOptions, run_recipe
-from thanos.stages.outputs import remove
 from thanos.stages.provenance import RunRecord
 from thanos.stages.publish import intact, publish, release, released, released_to, update_texts
 
@@ -107,6 +107,8 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
                 progress.note(unfinished_note(run_plan.workdir, other))
         record_run(run_plan.workdir, run_plan.reference, calibration, run_plan.name)
         steps = _guarded(run_plan, progress, stream, started, lambda: _run_steps(run_plan, progress.on_event))
+        for label, why in steps.reruns.items():  # the ledger's reason (``thanos.files.ledger``)
+            progress.note(f"computed again: {label} ({why})")
         distilled = run_plan.distilled is not None and _guarded(
             run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_event)
         )

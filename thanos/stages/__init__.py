@@ -12,7 +12,8 @@
 - ``chain``: a whole recipe (or the dense chain) block by block in one process (``memory``: its
   malloc set-up and resident set size, flat in depth)
 - ``engine``: every stage of one recipe in one process, each kept while its inputs stay the same
-  (``outputs``: what is finished, what identifies it): ``thanos prune-model`` and the workflow's recipe job
+  (``outputs``: whether a store is finished; ``thanos.files.ledger``: whether an output is current):
+  ``thanos prune-model`` and the workflow's recipe job
 - ``assemble``: original tensors + pruned layers -> a Hugging Face model directory and its report;
   ``achieved_sparsity``: its ``sparsity.json``, counted on the written weights; ``card``: its model card
   (README.md); ``provenance``: what its report records of where it came from (calibration, versions)

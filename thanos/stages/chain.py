@@ -12,9 +12,9 @@ Resumable: a store (``complete`` attribute) or a pruned layer that already exist
 job resumes at the first unfinished step. A pruned layer is kept only when both its files exist and its stats
 are of this recipe and of the model's shape (``thanos.files.pruned_layers``); any other is recomputed, the log
 says which, and in a sequential chain the later blocks, computed through the old layer, are recomputed too.
-Reuse is guarded by a fingerprint (``PRUNED_ROOT/.chain.json``: the recipe, the model's files
-(``thanos.files.fingerprint``) and the modification times of the upstream stores): when any of them changed,
-the recipe's previous per-block outputs are deleted first.
+Reuse is guarded by the ledger (``thanos.files.ledger``; its record ``PRUNED_ROOT/.chain.json``: the recipe,
+the model's files and the modification times of the upstream stores): when any of them changed, the
+recipe's previous per-block outputs are deleted first, and the log names the input that changed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from thanos.files.layout import (
     reads_dense_chain,
     store_name,
 )
+from thanos.files.ledger import Entry, Upstream, remove
 from thanos.files.pruned_layers import mismatch
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
@@ -44,13 +45,13 @@ from thanos.reads import recipe_reads
 from thanos.recipe import Recipe
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
-from thanos.stages.outputs import mtime, remove, store_complete
+from thanos.stages.outputs import store_complete
 from thanos.stages.prune import BlockInputs, prune
 from thanos.stages.recover import recover
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT = ".chain.json"
+RECORD = ".chain.json"  # the ledger's record of what the per-block outputs were computed from
 STEPS = ("capture", "prune", "recover", "propagate")
 
 
@@ -202,19 +203,14 @@ class _Chain:
         dense = [str(self.dense / store_name(kind, block)) for kind, block in reads] if self.dense else []
         return [self.model.reference, *owl, *dense]
 
-    def discard_if_changed(self, fingerprint: dict[str, Any]) -> None:
-        """Delete the previous per-block outputs when the recipe or an upstream input changed."""
-        state = self.root / FINGERPRINT
-        previous = json.loads(state.read_text()) if state.is_file() else None
-        if previous == fingerprint:
-            return
+    def discard_if_changed(self, inputs: dict[str, Any]) -> None:
+        """Delete the previous per-block outputs unless the ledger's record (``RECORD``) says they were
+        computed from ``inputs``; the log says which input changed."""
         stale = sorted(self.root.glob("block*")) + sorted(self.root.glob(f"{RECOVERED}/block*"))
         stale += sorted(self.own.glob("*.zarr")) if self.own else []
-        if stale:
-            log.info("chain: recipe or upstream inputs changed: removing %d previous outputs", len(stale))
-        for path in stale:
-            remove(path)
-        write_json(state, fingerprint)
+        why = Entry(self.root, self.root / RECORD).discard_if_changed(inputs, stale)
+        if why is not None and stale:
+            log.info("chain: removing %d previous outputs: %s", len(stale), why)
 
     def layers_dir(self, block: int) -> Path:
         """Where block ``block``'s final layers are: recovered, or pruned."""
@@ -315,9 +311,9 @@ def _open_chain(
     )
 
 
-def _fingerprint(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, Any]:
-    """What the chain's previous outputs were computed from (``PRUNED_ROOT/.chain.json``): the recipe, the
-    model's files, the chain, the options and the modification times of the upstream stores."""
+def _inputs(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, Any]:
+    """What the chain's per-block outputs are computed from (the ledger's ``PRUNED_ROOT/.chain.json``): the
+    recipe, the model's files, the chain, the options and the upstream outputs (modification times)."""
     recipe = run.recipe.to_dict()
     return {
         "model": run.model.reference,
@@ -328,7 +324,7 @@ def _fingerprint(run: _Chain, num_blocks: int, compute_dtype: str) -> dict[str, 
         "batch_size": run.batch_size,
         "compute_dtype": compute_dtype,
         **({"owl": str(run.owl)} if run.owl is not None else {}),
-        "upstream": {path: mtime(path) for path in run.upstream(num_blocks)},
+        "upstream": {path: Upstream(Path(path)) for path in run.upstream(num_blocks)},
     }
 
 
@@ -367,8 +363,8 @@ def chain(
     compute = Compute.of(device, dtype, adapter.dtype)
     run = _open_chain(handle, recipe, paths, batch_size, device, dtype)
     run.on_event = on_event
-    fingerprint = _fingerprint(run, num_blocks, dtype_name(compute.dtype))
-    run.discard_if_changed(fingerprint)
+    inputs = _inputs(run, num_blocks, dtype_name(compute.dtype))
+    run.discard_if_changed(inputs)
 
     frontier = run.frontier(num_blocks)
     done = [block for block in range(num_blocks) if run.finished(block, num_blocks, frontier)]
@@ -400,7 +396,7 @@ def chain(
         "sparsity": str(recipe.sparsity),
         "num_blocks": num_blocks,
         "layers": [layer for layer in adapter.layers if any(layer in block for block in run.layers)],
-        "chain": fingerprint["chain"],
+        "chain": inputs["chain"],
         **({"profile": "owl", "owl": str(run.owl)} if run.owl is not None else {}),
         "computed": run.computed,
         "reused": run.reused,

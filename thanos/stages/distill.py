@@ -21,7 +21,8 @@ distill`` says in its header, before any weight is read), then ``run`` (steps 2-
    KL so far). The held-out KL is measured at each checkpoint. The same call again continues from the last
    checkpoint, on exactly the windows an uninterrupted run trains on (they are a function of the step), to
    the same weights (bitwise on a CPU). ``WORK/run.json`` says what the checkpoints are of (the models'
-   files, the windows, the options): a checkpoint of other inputs is not resumed from.
+   files, the windows, the options: the ledger's record, ``thanos.files.ledger``): a checkpoint of other
+   inputs is not resumed from, and the log names the input that changed.
 4. **Output**: ``out`` holds the student's files with the best weights (the student's own if no checkpoint
    beat it on held-out text): the same shards, tensor names and dtype; ``distillation.json`` (the source and
    its checksum, tokens, steps, losses, seconds, tokens/s, the device and the compute dtype); for a pruned
@@ -42,7 +43,6 @@ parameter name) whichever way the run is split.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import shutil
@@ -56,7 +56,7 @@ from torch import nn
 from thanos.errors import MissingOption, Option, OptionError
 from thanos.events import DistillSharded, DistillWarning, OnEvent, ignore
 from thanos.files import digests
-from thanos.files.fingerprint import model_fingerprint
+from thanos.files.ledger import digest, model_identity
 from thanos.files.workdir_lock import exclusive_workdir
 from thanos.labels import public_name
 from thanos.pruning.distillation import hidden_pairs, zero_masks
@@ -79,16 +79,12 @@ from thanos.stages.distill_train import Models, Progress, train, zeros_held
 log = logging.getLogger(__name__)
 
 
-def _identity(model: str) -> Any:
-    """What identifies a model argument: its files' fingerprint for a directory, else the hub id."""
-    return model_fingerprint(model) if Path(model).is_dir() else model
-
-
 def run_record(student: str, teacher: str, text: Text, options: Distillation) -> dict[str, Any]:
-    """What a run's checkpoints are of: the models' files, the windows and the options."""
+    """What a run's checkpoints and output are computed from, as the ledger holds it
+    (``thanos.files.ledger``): the models' files, the windows and the options."""
     return {
-        "student": _identity(student),
-        "teacher": _identity(teacher),
+        "student": model_identity(student),
+        "teacher": model_identity(teacher),
         "text": {**text.provenance, "windows_sha256": text.sha256},
         "options": asdict(options),
     }
@@ -287,7 +283,7 @@ def prepare(
     state = "new"
     if ranks.main:
         if not overwrite:
-            check_previous(out, run_digest(record))
+            check_previous(out, digest(record))
         state = check_work(work, record)
     return Prepared(
         student, teacher, out, work, options, ranks, dev, chosen, text, record, sharded, state, warnings
@@ -349,11 +345,6 @@ def distill(
     return run(prepared, keep_checkpoints, on_event)
 
 
-def run_digest(record: dict[str, Any]) -> str:
-    """The sha256 of a run's record (its inputs and options), which ``distillation.json`` keeps."""
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def check_previous(out: Path, digest: str) -> None:
     """Refuse an ``out`` that holds anything but this run's own earlier result (its ``distillation.json``
     recording the same inputs and options): another pruned model, or another distillation."""
@@ -388,7 +379,7 @@ def summary(prepared: Prepared, progress: Progress, zeros: int) -> dict[str, Any
     return {
         "source": prepared.record["text"],
         "teacher": public_name(prepared.teacher),
-        "run_sha256": run_digest(prepared.record),  # a rerun of the same inputs and options may replace it
+        "run_sha256": digest(prepared.record),  # a rerun of the same inputs and options may replace it
         "options": asdict(options),
         "steps": progress.step,
         "tokens": trained,

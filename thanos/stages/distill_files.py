@@ -1,10 +1,10 @@
 """The files of a distillation: its working directory (``run.json``, the checkpoints) and its output.
 
 ``check_work`` says what ``WORK`` holds for a run, ``prepare_work`` keeps ``WORK/run.json`` (what the
-checkpoints are of) and ``about.json`` (for whom, when; ``finished`` once the run wrote its model and kept
-them), ``WORK/distill.log`` is ``thanos distill``'s log; ``Checkpoints`` writes and reads
-``WORK/checkpoint/`` whole (``state.pt``: the weights, AdamW's moments, the step, the random state, the
-history; ``best.pt``: the weights with the lowest held-out KL so far).
+checkpoints are of: the ledger's record, ``thanos.files.ledger``) and ``about.json`` (for whom, when;
+``finished`` once the run wrote its model and kept them), ``WORK/distill.log`` is ``thanos distill``'s log;
+``Checkpoints`` writes and reads ``WORK/checkpoint/`` whole (``state.pt``: the weights, AdamW's moments, the
+step, the random state, the history; ``best.pt``: the weights with the lowest held-out KL so far).
 
 ``write_student`` copies every file of the student's directory into ``out`` (written whole, then renamed into
 place), each safetensors shard written again with the trained tensors under the same names and in the same
@@ -34,6 +34,7 @@ from thanos.events import DistillWarning, OnEvent, ignore
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import DISTILL_ABOUT, DISTILL_RUN
+from thanos.files.ledger import Entry, difference
 from thanos.files.workdir_lock import LOCK_NAME
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,17 @@ CHECKPOINT = "checkpoint"
 LOG = "distill.log"  # the log of `thanos distill`'s runs
 
 
+def _ledger(work: Path) -> Entry:
+    """The checkpoints and the ledger's record of what they are of (``WORK/run.json``)."""
+    return Entry(work / CHECKPOINT, work / RUN)
+
+
 def check_work(work: Path, record: dict[str, Any]) -> str:
     """What ``work`` holds for the run of ``record``: "new" (nothing yet), "resumes" (a checkpoint of this
     run), "other" (a checkpoint of other inputs or options: ``prepare_work`` deletes it), "started" (the
     run's record, no checkpoint yet). A directory that is not a distillation's is refused (its lock file and
     the run's log aside)."""
-    run = work / RUN
-    if not run.is_file():
+    if not (work / RUN).is_file():
         if work.is_dir() and any(p.name not in (LOCK_NAME, LOG) for p in work.iterdir()):
             raise OptionError(
                 Option("work", str(work)),
@@ -58,7 +63,7 @@ def check_work(work: Path, record: dict[str, Any]) -> str:
                 "empty directory",
             )
         return "new"
-    if json.loads(run.read_text()) != record:
+    if difference(_ledger(work).recorded(), record) is not None:
         return "other"
     return "resumes" if (work / CHECKPOINT / "state.pt").is_file() else "started"
 
@@ -67,18 +72,16 @@ def prepare_work(
     work: Path, record: dict[str, Any], about: dict[str, Any], on_event: OnEvent = ignore
 ) -> None:
     """``WORK/run.json`` holds ``record``: a checkpoint of other inputs or options is not resumed from (it
-    is deleted, after saying why); a directory that is not a distillation's is refused (``check_work``).
-    ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time. ``on_event``: told
-    why the checkpoints are deleted (``thanos.events.DistillWarning``)."""
-    if check_work(work, record) == "other":
-        previous = json.loads((work / RUN).read_text())
-        changed = sorted(key for key in record if previous.get(key) != record[key])
-        warning = DistillWarning(f"{changed} differ(s) from the checkpoint's run in {work}: starting over")
+    is deleted, after saying which input changed); a directory that is not a distillation's is refused
+    (``check_work``). ``WORK/about.json``: ``about`` (the student, teacher and output paths) and the time.
+    ``on_event``: told why the checkpoints are deleted (``thanos.events.DistillWarning``)."""
+    fresh = check_work(work, record) == "new"
+    work.mkdir(parents=True, exist_ok=True)
+    why = _ledger(work).discard_if_changed(record, [work / CHECKPOINT])
+    if why is not None and not fresh:
+        warning = DistillWarning(f"the checkpoints in {work} are of another run ({why}): starting over")
         log.warning("distill: %s", warning.text)
         on_event(warning)
-        shutil.rmtree(work / CHECKPOINT, ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    write_json(work / RUN, record)
     write_json(work / ABOUT, about | {"last_run": time.strftime("%Y-%m-%d %H:%M:%S")})
 
 

@@ -8,11 +8,12 @@
 
 at the workflow's paths (``thanos.files.layout``), so its files are the workflow's, byte for byte.
 
-Out of date is decided as Snakemake decides it, by what each output was computed from: next to every
-output it writes, a record ``.{name}.inputs.json`` holds that output's inputs (the model files' names,
-sizes and mtimes, the calibration source's files, the options, and the modification times of the upstream
-outputs it read). An output whose record differs from what the step would read now is deleted and
-computed again, and the outputs downstream of it follow, since their records name its modification time.
+Out of date is decided as Snakemake decides it, by what each output was computed from, and the ledger
+(``thanos.files.ledger``) keeps it: next to every output it writes, a record ``.{name}.inputs.json`` holds
+that output's inputs (the model files' names, sizes and mtimes, the calibration source's files, the options,
+and the modification times of the upstream outputs it read). An output whose record differs from what the
+step would read now is deleted and computed again, its log naming the input that changed (``Steps.reruns``),
+and the outputs downstream of it follow, since their records name its modification time.
 A step killed half way left no output (stores and models are renamed into place when complete) or no
 record (written last), so the next run computes it again; the chain step resumes at its first unfinished
 block (``thanos.stages.chain``).
@@ -25,7 +26,6 @@ workflow's own shared jobs (``Steps.given``: checked complete, never recomputed)
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 from thanos.events import OnEvent, StepDone, StepStarted, ignore
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
+from thanos.files.ledger import MISSING, Entry, Upstream, remove, source_identity
 from thanos.reads import RecipeReads, recipe_reads
 from thanos.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
-from thanos.stages.outputs import mtime, remove, store_complete
+from thanos.stages.outputs import store_complete
 
 if TYPE_CHECKING:
     from thanos.models import ModelHandle
@@ -126,52 +127,26 @@ class RunOptions:
     dtype: str = "auto"
 
 
-def source_identity(source: str) -> Any:
-    """A calibration or evaluation source as a record holds it: a hub name as is, a local file or
-    directory as its files' relative names, sizes and modification times."""
-    path = Path(source)
-    if not path.exists():
-        return source
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return {
-        str(f.relative_to(path) if f != path else f.name): [f.stat().st_size, f.stat().st_mtime_ns]
-        for f in files
-    }
-
-
-def _record_path(output: Path) -> Path:
-    return output.parent / f".{output.name}.inputs.json"
-
-
-def _read_record(output: Path) -> Any:
-    try:
-        return json.loads(_record_path(output).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 @dataclass
 class Steps:
     """Runs steps whose outputs are kept while their inputs stay the same (the module docstring).
 
     ``owned``: False where the upstream outputs were written by other jobs (the workflow's shared jobs):
     those are checked complete (``given``) and never recomputed. ``computed``/``reused``: the labels of
-    the steps run and kept."""
+    the steps run and kept; ``reruns``: why each step computed again was not current (its label: the
+    ledger's reason)."""
 
     on_event: OnEvent = ignore  # told when a step starts and when it is done (``thanos.events``)
     owned: bool = True
     computed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    reruns: dict[str, str] = field(default_factory=dict)
     seen: set[Path] = field(default_factory=set)  # the outputs this call already ran or kept
 
     @staticmethod
     def current(output: Path, inputs: dict[str, Any], complete: Callable[[Path], bool] = Path.exists) -> bool:
-        """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it); compared
-        as the record holds them (JSON: a tuple reads back as a list)."""
-        record = _read_record(output)
-        if isinstance(record, dict):  # records of earlier versions held the retention, which changes nothing
-            record.pop("drop", None)
-        return complete(output) and record == json.loads(json.dumps(inputs, default=str))
+        """Whether ``output`` is complete and was computed from ``inputs`` (``run`` would keep it)."""
+        return Entry.beside(output).current(inputs, complete)
 
     def run(
         self,
@@ -181,25 +156,26 @@ class Steps:
         compute: Callable[[], object],
         complete: Callable[[Path], bool] = Path.exists,
     ) -> None:
-        """Compute ``output`` unless it is complete and was computed from ``inputs``."""
+        """Compute ``output`` unless it is complete and was computed from ``inputs``
+        (``thanos.files.ledger``); an output computed again says why (``reruns``)."""
         if output in self.seen:
             return
         self.seen.add(output)
-        if self.current(output, inputs, complete):
+        entry = Entry.beside(output)
+        why = entry.reason(inputs, complete)
+        if why is None:
             self.reused.append(label)
             return
-        previous = _read_record(output)
-        if output.exists() or output.is_symlink():
-            why = "its inputs changed" if previous is not None else "it was not finished"
-            log.info("%s: computing %s again (%s)", label, output, why)
-        remove(output)
-        remove(_record_path(output))
+        if why != MISSING:
+            log.warning("%s: computing %s again: %s", label, output, why)
+            self.reruns[label] = why
+        entry.discard()
         self._notify(label, None)
         started = time.monotonic()
         compute()
         gc.collect()  # one process runs every step: what a step held is returned before the next
         release_free_memory()
-        write_json(_record_path(output), inputs)
+        entry.write(inputs)
         self.computed.append(label)
         self._notify(label, time.monotonic() - started)
 
@@ -292,7 +268,7 @@ class _Run:
             compute = lambda: propagate(  # noqa: E731
                 self.model, block - 1, previous, output, None, batch_size, device, None, dtype
             )
-        inputs = {"model": self.model_files, "reads": mtime(read), "compute_dtype": self.compute_dtype}
+        inputs = {"model": self.model_files, "reads": Upstream(read), "compute_dtype": self.compute_dtype}
         self.steps.run(label, output, inputs, compute, store_complete)
         return output
 
@@ -319,7 +295,7 @@ class _Run:
         inputs = {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
-            "hessians": [mtime(path) for path in hessians],
+            "hessians": [Upstream(path) for path in hessians],
         }
         info = self.files.model_info
         self.steps.run(
@@ -341,7 +317,7 @@ class _Run:
         inputs = {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
-            "reads": [mtime(p) for p in stores],
+            "reads": [Upstream(p) for p in stores],
         }
         if self.recipe.block_map:  # maps of an earlier version (no refitted projection) are fitted again
             inputs["refit_damp"] = REFIT_DAMP
@@ -369,7 +345,7 @@ class _Run:
         inputs = {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
-            "reads": [mtime(path) for path in (*reads, files.owl)],
+            "reads": [Upstream(path) for path in (*reads, files.owl)],
             "compute_dtype": self.compute_dtype,
         }
         deleted = files.pruned_root / LAYERS_DELETED
@@ -391,7 +367,7 @@ class _Run:
         return {
             "model": self.model_files,
             "recipe": self.recipe.to_dict(),
-            "reads": [mtime(path) for path in (files.summary, files.tokens, files.owl, files.depth)],
+            "reads": [Upstream(path) for path in (files.summary, files.tokens, files.owl, files.depth)],
             "format": MODEL_DIR_FORMAT,
             "max_shard_size": self.options.max_shard_size,
         }

@@ -1,9 +1,8 @@
-"""What the resuming stages ask of an output: is it finished, what identifies it, how it is deleted."""
+"""What the resuming stages ask of a zarr store: is it finished (what identifies an output, and how it is
+deleted: ``thanos.files.ledger``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 
@@ -16,20 +15,3 @@ def store_complete(path: Path) -> bool:
     except (FileNotFoundError, ValueError):
         return False
     return True
-
-
-def mtime(path: str | os.PathLike | None) -> int | None:
-    """An output's identity for what reads it: its modification time (what Snakemake compares too; a
-    rewritten output changes it); None for no path or a missing one."""
-    try:
-        return os.stat(path).st_mtime_ns if path is not None else None
-    except OSError:
-        return None
-
-
-def remove(path: Path) -> None:
-    """Delete a file, a link or a directory tree; nothing when it is not there."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()

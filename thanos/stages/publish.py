@@ -26,10 +26,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from thanos.errors import Option, OptionError, PathError
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
+from thanos.files.ledger import Entry, recorded
 
 MARKER = digests.REPORT
 RELEASED = ".published.json"  # the working directory's weights were deleted: the output holds them
@@ -137,13 +139,18 @@ def weight_files(out: str | Path) -> dict[str, list[int]]:
     return {name: [stat.st_size, stat.st_mtime_ns] for name, stat in stats.items()}
 
 
+def _release(model_dir: Path, out: Path) -> tuple[Entry, dict[str, Any]]:
+    """``out`` holding ``model_dir``'s weights, and what identifies it now: the ledger's entry (its record
+    ``RELEASED``, ``thanos.files.ledger``) and its inputs (``out``'s path and weight files)."""
+    return Entry(out, model_dir / RELEASED), {"out": str(out.resolve()), "weights": weight_files(out)}
+
+
 def release(model_dir: str | Path, out: str | Path) -> None:
     """Delete ``model_dir``'s weights now that ``out`` (published from it) holds them, recording ``out``'s
     weight files first (a run stopped in between leaves a released directory, weights partly deleted)."""
-    model_dir, out = Path(model_dir), Path(out)
-    weights = weight_files(out)
-    with atomic_path(model_dir / RELEASED) as tmp:
-        tmp.write_text(json.dumps({"out": str(out.resolve()), "weights": weights}, indent=2) + "\n")
+    model_dir = Path(model_dir)
+    entry, inputs = _release(model_dir, Path(out))
+    entry.write(inputs)
     for path in model_dir.glob(WEIGHTS):
         path.unlink()
 
@@ -155,21 +162,15 @@ def released(model_dir: str | Path) -> bool:
 
 def released_to(model_dir: str | Path) -> str:
     """The output a released ``model_dir``'s weights were published to (as recorded)."""
-    try:
-        return str(json.loads((Path(model_dir) / RELEASED).read_text())["out"])
-    except (OSError, ValueError, KeyError):
-        return "the output"
+    record = recorded(Path(model_dir) / RELEASED)
+    return str(record["out"]) if isinstance(record, dict) and "out" in record else "the output"
 
 
 def intact(model_dir: str | Path, out: str | Path) -> bool:
     """Whether ``out`` is the output ``model_dir`` was released to and still holds its weight files as
     published (names, sizes, modification times: an edit, a truncation or a deletion changes one)."""
-    out = Path(out)
-    try:
-        record = json.loads((Path(model_dir) / RELEASED).read_text())
-        return record["out"] == str(out.resolve()) and record["weights"] == weight_files(out)
-    except (OSError, ValueError, KeyError):
-        return False
+    entry, inputs = _release(Path(model_dir), Path(out))
+    return entry.current(inputs)
 
 
 def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None = None) -> list[str]:
