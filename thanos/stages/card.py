@@ -175,7 +175,9 @@ def _compact_text(compact: dict[str, Any]) -> str:
         )
     return (
         "The removed MLP neurons are cut out of the matrices: every block keeps "
-        f"{compact['kept_width']} of its {compact['original_width']} neurons (`{compact['width_key']}` in "
+        f"{compact['kept_width']} of its {compact['original_width']} neurons"
+        + (f" (a multiple of {compact['multiple']})" if compact.get("multiple", 1) > 1 else "")
+        + f" (`{compact['width_key']}` in "
         "`config.json` is "
         f"{compact['kept_width']}, every other value the base model's), {after:,} of {before:,} parameters "
         f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model loads, as a "
