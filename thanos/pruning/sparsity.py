@@ -40,6 +40,7 @@ COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the 
 # the kept MLP width is rounded to a multiple of this (``neuron_count``): llama.cpp's block quantizations
 # need a tensor's column count to be a multiple of 32 (k-quants: 256) and store it wider where it is not
 WIDTH_MULTIPLE = 32
+MIN_STEPS = 4  # a layer's width holds at least this many multiples (``width_multiple``)
 
 
 def exact(x: float | int | str | Fraction) -> Fraction:
@@ -230,9 +231,11 @@ def structured_count(p: Fraction, alpha: Fraction, b: int) -> int:
 
 def width_multiple(multiple: int, b: int) -> int:
     """The multiple a kept width of a layer ``b`` wide is rounded to: the largest divisor of ``multiple``
-    that divides ``b`` (gcd), so the pruned width keeps every alignment up to ``multiple`` that the dense
-    width had (1536 and 32: 32; a tiny 96 and 32: 32; 100 and 32: 4)."""
-    return math.gcd(multiple, b)
+    that divides ``b`` and leaves at least ``MIN_STEPS`` multiples in it, so the pruned width keeps the
+    alignment up to ``multiple`` that the dense width had (1536 and 32: 32; 1536 and 256: 256; 100 and 32:
+    4) and a small layer can still lose part of its width (a tiny 96 and 32: 16; 32 and 32: 8)."""
+    common = math.gcd(multiple, b)
+    return max(d for d in range(1, common + 1) if common % d == 0 and b // d >= min(MIN_STEPS, b))
 
 
 def neuron_count(p: Fraction, b: int, multiple: int = WIDTH_MULTIPLE) -> int:
