@@ -49,15 +49,38 @@ def stored_parameters(model_dir: Path) -> int:
     return total
 
 
-def test_neuron_count_keeps_at_least_the_asked_width_rounded_up_to_8() -> None:
+def test_neuron_count_keeps_the_multiple_nearest_the_asked_width() -> None:
+    """The kept width is the multiple of gcd(32, b) (halved while the width holds fewer than 4 of them)
+    nearest b (1 - p): the removed fraction as close to p as a multiple allows, at least one multiple kept;
+    ``width_multiple`` changes the multiple."""
     assert (
         parse_sparsity("neurons:0.3").kind == "neurons"
         and str(parse_sparsity("neurons:0.3")) == "neurons:0.3"
     )
-    # SmolLM2's 1536: ceil(0.3 * 1536) = 461 removed leaves 1075, rounded up to 1080
-    assert [neuron_count(Fraction(p), 1536) for p in ("0.2", "0.3", "0.5")] == [304, 456, 768]
-    assert neuron_count(Fraction("0.3"), 96) == 24 and neuron_count(Fraction("0.01"), 100) == 0
-    assert neuron_count(Fraction("0.99"), 64) == 56  # at least 8 kept
+    for b in (96, 100, 1536, 2048, 8192, 11008, 14336):
+        for p in ("0.1", "0.2", "0.3", "0.5", "0.7"):
+            kept = b - neuron_count(Fraction(p), b)
+            m = math.gcd(32, b)
+            while b // m < 4:  # the tiny 96: 16
+                m //= 2
+            assert kept % m == 0 and m <= kept <= b
+            closest = min(range(m, b + 1, m), key=lambda k: abs(Fraction(b - k, b) - Fraction(p)))
+            assert abs(Fraction(b - kept, b) - Fraction(p)) == abs(Fraction(b - closest, b) - Fraction(p))
+    # SmolLM2's 1536 at 0.3: 1075.2 asked, 1088 = 34 x 32 kept (29.2 % removed); 1024 with 256 (k-quants)
+    assert [1536 - neuron_count(Fraction(p), 1536) for p in ("0.2", "0.3", "0.5")] == [1216, 1088, 768]
+    assert 1536 - neuron_count(Fraction("0.3"), 1536, 256) == 1024
+    assert 1536 - neuron_count(Fraction("0.3"), 1536, 1) == 1075  # no rounding: the nearest whole neuron
+    assert 100 - neuron_count(Fraction("0.3"), 100) == 72  # 100 is a multiple of 4 only: 70 -> 72
+    assert 64 - neuron_count(Fraction("0.99"), 64) == 16  # at least one multiple (16: 4 in 64) kept
+    assert 32 - neuron_count(Fraction("0.25"), 32) == 24  # 8: 4 multiples in 32
+    recipe = Recipe(None, "thanos", "neurons:0.3", width_multiple=256)
+    assert (recipe.name, recipe.sparsity.multiple) == ("thanos_n30_w256", 256)
+    assert Recipe.from_dict(recipe.to_dict()) == recipe
+    assert Recipe(None, "thanos", "neurons:0.3").sparsity.multiple == 32
+    with pytest.raises(ConfigError, match="width_multiple: only neurons:p recipes"):
+        Recipe(None, "thanos", "heads:0.3", width_multiple=32)
+    with pytest.raises(ConfigError, match="width_multiple: expected a whole number >= 1"):
+        Recipe(None, "thanos", "neurons:0.3", width_multiple=0)
 
 
 def test_recipe_checks_compact_and_alpha() -> None:
@@ -84,9 +107,10 @@ def test_prune_layer_removes_whole_columns_and_names_them(method: str) -> None:
     X = torch.randn(96, 400, generator=generator)
     H = 2 * X @ X.T / 400
     result = prune_layer(W, None if method == "magnitude" else H, method, "neurons:0.3")
-    assert result.columns is not None and result.columns.numel() == 24
+    # 96 at 0.3: 64 = 4 x 16 kept (67.2 asked)
+    assert result.columns is not None and result.columns.numel() == 32
     zero = (result.weight == 0).all(dim=0)
-    assert zero[result.columns].all() and int(zero.sum()) == 24
+    assert zero[result.columns].all() and int(zero.sum()) == 32
     with pytest.raises(ValueError, match="no row can be kept dense"):
         prune_layer(W, H, "thanos", "neurons:0.3", alpha=0.1)
 
@@ -200,7 +224,7 @@ def test_workflow_prunes_neurons_with_every_method(tmp_path: Path) -> None:
     snakemake(tmp_path / "run", workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes))
     results = tmp_path / "run" / "results" / "tiny"
     for name in ("t30", "w30", "m30"):
-        assert json.loads((results / name / "model" / "config.json").read_text())["intermediate_size"] == 72
+        assert json.loads((results / name / "model" / "config.json").read_text())["intermediate_size"] == 64
     assert json.loads((results / "t30z" / "model" / "config.json").read_text())["intermediate_size"] == 96
     layers = results / "t30" / "pruned" / calibrated(results).name
     kept = layers / "block1" / "self_attn.q_proj.safetensors"  # not pruned: not copied
@@ -221,7 +245,7 @@ def test_workflow_per_layer_jobs_prune_neurons(tmp_path: Path) -> None:
     config = workflow_config(corpus, {"tiny": {"path": str(model)}}, recipes, granularity="layer")
     snakemake(tmp_path / "run", config)
     out = tmp_path / "run" / "results" / "tiny" / "m30" / "model"
-    assert json.loads((out / "config.json").read_text())["intermediate_size"] == 72
+    assert json.loads((out / "config.json").read_text())["intermediate_size"] == 64
     report = json.loads((out / "pruning_report.json").read_text())
     assert [entry["layer"] for entry in report["layers"]] == ["mlp.down_proj"] * 2
 
@@ -253,11 +277,11 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
     ]
     run = thanos_here(*command[3:], cwd=tmp_path)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert "compact: MLP width 96 -> 72 neurons per block (ffn_dim)" in run.stderr
+    assert "compact: MLP width 96 -> 64 neurons per block (ffn_dim, a multiple of 16)" in run.stderr
     assert "% of the pruned weights are zero" not in run.stderr  # removed, not zeros
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 72
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["ffn_dim"] == 64
     report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
-    assert report["recipe"]["name"] == "thanos_n30" and report["compact"]["kept_width"] == 72
+    assert report["recipe"]["name"] == "thanos_n30" and report["compact"]["kept_width"] == 64
     refused = thanos_here(*command[3:-1], str(tmp_path / "out2"), "--alpha", "0.1", cwd=tmp_path)
     assert refused.returncode != 0 and "removes whole neurons" in refused.stderr
 

@@ -177,8 +177,9 @@ def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
     command += ["--device", "cpu", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
     run = thanos_here(*command[3:], cwd=tmp_path)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert "compact: attention heads 4 -> 2 per block (key/value heads 2 -> 2)" in run.stderr
     config = json.loads((tmp_path / "out" / "config.json").read_text())
+    width = 2 * config["head_dim"]  # the width written: the output projection's columns
+    assert f"compact: attention heads 4 -> 2 per block (key/value heads 2 -> 2; {width} = 2 x " in run.stderr
     assert config["num_attention_heads"] == 2 and config["num_key_value_heads"] == 2
     report = json.loads((tmp_path / "out" / "pruning_report.json").read_text())
     assert report["recipe"]["name"] == "thanos_h50"

@@ -158,3 +158,26 @@ def test_text_shorter_than_one_window(tiny, tmp_path):
 def test_missing_model_is_a_clean_error(raw_file, tmp_path):
     with pytest.raises(FileNotFoundError, match="cannot load model"):
         evaluate_perplexity(str(tmp_path / "no-model"), source=str(raw_file), progress=False)
+
+
+def test_bits_per_byte_counts_the_bytes_of_the_predicted_tokens(tiny, tmp_path):
+    """``bytes`` is the UTF-8 length of the text each window's predicted tokens cover (from the end of its
+    first token to the end of its last; multi-byte words included), ``bits_per_byte`` the total NLL over it
+    in bits; the dense model's perplexity per original token, from its bits per byte, is its perplexity."""
+    import re
+
+    from thanos.evaluation.perplexity import per_original_token
+
+    text = _raw_text().replace("w3", "naïve").replace("w4", "日本語 🙂")
+    path = tmp_path / "text.raw"
+    path.write_text(text, encoding="utf-8")
+    result = evaluate_perplexity(str(tiny), source=str(path), seqlen=16, progress=False).to_dict()
+    text = load_eval_text(str(path)).text
+    words = [m.end() for m in re.finditer(r"\S+", text)]  # the tiny tokenizer splits on whitespace
+    assert result["text_tokens"] == 1 + len(words) and len(text.encode()) > len(text)
+    ends = [0] + [len(text[:end].encode()) for end in words]  # the tokenizer's bos first, ending at 0
+    covered = sum(ends[w * 16 + 15] - ends[w * 16] for w in range(result["windows"]))
+    assert result["bytes"] == covered
+    assert result["bits_per_byte"] == pytest.approx(result["total_nll"] / math.log(2) / covered, rel=1e-12)
+    assert result["total_nll"] == pytest.approx(result["nll"] * result["tokens"], rel=1e-12)
+    assert per_original_token(result, result) == pytest.approx(result["ppl"], rel=1e-9)

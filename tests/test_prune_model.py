@@ -834,7 +834,7 @@ def test_a_failed_evaluation_leaves_the_published_model_and_a_rerun_adds_it(firs
         inputs, evaluated, workdir, "--evaluate", "ppl", "--ppl-source", calib, "--ppl-seqlen", "16"
     )
     assert fixed.returncode == 0, fixed.stderr[-3000:]
-    assert "nothing to do" not in fixed.stderr and "perplexity" in fixed.stderr.splitlines()[-3]
+    assert "nothing to do" not in fixed.stderr and "perplexity" in fixed.stderr.splitlines()[-4]
     card = (evaluated / "README.md").read_text()
     ppl = json.loads((workdir / "results" / "tiny-llama" / RECIPE / "eval" / "perplexity.json").read_text())
     assert ppl["seqlen"] == 16  # --ppl-seqlen

@@ -547,3 +547,19 @@ def test_a_structural_recipe_shows_the_parameters_it_removed(tmp_path):
     (table,) = [t for t in build_tables(root) if t.name == "perplexity"]
     achieved = [row.keys[2] for row in table.rows]
     assert "29.7% params" in achieved and "50.0%" in achieved, achieved
+
+
+def test_bits_per_byte_table_where_the_tokens_differ(tmp_path):
+    """A bits-per-byte table joins the perplexity table where one model's variants cut the perplexity text
+    into different numbers of tokens (a pruned vocabulary), and only there."""
+    root = tmp_path / "results"
+    dense = {"ppl": 10.0, "seqlen": 64, "dataset": "wiki.test.raw", "bits_per_byte": 0.9, "text_tokens": 500}
+    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", dense)
+    _recipe(root, "tiny", "thanos_n30", "thanos", "neurons:0.3")
+    pruned = root / "tiny" / "thanos_n30" / "eval" / "perplexity.json"
+    _write(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1})
+    assert "bits_per_byte" not in [t.name for t in build_tables(root)]  # the same tokens: ppl compares
+    _write(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1, "text_tokens": 530})
+    (table,) = [t for t in build_tables(root) if t.name == "bits_per_byte"]
+    assert [row.values["tiny"] for row in table.rows] == [0.9, 1.1]
+    assert "Bits per byte on wiki.test.raw" in table.caption

@@ -5,6 +5,7 @@ configs, each pruned once per module (``thanos.stages.vocab.prune_vocabulary``).
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -327,3 +328,42 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     grid = {"recipe_grid": [{"methods": ["thanos"], "sparsities": ["vocab:0.3"]}]}
     with pytest.raises(ConfigError, match="vocab:0.3 .tokens removed. runs with `thanos prune-model"):
         expand(grid)
+
+
+def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tmp_path: Path) -> None:
+    """``--evaluate ppl`` after ``vocab:p`` scores both models; on a text of kept tokens both cut it into
+    the same tokens and bytes, and the pruned model's loss is the dense loss with the removed tokens'
+    probability taken out: total NLL = dense total NLL + sum of log(kept probability mass) over the
+    predicted positions (so its bits per byte are lower, never higher). The fields are in
+    ``perplexity.json``, the bits per byte in the card and the closing lines."""
+    import io
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from thanos import prune_model
+
+    text = tmp_path / "calib.txt"
+    text.write_text("\n\n".join(CHOOSING * 3) + "\n")
+    out, stream = tmp_path / "out", io.StringIO()
+    kept = prune_model(
+        pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
+        device="cpu", evaluate="ppl", ppl_source=text, ppl_seqlen=16, stream=stream,
+    )["kept_ids"]  # fmt: skip
+    result = json.loads((out / "eval" / "perplexity.json").read_text())
+    dense = json.loads((out / "eval" / "dense" / "perplexity.json").read_text())
+    assert (result["text_tokens"], result["bytes"]) == (dense["text_tokens"], dense["bytes"]) and dense[
+        "bytes"
+    ]
+    tokenizer = AutoTokenizer.from_pretrained(pruned["dense"])
+    ids = torch.tensor(tokenizer(text.read_text()).input_ids[: dense["windows"] * 16]).view(-1, 16)
+    model = AutoModelForCausalLM.from_pretrained(pruned["dense"], dtype=torch.float32)
+    with torch.no_grad():
+        log_probs = model(ids).logits[:, :-1].double().log_softmax(-1)
+    kept_mass = log_probs[..., kept].logsumexp(-1).sum().item()
+    assert kept_mass < 0
+    assert result["total_nll"] == pytest.approx(dense["total_nll"] + kept_mass, rel=1e-6)
+    assert result["bits_per_byte"] < dense["bits_per_byte"]
+    assert result["bits_per_byte"] == pytest.approx(result["total_nll"] / math.log(2) / result["bytes"])
+    rate = f"{result['bits_per_byte']:.3f}** bits per byte (the dense model {dense['bits_per_byte']:.3f})"
+    assert rate in (out / "README.md").read_text()
+    assert rate.replace("**", "") in stream.getvalue()

@@ -77,7 +77,10 @@ def pattern_text(pattern: Sparsity, alpha: float | None, outlier_rows: int | Non
     elif pattern.kind == "structured":
         text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
     elif pattern.kind == "neurons":
-        text = f"MLP neurons {100 * float(pattern.fraction):g} % (kept width rounded up to a multiple of 8)"
+        text = (
+            f"MLP neurons {100 * float(pattern.fraction):g} % (kept width the nearest multiple of "
+            f"{pattern.multiple})"
+        )
     elif pattern.kind == "heads":
         text = (
             f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads; "
@@ -154,13 +157,16 @@ def shape_text(compact: dict[str, Any]) -> str:
         maps = f"; replaced by a linear map in {blocks_text(folded)}" if folded else ""
         return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
     if compact.get("structure") == "heads":
+        width = compact["kept_heads"] * compact["head_dim"]
         return (
             f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
-            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']})"
+            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']}; "
+            f"{width} = {compact['kept_heads']} x {compact['head_dim']} wide)"
         )
+    multiple = f", a multiple of {compact['multiple']}" if compact.get("multiple", 1) > 1 else ""
     return (
         f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
-        f"({compact['width_key']})"
+        f"({compact['width_key']}{multiple})"
     )
 
 

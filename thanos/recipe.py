@@ -31,7 +31,7 @@ from thanos.files.layout import RECIPE_NAME, RESERVED
 from thanos.options import option
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
-from thanos.pruning.sparsity import COMPACT_KINDS, Sparsity, check_alpha, parse_sparsity
+from thanos.pruning.sparsity import COMPACT_KINDS, WIDTH_MULTIPLE, Sparsity, check_alpha, parse_sparsity
 
 PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
 CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
@@ -295,6 +295,7 @@ class Recipe:
     owl_lambda: float | None = None
     recover: Recovery | None = None  # recovery of every pruned block (``Recovery``), none by default
     block_map: bool | None = None  # depth:k only: each run of removed blocks replaced by a fitted map
+    width_multiple: int | None = None  # neurons:p only: the kept MLP width's multiple (``neuron_count``)
     distill: Distillation | None = None  # the pruned model distilled toward the dense one, none by default
     chain: str = "sequential"
     key: InitVar[str] = "recipe"  # the config key errors name
@@ -328,6 +329,9 @@ class Recipe:
         set_(self, "exclude", check_exclude(key, self.exclude))
         set_(self, "compact", _compact(key, pattern, self.compact))
         set_(self, "block_map", _block_map(key, pattern, self.block_map))
+        set_(self, "width_multiple", _width_multiple(key, pattern, self.width_multiple))
+        if self.width_multiple is not None:
+            set_(self, "sparsity", replace(pattern, multiple=self.width_multiple))
         set_(self, "profile", self.profile or "uniform")
         for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
             set_(self, name, value)
@@ -393,7 +397,8 @@ class Recipe:
         """``{method}_{pattern}`` (``u50``, ``2-4``, ``s30``, ``n30``), then each option that differs from
         the method's default, or is named in ``always``: ``_a{alpha}``, ``_B{blocksize}``,
         ``_damp{damp}``, ``_owl`` (``-m{M}``, ``-l{lambda}``), ``_x`` and a digest of the ``exclude``
-        patterns, ``_zeros`` (neurons:p written in the original shape), ``_nomap`` (depth:k without maps).
+        patterns, ``_zeros`` (neurons:p written in the original shape), ``_nomap`` (depth:k without maps),
+        ``_w{multiple}`` (neurons:p with a kept width of another multiple).
         Different recipes of one model get different names."""
         spec, kind = methods.get(self.method), self.sparsity.kind
         name = f"{self.method}_{pattern_tag(self.sparsity)}"
@@ -415,6 +420,8 @@ class Recipe:
             name += "_zeros"
         if kind == "depth" and not self.block_map:
             name += "_nomap"
+        if kind == "neurons" and ("width_multiple" in always or self.width_multiple != WIDTH_MULTIPLE):
+            name += f"_w{self.width_multiple}"
         if self.recover is not None:
             name += self.recover.tag()
         if self.distill is not None:
@@ -516,6 +523,22 @@ def _block_map(key: str, pattern: Sparsity, block_map: Any) -> bool | None:
     if pattern.kind != "depth":
         raise invalid(key, "block_map", f"only depth:k recipes replace removed blocks by maps, not {pattern}")
     return block_map
+
+
+def _width_multiple(key: str, pattern: Sparsity, multiple: Any) -> int | None:
+    """``width_multiple``, a whole number >= 1 for neurons recipes (default ``WIDTH_MULTIPLE``); None for
+    the others (heads are whole heads: their width is a multiple of ``head_dim``)."""
+    if multiple is None:
+        return WIDTH_MULTIPLE if pattern.kind == "neurons" else None
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise invalid(
+            key, "width_multiple", f"expected a whole number >= 1 (e.g. 32 or 256), got {multiple!r}"
+        )
+    if pattern.kind != "neurons":
+        raise invalid(
+            key, "width_multiple", f"only neurons:p recipes round the kept MLP width, not {pattern}"
+        )
+    return multiple
 
 
 def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any) -> dict[str, float | None]:

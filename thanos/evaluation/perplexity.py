@@ -6,6 +6,16 @@ split="test")``), its rows joined with ``"\\n\\n"``, tokenized once; non-overlap
 own (no context carried over); ``ppl = exp(mean token NLL)`` over every predicted token of every window.
 ``max_windows`` scores only the first windows, for quick runs (recorded in the result).
 
+**Bits per byte**, for models whose tokenizers differ (a pruned vocabulary cuts the same text into more
+tokens, so a perplexity per token is not comparable): ``bytes`` is the UTF-8 length of the text the
+predicted tokens cover, in each window from the end of its first token (which is not predicted) to the end
+of its last one (the tokenizer's offsets: a character split between tokens counts where its first piece
+ends), summed over the windows scored; ``bits_per_byte = total_nll / ln 2 / bytes``. Against the dense
+model's result on the same text, ``per_original_token`` converts it back to a perplexity per dense token,
+``exp(total_nll / bytes * dense bytes / dense tokens)``: both models' loss per byte of the text each scored,
+times the dense model's bytes per token, so the dense model's own is exactly its perplexity. A tokenizer
+without offsets (a slow, Python-only one) records no bytes (None).
+
 Offline: ``source`` may be a local file or directory instead of ``wikitext2``:
 - ``*.raw`` (e.g. ``wiki.test.raw`` of the original WikiText release): every line is one dataset row, so
   the text is exactly what the hub path evaluates;
@@ -108,7 +118,11 @@ def tokenize_windows(
     """Token ids of ``text`` cut into non-overlapping windows: a (windows, seqlen) int64 tensor, and the
     number of tokens of the whole text (the remainder after the last full window is dropped). Too short
     a text raises a PathError naming ``dataset`` (where the text came from) and ``option`` (the window's)."""
-    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    return cut_windows(encode(tokenizer, text)[0], seqlen, dataset, option)
+
+
+def cut_windows(ids: Any, seqlen: int, dataset: str = "", option: str = "--seqlen") -> tuple[Any, int]:
+    """``ids`` (1-D) cut into non-overlapping windows, as ``tokenize_windows``."""
     windows = ids.numel() // seqlen
     if windows == 0:
         fix = "use a longer text" + (f", or {option} {ids.numel()} or less" if ids.numel() >= 2 else "")
@@ -118,6 +132,34 @@ def tokenize_windows(
             fix,
         )
     return ids[: windows * seqlen].view(windows, seqlen), int(ids.numel())
+
+
+def encode(tokenizer: Any, text: str) -> tuple[Any, Any]:
+    """The token ids of ``text`` (a 1-D int64 tensor) and the UTF-8 byte offset where each token ends (a
+    non-decreasing int64 array; None for a tokenizer without offsets)."""
+    import numpy as np
+    import torch
+
+    try:
+        encoded = tokenizer(text, return_offsets_mapping=True)
+    except NotImplementedError:  # a slow tokenizer: no offsets
+        return torch.tensor(tokenizer(text).input_ids, dtype=torch.long), None
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    widths = 1 + (codes >= 0x80) + (codes >= 0x800) + (codes >= 0x10000)
+    byte_at = np.concatenate([[0], np.cumsum(widths, dtype=np.int64)])  # char offset -> byte offset
+    char_ends = np.array([end for _, end in encoded["offset_mapping"]], dtype=np.int64)
+    ends = np.maximum.accumulate(byte_at[char_ends]) if char_ends.size else char_ends
+    return torch.tensor(encoded["input_ids"], dtype=torch.long), ends
+
+
+def scored_bytes(ends: Any, windows: int, seqlen: int) -> int | None:
+    """The UTF-8 bytes the predicted tokens of the first ``windows`` windows cover (``encode``'s ``ends``):
+    in each window, from the end of its first token to the end of its last."""
+    if ends is None:
+        return None
+    starts = ends[0 : windows * seqlen : seqlen]
+    lasts = ends[seqlen - 1 : windows * seqlen : seqlen]
+    return int((lasts - starts).sum())
 
 
 def window_nll(model: Any, windows: Any, device: str, batch_size: int = 1, progress: bool = True) -> float:
@@ -159,9 +201,61 @@ class PerplexityResult:
     batch_size: int
     model: str
     max_windows: int | None  # the cap on windows scored (None: every window, the paper's protocol)
+    total_nll: float = math.nan  # sum of the token NLLs (nats)
+    bytes: int | None = None  # UTF-8 bytes of the text the predicted tokens cover (None: no offsets)
+    bits_per_byte: float | None = None  # total_nll / ln 2 / bytes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def bits_per_byte(total_nll: float, scored: int | None) -> float | None:
+    """The loss in bits per byte of text: ``total_nll`` nats over ``scored`` bytes (None without them)."""
+    return total_nll / math.log(2) / scored if scored else None
+
+
+def per_original_token(result: dict[str, Any], dense: dict[str, Any]) -> float | None:
+    """The perplexity per token of the dense model's tokenization of ``result`` (a ``perplexity.json``'s
+    content) against ``dense``'s on the same text: exp(nats per byte x the dense model's bytes per token);
+    None when either lacks its bytes or the texts differ."""
+    if not result.get("bytes") or not dense.get("bytes") or result.get("checksum") != dense.get("checksum"):
+        return None
+    nats = result["total_nll"] / result["bytes"] * dense["bytes"] / dense["tokens"]
+    return math.exp(nats) if nats < 700 else float("inf")
+
+
+def tokens_differ(result: dict[str, Any], dense: dict[str, Any]) -> bool:
+    """Whether the two results cut the same text into different tokens (so their perplexities per token are
+    not comparable: the bits per byte are)."""
+    return result.get("text_tokens") != dense.get("text_tokens")
+
+
+def shown_perplexity(result: dict[str, Any], dense: dict[str, Any] | None) -> tuple[float, str]:
+    """(perplexity, what it is per) to show beside the dense model's: its own per token, or, where the two
+    cut the text into different tokens, per original token (``per_original_token``)."""
+    if dense and tokens_differ(result, dense):
+        converted = per_original_token(result, dense)
+        if converted is not None:
+            return converted, " per original token"
+    return float(result["ppl"]), ""
+
+
+def bytes_text(result: dict[str, Any], dense: dict[str, Any] | None, mark: str = "") -> str | None:
+    """The bits per byte beside the dense model's (``mark`` around the value: ``**`` in the card), and,
+    where the tokens differ, the perplexity per the model's own token and how many tokens the text became;
+    None without bytes."""
+    if result.get("bits_per_byte") is None:
+        return None
+    text = f"{mark}{result['bits_per_byte']:.3f}{mark} bits per byte"
+    if dense and dense.get("bits_per_byte") is not None:
+        text += f" (the dense model {dense['bits_per_byte']:.3f})"
+    if dense and tokens_differ(result, dense) and shown_perplexity(result, dense)[1]:
+        own, before = int(result["text_tokens"]), int(dense["text_tokens"])
+        text += (
+            f"; {result['ppl']:.2f} per its own token, the text {own:,} tokens instead of {before:,} "
+            f"({100 * (own / before - 1):+.1f} %)"
+        )
+    return text
 
 
 def evaluate_perplexity(
@@ -200,13 +294,15 @@ def evaluate_perplexity(
     seqlen = resolve_seqlen(config, seqlen, seqlen_option)
     if loaded is None:
         loaded = load_model(model_path, **placement)
-    windows, text_tokens = tokenize_windows(loaded.tokenizer, data.text, seqlen, data.dataset, seqlen_option)
+    ids, ends = encode(loaded.tokenizer, data.text)
+    windows, text_tokens = cut_windows(ids, seqlen, data.dataset, seqlen_option)
     windows = windows[:max_windows]
     start = time.perf_counter()
     total = window_nll(loaded.model, windows, loaded.device, batch_size, progress)
     seconds = time.perf_counter() - start
     n_windows = windows.shape[0]
     tokens = n_windows * (seqlen - 1)
+    scored = scored_bytes(ends, n_windows, seqlen)
     nll = total / tokens
     ppl = math.exp(nll) if nll < 700 else float("inf")
     log.info("ppl %.4f over %d windows of %d tokens (%s)", ppl, n_windows, seqlen, data.dataset)
@@ -225,4 +321,7 @@ def evaluate_perplexity(
         batch_size=batch_size,
         model=str(model_path),
         max_windows=max_windows,
+        total_nll=total,
+        bytes=scored,
+        bits_per_byte=bits_per_byte(total, scored),
     )

@@ -59,9 +59,9 @@ class Problem:
     @property
     def s(self) -> int:
         """Structured: s = ceil(p b / (1 - alpha)) columns to remove (Alg. 2, line 2); neurons: the columns
-        that leave a kept width of b - ceil(p b) rounded up to a multiple of 8 (``neuron_count``)."""
+        that leave the kept width nearest b (1 - p) that is a multiple of the pattern's (``neuron_count``)."""
         if self.pattern.kind == "neurons":
-            return neuron_count(self.pattern.p, self.W.shape[1])
+            return neuron_count(self.pattern.p, self.W.shape[1], self.pattern.multiple)
         return structured_count(self.pattern.p, self.alpha, self.W.shape[1])
 
 

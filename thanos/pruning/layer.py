@@ -189,7 +189,8 @@ def prune_layer(
         hessian: H = (2/N) sum X X^T, (b, b); converted to fp32. None only for magnitude.
         method: a name in ``thanos.METHODS`` (``thanos/pruning/methods.py``).
         sparsity: 0.5, "0.5", "unstructured:0.5", "2:4", "n:m", "structured:0.3", "neurons:0.3" (whole
-            columns, alpha 0, the kept count rounded up to a multiple of 8) or a ``Sparsity``.
+            columns, alpha 0, the kept count the multiple of 32 nearest to (1 - p) b; ``neuron_count``) or a
+            ``Sparsity``.
         blocksize: B; default: the method's (``thanos.pruning.methods``; Thanos 128 unstructured, 512 n:m).
         alpha: fraction of outlier rows kept dense (ceil(alpha c) rows by h_i); default: the method's
             (Thanos 0.1 for structured), else 0: n:m is exact n:m unless alpha is given (the paper's

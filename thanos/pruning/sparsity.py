@@ -37,7 +37,10 @@ Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads
 FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
 COUNT_KINDS = ("depth", "vocab")  # a whole number (depth: blocks removed, vocab: tokens kept) or a fraction
 COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
-NEURON_MULTIPLE = 8  # the kept MLP width is rounded up to a multiple of this (kernel-friendly)
+# the kept MLP width is rounded to a multiple of this (``neuron_count``): llama.cpp's block quantizations
+# need a tensor's column count to be a multiple of 32 (k-quants: 256) and store it wider where it is not
+WIDTH_MULTIPLE = 32
+MIN_STEPS = 4  # a layer's width holds at least this many multiples (``width_multiple``)
 
 
 def exact(x: float | int | str | Fraction) -> Fraction:
@@ -59,8 +62,11 @@ class Sparsity:
     p: Fraction = Fraction(0)
     n: int = 0
     m: int = 0
+    multiple: int = WIDTH_MULTIPLE  # neurons: the kept width's multiple (``neuron_count``)
 
     def __post_init__(self) -> None:
+        if isinstance(self.multiple, bool) or not isinstance(self.multiple, int) or self.multiple < 1:
+            raise ValueError(f"width multiple: expected a whole number >= 1, got {self.multiple!r}")
         if self.kind == "nm":
             if not (isinstance(self.n, int) and isinstance(self.m, int)) or not 0 < self.n < self.m:
                 raise ValueError(
@@ -223,16 +229,25 @@ def structured_count(p: Fraction, alpha: Fraction, b: int) -> int:
     return math.ceil(p * b / (1 - alpha))
 
 
-def neuron_count(p: Fraction, b: int, multiple: int = NEURON_MULTIPLE) -> int:
+def width_multiple(multiple: int, b: int) -> int:
+    """The multiple a kept width of a layer ``b`` wide is rounded to: the largest divisor of ``multiple``
+    that divides ``b`` and leaves at least ``MIN_STEPS`` multiples in it, so the pruned width keeps the
+    alignment up to ``multiple`` that the dense width had (1536 and 32: 32; 1536 and 256: 256; 100 and 32:
+    4) and a small layer can still lose part of its width (a tiny 96 and 32: 16; 32 and 32: 8)."""
+    common = math.gcd(multiple, b)
+    return max(d for d in range(1, common + 1) if common % d == 0 and b // d >= min(MIN_STEPS, b))
+
+
+def neuron_count(p: Fraction, b: int, multiple: int = WIDTH_MULTIPLE) -> int:
     """Neurons (columns of the MLP's output projection, of ``b``) to remove for ``neurons:p``.
 
-    The kept width is b - ceil(p b) (the paper's structured count with alpha 0) rounded UP to a multiple of
-    ``multiple`` (at most b, at least ``multiple``): at least the requested fraction is kept, the kept width
-    suits kernels, and no MLP is emptied.
+    The kept width is the multiple of ``m = width_multiple(multiple, b)`` nearest to b (1 - p), so that the
+    removed fraction is as close to p as a multiple allows (a tie keeps the wider), at least m and at most
+    b: SmolLM2's 1536 at 0.3 keeps 1088 (1075.2 asked; 29.2 % removed), at 0.3 with multiple 256 1024.
     """
-    kept = b - math.ceil(p * b)
-    kept = min(b, max(multiple, -(-kept // multiple) * multiple))
-    return b - kept
+    m = width_multiple(multiple, b)
+    kept = m * math.floor(b * (1 - p) / m + Fraction(1, 2))
+    return b - min(b, max(m, kept))
 
 
 def head_count(pattern: Sparsity, heads: int, kv_heads: int) -> tuple[int, bool]:

@@ -68,6 +68,8 @@ RECIPE_COLUMNS = [
     "ppl",
     "seqlen",
     "ppl_dataset",
+    "bits_per_byte",  # the perplexity's loss per byte of text (comparable across tokenizers)
+    "ppl_text_tokens",  # the tokens the perplexity text became: differs where the tokenizer does
     "zs_mean",
 ]
 
@@ -122,6 +124,7 @@ def _eval_fields(eval_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ppl = _read_json(eval_dir / "perplexity.json")
     if ppl is not None:
         row |= {"ppl": _float(ppl.get("ppl")), "seqlen": ppl.get("seqlen"), "ppl_dataset": ppl.get("dataset")}
+        row |= {"bits_per_byte": _float(ppl.get("bits_per_byte")), "ppl_text_tokens": ppl.get("text_tokens")}
     zs = _read_json(eval_dir / "zeroshot.json")
     if zs is not None:
         row["zs_mean"] = _float(zs.get("mean_acc"))

@@ -4,6 +4,9 @@
   sparsity pattern; the lowest perplexity of each column within a group in bold. ``Achieved`` is the
   sparsity the pruned layers really have (zeros / weights; a range when the models differ): Thanos n:m
   with alpha > 0 keeps a fraction alpha of the rows dense, and is labelled so (``2:4 + 10% dense rows``).
+- ``bits_per_byte``: the same layout with the perplexity's loss in bits per byte of text, where a model's
+  variants cut the perplexity text into different numbers of tokens (a pruned vocabulary): perplexities
+  per token do not compare across tokenizers, bits per byte do (``thanos.evaluation.perplexity``).
 - ``zeroshot_avg``: the same layout with the mean zero-shot accuracy in percent (Table 3); highest in bold.
 - ``zeroshot_tasks_{pattern}``: per-task accuracy (percent) for one sparsity pattern, one block of rows per
   model (Dense first), tasks as columns in the paper's order, then their average (appendix tables).
@@ -306,20 +309,38 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
     return out
 
 
+def tokenizers_differ(frame: pd.DataFrame) -> bool:
+    """Whether some model's variants cut one perplexity text into different numbers of tokens (a pruned
+    vocabulary): then the bits per byte are shown beside the perplexity."""
+    scored = frame.dropna(subset=["bits_per_byte", "ppl_text_tokens"])
+    return bool((scored.groupby(["model", "ppl_dataset", "seqlen"])["ppl_text_tokens"].nunique() > 1).any())
+
+
 def build_tables(results: str | Path) -> list[Table]:
     frame, tasks = collect(results)
     if frame.empty:
         return []
     tables = []
     datasets = sorted({Path(str(d)).name for d in frame["ppl_dataset"].dropna()})
+    where = f" on {', '.join(datasets)}" if datasets else ""
     if frame["ppl"].notna().any():
-        where = f" on {', '.join(datasets)}" if datasets else ""
         tables.append(
             model_table(
                 frame,
                 "ppl",
                 "perplexity",
                 f"Perplexity{where} (lower is better; best per sparsity in bold)",
+                True,
+            )
+        )
+    if tokenizers_differ(frame):
+        tables.append(
+            model_table(
+                frame,
+                "bits_per_byte",
+                "bits_per_byte",
+                f"Bits per byte{where} (lower is better; the models cut the text into different tokens, so "
+                "their perplexities per token do not compare: these do)",
                 True,
             )
         )

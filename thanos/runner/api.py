@@ -44,6 +44,7 @@ def prune_model(
     exclude: Sequence[str] | None = None,
     compact: bool | None = None,
     block_map: bool | None = None,
+    width_multiple: int | None = None,
     stream: TextIO | None = None,
     profile: str | None = None,
     owl_m: float | None = None,
@@ -65,7 +66,8 @@ def prune_model(
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
     ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
-    default), ``recover`` (True or {epochs, lr, batch_size, holdout, target}), ``distill`` ({tokens,
+    default), ``width_multiple`` (neurons:p: the kept width's multiple, default 32), ``recover`` (True or
+    {epochs, lr, batch_size, holdout, target}), ``distill`` ({tokens,
     source, lr, batch_size, ...}: the pruned model distilled toward ``model`` on text, docs/distillation.md;
     ``out`` gets the distilled model). The calibration:
     ``calibration`` ("c4" or a local text/jsonl/parquet file or directory), ``nsamples`` windows of

@@ -160,12 +160,8 @@ def print_summary(
         say(stream, f"  {distillation_text(distillation)}")
     dense = (evaluation or {}).get("dense", {})
     if evaluation and "perplexity" in evaluation:
-        result = evaluation["perplexity"]
-        beside = f"; the dense model {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
-        say(
-            stream,
-            f"  perplexity {result['ppl']:.2f} ({result['dataset']}, seqlen {result['seqlen']}{beside})",
-        )
+        for line in perplexity_lines(evaluation["perplexity"], dense.get("perplexity")):
+            say(stream, f"  {line}")
     if evaluation and "zeroshot" in evaluation:
         beside = (
             f" (the dense model {100 * dense['zeroshot']['mean_acc']:.2f} %)" if "zeroshot" in dense else ""
@@ -173,6 +169,19 @@ def print_summary(
         say(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
     say(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
     say(stream, f"  {disk_text(run_plan)}")
+
+
+def perplexity_lines(result: dict[str, Any], dense: dict[str, Any] | None) -> list[str]:
+    """The closing lines on the perplexity (a ``perplexity.json``'s content) beside the dense model's: per
+    token (per original token where the two tokenize the text differently), then the bits per byte."""
+    from thanos.evaluation.perplexity import bytes_text, shown_perplexity
+
+    ppl, per = shown_perplexity(result, dense)
+    beside = f"; the dense model {dense['ppl']:.2f}" if dense else ""
+    lines = [f"perplexity {ppl:.2f}{per} ({result['dataset']}, seqlen {result['seqlen']}{beside})"]
+    if (rate := bytes_text(result, dense)) is not None:
+        lines.append(rate)
+    return lines
 
 
 def disk_text(run_plan: Plan) -> str:

@@ -115,6 +115,15 @@ class RecipeOptions:
             action=argparse.BooleanOptionalAction,
         ),
     )
+    width_multiple: int | None = field(
+        default=None,
+        metadata=option(
+            "neurons:P only: the kept MLP width is the multiple of this nearest to (1 - P) x the width, "
+            "where the dense width is a multiple of it (default 32, what llama.cpp's block quantizations "
+            "need; 256 for its k-quants)",
+            type=positive,
+        ),
+    )
     recover: bool | dict[str, Any] | None = field(
         default=None,
         metadata=option(
@@ -165,6 +174,8 @@ class RecipeOptions:
             "distill": distill,
             "compact": compact,
         }
+        if not str(sparsity).startswith("neurons"):  # the option rounds the neurons part's width only
+            options.pop("width_multiple", None)
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:

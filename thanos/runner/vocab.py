@@ -3,8 +3,12 @@
 pruned, the dense model scores the tokens in one pass over the text).
 
 The text is the calibration source's documents (``c4``: its first ``C4_DOCUMENTS``); the dense model scores
-the tokens on ``nsamples`` consecutive windows of ``seqlen`` tokens of it (default 256). Evaluations after
-the write are not run for it yet (``thanos perplexity`` measures the written model)."""
+the tokens on ``nsamples`` consecutive windows of ``seqlen`` tokens of it (default 256).
+
+``--evaluate ppl`` then scores the written and the dense model on ``--ppl-source`` (``eval/perplexity.json``
+and ``eval/dense/perplexity.json`` beside the model, computed again on every run: there is no working
+directory to keep them in), shown per original token and in bits per byte (the same text becomes more
+tokens: ``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it yet."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
-from thanos.runner.console import say
+from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
 
 C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
@@ -23,17 +27,12 @@ def prune_vocab(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Check the request, choose the tokens and write ``out``; the report (``vocabulary.json``'s content)
     with ``out`` added."""
     from thanos.data.calibration import load_source
-    from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary
+    from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary, write_card
 
     model, out = Path(request.model), Path(request.output.out)
     if not model.is_dir():
         raise OptionError(Option("model", request.model), " is not a local directory; vocab:N needs one")
-    if request.evaluation.evaluate:
-        raise OptionError(
-            Option("evaluate", str(request.evaluation.evaluate)),
-            "is not run for vocab recipes yet; leave it out and measure the written model with thanos "
-            "perplexity",
-        )
+    check_evaluation(request)
     try:
         check_vocab_out(out, model)
     except ValueError as err:
@@ -57,4 +56,48 @@ def prune_vocab(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
         model, out, pattern, documents, str(calibration.calibration), seqlen, calibration.nsamples, device
     )
     say(stream, summary(report, out))
+    if request.evaluation.kinds:
+        evaluation = evaluate(request, out, device)
+        write_card(out, report, evaluation)
+        for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
+            say(stream, f"  {line}")
     return report | {"out": str(out)}
+
+
+def check_evaluation(request: PruneRequest) -> None:
+    """Refuse, before anything runs, an evaluation a vocab recipe does not run, or a missing text."""
+    from thanos.evaluation.perplexity import WIKITEXT2
+
+    evaluation = request.evaluation
+    if "zeroshot" in evaluation.kinds:
+        raise OptionError(
+            Option("evaluate", ",".join(evaluation.kinds)),
+            "zeroshot is not run for vocab recipes yet; use --evaluate ppl, and thanos zeroshot on the "
+            "written model",
+        )
+    source = str(evaluation.ppl_source)
+    if evaluation.kinds and source != WIKITEXT2 and not Path(source).exists():
+        raise OptionError(Option("ppl_source", source), "does not exist; give the text to score")
+
+
+def evaluate(request: PruneRequest, out: Path, device: str) -> dict[str, Any]:
+    """The written and the dense model's perplexity on ``--ppl-source`` (written to ``out/eval``):
+    ``{"perplexity": ..., "dense": {"perplexity": ...}}``."""
+    from thanos.evaluation.loading import load_model
+    from thanos.evaluation.perplexity import evaluate_perplexity
+    from thanos.files.atomic import write_json
+
+    evaluation, results = request.evaluation, {}
+    for name, model in (("perplexity.json", out), ("dense/perplexity.json", Path(request.model))):
+        loaded = load_model(str(model), device=device, dtype=request.resources.compute_dtype)
+        result = evaluate_perplexity(
+            str(model), source=str(evaluation.ppl_source), seqlen=evaluation.ppl_seqlen, device=device,
+            progress=False, loaded=loaded, seqlen_option="--ppl-seqlen",
+        ).to_dict()  # fmt: skip
+        (out / "eval" / name).parent.mkdir(parents=True, exist_ok=True)
+        write_json(out / "eval" / name, result)
+        results[name] = result
+    return {
+        "perplexity": results["perplexity.json"],
+        "dense": {"perplexity": results["dense/perplexity.json"]},
+    }

@@ -25,6 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from thanos.evaluation.perplexity import bytes_text, shown_perplexity
 from thanos.labels import LABELS, blocks_text, counted, nm_note, pattern_text, public_name, shape_text
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
@@ -174,7 +175,9 @@ def _compact_text(compact: dict[str, Any]) -> str:
         )
     return (
         "The removed MLP neurons are cut out of the matrices: every block keeps "
-        f"{compact['kept_width']} of its {compact['original_width']} neurons (`{compact['width_key']}` in "
+        f"{compact['kept_width']} of its {compact['original_width']} neurons"
+        + (f" (a multiple of {compact['multiple']})" if compact.get("multiple", 1) > 1 else "")
+        + f" (`{compact['width_key']}` in "
         "`config.json` is "
         f"{compact['kept_width']}, every other value the base model's), {after:,} of {before:,} parameters "
         f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model loads, as a "
@@ -220,19 +223,23 @@ def evaluate_commands(model: str) -> str:
     )
 
 
-def _evaluation_lines(evaluation: dict[str, Any] | None, where: str) -> list[str]:
+def evaluation_lines(evaluation: dict[str, Any] | None, where: str) -> list[str]:
     if not evaluation:
         return [f"Not evaluated ({evaluate_commands(where)} evaluate it)."]
     lines = []
     dense = evaluation.get("dense") or {}
     ppl = evaluation.get("perplexity")
     if ppl:
-        beside = f"; the dense model: {dense['perplexity']['ppl']:.2f}" if "perplexity" in dense else ""
+        dense_ppl = dense.get("perplexity")
+        value, per = shown_perplexity(ppl, dense_ppl)
+        beside = f"; the dense model: {dense_ppl['ppl']:.2f}" if dense_ppl else ""
         text = public_name(str(ppl.get("dataset")))  # a local file by its name: the card is uploaded
         lines.append(
-            f"- perplexity **{ppl['ppl']:.2f}** on {text} ({counted(int(ppl['windows']), 'window')} of "
+            f"- perplexity{per} **{value:.2f}** on {text} ({counted(int(ppl['windows']), 'window')} of "
             f"{ppl.get('seqlen')} tokens{beside})"
         )
+        if (rate := bytes_text(ppl, dense_ppl, mark="**")) is not None:
+            lines.append(f"- {rate}")
     zeroshot = evaluation.get("zeroshot")
     if zeroshot:
         tasks = ", ".join(
@@ -314,7 +321,7 @@ def model_card(
         *distillation_lines(report),
         "## Evaluation",
         "",
-        *_evaluation_lines(evaluation, _where(out)),
+        *evaluation_lines(evaluation, _where(out)),
         "",
         *_use_and_reproduce(report, out),
         "",

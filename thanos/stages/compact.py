@@ -31,7 +31,7 @@ from thanos.data.safetensors_io import open_safetensors
 from thanos.files.layout import pruned_block_name, pruned_layer_name
 from thanos.models.heads import attention_layout
 from thanos.models.neurons import mlp_layout
-from thanos.pruning.sparsity import NEURON_MULTIPLE, Sparsity
+from thanos.pruning.sparsity import WIDTH_MULTIPLE, Sparsity, width_multiple
 
 if TYPE_CHECKING:
     from thanos.models import ModelHandle
@@ -102,7 +102,8 @@ def compaction(
         attention = attention_layout(model_dir, model_layout, checkpoint)
         plan = _heads_plan(attention, model_layout, root, names)
     else:
-        plan = _neurons_plan(mlp_layout(model_layout, checkpoint), model_layout, root, names)
+        multiple = pattern.multiple if pattern is not None else WIDTH_MULTIPLE
+        plan = _neurons_plan(mlp_layout(model_layout, checkpoint), model_layout, root, names, multiple)
     plan.facts["parameters"] = plan.parameters(checkpoint, names)
     return plan
 
@@ -134,7 +135,7 @@ def kept_columns(root: Path, block: int, layer: str, width: int, first: int | No
     return torch.nonzero(keep).squeeze(1)
 
 
-def _neurons_plan(layout: Any, model_layout: Any, root: Path, names: list[str]) -> Compaction:
+def _neurons_plan(layout: Any, model_layout: Any, root: Path, names: list[str], multiple: int) -> Compaction:
     width = layout.width
     plan, first = Compaction(), None
     kept = torch.arange(width)
@@ -157,7 +158,7 @@ def _neurons_plan(layout: Any, model_layout: Any, root: Path, names: list[str]) 
         "original_width": width,
         "kept_width": kept_width,
         "removed_per_block": width - kept_width,
-        "multiple": NEURON_MULTIPLE,
+        "multiple": width_multiple(multiple, width),  # the kept width's (``neuron_count``)
         "output_projection": layout.output,
         "feeders": list(layout.feeders),
     }
@@ -212,6 +213,7 @@ def _heads_plan(attention: Any, model_layout: Any, root: Path, names: list[str])
         "original_kv_heads": attention.kv_heads,
         "kept_kv_heads": kv_heads,
         "head_dim": d,
+        "kept_width": heads * d,  # the columns of the attention's output projection
         "removed_per_block": attention.heads - heads,
         "output_projection": attention.output,
         "projections": [attention.query, attention.key, attention.value],

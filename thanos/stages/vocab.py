@@ -177,6 +177,14 @@ def card(report: dict[str, Any]) -> str:
     )
 
 
+def write_card(out: Path, report: dict[str, Any], evaluation: dict[str, Any]) -> None:
+    """Rewrite the card of the model written to ``out`` with ``evaluation`` (``--evaluate``'s results)."""
+    from thanos.stages.card import evaluation_lines
+
+    lines = ["## Evaluation", "", *evaluation_lines(evaluation, str(out))]
+    (out / "README.md").write_text(card(report) + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
+
+
 def check_vocab_out(out: Path, model_dir: str | Path) -> None:
     """Refuse an output that is a file, the input model or inside it, or a non-empty directory that is not a
     previous vocabulary result (``vocabulary.json``): it would be replaced."""
