@@ -107,6 +107,7 @@ LONGEST_FIRST = (
     "test_workflow.py",
     "test_prune_model.py",
     "test_faults.py",
+    "test_workflow_structures.py",
     "test_matrix.py",
     "test_recovery.py",
     "test_real_model.py",
