@@ -217,6 +217,20 @@ def snakemake(
     return proc
 
 
+def kill_once(proc: subprocess.Popen, path: Path, seconds: float = 300, poll: float = 0.05) -> None:
+    """SIGKILL the process group of a run started with ``popen`` (a new session: Snakemake, its worker and
+    its jobs) as soon as ``path`` exists; a test failure when the run ended first."""
+    import signal
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and proc.poll() is None and not path.exists():
+        time.sleep(poll)
+    assert proc.poll() is None, f"the run finished before it could be killed (waiting for {path})"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def expert_matrix(state: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:
     """One expert's matrix ``NAME.{e}.weight`` of a checkpoint that holds every expert in one tensor
     (gpt-oss, GraniteMoE): slice e of ``NAME`` or ``NAME.weight``, stored (out, in) or (in, out), as a view

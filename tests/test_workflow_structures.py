@@ -7,14 +7,11 @@ compared with ``thanos prune-model``'s models and its tables and figures are rea
 from __future__ import annotations
 
 import io
-import os
-import signal
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import snakemake, workflow_config, write_corpus
+from conftest import kill_once, snakemake, workflow_config, write_corpus
 
 RECIPES = {
     "depth1": {"method": "thanos", "sparsity": "depth:1"},
@@ -29,13 +26,7 @@ def _killed_during_the_last_part(workdir: Path, config: dict) -> dict[Path, int]
     part had finished."""
     results = workdir / "results" / "llama" / "combo"
     tokens = results / "parts" / "1" / "calib" / "tokens.zarr"
-    proc = snakemake(workdir, config, popen=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and not tokens.exists():
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before its last part could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_once(snakemake(workdir, config, popen=True), tokens)
     assert not (results / "model").exists()
     finished = [
         results / "parts" / "0" / "model" / "model.safetensors",
