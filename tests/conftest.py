@@ -107,6 +107,7 @@ LONGEST_FIRST = (
     "test_workflow.py",
     "test_prune_model.py",
     "test_faults.py",
+    "test_workflow_structures.py",
     "test_matrix.py",
     "test_recovery.py",
     "test_real_model.py",
@@ -214,6 +215,20 @@ def snakemake(
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def kill_once(proc: subprocess.Popen, path: Path, seconds: float = 300, poll: float = 0.05) -> None:
+    """SIGKILL the process group of a run started with ``popen`` (a new session: Snakemake, its worker and
+    its jobs) as soon as ``path`` exists; a test failure when the run ended first."""
+    import signal
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and proc.poll() is None and not path.exists():
+        time.sleep(poll)
+    assert proc.poll() is None, f"the run finished before it could be killed (waiting for {path})"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def expert_matrix(state: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:

@@ -329,14 +329,43 @@ def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
     assert (short - skipped_logits(model, [3], ids)).abs().max() <= 1e-5
 
 
-def test_the_workflow_refuses_depth_recipes_naming_prune_model() -> None:
-    from thanos.recipe import ConfigError
-    from thanos.workflow_config import expand
+def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
+    """A ``depth:K`` recipe is a recipe of the workflow, a combined pattern a ``Combined`` whose parts are the
+    recipes ``thanos prune-model`` runs, in their order; what the workflow still cannot run is refused at the
+    config check naming the key, the reason and ``thanos prune-model``."""
+    from dataclasses import replace
 
-    with pytest.raises(ConfigError, match=r"recipes\.d\.sparsity: depth:4 .*runs with `thanos prune-model"):
-        expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})
-    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.sparsities\[1\]: depth:0.2"):
-        expand({"recipe_grid": [{"methods": ["wanda"], "sparsities": [0.5, "depth:0.2"]}]})
+    from thanos.recipe import ConfigError
+    from thanos.runner.request import build_request
+    from thanos.workflow_config import Combined, expand
+
+    depth = expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})["d"]
+    assert isinstance(depth, Recipe) and depth.sparsity.kind == "depth" and depth.block_map
+    grid = {"recipe_grid": [{"methods": ["wanda"], "sparsities": ["neurons:0.3+depth:1"]}]}
+    (name, combined), *_ = expand(grid | {"chain": "dense"}).items()
+    assert name == "wanda_depth1+n30" and isinstance(combined, Combined)
+    assert combined.sparsity == "depth:1+neurons:0.3" and combined.needs_calibration
+    assert [part.to_dict() for part in combined.parts] == [
+        replace(part, chain="dense").to_dict()
+        for part in build_request("m", "wanda", "depth:1+neurons:0.3", {"out": "o"}).recipes
+    ]
+    named = {"c": {"method": "thanos", "sparsity": "depth:1+heads:0.25", "block_map": False}}
+    assert expand({"recipes": named})["c"].parts[0].block_map is False
+    refused = {
+        r"recipes\.c: sparsity='0\.5\+depth:1': unstructured:0\.5 cannot be combined": "0.5+depth:1",
+        r"recipes\.c\.sparsity: depth:1\+vocab:100 \(tokens removed\) runs with `thanos prune-model": (
+            "depth:1+vocab:100"
+        ),
+        r"recipes\.c\.sparsity: params:0\.3 .*runs with `thanos prune-model --sparsity params:P`": (
+            "params:0.3"
+        ),
+    }
+    for message, sparsity in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            expand({"recipes": {"c": {"method": "thanos", "sparsity": sparsity}}})
+    distilled = {"method": "thanos", "sparsity": "depth:1+neurons:0.3", "distill": {"tokens": 4096}}
+    with pytest.raises(ConfigError, match=r"recipes\.c\.distill: a combined recipe .*`thanos prune-model"):
+        expand({"recipes": {"c": distilled}})
 
 
 @pytest.mark.slow

@@ -48,6 +48,8 @@ def test_documented_paths():
         paths.pruned_layer(m, r, "{l}", "{layer}", "safetensors", "{calibration}"),
         paths.chain_summary(m, r, "{calibration}"),
         paths.owl(m, r),
+        paths.depth(m, r, "{calibration}"),
+        paths.part(m, r, "{i}") + "/model/",
         paths.model_dir(m, r) + "/",
         paths.evaluation(m, v, "perplexity"),
         paths.tables + "/",

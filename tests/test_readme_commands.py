@@ -9,17 +9,15 @@ One tiny run serves the three: it is killed after its first job and resumed with
 from __future__ import annotations
 
 import json
-import os
 import random
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import kill_once
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # every page a command may be shown on
@@ -97,13 +95,7 @@ def resumed(tmp_path_factory) -> dict:
     config = tiny_config(root)
     workdir = root / "work"
     proc = run(["snakemake", "--cores", "2"], workdir, config, popen=True)
-    info = workdir / "results" / "llama" / "model_info.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not info.exists():
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_once(proc, workdir / "results" / "llama" / "model_info.json", poll=0.1)
     steps = {"again": run(["snakemake", "--cores", "2"], workdir, config)}  # what docs/resuming.md says
     steps["unlocked"] = run(readme_command("--unlock"), workdir, config)
     steps["resumed"] = run(readme_command("--rerun-incomplete"), workdir, config)

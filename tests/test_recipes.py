@@ -293,10 +293,11 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
         "--config (Snakemake's --config reads only those two as yes/no)"
     ]
     combined = base | {"recipes": {"c": {"method": "thanos", "sparsity": "depth:4+neurons:0.3"}}}
-    assert schema_problems(combined, schema) == [
-        "recipes.c.sparsity: depth:4+neurons:0.3 is a combined recipe (each part run on the model the "
-        "previous one wrote): it runs with `thanos prune-model --sparsity depth:4+neurons:0.3`; the workflow "
-        "does not run combined recipes"
+    assert schema_problems(combined, schema) == []  # the workflow runs combined recipes
+    size = base | {"recipes": {"p": {"method": "thanos", "sparsity": "params:0.3"}}}
+    assert schema_problems(size, schema) == [
+        "recipes.p.sparsity: params:0.3 (a parameter target searched over the structures) runs with `thanos "
+        "prune-model --sparsity params:P`; the workflow does not run size targets yet"
     ]
 
     config = tmp_path / "unquoted.yaml"

@@ -243,6 +243,24 @@ def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
     return str(sparsity)
 
 
+STRUCTURE_NAMES = {
+    "neurons": "MLP neurons",
+    "heads": "heads",
+    "kv_heads": "KV groups",
+    "depth": "whole blocks",
+}
+
+
+def structure_label(structure: str, method: str) -> str:
+    """A structural recipe's line in the quality-against-size figure: ``Whole blocks`` (the blocks are
+    chosen by their scores, whatever the method), ``Thanos: MLP neurons``, ``Thanos: whole blocks + MLP
+    neurons`` (a combined recipe, its parts in the order they run)."""
+    names = " + ".join(STRUCTURE_NAMES.get(kind, kind) for kind in structure.split("+"))
+    if structure == "depth":
+        return names.capitalize()
+    return f"{METHOD_NAMES.get(method, method)}: {names}"
+
+
 def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
     """A pattern as a title says it (a table's, a figure panel's): ``Semi-structured 2:4``, else as
     ``pattern_label``."""
@@ -251,9 +269,12 @@ def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
 
 
 def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
-    """``u50``, ``s30``, ``2-4``: a pattern in a file name (the recipe-name convention of the workflow)."""
+    """``u50``, ``s30``, ``2-4``, ``depth1+neurons0.3``: a pattern in a file name (the recipe-name convention
+    of the workflow)."""
     if kind == "nm":
         return str(sparsity).replace(":", "-")
+    if kind in ("depth", "combined"):  # depth1, depth0.2, depth1+neurons0.3
+        return str(sparsity).replace(":", "")
     return f"{kind[0]}{fraction * 100:g}"
 
 

@@ -452,8 +452,8 @@ class Recipe:
     @property
     def needs_calibration(self) -> bool:
         """Whether the recipe needs calibration (Hessians for the method, or the dense model's for OWL's
-        outlier ratios, for magnitude too)."""
-        return self.needs_hessian or self.owl
+        outlier ratios, or its activations for a ``depth:k`` recipe's block scores, for magnitude too)."""
+        return self.needs_hessian or self.owl or self.sparsity.kind == "depth"
 
     @property
     def sequential(self) -> bool:

@@ -1,34 +1,91 @@
 """The workflow's config as recipes: ``expand`` makes the named ``Recipe`` of every ``recipe_grid`` and
-``recipes`` entry, ``schema_problems`` says in words what the JSON schema refuses; the models the workflow
-builds itself (``built_models``, ``builds``) and the model names it refuses (``check_model_names``).
-Torch-free: the workflow's parse (workflow/rules/config.smk) imports it."""
+``recipes`` entry (a ``Combined`` for a combined pattern, ``depth:4+neurons:0.3``), ``schema_problems`` says
+in words what the JSON schema refuses; the models the workflow builds itself (``built_models``, ``builds``)
+and the model names it refuses (``check_model_names``). Torch-free: the workflow's parse
+(workflow/rules/config.smk) imports it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Collection
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from thanos.errors import KeywordWords, OptionError
 from thanos.files.layout import NOT_MODELS
 from thanos.pruning import methods
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
+from thanos.runner.request import RecipeOptions
 
-# the structures only ``thanos prune-model`` runs, and what the workflow says of them
+# the structures only ``thanos prune-model`` runs, and what the config check says of them
 PRUNE_MODEL_ONLY = {
-    "depth": "(whole blocks removed) runs with `thanos prune-model --sparsity depth:K`; the workflow does "
-    "not run depth recipes",
     "vocab": "(tokens removed) runs with `thanos prune-model --sparsity vocab:N` or `thanos prune-vocab`; "
-    "the workflow does not run vocab recipes",
+    "the workflow does not run vocabulary recipes yet",
+    "params": "(a parameter target searched over the structures) runs with `thanos prune-model --sparsity "
+    "params:P`; the workflow does not run size targets yet",
 }
 
 
-def expand(config: dict[str, Any]) -> dict[str, Recipe]:
+@dataclass(frozen=True)
+class Combined:
+    """A combined recipe of the workflow (``depth:4+neurons:0.3``): its ``parts`` in the order they run
+    (``thanos.runner.request.RecipeOptions.recipes``: the recipes ``thanos prune-model`` runs), each part
+    a job on the model the part before wrote (workflow/rules/combined.smk)."""
+
+    name: str
+    parts: tuple[Recipe, ...]
+
+    @property
+    def sparsity(self) -> str:
+        """The parts' patterns joined in the order they run: ``depth:4+neurons:0.3``."""
+        return "+".join(str(part.sparsity) for part in self.parts)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether a part reads the calibration (every depth, and every Hessian method's, part does)."""
+        return any(part.needs_calibration for part in self.parts)
+
+
+def _refused_kind(sparsity: Any) -> str | None:
+    """The kind of a structure ``sparsity`` names (a part of a combined pattern too) that the workflow does
+    not run (``PRUNE_MODEL_ONLY``), else None."""
+    for part in str(sparsity).split("+"):
+        kind = part.strip().lower().partition(":")[0]
+        if kind in PRUNE_MODEL_ONLY:
+            return kind
+    return None
+
+
+def _combined(key: str, name: str | None, entry: dict[str, Any], sparsity: str, chain: str) -> Combined:
+    """The ``Combined`` recipe of a config entry with a combined ``sparsity``: its parts built as ``thanos
+    prune-model`` builds them (``RecipeOptions.recipes``: the same recipes, so the same models); ``name``
+    None: ``{method}_{part}+{part}`` of the parts' default names."""
+    if entry.get("distill") is not None:
+        raise ConfigError(
+            f"{key}.distill: a combined recipe ({sparsity}) is distilled by `thanos prune-model --sparsity "
+            f"{sparsity} --distill-tokens ...`; the workflow does not distil combined recipes yet"
+        )
+    known = {f.name for f in fields(RecipeOptions)} - {"method", "sparsity"}
+    options = {option: value for option, value in entry.items() if option in known}
+    try:
+        parts = RecipeOptions(entry["method"], sparsity, **options).recipes()
+    except OptionError as err:
+        raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{key}: {err}") from None
+    parts = tuple(replace(part, chain=chain) for part in parts)
+    method = parts[0].method
+    name = name or f"{method}_" + "+".join(part.name.removeprefix(f"{method}_") for part in parts)
+    Recipe(name, method, 0.5, key=key)  # the name checked as any recipe's
+    return Combined(name, parts)
+
+
+def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined]:
     """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
     A grid entry names its recipes by ``Recipe.default_name``, with the alpha always shown when the entry
-    lists several alphas."""
+    lists several alphas; a combined pattern (``depth:4+neurons:0.3``) makes a ``Combined``."""
     chain = config.get("chain") or "sequential"
-    recipes: dict[str, Recipe] = {}
+    recipes: dict[str, Recipe | Combined] = {}
     for i, entry in enumerate(config.get("recipe_grid") or []):
         key = f"recipe_grid[{i}]"
         alphas = entry.get("alpha") or [None]
@@ -43,40 +100,53 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe]:
             except ValueError as err:
                 raise ConfigError(str(err)) from None
             for k, sparsity in enumerate(entry["sparsities"]):
-                kind = check_sparsity(key, sparsity, f"sparsities[{k}]").kind
-                if kind in PRUNE_MODEL_ONLY:
-                    raise ConfigError(f"{key}.sparsities[{k}]: {sparsity} {PRUNE_MODEL_ONLY[kind]}")
+                if (refused := _refused_kind(sparsity)) is not None:
+                    raise ConfigError(f"{key}.sparsities[{k}]: {sparsity} {PRUNE_MODEL_ONLY[refused]}")
+                if "+" in str(sparsity):
+                    combined = _combined(key, None, entry | {"method": method}, sparsity, chain)
+                    _add(recipes, combined.name, combined, key)
+                    continue
+                check_sparsity(key, sparsity, f"sparsities[{k}]")
                 for alpha in alphas:
                     recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
                     if len(alphas) > 1:
                         recipe = replace(recipe, name=recipe.default_name(always=("alpha",)))
-                    if recipe.name in recipes:
-                        raise ConfigError(
-                            f"{key} makes recipe {recipe.name!r} a second time: "
-                            "list each method x sparsity x alpha once"
-                        )
-                    recipes[recipe.name] = recipe
+                    _add(recipes, recipe.name, recipe, key)
     for name, entry in (config.get("recipes") or {}).items():
-        kind = str(entry.get("sparsity", "")).strip().lower().partition(":")[0]
-        if kind in PRUNE_MODEL_ONLY:
-            raise ConfigError(f"recipes.{name}.sparsity: {entry['sparsity']} {PRUNE_MODEL_ONLY[kind]}")
+        key, sparsity = f"recipes.{name}", entry.get("sparsity", "")
+        if (refused := _refused_kind(sparsity)) is not None:
+            raise ConfigError(f"{key}.sparsity: {sparsity} {PRUNE_MODEL_ONLY[refused]}")
         if name in recipes:
-            raise ConfigError(
-                f"recipes.{name}: recipe_grid already makes a recipe of that name: rename one of them"
-            )
-        recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=f"recipes.{name}")
+            raise ConfigError(f"{key}: recipe_grid already makes a recipe of that name: rename one of them")
+        if "+" in str(sparsity):
+            recipes[name] = _combined(key, name, entry, sparsity, chain)
+        else:
+            recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=key)
     if not recipes:
         raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
     return _with_pruned(recipes)
 
 
-def _with_pruned(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
+def _add(recipes: dict[str, Recipe | Combined], name: str, recipe: Recipe | Combined, key: str) -> None:
+    """``recipe`` added under ``name``; a name made a second time is refused, naming the entry."""
+    if name in recipes:
+        raise ConfigError(
+            f"{key} makes recipe {name!r} a second time: list each method x sparsity x alpha once"
+        )
+    recipes[name] = recipe
+
+
+def _with_pruned(recipes: dict[str, Recipe | Combined]) -> dict[str, Recipe | Combined]:
     """``recipes`` with, before each distilled one, the recipe it distils (``Recipe.pruned``): the one of
     the config that prunes the same way, else added under its default name (evaluated and tabled beside
     the distilled one)."""
-    found: dict[str, Recipe] = {}
+    found: dict[str, Recipe | Combined] = {}
     for name, recipe in recipes.items():  # one added recipe serves every distilled one that prunes its way
-        if recipe.distill is not None and distilled_from(recipe, recipes | found) is None:
+        if (
+            isinstance(recipe, Recipe)
+            and recipe.distill is not None
+            and distilled_from(recipe, recipes | found) is None
+        ):
             pruned = recipe.pruned
             if pruned.name in recipes or pruned.name in found:
                 pruned = replace(pruned, name=f"{name}_pruned")
@@ -85,14 +155,14 @@ def _with_pruned(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
     return found
 
 
-def distilled_from(recipe: Recipe, recipes: dict[str, Recipe]) -> str | None:
+def distilled_from(recipe: Recipe, recipes: dict[str, Recipe | Combined]) -> str | None:
     """The name of the recipe in ``recipes`` that ``recipe`` distils (prunes the same way, no distillation
     of its own); None for a recipe without ``distill``, or when there is none."""
     if recipe.distill is None:
         return None
     wanted = recipe.pruned.to_dict() | {"name": None}
     for name, other in recipes.items():
-        if other.distill is None and other.to_dict() | {"name": None} == wanted:
+        if isinstance(other, Recipe) and other.distill is None and other.to_dict() | {"name": None} == wanted:
             return name
     return None
 
@@ -113,20 +183,14 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
             n, m = divmod(value, 60)
             problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
             continue
-        if (
-            error.validator in ("oneOf", "anyOf")
-            and "sparsit" in key
-            and isinstance(value, str)
-            and "+" in value
-        ):
-            text = (
-                f"{value} is a combined recipe (each part run on the model the previous one wrote): it runs "
-                f"with `thanos prune-model --sparsity {value}`; the workflow does not run combined recipes"
-            )
+        refused = _refused_kind(value) if isinstance(value, str) else None
+        if error.validator in ("oneOf", "anyOf") and "sparsit" in key and refused is not None:
+            text = f"{value} {PRUNE_MODEL_ONLY[refused]}"
         elif error.validator in ("oneOf", "anyOf") and "sparsit" in key:
             text = (
                 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
-                '"heads:0.33", "kv_heads:0.25"'
+                '"heads:0.33", "kv_heads:0.25", "depth:6", or structures joined with + '
+                '("depth:4+neurons:0.3")'
             )
         elif error.validator in ("oneOf", "anyOf"):
             forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")

@@ -29,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directories/files whose disk use is reported (activations, Hessians, pruned layers)",
     )
     parser.add_argument("--owl", default=None, help="an OWL recipe's owl.json (reported per block)")
+    parser.add_argument(
+        "--depth",
+        default=None,
+        help="a depth:K recipe's depth.json (`thanos depth`): the model written without its removed blocks, "
+        "their maps folded in (--pruned-root is not read)",
+    )
     parser.add_argument("--model-info", default=None, help="model_info.json (block_prefix, ...)")
     parser.add_argument("--model-name", default=None, help="the model's name in the config (for the report)")
     parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (default 2GB)")
@@ -48,5 +54,6 @@ def run(args: argparse.Namespace) -> None:
     )
     recipe = Recipe.from_json(args.recipe, key="--recipe")
     assemble(
-        args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl, args.max_shard_size, record
-    )
+        args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl,
+        args.max_shard_size, record, args.depth,
+    )  # fmt: skip

@@ -173,9 +173,19 @@ class Layout:
             return f"{self.calibrated(model)}/owl/{recipe}.json"
         return f"{self.root}/{model}/{recipe}/owl.json"
 
-    def depth(self, model: str, recipe: str) -> str:
-        """A ``depth:k`` recipe's choice of blocks (``thanos.stages.depth``), read by its assembly."""
+    def depth(self, model: str, recipe: str, calibration: str = "") -> str:
+        """A ``depth:k`` recipe's choice of blocks (``thanos.stages.depth``; its maps in ``depth_maps/``
+        beside it), read by its assembly: ``{recipe}/pruned/{calibration}/depth.json`` with a calibration
+        (the workflow: computed from it, kept beside another's), ``{recipe}/depth.json`` without."""
+        if calibration:
+            return f"{self.pruned(model, recipe, calibration)}/depth.json"
         return f"{self.root}/{model}/{recipe}/depth.json"
+
+    def part(self, model: str, recipe: str, part: int | str) -> str:
+        """Part ``part`` (0, 1, ...) of a combined recipe (``depth:4+neurons:0.3``): its working directory,
+        laid out as ``thanos prune-model``'s (``thanos.stages.parts``), and its model ``part/model``, read
+        by the next part (the last part writes ``model_dir``)."""
+        return f"{self.root}/{model}/{recipe}/parts/{part}"
 
     def model_dir(self, model: str, recipe: str) -> str:
         """The assembled Hugging Face directory (with pruning_report.json)."""

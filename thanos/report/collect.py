@@ -34,7 +34,11 @@ KIND_ORDER = {
     "neurons": 4,
     "heads": 5,
     "kv_heads": 6,
+    "depth": 7,
+    "combined": 8,  # a combined recipe (depth:4+neurons:0.3): its structures, each on the part before's model
 }
+# the structures a recipe removes, written smaller (``params_removed``): the ``structure`` column
+STRUCTURES = ("neurons", "heads", "kv_heads", "depth")
 # the paper's appendix column order and labels
 TASK_LABELS = {
     "arc_challenge": "ArcC",
@@ -64,6 +68,7 @@ RECIPE_COLUMNS = [
     "distilled",
     "overall_sparsity",
     "params_removed",  # structural recipes (neurons, heads, depth written smaller): 1 - kept / original
+    "structure",  # what a structural recipe removes: neurons, heads, kv_heads, depth, or depth+neurons ...
     "prune_seconds",
     "ppl",
     "seqlen",
@@ -172,11 +177,7 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             row["distilled"] = bool(report and report.get("distillation"))
             if report is not None:
                 row["overall_sparsity"] = _float(report.get("overall_sparsity"))
-                parameters = (report.get("compact") or {}).get("parameters") or {}
-                if parameters.get("original"):
-                    row["params_removed"] = 1 - _float(parameters.get("kept")) / _float(
-                        parameters["original"]
-                    )
+                row |= _structure_fields(report, row)
                 secs = [_float(layer.get("seconds")) for layer in own_layers(report)]
                 row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan
         fields, tasks = _eval_fields(path / "eval")
@@ -194,6 +195,29 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         task_rows, columns=["model", "recipe", "task", "acc", "acc_stderr", "acc_norm", "acc_norm_stderr"]
     )
     return frame, task_frame
+
+
+def _combined(report: dict[str, Any]) -> dict[str, Any]:
+    """What the report of a combined recipe's last part records of the whole; {} for any other report."""
+    return (report.get("workflow") or {}).get("combined") or {}
+
+
+def _structure_fields(report: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """What a structural recipe's report says it removed: ``params_removed`` (1 - kept / original, the
+    original being the input model's: a combined recipe's first part's) and ``structure``; a combined
+    recipe's row takes its whole pattern (``sparsity``, ``kind`` ``combined``)."""
+    combined = _combined(report)
+    parts = [*(combined.get("parts") or []), {"sparsity": row["sparsity"], "compact": report.get("compact")}]
+    first, last = ((part.get("compact") or {}).get("parameters") or {} for part in (parts[0], parts[-1]))
+    fields: dict[str, Any] = {}
+    if first.get("original") and last.get("original"):
+        fields["params_removed"] = 1 - _float(last.get("kept")) / _float(first["original"])
+    kinds = [str(part.get("sparsity")).partition(":")[0] for part in parts]
+    if all(kind in STRUCTURES for kind in kinds):
+        fields["structure"] = "+".join(kinds)
+    if combined:
+        fields |= {"sparsity": combined.get("sparsity"), "kind": "combined", "fraction": math.nan}
+    return fields
 
 
 def own_layers(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,6 +242,8 @@ def collect_layers(results: str | Path) -> pd.DataFrame:
         base = {"model": model, "recipe": variant, "method": recipe.method if recipe else "unknown"}
         fields = _sparsity_fields(recipe.sparsity if recipe else None)
         base |= {key: fields[key] for key in ("sparsity", "kind")}
+        if combined := _combined(report):  # its layers are its last part's: shown under the whole recipe
+            base |= {"sparsity": combined.get("sparsity"), "kind": "combined"}
         base["alpha"] = _float(recipe.alpha if recipe else None)
         for order, layer in enumerate(own_layers(report)):
             shape = layer.get("shape") or []

@@ -1,7 +1,7 @@
 """Figures from whatever results exist (matplotlib, Agg backend), each as PDF and PNG.
 
-- ``perplexity_figures``: perplexity vs sparsity per method (the paper's Figure 1), the Thanos block-size
-  and outlier-fraction (alpha) ablations;
+- ``perplexity_figures``: perplexity vs sparsity per method (the paper's Figure 1), perplexity vs the
+  parameters a structural recipe removed, the Thanos block-size and outlier-fraction (alpha) ablations;
 - ``layer_figures``: pruning time per layer vs layer size, the per-layer objective ||dW X||^2 as heatmaps;
 - ``plotting``: what they share (matplotlib's set-up, colours, markers, axes).
 
@@ -27,6 +27,7 @@ from thanos.report.perplexity_figures import (
     alpha_ablation_figures,
     blocksize_ablation_figures,
     ppl_vs_sparsity_figures,
+    quality_size_figures,
 )
 from thanos.report.plotting import Drawn, pyplot
 
@@ -95,6 +96,7 @@ def drawn_figures(frame: pd.DataFrame, layers: pd.DataFrame) -> Drawn:
     if frame.empty:
         return
     yield from ppl_vs_sparsity_figures(frame)
+    yield from quality_size_figures(frame)
     yield from blocksize_ablation_figures(frame)
     yield from alpha_ablation_figures(frame)
     if not layers.empty:
@@ -123,5 +125,6 @@ __all__ = [
     "objective_heatmap_figures",
     "ppl_vs_sparsity_figures",
     "pruning_time_figures",
+    "quality_size_figures",
     "write_figures",
 ]

@@ -12,6 +12,11 @@
   the former are squashed onto the dense line. A log scale of the excess spreads them apart, and symlog
   (linear within one decade below the smallest nonzero excess) still shows a recipe at or below dense.
   Without a dense perplexity for the model the axis is absolute perplexity (log where it spans a decade);
+- ``ppl_vs_params_removed_{model}``: perplexity against the parameters removed, for every structural recipe
+  of the model (written smaller: MLP neurons, heads, whole blocks, and combined recipes), one line per method
+  (the structure and the pruning method: ``Thanos: MLP neurons``, ``Whole blocks``, ``Thanos: whole blocks +
+  MLP neurons``), the dense model as the line at its perplexity: quality against size, as structured-pruning
+  papers plot it;
 - ``blocksize_ablation_{model}``: Thanos perplexity vs block size B (appendix "different blocksize");
 - ``alpha_ablation_{model}``: Thanos perplexity vs the outlier-row fraction alpha, one panel per sparsity
   pattern, with horizontal reference lines for the dense model and for SparseGPT and Wanda (alpha 0) at
@@ -37,6 +42,7 @@ from thanos.labels import (
     pattern_label,
     pattern_title,
     shown_alpha,
+    structure_label,
     variant_label,
 )
 from thanos.report.collect import (
@@ -201,6 +207,39 @@ def ppl_vs_sparsity_figures(frame: pd.DataFrame) -> Drawn:
         titled(ax, f"{model}: perplexity vs {kind_text} sparsity{note}")
         legend_right(ax)
         yield f"ppl_vs_sparsity_{safe_name(model)}_{kind}", fig
+
+
+def quality_size_figures(frame: pd.DataFrame) -> Drawn:
+    """Perplexity against the parameters removed, one line per (structure, method), per model with a
+    structural recipe evaluated: see the module docstring."""
+    plt = pyplot()
+    pruned = _evaluated(frame)
+    pruned = pruned[pruned["params_removed"].notna() & pruned["structure"].notna()]
+    for model, rows in pruned.groupby("model"):
+        rows = rows.assign(
+            line=[structure_label(s, m) for s, m in zip(rows["structure"], rows["method"], strict=True)]
+        )
+        dense = dense_ppl(frame, model)
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+        values, removed = [], []
+        if dense is not None:
+            ax.axhline(dense, label=f"Dense (ppl {dense:.2f})", zorder=1.5, **DENSE_STYLE)
+            values.append(dense)
+        lines = sorted(rows.groupby("line"), key=lambda item: (item[0].count("+"), item[0]))
+        for i, (label, line) in enumerate(lines):
+            line = line.assign(x=(line["params_removed"] * 100).round(1))  # as the tables show it
+            line = line.groupby("x", as_index=False)["ppl"].min().sort_values("x")
+            line = line[line["ppl"].map(math.isfinite)]
+            style = method_style(str(rows.loc[rows["line"] == label, "method"].iloc[0]), i)
+            ax.plot(line["x"], line["ppl"], label=label, linewidth=1.8, markersize=6, **style)
+            values += list(line["ppl"])
+            removed += list(line["x"])
+        ppl_axis(ax, values)
+        ticks_at(ax, removed)
+        ax.set_xlabel("parameters removed (%)")
+        titled(ax, f"{model}: perplexity vs parameters removed")
+        legend_right(ax)
+        yield f"ppl_vs_params_removed_{safe_name(model)}", fig
 
 
 def blocksize_ablation_figures(frame: pd.DataFrame) -> Drawn:

@@ -15,6 +15,7 @@ from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, UNCALIBRATED, Layout, calibration_key
 from thanos.recipe import ConfigError
 from thanos.workflow_config import (
+    Combined,
     builds,
     built_models,
     check_model_names,
@@ -45,7 +46,12 @@ CHAIN = config["chain"]
 PATHS = Layout(R, sequential=CHAIN == "sequential", calibration=calibration_key(config["calibration"]))
 DEMO = config["demo"]
 MODELS = config["models"]
-RECIPES = expand(config)
+# every recipe of the config, in its order: a combined one (depth:4+neurons:0.3) runs as one job per part
+# (rules/combined.smk), the others as the stages of the rules below
+EVERY_RECIPE = expand(config)
+RECIPES = {name: recipe for name, recipe in EVERY_RECIPE.items() if not isinstance(recipe, Combined)}
+COMBINED = {name: recipe for name, recipe in EVERY_RECIPE.items() if isinstance(recipe, Combined)}
+DEPTH_RECIPES = [name for name, recipe in RECIPES.items() if recipe.sparsity.kind == "depth"]
 OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
 # a distilled recipe's model is its pruned recipe's model distilled (rule distill): nothing of its own is
 # pruned or assembled
@@ -60,7 +66,7 @@ TINY_MODELS, REAL_MODELS = built_models(MODELS)
 # place, a truncation, a deleted file) stops the run here, named, before anything reads it
 if not workflow.remote_exec:
     for _model in MODELS:
-        for _recipe in RECIPES:
+        for _recipe in EVERY_RECIPE:
             _dir = os.path.abspath(PATHS.model_dir(_model, _recipe))
             if _problems := digests.edited(_dir):
                 raise ConfigError(
@@ -80,7 +86,7 @@ def built_by_workflow(path):
 # any job starts: a run refused here (and by `snakemake -n`) deletes nothing; a job that failed on it would
 # have had its outputs deleted by Snakemake first
 if not workflow.remote_exec:
-    if _problems := input_problems(config, RECIPES, built_by_workflow):
+    if _problems := input_problems(config, EVERY_RECIPE, built_by_workflow):
         raise ConfigError(
             _problems[0] if len(_problems) == 1 else "the config's inputs:\n  " + "\n  ".join(_problems)
         )
@@ -117,8 +123,10 @@ wildcard_constraints:
     model=_alternation(MODELS),
     recipe=_alternation(PRUNED),
     distilled=_alternation(DISTILLED),
+    combined=_alternation(COMBINED),
+    part=r"\d+",
     chain=_alternation([DENSE, *PRUNED]),
-    variant=_alternation([DENSE, *RECIPES]),
+    variant=_alternation([DENSE, *EVERY_RECIPE]),
     l=r"\d+",
     layer=r"[A-Za-z0-9_.]+",
     calibration=_alternation([PATHS.calibration, UNCALIBRATED]),

@@ -189,10 +189,17 @@ def recipe_pruned_root(wildcards):
 # --- assemble --------------------------------------------------------------------------------------
 
 
+def depth_file(model, recipe):
+    """A depth:K recipe's depth.json (rules/depth.smk), under its calibration's key."""
+    return PATHS.depth(model, recipe, calibration_of(recipe))
+
+
 def assemble_inputs(wildcards):
     model, recipe = wildcards.model, wildcards.recipe
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
-    if GRANULARITY == "recipe":
+    if recipe in DEPTH_RECIPES:  # whole blocks removed: its choice of blocks, no pruned layer
+        inputs["depth"] = depth_file(model, recipe)
+    elif GRANULARITY == "recipe":
         inputs["pruned"] = pruned_block_outputs(model, recipe, None)
     else:
         blocks = range(model_info(model)["num_blocks"])
@@ -205,9 +212,11 @@ def assemble_inputs(wildcards):
 
 
 def calibration_option(wildcards, input):
-    """--calibration (provenance) of an assemble job, and --owl (``owl_option``)."""
+    """--calibration (provenance) of an assemble job, --owl (``owl_option``) and a depth recipe's --depth
+    (riding on this option, as --owl does)."""
     tokens = f"--calibration {quoted(input.tokens)}" if "tokens" in input.keys() else ""
-    return f"{tokens} {owl_option(input)}".strip()
+    depth = f"--depth {quoted(input.depth)}" if "depth" in input.keys() else ""
+    return " ".join(option for option in (tokens, owl_option(input), depth) if option)
 
 
 def intermediates(wildcards):
@@ -216,6 +225,100 @@ def intermediates(wildcards):
     paths = [PATHS.pruned(model, recipe, calibration_of(recipe))]
     if needs_calibration(recipe):
         paths += [PATHS.tokens(model), PATHS.chain_dir(model, DENSE)]
-        if PATHS.sequential and needs_hessian(recipe):
+        if recipe_reads(RECIPES[recipe], 0, PATHS.sequential).own_chain:
             paths.append(PATHS.chain_dir(model, recipe))
     return " ".join(quoted(path) for path in paths)
+
+
+# --- depth -----------------------------------------------------------------------------------------
+
+
+def depth_inputs(wildcards):
+    """The dense chain's inputs of every block and the last block's output (``RecipeReads.depth``)."""
+    model, recipe = wildcards.model, RECIPES[wildcards.recipe]
+    reads = recipe_reads(recipe, lambda: model_info(model)["num_blocks"], PATHS.sequential)
+    return {"info": info_path(wildcards), "model": model_dir_input(wildcards), "inputs": dense_stores(model, reads.depth)}
+
+
+# --- combined recipes ------------------------------------------------------------------------------
+
+
+def combined_part(wildcards):
+    """(the combined recipe, the index of the part a job runs, its recipe): its {part}, or the last part
+    (rule combined_model)."""
+    combined = COMBINED[wildcards.combined]
+    i = int(wildcards.part) if "part" in wildcards.keys() else len(combined.parts) - 1
+    return combined, i, combined.parts[i]
+
+
+def part_model(wildcards, i):
+    """The model part ``i`` of the job's combined recipe writes (read by the parts after it)."""
+    return f"{PATHS.part(wildcards.model, wildcards.combined, i)}/model"
+
+
+def part_inputs(wildcards):
+    """The first part: the input model, and what it reads of the workflow's calibration (the tokens and
+    the dense chain's stores its recipe reads, ``thanos.reads``); a later part: the part before's model
+    (and every earlier part's, whose reports the last one records: retention deletes them once it is
+    written) and the calibration text it calibrates on."""
+    _, i, part = combined_part(wildcards)
+    if i > 0:
+        earlier = [part_model(wildcards, j) for j in range(i)]
+        return {"model": earlier[-1], "earlier": earlier, "source": calibration_source_input(wildcards)}
+    model = wildcards.model
+    inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
+    if part.needs_calibration:
+        reads = recipe_reads(part, lambda: model_info(model)["num_blocks"], PATHS.sequential)
+        inputs["tokens"] = PATHS.tokens(model)
+        inputs["dense"] = dense_stores(model, reads.dense)
+    return inputs
+
+
+def part_read_model(wildcards):
+    """The model the part reads: the input model, or the part before's."""
+    _, i, _ = combined_part(wildcards)
+    return model_path(wildcards) if i == 0 else part_model(wildcards, i - 1)
+
+
+def part_recipe(wildcards):
+    """The part's recipe as JSON (a param: editing the combined recipe reruns its parts from the first
+    changed one)."""
+    return combined_part(wildcards)[2].to_json()
+
+
+def part_work(wildcards, output):
+    """The part's working directory (takes ``output``: see compute_dtype)."""
+    return PATHS.part(wildcards.model, wildcards.combined, combined_part(wildcards)[1])
+
+
+def part_calibration(wildcards):
+    """A later part's calibration (a param: another calibration reruns it); the first reads the
+    workflow's (its inputs)."""
+    if combined_part(wildcards)[1] == 0:
+        return ""
+    calibration = config["calibration"]
+    return (
+        f"--source {quoted(calibration['source'])} --nsamples {calibration['nsamples']}"
+        f" --seqlen {calibration['seqlen']} --seed {calibration['seed']}"
+        f" --text-field {quoted(calibration['text_field'])}"
+    )
+
+
+def part_options(wildcards, input, output):
+    """The first part's --model-info, --tokens and --dense-dir (the workflow's); the last part's --combined,
+    --base-model and --earlier (what its report records of the whole); retention's --drop-* (takes
+    ``input``: not recorded)."""
+    combined, i, _ = combined_part(wildcards)
+    options = []
+    if "info" in input.keys():  # the first part (named once the model_info checkpoint is known)
+        options += ["--model-info", input.info]
+        if "tokens" in input.keys():
+            options += ["--tokens", input.tokens, "--dense-dir", PATHS.chain_dir(wildcards.model, DENSE)]
+    if i == len(combined.parts) - 1:
+        earlier = input.earlier if "earlier" in input.keys() else []
+        options += ["--combined", combined.sparsity, "--base-model", model_path(wildcards), "--earlier", *earlier]
+    retention = config["retention"]
+    for kind, key in (("activations", "activations"), ("hessians", "hessians"), ("layers", "pruned_layers")):
+        if not retention[key]:
+            options.append(f"--drop-{kind}")
+    return " ".join(quoted(option) for option in options)

@@ -12,7 +12,7 @@ def evaluations():
 
 def variants():
     """The recipes, and ``dense`` (the unpruned model) with evaluate_dense."""
-    return ([DENSE] if config["evaluate_dense"] else []) + list(RECIPES)
+    return ([DENSE] if config["evaluate_dense"] else []) + list(EVERY_RECIPE)
 
 
 def eval_targets():
@@ -25,7 +25,7 @@ def eval_targets():
 
 
 def model_targets():
-    return [PATHS.model_dir(model, recipe) for model in MODELS for recipe in RECIPES]
+    return [PATHS.model_dir(model, recipe) for model in MODELS for recipe in EVERY_RECIPE]
 
 
 def report_inputs(wildcards):

@@ -1,0 +1,102 @@
+"""The recipes ``thanos prune-model`` runs in one call, as workflow jobs: a ``depth:1`` recipe (rule depth:
+the block choice and maps on the dense chain's stores, then assemble) and a combined ``depth:1+neurons:0.3``
+(one ``combined-part`` job per part). One real Snakemake run on a tiny Llama serves every assertion: it is
+killed (SIGKILL) during the combined recipe's second part, then resumed as documented; the finished run is
+compared with ``thanos prune-model``'s models and its tables and figures are read."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import kill_once, snakemake, workflow_config, write_corpus
+
+RECIPES = {
+    "depth1": {"method": "thanos", "sparsity": "depth:1"},
+    "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
+}
+TINY = {"family": "llama", "hidden_size": 32, "num_blocks": 3, "num_heads": 4}
+
+
+def _killed_during_the_last_part(workdir: Path, config: dict) -> dict[Path, int]:
+    """Start the run, SIGKILL it once the combined recipe's second part has computed its first steps (its
+    model's facts and calibration tokens); return the mtimes of what the first part and the killed second
+    part had finished."""
+    results = workdir / "results" / "llama" / "combo"
+    tokens = results / "parts" / "1" / "calib" / "tokens.zarr"
+    kill_once(snakemake(workdir, config, popen=True), tokens)
+    assert not (results / "model").exists()
+    finished = [
+        results / "parts" / "0" / "model" / "model.safetensors",
+        results / "parts" / "1" / "model_info.json",
+    ]
+    return {path: path.stat().st_mtime_ns for path in finished}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    """The killed and resumed run: its directory, the rules the resume ran and what the kill had finished."""
+    workdir = tmp_path_factory.mktemp("structures")
+    text = write_corpus(workdir / "text.jsonl", docs=60)
+    models = {"llama": {"path": "models/llama", "tiny": TINY}}
+    evaluation = {"enabled": True, "source": str(text), "seqlen": 32, "max_windows": 4}
+    config = workflow_config(text, models, RECIPES, perplexity=evaluation, evaluate_dense=True, report=True)
+    finished = _killed_during_the_last_part(workdir, config)
+    snakemake(workdir, config, "--unlock")  # the documented resume after SIGKILL
+    resumed = snakemake(workdir, config, "--rerun-incomplete", "--quiet", "rules")
+    return {"dir": workdir, "text": text, "resumed": resumed.stdout + resumed.stderr, "finished": finished}
+
+
+@pytest.mark.slow
+def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
+    """The resume reruns the combined recipe's last part alone (not its first part, not the depth recipe's
+    jobs), and that part keeps the steps it had finished; the first part's model, which only the last part
+    read, is deleted once the last part is written (retention.combined_parts false)."""
+    rules = run["resumed"]
+    assert "combined_model" in rules and "combined_part" not in rules, rules[-2000:]
+    assert "depth" not in rules.replace("depth1", "") and "calibrate" not in rules, rules[-2000:]
+    for path, mtime in run["finished"].items():
+        if "parts/0" not in str(path):
+            assert path.stat().st_mtime_ns == mtime, f"a finished step of the killed part recomputed: {path}"
+    assert not (run["dir"] / "results" / "llama" / "combo" / "parts" / "0" / "model").exists()
+    assert (run["dir"] / "results" / "llama" / "combo" / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_the_models_are_prune_models(run: dict) -> None:
+    """The depth recipe's model and the combined recipe's are ``thanos prune-model``'s, byte for byte, given
+    the same calibration and threads (the workflow's jobs run on ``threads: 1``)."""
+    from thanos import prune_model
+
+    work, results = run["dir"], run["dir"] / "results" / "llama"
+    options = {"calibration": str(run["text"]), "nsamples": 8, "seqlen": 32, "device": "cpu", "cores": 1}
+    options |= {"stream": io.StringIO()}
+    # the depth recipe in the working directory the combined recipe's first part takes: that part reuses it
+    workdirs = {"depth1": work / "prune-model" / "part1-depth1", "combo": work / "prune-model"}
+    for recipe, sparsity in (("depth1", "depth:1"), ("combo", "depth:1+neurons:0.3")):
+        out = work / f"prune-model-{recipe}"
+        prune_model(
+            str(work / "models" / "llama"), "thanos", sparsity, out=out, workdir=workdirs[recipe], **options
+        )
+        shards = sorted(out.glob("*.safetensors"))
+        assert shards
+        for shard in shards:
+            assert (results / recipe / "model" / shard.name).read_bytes() == shard.read_bytes(), recipe
+        assert (results / recipe / "model" / "config.json").read_text() == (out / "config.json").read_text()
+
+
+@pytest.mark.slow
+def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
+    """The perplexity table lists both recipes under their patterns, with the parameters they removed from
+    the input model; the quality-against-size figure is written."""
+    table = pd.read_csv(run["dir"] / "results" / "tables" / "perplexity.csv")
+    achieved = dict(zip(table["Sparsity"], table["Achieved"], strict=True))
+    assert achieved["depth:1+neurons:0.3"].endswith("% params")
+    removed = {
+        pattern: float(achieved[pattern].split("%")[0]) for pattern in ("depth:1", "depth:1+neurons:0.3")
+    }
+    assert 0 < removed["depth:1"] < removed["depth:1+neurons:0.3"] < 100
+    figure = run["dir"] / "results" / "figures" / "ppl_vs_params_removed_llama.png"
+    assert figure.is_file() and figure.stat().st_size > 0
