@@ -5,10 +5,14 @@ the mix chosen by ``thanos.runner.size``). Torch-free: the command's ``--help`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from thanos.errors import Option, OptionError
-from thanos.pruning.sparsity import parse_sparsity
+from thanos.options import option
+from thanos.pruning.sparsity import exact, parse_sparsity
 
 # a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``);
 # the vocabulary last, on the model the width parts wrote
@@ -43,3 +47,66 @@ def combined_parts(sparsity: Any) -> list[str] | None:
             Option("sparsity", repr(sparsity)), "each of depth, heads, neurons and vocab at most once"
         )
     return [str(part) for part in sorted(parts, key=lambda part: ORDER[part.kind])]
+
+
+AXES = ("depth", "heads", "neurons", "vocab")  # what a size search combines, in the order they run
+
+
+@dataclass(frozen=True)
+class SizeOptions:
+    """``params:P`` only: the structures the search may combine."""
+
+    axes: str | Sequence[str] | None = field(
+        default=None,
+        metadata=option(
+            "params:P only: the structures the search combines, comma-separated (default "
+            f"{','.join(AXES)}; vocab where the tokenizer is BPE)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.axes is None:
+            return
+        words = self.axes.split(",") if isinstance(self.axes, str) else list(self.axes)
+        axes = [str(word).strip() for word in words if str(word).strip()]
+        unknown = [axis for axis in axes if axis not in AXES]
+        if unknown or not axes:
+            raise OptionError(Option("axes", ",".join(map(str, words))), f"choose from {', '.join(AXES)}")
+        object.__setattr__(self, "axes", tuple(axis for axis in AXES if axis in axes))
+
+
+@dataclass(frozen=True)
+class SizeGoal:
+    """A size as the request: remove at least the fraction ``p`` of the parameters, with the mix of ``axes``
+    that loses least (``thanos.runner.size``); ``options``: the recipe options every candidate takes
+    (``thanos.runner.request.RecipeOptions``, its ``sparsity`` each candidate's)."""
+
+    p: Fraction
+    axes: tuple[str, ...]
+    given: bool  # the axes named by --axes (else every axis the model has)
+    options: Any
+
+    def __str__(self) -> str:
+        return f"params:{float(self.p):g}"
+
+
+def params_fraction(sparsity: Any) -> Fraction | None:
+    """The fraction of ``params:P``; None for any other pattern. ``params:P`` is the whole request."""
+    if not isinstance(sparsity, str) or "params" not in sparsity.lower():
+        return None
+    text = sparsity.strip().lower()
+    if "+" in text or not text.startswith("params:"):
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            "params:P asks for a size and the tool chooses the mix; give it alone (e.g. params:0.25)",
+        )
+    try:
+        p = exact(text.split(":", 1)[1])
+    except (ValueError, ZeroDivisionError):
+        p = Fraction(-1)
+    if not 0 < p < 1:
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            "params takes the fraction of the parameters removed, in (0, 1)",
+        )
+    return p

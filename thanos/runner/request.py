@@ -25,7 +25,7 @@ from thanos.options import flags, option
 from thanos.pruning import methods
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
-from thanos.runner.patterns import combined_parts
+from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fraction
 
 EVALUATIONS = ("ppl", "zeroshot")
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -386,6 +386,7 @@ class PruneRequest:
         ),
     )
     part_of: dict[str, Any] | None = None
+    size: SizeGoal | None = None  # params:P: the recipes are chosen by ``thanos.runner.size``
 
     @property
     def recipe(self) -> Recipe:
@@ -414,6 +415,7 @@ GROUPS = (
         Distillation,
         "distill_",
     ),
+    ("size as the request (params:P)", SizeOptions, ""),
     ("calibration", CalibrationOptions, ""),
     ("where and how it runs", Resources, ""),
     ("evaluation of the pruned model (and of the dense model beside it)", Evaluation, ""),
@@ -433,6 +435,7 @@ def build_request(
             "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
         )
     recipe_fields = {f.name for f in dataclasses.fields(RecipeOptions)} - {"method", "sparsity"}
+    size = _size_goal(method, sparsity, options, recipe_fields)
     if isinstance(method, Recipe):
         mixed = ["sparsity"] if sparsity is not None else []
         mixed += sorted(name for name in recipe_fields if options.get(name) is not None)
@@ -445,7 +448,7 @@ def build_request(
         recipes, pattern = (method,), str(method.sparsity)
     else:
         recipe_options = RecipeOptions(method, sparsity, **{n: options.get(n) for n in recipe_fields})  # type: ignore[arg-type]
-        recipes, pattern = recipe_options.recipes(), str(sparsity)
+        recipes, pattern = recipe_options.recipes() if size is None else (), str(sparsity)
     return PruneRequest(
         str(model),
         recipes,
@@ -455,7 +458,24 @@ def build_request(
         _group(Evaluation, options),
         _group(Output, options),
         bool(options.get("dry_run", False)),
+        size=size,
     )
+
+
+def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[str]) -> SizeGoal | None:
+    """The size asked by ``params:P`` (its recipe options checked on the mix of every axis), else None;
+    ``axes`` without ``params:P`` is refused."""
+    p, axes = params_fraction(sparsity), _group(SizeOptions, options).axes
+    if p is None:
+        if axes is not None:
+            raise OptionError(Option("axes", ",".join(axes)), f"is for params:P; {sparsity} names its mix")
+        return None
+    if isinstance(method, Recipe):
+        raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")
+    recipe = RecipeOptions(method, sparsity, **{name: options.get(name) for name in fields})  # type: ignore[arg-type]
+    mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
+    dataclasses.replace(recipe, sparsity="+".join(mix[axis] for axis in axes or AXES)).recipes()
+    return SizeGoal(p, tuple(axes or AXES), axes is not None, recipe)
 
 
 def _group(cls: type, options: dict[str, Any]) -> Any:
