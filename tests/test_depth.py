@@ -285,7 +285,7 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path, cli: Any) -> Non
         prune_model(model, "thanos", "depth:1+", out=tmp_path / "out2", **options)
     with pytest.raises(ValueError, match=r"0.5.*cannot be combined; a combined recipe joins depth:K"):
         prune_model(model, "thanos", "0.5+depth:1", out=tmp_path / "out2", **options)
-    with pytest.raises(ValueError, match="each of depth, heads and neurons at most once"):
+    with pytest.raises(ValueError, match="each of depth, heads, neurons and vocab at most once"):
         prune_model(model, "thanos", "heads:0.5+kv_heads:0.5", out=tmp_path / "out2", **options)
 
 

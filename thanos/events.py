@@ -8,6 +8,7 @@ the log file only: nothing reads a log line back, so a log line can be reworded 
 - ``ChainResumed``, ``BlockDone``: the chain (``thanos.stages.chain``) resumed at its first unfinished block;
   a block pruned (and recovered);
 - ``RecoveryEpoch``: an epoch of a block's recovery (``thanos.stages.recover``);
+- ``SearchCandidate``: a size search's candidate measured (``thanos.runner.size``);
 - ``DistillStep``: a distillation's step (``thanos.stages.distill``); its ``DistillNote``s, each a line of
   its own: ``DistillCheckpoint``, ``DistillResumed``, ``DistillBefore`` (the held-out KL before training),
   ``DistillSharded`` (FSDP); ``DistillWarning``: what it warns of.
@@ -214,3 +215,26 @@ OnEvent = Callable[[Event], None]
 
 def ignore(event: Event) -> None:
     """An ``OnEvent`` that shows nothing: where no one watches (a workflow's job, a library call)."""
+
+
+@dataclass(frozen=True)
+class SearchCandidate:
+    """A size search's candidate (``thanos.runner.size``), the ``index``-th: its explicit ``recipe``, the
+    fraction of the parameters it removes, its held-out ``loss`` (nats per token), the ``seconds`` its
+    pruning and measurement took, ``reused`` when an earlier run measured it."""
+
+    index: int
+    recipe: str
+    removed: float
+    loss: float
+    seconds: float
+    reused: bool
+
+    @property
+    def text(self) -> str:
+        """``candidate 3: depth:2+neurons:0.25: 21.4 % fewer parameters, held-out loss 0.1234 (1:05)``."""
+        when = "measured in an earlier run" if self.reused else clock_text(self.seconds)
+        return (
+            f"candidate {self.index}: {self.recipe}: {100 * self.removed:.1f} % fewer parameters, held-out "
+            f"loss {self.loss:.4f} ({when})"
+        )

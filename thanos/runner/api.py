@@ -45,6 +45,7 @@ def prune_model(
     compact: bool | None = None,
     block_map: bool | None = None,
     width_multiple: int | None = None,
+    axes: str | Sequence[str] | None = None,
     stream: TextIO | None = None,
     profile: str | None = None,
     owl_m: float | None = None,
@@ -61,7 +62,9 @@ def prune_model(
 
     ``method``: magnitude, wanda, sparsegpt or thanos, with ``sparsity``: 0.5, "2:4", "4:8",
     "structured:0.3", "neurons:0.3", "heads:0.33", "kv_heads:0.25", "depth:6", "vocab:0.3" ("vocab:16000":
-    tokens kept) or structures joined with "+" ("depth:4+neurons:0.3"); or a ``thanos.Recipe`` (then no
+    tokens kept), structures joined with "+" ("depth:4+neurons:0.3+vocab:0.3"), or "params:0.25" (the mix
+    of ``axes``, default "depth,heads,neurons,vocab", that removes that fraction of the parameters with the
+    least loss on held-out calibration windows: docs/structures.md); or a ``thanos.Recipe`` (then no
     ``sparsity`` nor recipe keywords).
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
@@ -97,6 +100,10 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
     previous part's model (``thanos.runner.combined``); a closed ``stream`` stops the lines, not the run."""
     console = Console(stream)
+    if request.size is not None:
+        from thanos.runner.size import prune_to_size
+
+        return prune_to_size(request, console, execute)
     if request.recipes[0].sparsity.kind == "vocab" and not request.combined:
         return prune_vocab(request, console)
     return prune_combined(request, console) if request.combined else prune_one(request, console)

@@ -8,7 +8,9 @@ written:
 1. ``depth`` first: the blocks are scored on the dense model and removed before any width is pruned, so no
    width is pruned in a block that then goes, and every later part calibrates on the model it is part of;
 2. ``heads`` (or ``kv_heads``) next, then ``neurons``: within a block the attention feeds the MLP, so the
-   MLP's neurons are chosen, and corrected, on the inputs the pruned attention gives it.
+   MLP's neurons are chosen, and corrected, on the inputs the pruned attention gives it;
+3. ``vocab`` last (``thanos.runner.vocab``): the tokens are scored by the model the width parts wrote, and
+   no width part calibrates through a tokenizer other than the input model's.
 
 The parts are the request's recipes, built and checked with it (``thanos.runner.request``). The
 intermediate models are written under the working directory root (``<model>-combined/``, which ``thanos
@@ -36,6 +38,7 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
+from thanos.runner.vocab import check_evaluation, prune_vocab
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.publish import weight_files
 
@@ -71,12 +74,14 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     model, steps = reference, []
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
-        report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
+        part = _part(request, i, model, intermediates, reference, steps)
+        vocab = request.recipes[i].sparsity.kind == "vocab"
+        report = prune_vocab(part, stream, dense=reference) if vocab else prune_one(part, stream)
         step = {
             "sparsity": parts[i],
             "model": str(model),
             "out": report["out"],
-            "compact": report.get("compact"),
+            "compact": report.get("compact") or _vocab_parameters(report),
         }
         if request.recipes[i].block_map is not None:  # a depth part: with or without its maps
             step["block_map"] = request.recipes[i].block_map
@@ -100,6 +105,8 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
 def _check_last_part(request: PruneRequest, reference: str) -> None:
     """What only the last part reads, checked on the input model before the first part runs: the
     evaluation's options and texts and the distillation's (each part's own plan checks the rest)."""
+    if request.recipes[-1].sparsity.kind == "vocab":
+        check_evaluation(request)
     model = open_model(reference)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
     distill = request.recipes[-1].distill
@@ -175,6 +182,13 @@ def _part(
         changes["output"] = Output(out, overwrite=True)
         changes["evaluation"] = Evaluation()  # only the last part's model is evaluated
     return dataclasses.replace(request, **changes)
+
+
+def _vocab_parameters(report: dict[str, Any]) -> dict[str, Any] | None:
+    """A vocab part's parameters before and after, as a width part's ``compact`` says them."""
+    if "parameters_after" not in report:
+        return None
+    return {"parameters": {"original": report["parameters_before"], "kept": report["parameters_after"]}}
 
 
 def _say_parameters(steps: list[dict[str, Any]], parts: list[str], reference: str, stream: TextIO) -> None:

@@ -23,16 +23,14 @@ from typing import Any
 from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.options import flags, option
 from thanos.pruning import methods
-from thanos.pruning.sparsity import parse_sparsity
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
+from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fraction
 
 EVALUATIONS = ("ppl", "zeroshot")
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # ``thanos.stages.common.COMPUTE_DTYPES`` without torch
 DEFAULT_NSAMPLES = 128
-# a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``)
-ORDER = {"depth": 0, "heads": 1, "kv_heads": 1, "neurons": 2}
 
 # the options whose words are not the keyword's name (a flag that sets False; a keyword's dict's entries)
 PYTHON = KeywordWords({"disk_check": "disk_check=False"})
@@ -55,9 +53,11 @@ class RecipeOptions:
         metadata=option(
             "0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3 (MLP neurons, model written "
             "smaller), heads:0.33 (attention query heads of each key/value group, model written smaller), "
-            "kv_heads:0.25 (whole key/value groups), depth:6 or depth:0.2 (whole blocks), or structures "
-            "joined with + (depth:4+neurons:0.3: blocks first, then heads, then neurons, each on the model "
-            "the previous part wrote)"
+            "kv_heads:0.25 (whole key/value groups), depth:6 or depth:0.2 (whole blocks), vocab:0.3 or "
+            "vocab:16000 (tokens removed, or kept), structures joined with + (depth:4+neurons:0.3+vocab:0.3: "
+            "blocks, then heads, then neurons, then the vocabulary, each on the model the previous part "
+            "wrote), or params:0.25 (the mix of --axes that removes that fraction of the parameters with the "
+            "least loss on held-out calibration windows)"
         )
     )
     alpha: float | None = field(
@@ -145,13 +145,19 @@ class RecipeOptions:
         if parts is None:
             return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill, self.compact),)
         last = len(parts) - 1
+        if parts[-1].startswith("vocab") and self.distill is not None:
+            raise OptionError(
+                Option("distill"),
+                f"{self.sparsity} ends with the vocabulary, which is not distilled; distil the written model "
+                "with thanos distill",
+            )
         return tuple(
             self._recipe(
                 part,
-                None if part.startswith("depth") else self.recover,
+                None if part.startswith(("depth", "vocab")) else self.recover,
                 self.block_map if part.startswith("depth") else None,
                 self.distill if i == last else None,
-                None if part.startswith("depth") else self.compact,
+                None if part.startswith(("depth", "vocab")) else self.compact,
             )
             for i, part in enumerate(parts)
         )
@@ -225,34 +231,6 @@ def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Re
         problem = f"{recipe.method} {sparsity} does not use {them} out"
         raise OptionError(tuple(Option(name) for name in unused), problem, join=" and ")
     return recipe
-
-
-def combined_parts(sparsity: Any) -> list[str] | None:
-    """The parts of a combined pattern (``depth:4+neurons:0.3``) in the order they run; None for one
-    pattern. Refused: a part that removes no structure (unstructured, n:m, structured), a kind twice."""
-    if not isinstance(sparsity, str) or "+" not in sparsity:
-        return None
-    if any(not part.strip() for part in sparsity.split("+")):
-        raise OptionError(
-            Option("sparsity", repr(sparsity)),
-            "a part is empty; join depth:K, heads:P (or kv_heads:P) and neurons:P with '+', e.g. "
-            "depth:4+neurons:0.3",
-        )
-    try:
-        parts = [parse_sparsity(part) for part in sparsity.split("+")]
-    except ValueError as err:
-        raise OptionError(Option("sparsity", repr(sparsity)), str(err)) from None
-    for part in parts:
-        if part.kind not in ORDER:
-            raise OptionError(
-                Option("sparsity", repr(sparsity)),
-                f"{part} cannot be combined; a combined recipe joins depth:K, heads:P (or kv_heads:P) and "
-                "neurons:P with '+', e.g. depth:4+neurons:0.3",
-            )
-    ranks = [ORDER[part.kind] for part in parts]
-    if len(set(ranks)) != len(ranks):
-        raise OptionError(Option("sparsity", repr(sparsity)), "each of depth, heads and neurons at most once")
-    return [str(part) for part in sorted(parts, key=lambda part: ORDER[part.kind])]
 
 
 @dataclass(frozen=True)
@@ -408,6 +386,7 @@ class PruneRequest:
         ),
     )
     part_of: dict[str, Any] | None = None
+    size: SizeGoal | None = None  # params:P: the recipes are chosen by ``thanos.runner.size``
 
     @property
     def recipe(self) -> Recipe:
@@ -436,6 +415,7 @@ GROUPS = (
         Distillation,
         "distill_",
     ),
+    ("size as the request (params:P)", SizeOptions, ""),
     ("calibration", CalibrationOptions, ""),
     ("where and how it runs", Resources, ""),
     ("evaluation of the pruned model (and of the dense model beside it)", Evaluation, ""),
@@ -455,6 +435,7 @@ def build_request(
             "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
         )
     recipe_fields = {f.name for f in dataclasses.fields(RecipeOptions)} - {"method", "sparsity"}
+    size = _size_goal(method, sparsity, options, recipe_fields)
     if isinstance(method, Recipe):
         mixed = ["sparsity"] if sparsity is not None else []
         mixed += sorted(name for name in recipe_fields if options.get(name) is not None)
@@ -467,7 +448,7 @@ def build_request(
         recipes, pattern = (method,), str(method.sparsity)
     else:
         recipe_options = RecipeOptions(method, sparsity, **{n: options.get(n) for n in recipe_fields})  # type: ignore[arg-type]
-        recipes, pattern = recipe_options.recipes(), str(sparsity)
+        recipes, pattern = recipe_options.recipes() if size is None else (), str(sparsity)
     return PruneRequest(
         str(model),
         recipes,
@@ -477,7 +458,24 @@ def build_request(
         _group(Evaluation, options),
         _group(Output, options),
         bool(options.get("dry_run", False)),
+        size=size,
     )
+
+
+def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[str]) -> SizeGoal | None:
+    """The size asked by ``params:P`` (its recipe options checked on the mix of every axis), else None;
+    ``axes`` without ``params:P`` is refused."""
+    p, axes = params_fraction(sparsity), _group(SizeOptions, options).axes
+    if p is None:
+        if axes is not None:
+            raise OptionError(Option("axes", ",".join(axes)), f"is for params:P; {sparsity} names its mix")
+        return None
+    if isinstance(method, Recipe):
+        raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")
+    recipe = RecipeOptions(method, sparsity, **{name: options.get(name) for name in fields})  # type: ignore[arg-type]
+    mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
+    dataclasses.replace(recipe, sparsity="+".join(mix[axis] for axis in axes or AXES)).recipes()
+    return SizeGoal(p, tuple(axes or AXES), axes is not None, recipe)
 
 
 def _group(cls: type, options: dict[str, Any]) -> Any:

@@ -23,9 +23,10 @@ C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
 DEFAULT_SEQLEN = 256
 
 
-def prune_vocab(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
+def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None) -> dict[str, Any]:
     """Check the request, choose the tokens and write ``out``; the report (``vocabulary.json``'s content)
-    with ``out`` added."""
+    with ``out`` added. ``dense``: the model the evaluation compares with (default ``request.model``; the
+    last part of a combined recipe: the model its first part read)."""
     from thanos.data.calibration import load_source
     from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary, write_card
 
@@ -56,9 +57,13 @@ def prune_vocab(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
         model, out, pattern, documents, str(calibration.calibration), seqlen, calibration.nsamples, device
     )
     say(stream, summary(report, out))
+    if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
+        _card_of_combined(out, request.part_of)
     if request.evaluation.kinds:
-        evaluation = evaluate(request, out, device)
+        evaluation = evaluate(request, out, device, Path(dense or request.model))
         write_card(out, report, evaluation)
+        if request.part_of is not None:
+            _card_of_combined(out, request.part_of)
         for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
             say(stream, f"  {line}")
     return report | {"out": str(out)}
@@ -80,15 +85,29 @@ def check_evaluation(request: PruneRequest) -> None:
         raise OptionError(Option("ppl_source", source), "does not exist; give the text to score")
 
 
-def evaluate(request: PruneRequest, out: Path, device: str) -> dict[str, Any]:
-    """The written and the dense model's perplexity on ``--ppl-source`` (written to ``out/eval``):
+def _card_of_combined(out: Path, part_of: dict[str, Any]) -> None:
+    """The card of a combined recipe's last part, opened by what the whole recipe was."""
+    from thanos.runner.workdirs import model_slug
+
+    parts = " then ".join(f"`{part['sparsity']}`" for part in part_of["parts"])
+    base = model_slug(part_of["base_model"])
+    line = (
+        f"The last part of the combined recipe `{part_of['sparsity']}` on `{base}`: the vocabulary of the "
+        f"model that {parts} wrote.\n\n"
+    )
+    card = (out / "README.md").read_text(encoding="utf-8")
+    (out / "README.md").write_text(line + card, encoding="utf-8")
+
+
+def evaluate(request: PruneRequest, out: Path, device: str, dense: Path) -> dict[str, Any]:
+    """The written model's and ``dense``'s perplexity on ``--ppl-source`` (written to ``out/eval``):
     ``{"perplexity": ..., "dense": {"perplexity": ...}}``."""
     from thanos.evaluation.loading import load_model
     from thanos.evaluation.perplexity import evaluate_perplexity
     from thanos.files.atomic import write_json
 
     evaluation, results = request.evaluation, {}
-    for name, model in (("perplexity.json", out), ("dense/perplexity.json", Path(request.model))):
+    for name, model in (("perplexity.json", out), ("dense/perplexity.json", dense)):
         loaded = load_model(str(model), device=device, dtype=request.resources.compute_dtype)
         result = evaluate_perplexity(
             str(model), source=str(evaluation.ppl_source), seqlen=evaluation.ppl_seqlen, device=device,

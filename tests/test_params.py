@@ -1,0 +1,155 @@
+"""The vocabulary as a part of combined recipes, and a size as the request (``params:p``): the search's
+choice, its record (``search.json``), its resume, and the chosen recipe run on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_vocabulary import END, PROSE, train_tokenizer
+
+from thanos import prune_model
+
+
+def bpe_model(directory: Path) -> Path:
+    """A tiny random Llama (3 blocks, 4 query heads in 2 groups) over a trained byte-level BPE tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = train_tokenizer("byte-level")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=tokenizer.convert_tokens_to_ids(END), pad_token_id=3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).float().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The model, a calibration text and the options every run here shares."""
+    root = tmp_path_factory.mktemp("params")
+    text = root / "calib.txt"
+    lines = [line for line in PROSE if line]
+    text.write_text("\n\n".join(" ".join(lines[i:] + lines[:i]) for i in range(len(lines))) + "\n")
+    options = {"calibration": str(text), "nsamples": 8, "seqlen": 32, "device": "cpu"}
+    return {"root": root, "model": bpe_model(root / "dense"), "options": options}
+
+
+def weights(out: Path) -> dict[str, bytes]:
+    """What a written model is: its weights, config and tokenizer, byte for byte."""
+    names = ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json")
+    return {name: (out / name).read_bytes() for name in names if (out / name).exists()}
+
+
+def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """``vocab:0.3+depth:1+neurons:0.3``: depth, then neurons, then the vocabulary on the model they wrote;
+    the output is the one the parts give run one after the other by hand, and its card names the whole."""
+    model, options = inputs["model"], inputs["options"]
+    report = prune_model(model, "thanos", "vocab:0.3+depth:1+neurons:0.3", out=tmp_path / "out", **options)
+    assert [part["sparsity"] for part in report["parts"]] == ["depth:1", "neurons:0.3", "vocab:0.3"]
+    widths = prune_model(model, "thanos", "depth:1+neurons:0.3", out=tmp_path / "widths", **options)
+    by_hand = prune_model(widths["out"], "thanos", "vocab:0.3", out=tmp_path / "by-hand", **options)
+    assert weights(tmp_path / "out") == weights(tmp_path / "by-hand")
+    assert report["kept_ids"] == by_hand["kept_ids"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == by_hand["tokens_kept"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "The last part of the combined recipe `depth:1+neurons:0.3+vocab:0.3` on `dense`" in card
+    with pytest.raises(ValueError, match="ends with the vocabulary, which is not distilled"):
+        prune_model(
+            model, "thanos", "depth:1+vocab:0.3", out=tmp_path / "x", distill={"tokens": 64}, **options
+        )
+
+
+@pytest.fixture(scope="module")
+def searched(inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``params:0.3`` stopped by an error after its second measurement, then run again: the measurements
+    of each run (recipes measured, in order) and the second run's report."""
+    import thanos.evaluation.heldout as heldout
+
+    root, original, runs = tmp_path_factory.mktemp("searched"), heldout.measure, [[], []]
+    options = inputs["options"] | {"out": root / "out", "workdir": root / "work"}
+
+    def failing(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+        if len(runs[0]) == 2:
+            raise RuntimeError("stopped during the search")
+        runs[0].append(candidate.parent.name)
+        return original(dense, candidate, texts, device)
+
+    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+        runs[1].append(candidate.parent.name)
+        return original(dense, candidate, texts, device)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heldout, "measure", failing)
+        with pytest.raises(RuntimeError, match="stopped during the search"):
+            prune_model(inputs["model"], "thanos", "params:0.3", **options)
+        patch.setattr(heldout, "measure", counted)
+        report = prune_model(inputs["model"], "thanos", "params:0.3", **options)
+    return {"root": root, "runs": runs, "report": report, "out": root / "out"}
+
+
+def test_params_removes_at_least_p_counted_on_the_written_model(searched: dict[str, Any]) -> None:
+    """The chosen recipe removes at least 30 % of the parameters, counted on the written model as
+    ``search.json`` says; every candidate's predicted count is its written count; the card lists them."""
+    from thanos.evaluation.heldout import stored_parameters
+
+    search = json.loads((searched["out"] / "search.json").read_text())
+    assert search == json.loads((searched["root"] / "work" / "search" / "search.json").read_text())
+    assert search == searched["report"]["search"]
+    assert stored_parameters(searched["out"]) == search["chosen_parameters"]
+    assert search["parameters"] - search["chosen_parameters"] >= search["target_removed"] >= 0.3 * 137984
+    for candidate in search["candidates"]:
+        assert candidate["predicted_parameters"] == candidate["parameters"]
+        assert (candidate["kl"] is None) == ("vocab" in candidate["recipe"])
+    chosen = min(
+        (c for c in search["candidates"] if c["removed"] >= search["target_removed"]), key=lambda c: c["loss"]
+    )
+    assert search["chosen"] == chosen["recipe"]
+    card = (searched["out"] / "README.md").read_text()
+    assert f"Chosen: `{search['chosen']}`" in card
+    assert all(f"| `{c['recipe']}` | {c['parameters']:,} |" in card for c in search["candidates"])
+
+
+def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) -> None:
+    """The run stopped after two measurements; the second measured only the others, each once."""
+    first, second = searched["runs"]
+    candidates = searched["report"]["search"]["candidates"]
+    assert len(first) == 2 and len(candidates) >= 4
+    assert sorted(first + second) == sorted({*first, *second}) and len(first + second) == len(candidates)
+
+
+def test_the_chosen_recipe_alone_writes_the_same_bytes(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """The chosen explicit recipe run on its own writes the model the (resumed) search wrote."""
+    chosen = searched["report"]["search"]["chosen"]
+    prune_model(inputs["model"], "thanos", chosen, out=tmp_path / "alone", **inputs["options"])
+    assert weights(tmp_path / "alone") == weights(searched["out"])
+
+
+def test_axes_restrict_the_search(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """``axes="depth"``: the only candidate is a depth recipe; --axes without params:P, an unknown axis,
+    a fraction out of range and params combined are refused in one line."""
+    options = inputs["options"] | {"workdir": tmp_path / "work"}
+    report = prune_model(
+        inputs["model"], "thanos", "params:0.2", out=tmp_path / "out", axes="depth", **options
+    )
+    assert [c["recipe"] for c in report["search"]["candidates"]] == ["depth:1"]
+    assert report["search"]["chosen"] == "depth:1" and report["search"]["axes"] == ["depth"]
+    refusals = {
+        ("depth:1", "depth"): "is for params:P; depth:1 names its mix",
+        ("params:0.2", "width"): "axes=width: choose from depth, heads, neurons, vocab",
+        ("params:1.5", None): "params takes the fraction of the parameters removed, in",
+        ("params:0.2+depth:1", None): "params:P asks for a size and the tool chooses the mix; give it alone",
+    }
+    for (sparsity, axes), message in refusals.items():
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            prune_model(inputs["model"], "thanos", sparsity, out=tmp_path / "x", axes=axes, **options)
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,96 @@
+"""A pruned model's loss against the dense model on held-out text, and a written model's parameters: what a
+size search (``params:p``, ``thanos.runner.size``) measures of each candidate.
+
+**The loss** is the candidate's excess cross-entropy over the dense model's on the held-out texts, per
+token of the dense model's tokenization (nats): ``(NLL_candidate - NLL_dense) / dense tokens predicted``,
+each model reading the same text through its own tokenizer, so that a model with a pruned vocabulary (more
+tokens for the same text) is measured on the same scale as the others. It is the log of the perplexity ratio
+per original token on that text. Where the candidate's tokenizer cuts the texts into the dense model's
+tokens (no vocab part), the **KL divergence** from the dense model's next-token distributions to the
+candidate's is measured too, per token (nats): the same quantity where the text follows the dense model,
+with less noise; it is recorded beside the loss, and is undefined across vocabularies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from thanos.data.calibration import sample_windows
+
+
+def held_out_texts(
+    model: str | Path, documents: Sequence[str], windows: int, seqlen: int, seed: int
+) -> list[str]:
+    """``windows`` windows of ``seqlen`` tokens of ``documents`` (the calibration's sampling, its seed), as
+    text: what every candidate is measured on."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    ids = sample_windows(documents, tokenizer, windows, seqlen, seed)
+    return [tokenizer.decode(list(row), skip_special_tokens=False) for row in ids]
+
+
+def _load(model: str | Path, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+    loaded = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32).to(device).eval()
+    return loaded, AutoTokenizer.from_pretrained(str(model))
+
+
+@torch.inference_mode()
+def _log_probs(model: Any, ids: list[int], device: str) -> torch.Tensor:
+    """Next-token log-probabilities at every position but the last (float32)."""
+    logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, :-1].float()
+    return logits.log_softmax(-1)
+
+
+def measure(
+    dense: str | Path, candidate: str | Path, texts: Sequence[str], device: str = "cpu"
+) -> dict[str, Any]:
+    """The candidate's loss (and KL, where the tokens are the dense model's) against the dense model on
+    ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens"}``."""
+    dense_model, dense_tokenizer = _load(dense, device)
+    model, tokenizer = _load(candidate, device)
+    nll_dense = nll = kl = 0.0
+    tokens = candidate_tokens = 0
+    same = True
+    for text in texts:
+        ids = dense_tokenizer(text, add_special_tokens=False)["input_ids"]
+        own = tokenizer(text, add_special_tokens=False)["input_ids"]
+        p = _log_probs(dense_model, ids, device)
+        q = _log_probs(model, own, device)
+        nll_dense -= p.gather(-1, torch.tensor(ids[1:], device=device)[:, None]).sum().item()
+        nll -= q.gather(-1, torch.tensor(own[1:], device=device)[:, None]).sum().item()
+        tokens, candidate_tokens = tokens + len(ids) - 1, candidate_tokens + len(own) - 1
+        same = same and own == ids and q.shape == p.shape
+        if same:
+            kl += (p.exp() * (p - q)).sum().item()
+    return {
+        "loss": (nll - nll_dense) / tokens,
+        "kl": kl / tokens if same else None,
+        "tokens": tokens,
+        "candidate_tokens": candidate_tokens,
+    }
+
+
+def stored_parameters(model: str | Path) -> int:
+    """The parameters a written model's safetensors files hold (a tied head stored once: once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(model).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as weights:
+            for name in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                shape = weights.get_slice(name).get_shape()
+                count = 1
+                for size in shape:
+                    count *= size
+                total += count
+    return total

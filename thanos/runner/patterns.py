@@ -1,0 +1,112 @@
+"""The patterns of ``prune_model``'s ``sparsity`` beyond one structure: a combined recipe
+(``depth:4+neurons:0.3+vocab:0.3``, its parts in the order they run) and a size asked for (``params:0.25``:
+the mix chosen by ``thanos.runner.size``). Torch-free: the command's ``--help`` imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from thanos.errors import Option, OptionError
+from thanos.options import option
+from thanos.pruning.sparsity import exact, parse_sparsity
+
+# a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``);
+# the vocabulary last, on the model the width parts wrote
+ORDER = {"depth": 0, "heads": 1, "kv_heads": 1, "neurons": 2, "vocab": 3}
+JOINED = "depth:K, heads:P (or kv_heads:P), neurons:P and vocab:P (or vocab:N)"
+
+
+def combined_parts(sparsity: Any) -> list[str] | None:
+    """The parts of a combined pattern (``depth:4+neurons:0.3``) in the order they run; None for one
+    pattern. Refused: a part that removes no structure (unstructured, n:m, structured), a kind twice."""
+    if not isinstance(sparsity, str) or "+" not in sparsity:
+        return None
+    if any(not part.strip() for part in sparsity.split("+")):
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            f"a part is empty; join {JOINED} with '+', e.g. depth:4+neurons:0.3",
+        )
+    try:
+        parts = [parse_sparsity(part) for part in sparsity.split("+")]
+    except ValueError as err:
+        raise OptionError(Option("sparsity", repr(sparsity)), str(err)) from None
+    for part in parts:
+        if part.kind not in ORDER:
+            raise OptionError(
+                Option("sparsity", repr(sparsity)),
+                f"{part} cannot be combined; a combined recipe joins {JOINED} with '+', e.g. "
+                "depth:4+neurons:0.3",
+            )
+    ranks = [ORDER[part.kind] for part in parts]
+    if len(set(ranks)) != len(ranks):
+        raise OptionError(
+            Option("sparsity", repr(sparsity)), "each of depth, heads, neurons and vocab at most once"
+        )
+    return [str(part) for part in sorted(parts, key=lambda part: ORDER[part.kind])]
+
+
+AXES = ("depth", "heads", "neurons", "vocab")  # what a size search combines, in the order they run
+
+
+@dataclass(frozen=True)
+class SizeOptions:
+    """``params:P`` only: the structures the search may combine."""
+
+    axes: str | Sequence[str] | None = field(
+        default=None,
+        metadata=option(
+            "params:P only: the structures the search combines, comma-separated (default "
+            f"{','.join(AXES)}; vocab where the tokenizer is BPE)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.axes is None:
+            return
+        words = self.axes.split(",") if isinstance(self.axes, str) else list(self.axes)
+        axes = [str(word).strip() for word in words if str(word).strip()]
+        unknown = [axis for axis in axes if axis not in AXES]
+        if unknown or not axes:
+            raise OptionError(Option("axes", ",".join(map(str, words))), f"choose from {', '.join(AXES)}")
+        object.__setattr__(self, "axes", tuple(axis for axis in AXES if axis in axes))
+
+
+@dataclass(frozen=True)
+class SizeGoal:
+    """A size as the request: remove at least the fraction ``p`` of the parameters, with the mix of ``axes``
+    that loses least (``thanos.runner.size``); ``options``: the recipe options every candidate takes
+    (``thanos.runner.request.RecipeOptions``, its ``sparsity`` each candidate's)."""
+
+    p: Fraction
+    axes: tuple[str, ...]
+    given: bool  # the axes named by --axes (else every axis the model has)
+    options: Any
+
+    def __str__(self) -> str:
+        return f"params:{float(self.p):g}"
+
+
+def params_fraction(sparsity: Any) -> Fraction | None:
+    """The fraction of ``params:P``; None for any other pattern. ``params:P`` is the whole request."""
+    if not isinstance(sparsity, str) or "params" not in sparsity.lower():
+        return None
+    text = sparsity.strip().lower()
+    if "+" in text or not text.startswith("params:"):
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            "params:P asks for a size and the tool chooses the mix; give it alone (e.g. params:0.25)",
+        )
+    try:
+        p = exact(text.split(":", 1)[1])
+    except (ValueError, ZeroDivisionError):
+        p = Fraction(-1)
+    if not 0 < p < 1:
+        raise OptionError(
+            Option("sparsity", repr(sparsity)),
+            "params takes the fraction of the parameters removed, in (0, 1)",
+        )
+    return p

@@ -1,0 +1,287 @@
+"""A size as the request: ``--sparsity params:0.25`` removes at least that fraction of the parameters with
+the mix of depth, heads, neurons and vocabulary (``--axes``) that loses least, and writes that model.
+
+**Held out.** The calibration documents are split: the last quarter (at least one document) is held out,
+never calibrated on, and ``nsamples // 4`` windows of it (at least one, the calibration's length and seed)
+are the text every candidate is measured on (``thanos.evaluation.heldout``: its excess cross-entropy over
+the dense model's per original token, and the KL where the tokens are the same); the candidates calibrate
+(and a vocab part chooses its tokens) on the other documents, ``nsamples`` minus the held-out windows of
+them, written once to ``calibration.jsonl`` in the search's directory. The evaluation text is never read.
+
+**The search** (``choose``), with ``T = ceil(p x the dense model's parameters)``:
+
+1. each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing T/2 and T,
+   each pruned alone and measured;
+2. the mix: from nothing, the axis whose next setting adds the least cost (the axis's measured curve,
+   piecewise linear through zero, the last slope beyond) per parameter removed (predicted on the meta
+   device) is advanced, until the predicted parameters removed reach T; then any axis stepped back that
+   leaves T reached;
+3. that mix pruned and measured (counted on the written model; short of T: one more step, measured
+   again); the chosen recipe is the measured candidate with the least loss among those that remove at
+   least T.
+
+Each candidate is an explicit recipe pruned by the normal machinery (``execute``: its working directories,
+resumed) on the search's calibration, measured, its ``measurement.json`` recorded by the ledger
+(``thanos.files.ledger``) under ``candidates/<recipe>/``, so that a search run again (stopped, or with
+another ``p`` or ``--axes``) measures no candidate twice; its model is deleted once measured (``--keep all``
+keeps it). The chosen recipe is then run on its own with the request's calibration and options, writing
+``--out`` as that explicit recipe run alone writes it; ``search.json`` (every candidate: recipe, parameters,
+removed, loss, KL, seconds; the chosen recipe) goes to ``--out`` and to the search's directory, and the card
+gets the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from thanos.errors import Option, OptionError
+from thanos.events import SearchCandidate, clock_text
+from thanos.files.atomic import atomic_path, write_json
+from thanos.files.ledger import Entry, digest, model_identity, remove
+from thanos.runner.console import say
+from thanos.runner.request import Evaluation, Output, PruneRequest
+from thanos.runner.size_axes import Knobs, knobs, recipe_of
+from thanos.runner.size_choice import choose
+from thanos.runner.workdirs import default_root, model_slug, record_run, slug
+
+SEARCH = "search.json"
+Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
+
+
+def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> dict[str, Any]:
+    """Search the mix (``choose``), then write it to ``out`` as its explicit recipe alone writes it; the
+    report of that run with ``search`` (``search.json``'s content) added."""
+    goal, started = request.size, time.monotonic()
+    assert goal is not None
+    from thanos.evaluation.heldout import stored_parameters
+
+    model = Path(request.model)
+    if not model.is_dir():
+        raise OptionError(Option("model", request.model), " is not a local directory; params:P needs one")
+    dense = knobs(model, goal.options.width_multiple)
+    axes = _axes(goal, dense)
+    parameters = stored_parameters(model)
+    target = math.ceil(goal.p * parameters)
+    search = Search(request, dense, _directory(request), stream, execute)
+    say(
+        stream,
+        f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {', '.join(axes)}",
+    )
+    if request.dry_run:
+        say(stream, "dry run: everything above was checked; nothing was run or written")
+        return {"out": str(request.output.out), "workdir": str(search.root)}
+    search.prepare()
+    chosen = choose(dense, axes, target, parameters, search.candidate)
+    record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
+    say(stream, f"{goal}: chose {chosen} ({_measured_text(record['candidates'], chosen)}); writing it")
+    began = time.monotonic()
+    options = goal.options
+    report = execute(
+        dataclasses.replace(request, recipes=_recipes(options, chosen), sparsity=chosen, size=None), stream
+    )
+    record["write_seconds"] = round(time.monotonic() - began, 1)
+    out = Path(request.output.out)
+    for place in (out / SEARCH, search.root / SEARCH):
+        write_json(place, record)
+    _card(out, record)
+    say(
+        stream,
+        f"{goal}: {chosen}, searched in {clock_text(record['seconds'])} ({len(record['candidates'])} "
+        f"candidates), written in {clock_text(record['write_seconds'])}; {out / SEARCH} lists them",
+    )
+    return report | {"search": record}
+
+
+def _axes(goal: Any, dense: Knobs) -> list[str]:
+    """The axes the search combines: those asked that the model has."""
+    missing = [axis for axis in goal.axes if not dense.settings(axis)]
+    if goal.given and missing:
+        why = {"vocab": "its tokenizer is not BPE", "depth": "it has one block"}
+        reasons = "; ".join(f"{axis}: {why.get(axis, 'no setting')}" for axis in missing)
+        raise OptionError(Option("axes", ",".join(goal.axes)), f"the model cannot lose these ({reasons})")
+    return [axis for axis in goal.axes if axis not in missing]
+
+
+def _recipes(options: Any, pattern: str) -> tuple[Any, ...]:
+    return dataclasses.replace(options, sparsity=pattern).recipes()
+
+
+def _directory(request: PruneRequest) -> Path:
+    """The search's directory: ``--workdir``/search, else one under the working directory root keyed by
+    the model, the calibration and the recipe options."""
+    if request.resources.workdir:
+        return Path(request.resources.workdir).expanduser().resolve() / "search"
+    options = dataclasses.asdict(dataclasses.replace(request.size.options, sparsity=""))  # type: ignore[union-attr]
+    key = [request.model, dataclasses.asdict(request.calibration), options]
+    name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return default_root() / f"{model_slug(request.model)}-search-{name}"
+
+
+@dataclasses.dataclass
+class Search:
+    """The candidates of one search: where they are kept, what they are measured on, how they run."""
+
+    request: PruneRequest
+    dense: Knobs
+    root: Path
+    stream: TextIO
+    execute: Execute
+    texts: list[str] = dataclasses.field(default_factory=list)
+    measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def calibration_file(self) -> Path:
+        return self.root / "calibration.jsonl"
+
+    def prepare(self) -> None:
+        """Split the calibration documents: the candidates' calibration file, the held-out texts."""
+        from thanos.data.calibration import load_source
+        from thanos.evaluation.heldout import held_out_texts
+
+        calibration = self.request.calibration
+        documents, _ = load_source(calibration.calibration, calibration.text_field)
+        if str(calibration.calibration).lower() == "c4":
+            from thanos.runner.vocab import C4_DOCUMENTS
+
+            documents = [documents[i] for i in range(min(C4_DOCUMENTS, len(documents)))]
+        held = len(documents) // 4
+        if held < 1 or calibration.nsamples < 2:
+            raise OptionError(
+                Option("calibration", calibration.calibration),
+                f"params:P holds out a quarter of the calibration documents and windows: give at least 4 "
+                f"documents and --nsamples 2 (found {len(documents)} documents, "
+                f"{calibration.nsamples} windows)",
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        record_run(self.root, self.request.model, dataclasses.asdict(calibration), str(self.request.sparsity))
+        kept = "".join(json.dumps({"text": text}) + "\n" for text in documents[: len(documents) - held])
+        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
+            with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
+                tmp.write_text(kept)
+        seqlen = calibration.seqlen or min(2048, self.dense.config.get("max_position_embeddings", 2048))
+        windows = max(1, calibration.nsamples // 4)
+        self.texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
+                                    calibration.seed)  # fmt: skip
+
+    def _inputs(self, pattern: str) -> dict[str, Any]:
+        """What a candidate's measurement was computed from, as the ledger records it."""
+        calibration = self._calibration()
+        return {
+            "model_files": model_identity(self.request.model),
+            "recipes": [recipe.to_dict() for recipe in _recipes(self.request.size.options, pattern)],  # type: ignore[union-attr]
+            "calibration": dataclasses.asdict(calibration)
+            | {"text": digest(self.calibration_file.read_text())},
+            "held_out": digest(self.texts),
+        }
+
+    def _calibration(self) -> Any:
+        calibration = self.request.calibration
+        windows = calibration.nsamples - max(1, calibration.nsamples // 4)
+        return dataclasses.replace(
+            calibration, calibration=str(self.calibration_file), nsamples=windows, text_field="text"
+        )
+
+    def candidate(self, mix: dict[str, str]) -> dict[str, Any]:
+        """The mix's measurement: recorded by an earlier run, else pruned and measured now."""
+        pattern = recipe_of(mix)
+        if pattern in self.measured:
+            return self.measured[pattern]
+        place = self.root / "candidates" / slug(pattern.replace(":", ""))
+        entry, inputs = Entry.beside(place / "measurement.json"), self._inputs(pattern)
+        reused = entry.current(inputs)
+        if reused:
+            result = json.loads(entry.output.read_text())
+        else:
+            result = self._measure(pattern, mix, place)
+            write_json(entry.output, result)
+            entry.write(inputs)
+        self.measured[pattern] = result
+        event = SearchCandidate(len(self.measured), pattern, result["removed_fraction"], result["loss"],
+                                result["seconds"], reused)  # fmt: skip
+        say(self.stream, event.text)
+        return result
+
+    def _measure(self, pattern: str, mix: dict[str, str], place: Path) -> dict[str, Any]:
+        """Prune ``pattern`` on the search's calibration into ``place``/model and measure it."""
+        from thanos.evaluation.heldout import measure, stored_parameters
+
+        began = time.monotonic()
+        request = self.request
+        model = place / "model"
+        resources = dataclasses.replace(request.resources, workdir=self.root / "work")
+        part = dataclasses.replace(
+            request, recipes=_recipes(request.size.options, pattern), sparsity=pattern, size=None,  # type: ignore[union-attr]
+            calibration=self._calibration(), resources=resources, evaluation=Evaluation(),
+            output=Output(model, overwrite=True), part_of=None,
+        )  # fmt: skip
+        place.mkdir(parents=True, exist_ok=True)
+        with (place / "run.log").open("w") as log:
+            self.execute(part, log)
+        device = "cuda" if request.resources.device.startswith("cuda") else "cpu"
+        measured = measure(request.model, model, self.texts, device)
+        counted, dense = stored_parameters(model), stored_parameters(request.model)
+        if request.resources.keep == "needed":
+            remove(model)
+        return {
+            "recipe": pattern,
+            "parameters": counted,
+            "predicted_parameters": self.dense.predicted(mix),
+            "removed": dense - counted,
+            "removed_fraction": (dense - counted) / dense,
+            **measured,
+            "seconds": round(time.monotonic() - began, 1),
+        }
+
+    def record(
+        self, goal: Any, axes: list[str], parameters: int, target: int, chosen: str, seconds: float
+    ) -> dict:
+        """``search.json``'s content."""
+        calibration = self._calibration()
+        return {
+            "request": str(goal),
+            "axes": axes,
+            "parameters": parameters,
+            "target_removed": target,
+            "calibration": {"documents": str(self.calibration_file), "windows": calibration.nsamples},
+            "held_out": {"windows": len(self.texts), "tokens": next(iter(self.measured.values()))["tokens"]},
+            "loss": "excess cross-entropy over the dense model per held-out token of the dense tokenization "
+            "(nats); kl: KL(dense || candidate) per token where the tokens are the same",
+            "candidates": list(self.measured.values()),
+            "chosen": chosen,
+            "chosen_parameters": self.measured[chosen]["parameters"],
+            "seconds": round(seconds, 1),
+        }
+
+
+def _measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
+    found = next(c for c in candidates if c["recipe"] == chosen)
+    return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
+
+
+def _card(out: Path, record: dict[str, Any]) -> None:
+    """The card's section on the search: every candidate, the chosen recipe."""
+    rows = [
+        f"| `{c['recipe']}` | {c['parameters']:,} | {100 * c['removed_fraction']:.1f} % | {c['loss']:.4f} | "
+        f"{'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
+        for c in record["candidates"]
+    ]
+    section = [
+        "", "## The size search", "",
+        f"Asked: `{record['request']}` (at least {record['target_removed']:,} of {record['parameters']:,} "
+        f"parameters removed), mixing {', '.join(record['axes'])}. Chosen: `{record['chosen']}` "
+        f"({record['chosen_parameters']:,} parameters), the candidate of least held-out loss among those "
+        f"that remove enough; run alone it writes this model. Loss: the {record['loss']}, on "
+        f"{record['held_out']['windows']} held-out calibration windows. Searched in "
+        f"{clock_text(record['seconds'])}; `search.json` has it all.", "",
+        "| candidate | parameters | removed | held-out loss | KL | seconds |",
+        "| --- | --: | --: | --: | --: | --: |", *rows,
+    ]  # fmt: skip
+    card = out / "README.md"
+    card.write_text(card.read_text(encoding="utf-8").rstrip("\n") + "\n" + "\n".join(section) + "\n")

@@ -1,0 +1,175 @@
+"""The knobs a size search (``params:p``, ``thanos.runner.size``) turns, and the parameters a mix of them
+leaves, predicted before anything is pruned.
+
+An **axis** is one structure of a combined recipe: ``depth`` (blocks removed: ``depth:1`` .. half the
+blocks), ``heads`` (query heads of each key/value group: ``heads:r/g``, never all of them), ``neurons`` (the
+kept MLP width, every multiple of the width's multiple (``--width-multiple``) down to 40 % of the width)
+and ``vocab`` (tokens removed, ``vocab:0.05`` .. ``vocab:0.6``). Each axis's **settings** are explicit
+patterns in increasing size; a **mix** holds at most one setting per axis and is written as the combined
+recipe that runs it (``depth:3+neurons:0.25+vocab:0.2``).
+
+**Predicted parameters**: the model the mix writes built from its config on the meta device (no memory,
+no weights: its blocks, heads, width and vocabulary changed as the pruning changes them) and its parameters
+counted, a tied head once; the search counts the written model too and records both (``search.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from thanos.pruning.sparsity import (
+    WIDTH_MULTIPLE,
+    depth_count,
+    head_count,
+    neuron_count,
+    parse_sparsity,
+    vocab_count,
+    width_multiple,
+)
+from thanos.runner.patterns import AXES
+
+MOST_NEURONS = Fraction(6, 10)  # the largest fraction of the MLP width a setting removes
+VOCAB_STEPS = [Fraction(i, 20) for i in range(1, 13)]  # vocab:0.05 .. vocab:0.6
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The dense model's sizes the axes turn: its config, blocks, query heads in key/value groups, MLP
+    width (and its config key), BPE tokens (None: its tokenizer cannot lose tokens, no vocab axis)."""
+
+    model: str
+    config: dict[str, Any] = field(hash=False, compare=False)
+    blocks: int
+    heads: int
+    kv_heads: int
+    width_key: str
+    width: int
+    tokens: int | None
+    multiple: int = WIDTH_MULTIPLE
+    fewest_tokens: int = 0  # the special tokens and the byte alphabet, closed under the merges
+
+    def settings(self, axis: str) -> list[str]:
+        """The axis's explicit patterns, in increasing size."""
+        if axis == "depth":
+            return [f"depth:{k}" for k in range(1, max(1, self.blocks // 2) + 1) if k < self.blocks]
+        if axis == "heads":
+            g = self.heads // self.kv_heads
+            total = self.kv_heads if g == 1 else g  # one query head per group: whole groups
+            return [
+                f"heads:{_short(Fraction(r, total), lambda p, r=r: _heads(p, self) == r)}"
+                for r in range(1, total)
+            ]
+        if axis == "neurons":
+            step = width_multiple(self.multiple, self.width)
+            kept = range(self.width - step, math.ceil(self.width * (1 - MOST_NEURONS)) - 1, -step)
+            return [
+                f"neurons:{_short(Fraction(self.width - w, self.width), lambda p, w=w: self._kept(p) == w)}"
+                for w in kept
+                if w > 0
+            ]
+        if axis == "vocab":
+            tokens = self.tokens or 0
+            return [
+                f"vocab:{float(p):g}"
+                for p in VOCAB_STEPS
+                if tokens - math.ceil(p * tokens) >= self.fewest_tokens
+            ]
+        raise ValueError(f"unknown axis {axis!r}; choose from {', '.join(AXES)}")
+
+    def _kept(self, p: Fraction) -> int:
+        return self.width - neuron_count(p, self.width, self.multiple)
+
+    def predicted(self, mix: dict[str, str]) -> int:
+        """The parameters of the model the mix (axis -> pattern) writes."""
+        return _count(self.model, json.dumps(self.changes(mix), sort_keys=True))
+
+    def changes(self, mix: dict[str, str]) -> dict[str, Any]:
+        """config.json of the model the mix writes (the keys the pruning changes)."""
+        from thanos.stages.depth import shortened_config
+
+        config = dict(self.config)
+        if "depth" in mix:
+            k = depth_count(parse_sparsity(mix["depth"]), self.blocks)
+            config = shortened_config(config.get("model_type", ""), config, list(range(self.blocks - k)))
+        if "heads" in mix:
+            removed, whole = head_count(parse_sparsity(mix["heads"]), self.heads, self.kv_heads)
+            config["head_dim"] = config.get("head_dim") or config["hidden_size"] // self.heads
+            if whole:
+                config["num_key_value_heads"] = self.kv_heads - removed
+                removed *= self.heads // self.kv_heads
+            else:
+                removed *= self.kv_heads
+            config["num_attention_heads"] = self.heads - removed
+        if "neurons" in mix:
+            config[self.width_key] = self._kept(parse_sparsity(mix["neurons"]).p)
+        if "vocab" in mix and self.tokens:
+            config["vocab_size"] = vocab_count(parse_sparsity(mix["vocab"]), self.tokens)
+        return config
+
+
+def _heads(p: Fraction, knobs: Knobs) -> int:
+    return head_count(parse_sparsity(f"heads:{p}"), knobs.heads, knobs.kv_heads)[0]
+
+
+def _short(exact: Fraction, same: Any) -> str:
+    """The shortest decimal (2 to 6 digits, rounded down) that ``same`` accepts as ``exact``."""
+    for digits in range(2, 7):
+        p = Fraction(math.floor(exact * 10**digits), 10**digits)
+        if p > 0 and same(p):
+            return f"{float(p):g}"
+    return repr(float(exact))
+
+
+@lru_cache(maxsize=512)
+def _count(model: str, config_text: str) -> int:
+    """Parameters of the model of ``config_text`` (config.json's content), built on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model)
+    for key, value in json.loads(config_text).items():
+        setattr(config, key, value)
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in built.parameters())
+
+
+def knobs(model: str | Path, multiple: int | None = None) -> Knobs:
+    """The dense model's knobs, from its config and tokenizer."""
+    from thanos.models.neurons import mlp_width
+
+    config = json.loads((Path(model) / "config.json").read_text())
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
+    key, width = mlp_width(config.get("model_type", ""), config)
+    tokens, fewest = _tokens(Path(model))
+    return Knobs(
+        str(model), config, config["num_hidden_layers"], heads, kv_heads, key, width, tokens,
+        multiple or WIDTH_MULTIPLE, fewest,
+    )  # fmt: skip
+
+
+def _tokens(model: Path) -> tuple[int | None, int]:
+    """(the BPE tokens a vocab setting counts from, the fewest a vocabulary keeps); None where the tokenizer
+    cannot lose tokens."""
+    from thanos.models.vocabulary import minimum_kept, read_bpe
+    from thanos.models.vocabulary_files import token_ids
+
+    try:
+        tokenizer = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))
+        config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+        vocab = read_bpe(tokenizer, token_ids(config))
+    except (OSError, ValueError, KeyError):
+        return None, 0
+    return vocab.size, minimum_kept(vocab)
+
+
+def recipe_of(mix: dict[str, str]) -> str:
+    """The combined recipe that runs the mix (its parts in the order they run)."""
+    return "+".join(mix[axis] for axis in AXES if axis in mix)

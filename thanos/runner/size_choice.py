@@ -1,0 +1,113 @@
+"""How a size search (``thanos.runner.size``) chooses its mix from measured candidates: each axis's cost
+curve from its settings pruned alone, a greedy mix on the marginal cost per parameter removed, that mix
+measured, and the measured candidate of least loss that removes enough. ``measure(mix)`` prunes and
+measures a mix (or returns its measurement of an earlier run): ``{"removed": counted, "loss": ...}``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from thanos.runner.size_axes import Knobs
+
+Measure = Callable[[dict[str, str]], dict[str, Any]]
+POINTS = (0.5, 1.0)  # each axis measured at its settings nearest these fractions of the target
+TRIES = 3  # mixes measured after the first when it removes too little
+
+
+def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure: Measure) -> str:
+    """The explicit recipe that removes at least ``target`` of the dense model's ``parameters`` with the
+    least measured loss."""
+    results: list[dict[str, Any]] = []
+
+    def measured(mix: dict[str, str]) -> dict[str, Any]:
+        results.append(measure(mix))
+        return results[-1]
+
+    base = dense.predicted({})
+    settings = {axis: dense.settings(axis) for axis in axes}
+    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for axis in axes:
+        points = sorted({_nearest(alone[axis], share * target) for share in POINTS})
+        losses = [measured({axis: settings[axis][i]})["loss"] for i in points]
+        curves[axis] = [(alone[axis][i], max(0.0, loss)) for i, loss in zip(points, losses, strict=True)]
+    state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
+    for _ in range(TRIES):  # the prediction fell short on the written model: one more step
+        mix = _mix(settings, state)
+        if (
+            not mix
+            or measured(mix)["removed"] >= target
+            or not _advance(dense, settings, alone, curves, state)
+        ):
+            break
+    found = [m for m in results if m["removed"] >= target]
+    if not found:
+        raise ValueError(
+            f"no mix of {', '.join(axes)} removes {target:,} of the {parameters:,} parameters; ask for less, "
+            "or allow more axes (--axes)"
+        )
+    return min(found, key=lambda m: (m["loss"], m["removed"]))["recipe"]
+
+
+def _nearest(removals: list[int], goal: float) -> int:
+    """The index of the removal nearest ``goal`` (the smaller on a tie)."""
+    return min(range(len(removals)), key=lambda i: (abs(removals[i] - goal), i))
+
+
+def cost(curve: list[tuple[int, float]], removed: int) -> float:
+    """The axis's loss at ``removed`` parameters: piecewise linear through (0, 0) and the measured points,
+    the last slope beyond them (never falling)."""
+    points = [(0, 0.0), *sorted(curve)]
+    for (r0, c0), (r1, c1) in zip(points, points[1:], strict=False):
+        if removed <= r1:
+            return c0 + (c1 - c0) * (removed - r0) / max(1, r1 - r0)
+    (r0, c0), (r1, c1) = points[-2], points[-1]
+    slope = max((c1 - c0) / max(1, r1 - r0), c1 / max(1, r1))
+    return c1 + slope * (removed - r1)
+
+
+def _mix(settings: dict[str, list[str]], state: dict[str, int]) -> dict[str, str]:
+    return {axis: settings[axis][i] for axis, i in state.items() if i >= 0}
+
+
+def _step_cost(alone: Any, curves: Any, axis: str, i: int, j: int) -> float:
+    at = lambda k: 0.0 if k < 0 else cost(curves[axis], alone[axis][k])  # noqa: E731
+    return at(j) - at(i)
+
+
+def _advance(dense: Knobs, settings: Any, alone: Any, curves: Any, state: dict[str, int]) -> bool:
+    """Advance ``state`` (in place) by the step of least added cost per parameter removed; False when no
+    axis has a next setting."""
+    removed = dense.predicted({}) - dense.predicted(_mix(settings, state))
+    best: tuple[float, str] | None = None
+    for axis, i in state.items():
+        if i + 1 >= len(settings[axis]):
+            continue
+        gained = dense.predicted({}) - dense.predicted(_mix(settings, state | {axis: i + 1})) - removed
+        if gained > 0:
+            rate = _step_cost(alone, curves, axis, i, i + 1) / gained
+            best = min(best, (rate, axis)) if best else (rate, axis)
+    if best is None:
+        return False
+    state[best[1]] += 1
+    return True
+
+
+def _greedy(dense: Knobs, settings: Any, alone: Any, curves: Any, start: dict[str, int], target: int) -> dict:
+    """From ``start``, advance until the predicted removal reaches ``target``, then step back every axis
+    that can go back and still reach it (the largest saving first)."""
+    state = dict(start)
+    base = dense.predicted({})
+    while base - dense.predicted(_mix(settings, state)) < target:
+        if not _advance(dense, settings, alone, curves, state):
+            return state
+    while True:
+        backs = [
+            (_step_cost(alone, curves, axis, i - 1, i), axis)
+            for axis, i in state.items()
+            if i >= 0 and base - dense.predicted(_mix(settings, state | {axis: i - 1})) >= target
+        ]
+        if not backs:
+            return state
+        state[max(backs)[1]] -= 1
