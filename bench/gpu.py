@@ -1,11 +1,12 @@
 """The GPU check: one short call on a GPU machine, every number docs/benchmarks.md "GPU" records.
 
-    python bench/gpu.py --out OUT [--authors DIR] [--parts kernels,models,consistency,workflow] [--work DIR]
+    python bench/gpu.py --out OUT [--authors DIR] [--parts kernels,models,search] [--work DIR]
+    python bench/gpu.py --out OUT --parts distill,consistency,workflow --text results/demo/data
     python bench/gpu.py --out /tmp/gpu --device cpu --small      # try the script itself on a CPU
 
-Parts (each bounded in seconds, 550 in all: ``BUDGET``; each writes its table to OUT as soon as it has a
-row, so a part that fails or runs out of time leaves the others' results; models and data go to
-``--work``):
+Parts (each bounded in seconds: ``BUDGET``, 970 in all, more than one device call's 600: two calls, as
+above; each writes its table to OUT as soon as it has a row, so a part that fails or runs out of time
+leaves the others' results; models and data go to ``--work``):
 
 - ``kernels``: ``prune_layer`` on the issue's layer shapes (4096 x 4096, 11008 x 4096, 4096 x 11008; 8192
   tokens with heavy-tailed feature scales): Thanos 50 % (B = 128, the default, and 512), SparseGPT 50 %,
@@ -13,14 +14,26 @@ row, so a part that fails or runs out of time leaves the others' results; models
   v_blocksize = 256) and SparseGPT (B = 128) when ``--authors`` names a checkout of
   github.com/vectozavr/thanos; seconds (synchronised, after a warm-up call; best of 3, theirs best of 2)
   and the objective's ratio to the authors' (their code synchronises CUDA: on a CPU it is left out).
-  Also ``kthvalue`` against a sort on half a million entries (``masks.kth``).
+  Also the host waits of one Thanos 50 % and 2:4 call on the first shape (CUDA's sync debug mode; on a
+  CPU ``bench/kernel_calls.py``'s count on a GPU's path).
+- ``models``: a Llama-2-7B-shaped and a Llama-2-70B-shaped block (random weights, one block each) through
+  ``thanos prune-model --device DEVICE`` (Thanos 50 %, 64 x 512 and 32 x 512 calibration tokens): seconds
+  and peak GPU memory.
+- ``search``: ``thanos prune-model --sparsity params:0.25`` (the size search) of a Llama of 4 blocks of
+  width 512 on the device and on the CPU: seconds, parameters kept, equal mask entries; "not available in
+  this version" where the installed thanos refuses the sparsity.
+- ``distill``: ``thanos distill`` of ``neurons:0.3`` (``prune-model`` on the device) toward the dense model
+  on ``--text``'s train.jsonl (``thanos demo-data``'s output, 2.5 MB; without it random words) at each of
+  ``--distill-tokens`` (1M and 10M; 4 windows of 512 a step, lr 3e-4, as docs/distillation.md's CPU curve):
+  tokens/s, the held-out KL, the perplexity on test.jsonl and the share of the log-perplexity gap closed.
+  The dense model is ``--distill-model DIR``; without it, or where DIR holds only a config and tokenizer,
+  a random model of SmolLM2-135M's shape (of DIR's config) is built on the device: its tokens/s are
+  SmolLM2-135M's, its KL and perplexity only show the part runs. SmolLM2-135M's weights (270 MB in bf16)
+  do not fit the 64 MiB a device call carries: its curve needs a GPU machine that holds the model.
 - ``consistency``: one 1024 x 1024 layer on the GPU and on the CPU (fp32 both): equal mask entries and the
   objectives; and ``thanos prune-model`` of a tiny Llama on both (bf16 on the GPU, fp32 on the CPU), Thanos
   50 %, ``depth:1`` (its block map fitted on the device) and ``depth:1+neurons:0.3``: perplexity on held-out
   text and equal mask entries.
-- ``models``: a Llama-2-7B-shaped and a Llama-2-70B-shaped block (random weights, one block each) through
-  ``thanos prune-model --device DEVICE`` (Thanos 50 %, 64 x 512 and 32 x 512 calibration tokens): seconds
-  and peak GPU memory.
 - ``workflow``: ``snakemake --cores 4`` on a small config with ``device: cuda`` (one job per layer through
   the GPU slot pool, then one per recipe) and the same with ``device: cpu``: equal mask entries.
 
@@ -52,6 +65,16 @@ RECIPES = {
     "thanos_u50": {"method": "thanos", "sparsity": 0.5},
     "sparsegpt_2-4": {"method": "sparsegpt", "sparsity": "2:4"},
 }
+# SmolLM2-135M's config (HuggingFaceTB/SmolLM2-135M): its shape, for tokens/s where its weights cannot travel
+SMOLLM2 = {
+    "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+    "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "max_position_embeddings": 8192,
+    "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+}  # fmt: skip
+SMALL_SHAPE = SMOLLM2 | {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+}  # fmt: skip
 WORDS = (
     "the a one cat dog bird fish tree house river stone sun moon runs sees eats sleeps jumps and or".split()
 )
@@ -139,7 +162,6 @@ def authors_prune(module: types.ModuleType, method: str, W: torch.Tensor, X: tor
 
 def part_kernels(args, out: Path) -> list[str]:
     from thanos import prune_layer
-    from thanos.pruning.algorithms import masks
     from thanos.pruning.layer import layer_objective
 
     device, lines = args.device, []
@@ -175,16 +197,39 @@ def part_kernels(args, out: Path) -> list[str]:
         if (c, b) == shapes[0]:
             profile_kernels(W, H, device, out / "kernels-profile.txt")
         del W, X, H
-    values = torch.rand(1 << 19, device=device)
-    for name, fn in (
-        ("kthvalue", lambda: torch.kthvalue(values, 1 << 18).values),
-        ("kth", lambda: masks.kth(values, 1 << 18)),
-    ):
-        fn()
-        seconds = min(timed(device, fn)[0] for _ in range(5))
-        lines.append(f"\n{name} on 2^19 entries: {seconds * 1e3:.3f} ms")
+    c, b = shapes[0]
+    W, X = heavy_tailed_layer(c, b, tokens, device)
+    H = 2 * X.T @ X / X.shape[0]
+    for pattern in ("0.5", "2:4"):
+        waits = host_waits(device, W, H, pattern)
+        blocks = -(-b // (128 if pattern == "0.5" else 512))
+        lines.append(f"\nhost waits of Thanos {pattern} on {c} x {b}: {waits} ({blocks} blocks)")
     (out / "kernels.md").write_text("\n".join(lines) + "\n")
     return lines
+
+
+def host_waits(device: str, W: torch.Tensor, H: torch.Tensor, pattern: str) -> int:
+    """The times one ``prune_layer`` (Thanos) makes the host wait for the device: on a GPU the
+    synchronising calls CUDA's sync debug mode reports, on a CPU ``bench/kernel_calls.py``'s count of the
+    same calls on a GPU's path."""
+    import warnings
+
+    from thanos import prune_layer
+
+    if not device.startswith("cuda"):
+        sys.path.insert(0, str(REPO / "bench"))
+        from kernel_calls import host_waits as counted
+
+        return counted("thanos", pattern, W, H)
+    prune_layer(W, H, "thanos", pattern)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            prune_layer(W, H, "thanos", pattern)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 def profile_kernels(W: torch.Tensor, H: torch.Tensor, device: str, path: Path) -> None:
@@ -376,13 +421,155 @@ def part_workflow(args, out: Path) -> list[str]:
     return lines
 
 
+def shaped_model(path: Path, small: bool, like: Path | None = None) -> Path:
+    """A random Llama in bf16 of SmolLM2-135M's shape (``SMOLLM2``; ``small``: 2 blocks of width 64) with
+    the tiny models' byte-level tokenizer, or of the shape of ``like``'s config.json with its tokenizer."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+
+    from thanos.demo.tiny import build_tokenizer
+
+    torch.manual_seed(0)
+    if like is not None:
+        config = AutoConfig.from_pretrained(like)
+    else:
+        config = LlamaConfig(**(SMALL_SHAPE if small else SMOLLM2))
+    AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(path)
+    if like is None:
+        build_tokenizer().save_pretrained(path)
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
+            if (like / name).exists():
+                shutil.copy(like / name, path / name)
+    return path
+
+
+def text_dir(args, work: Path) -> Path:
+    """``--text`` (train.jsonl, test.jsonl), else a stand-in of random words written under ``work``."""
+    if args.text:
+        return Path(args.text)
+    write_text(work / "train.jsonl", 256, 0)
+    write_text(work / "test.jsonl", 32, 1)
+    return work
+
+
+def perplexity(model: Path, text: Path, args) -> float:
+    from thanos.evaluation.perplexity import evaluate_perplexity
+
+    seqlen, windows = (128, 4) if args.small else (512, 16)
+    result = evaluate_perplexity(
+        str(model), str(text / "test.jsonl"), seqlen=seqlen, device=args.device, max_windows=windows,
+        progress=False,
+    )  # fmt: skip
+    return result.ppl
+
+
+def part_distill(args, out: Path) -> list[str]:
+    work = args.work / "work-distill"
+    work.mkdir(parents=True, exist_ok=True)
+    text = text_dir(args, work)
+    model = Path(args.distill_model) if args.distill_model else None
+    if model is None or not any(model.glob("*.safetensors")):
+        model = shaped_model(work / "dense", args.small, like=model)
+    seqlen = 128 if args.small else 512
+    pruned = work / "pruned-neurons0.3"
+    thanos_cli(
+        "prune-model", "--model", model, "--method", "thanos", "--sparsity", "neurons:0.3",
+        "--calibration", text / "train.jsonl", "--nsamples", 8 if args.small else 64, "--seqlen", seqlen,
+        "--device", args.device, "--out", pruned, "--workdir", work / "wd",
+    )  # fmt: skip
+    dense_ppl, pruned_ppl = perplexity(model, text, args), perplexity(pruned, text, args)
+    lines = [
+        f"{model.name}: perplexity {dense_ppl:.2f} dense, {pruned_ppl:.2f} `neurons:0.3` ({text}/test.jsonl)",
+        "",
+        "| tokens | steps | tokens/s | held-out KL | distilled perplexity | gap closed | seconds |",
+        "| --: | --: | --: | --: | --: | --: | --: |",
+    ]
+    for tokens in args.distill_tokens:
+        distilled = work / f"distilled-{tokens}"
+        seconds = thanos_cli(
+            "distill", "--student", pruned, "--teacher", model, "--source", text / "train.jsonl",
+            "--tokens", tokens, "--seqlen", seqlen, "--batch-size", 4, "--lr", "3e-4", "--out", distilled,
+            "--work", work / f"checkpoints-{tokens}", "--device", args.device, "--no-progress", "--overwrite",
+        )  # fmt: skip
+        record = json.loads((distilled / "distillation.json").read_text())
+        ppl = perplexity(distilled, text, args)
+        closed = 1 - math.log(ppl / dense_ppl) / math.log(pruned_ppl / dense_ppl)
+        kl = f"{record['heldout'][0]['kl']:.3f} -> {record['best']['kl']:.3f}"
+        lines.append(
+            f"| {tokens:,} | {record['steps']} | {record['tokens_per_second']:.0f} | {kl} | {ppl:.2f} | "
+            f"{closed:.1%} | {seconds:.0f} |"
+        )
+        (out / "distill.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def parameters(directory: Path) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for path in directory.rglob("*.safetensors"):
+        with safe_open(str(path), "pt") as handle:
+            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    return total
+
+
+def part_search(args, out: Path) -> list[str]:
+    """``prune-model --sparsity params:0.25`` on the device and on the CPU, where the installed thanos
+    has the size search; "not available in this version" where it refuses the sparsity."""
+    import io
+
+    work = args.work / "work-search"
+    work.mkdir(parents=True, exist_ok=True)
+    model, hidden = work / "llama", 128 if args.small else 512
+    thanos_cli(
+        "make-tiny-model", "--family", "llama", "--hidden-size", hidden, "--num-blocks", 4, "--out", model
+    )
+    calib = write_text(work / "calib.jsonl", 64, 0)
+    lines = [
+        "| device | seconds | parameters kept | equal mask entries vs CPU |",
+        "| --- | --: | --: | --: |",
+    ]
+    patterns = {}
+    for device in (args.device, "cpu"):
+        pruned, errors = work / f"pruned-{device.replace(':', '')}", io.StringIO()
+        try:
+            with contextlib.redirect_stderr(errors):
+                seconds = thanos_cli(
+                    "prune-model", "--model", model, "--method", "thanos", "--sparsity", "params:0.25",
+                    "--calibration", calib, "--nsamples", 32, "--seqlen", 128, "--device", device,
+                    "--out", pruned, "--workdir", work / f"wd-{device.replace(':', '')}",
+                )  # fmt: skip
+        except RuntimeError:
+            if "cannot parse 'params:0.25'" in errors.getvalue():
+                return [
+                    "search params:0.25: not available in this version (prune-model refuses the sparsity)"
+                ]
+            raise RuntimeError(errors.getvalue()[-4000:]) from None
+        patterns[device] = zero_patterns(pruned)
+        kept = parameters(pruned) / parameters(model)
+        lines.append(f"| {device} | {seconds:.1f} | {kept:.1%} |")
+        (out / "search.md").write_text("\n".join(lines) + "\n")
+    shapes = [{k: v.shape for k, v in found.items()} for found in patterns.values()]
+    agree = equal_entries(*patterns.values()) if shapes[0] == shapes[-1] else None
+    lines.append(
+        f"\nequal mask entries, {args.device} against the CPU: "
+        + (f"{agree:.2%}" if agree else "other shapes")
+    )
+    (out / "search.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
 PARTS = {
     "kernels": part_kernels,
     "models": part_models,
+    "search": part_search,
+    "distill": part_distill,
     "consistency": part_consistency,
     "workflow": part_workflow,
 }
-BUDGET = {"kernels": 120, "models": 220, "consistency": 90, "workflow": 120}  # seconds
+BUDGET = {"kernels": 120, "models": 220, "search": 120, "distill": 300, "consistency": 90, "workflow": 120}
 
 
 def main() -> None:
@@ -396,9 +583,22 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small shapes: a try of the script, not numbers")
     parser.add_argument("--work", type=Path, help="models, data and runs (default: beside --out)")
     parser.add_argument("--part-timeout", type=int, help="seconds per part (default: BUDGET's)")
+    parser.add_argument(
+        "--text", help="distill: a directory with train.jsonl and test.jsonl (thanos demo-data)"
+    )
+    parser.add_argument(
+        "--distill-model", help="distill: the dense model (with only config and tokenizer: random weights)"
+    )
+    parser.add_argument(
+        "--distill-tokens",
+        type=int,
+        nargs="+",
+        help="distill: token budgets (default 1M 10M; --small 8k 16k)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work = args.work or args.out.parent
+    args.distill_tokens = args.distill_tokens or ([8192, 16384] if args.small else [1 << 20, 10 << 20])
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     print(f"# {name}, torch {torch.__version__}, {os.cpu_count()} CPU cores", flush=True)
     for part in args.parts.split(","):
