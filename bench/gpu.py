@@ -203,7 +203,9 @@ def part_kernels(args, out: Path) -> list[str]:
     for pattern in ("0.5", "2:4"):
         waits = host_waits(device, W, H, pattern)
         blocks = -(-b // (128 if pattern == "0.5" else 512))
-        lines.append(f"\nhost waits of Thanos {pattern} on {c} x {b}: {waits} ({blocks} blocks)")
+        lines.append(
+            f"\nhost waits of Thanos {pattern} on {c} x {b}: {waits} ({blocks} block{'s' * (blocks > 1)})"
+        )
     (out / "kernels.md").write_text("\n".join(lines) + "\n")
     return lines
 
@@ -481,7 +483,7 @@ def part_distill(args, out: Path) -> list[str]:
     )  # fmt: skip
     dense_ppl, pruned_ppl = perplexity(model, text, args), perplexity(pruned, text, args)
     lines = [
-        f"{model.name}: perplexity {dense_ppl:.2f} dense, {pruned_ppl:.2f} `neurons:0.3` ({text}/test.jsonl)",
+        f"perplexity on {text}/test.jsonl: {dense_ppl:.2f} dense ({model}), {pruned_ppl:.2f} `neurons:0.3`",
         "",
         "| tokens | steps | tokens/s | held-out KL | distilled perplexity | gap closed | seconds |",
         "| --: | --: | --: | --: | --: | --: | --: |",
@@ -495,11 +497,12 @@ def part_distill(args, out: Path) -> list[str]:
         )  # fmt: skip
         record = json.loads((distilled / "distillation.json").read_text())
         ppl = perplexity(distilled, text, args)
-        closed = 1 - math.log(ppl / dense_ppl) / math.log(pruned_ppl / dense_ppl)
-        kl = f"{record['heldout'][0]['kl']:.3f} -> {record['best']['kl']:.3f}"
+        gap = math.log(pruned_ppl / dense_ppl)
+        closed = f"{1 - math.log(ppl / dense_ppl) / gap:.1%}" if gap > 0 else "no gap"
+        kl = f"{record['heldout'][0]['kl']:.3g} -> {record['best']['kl']:.3g}"
         lines.append(
             f"| {tokens:,} | {record['steps']} | {record['tokens_per_second']:.0f} | {kl} | {ppl:.2f} | "
-            f"{closed:.1%} | {seconds:.0f} |"
+            f"{closed} | {seconds:.0f} |"
         )
         (out / "distill.md").write_text("\n".join(lines) + "\n")
     return lines
