@@ -20,8 +20,8 @@ leaves the others' results; models and data go to ``--work``):
   ``thanos prune-model --device DEVICE`` (Thanos 50 %, 64 x 512 and 32 x 512 calibration tokens): seconds
   and peak GPU memory.
 - ``search``: ``thanos prune-model --sparsity params:0.25`` (the size search) of a Llama of 4 blocks of
-  width 512 on the device and on the CPU: seconds, parameters kept, equal mask entries; "not available in
-  this version" where the installed thanos refuses the sparsity.
+  SmolLM2-135M's width (576, 9 heads in 3 groups) on the device and on the CPU: seconds, parameters kept,
+  equal mask entries; "not available in this version" where the installed thanos refuses the sparsity.
 - ``distill``: ``thanos distill`` of ``neurons:0.3`` (``prune-model`` on the device) toward the dense model
   on ``--text``'s train.jsonl (``thanos demo-data``'s output, 2.5 MB; without it random words) at each of
   ``--distill-tokens`` (1M and 10M; 4 windows of 512 a step, lr 3e-4, as docs/distillation.md's CPU curve):
