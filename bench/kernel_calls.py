@@ -7,10 +7,9 @@ makes and for the times its host waits on it.
 On a GPU nearly every ATen call is a kernel launch or a host-side step between launches, and the layer
 kernels are launch-bound there (docs/benchmarks.md, "GPU"). This counts every ``aten::`` event that
 torch.profiler records (nested calls and views included) for one ``prune_layer`` on a c = b layer with
-heavy-tailed input scales, on the path a GPU runs (``THANOS_BATCHED=1``: the rows' systems solved as on a
-GPU, not by the CPU's row solvers); the GPU differs only in selecting the k-th smallest value by a sort
-instead of ``kthvalue`` (``thanos.pruning.algorithms.masks.kth``). ``tests/test_kernel_calls.py`` bounds
-the counts.
+heavy-tailed input scales, on the path a GPU runs (``THANOS_BATCHED=1``: the rows' systems solved and the
+residual mask selected as on a GPU, ``thanos.pruning.algorithms.masks.gpu_path``, not by the CPU's row
+solvers and ``kthvalue``). ``tests/test_kernel_calls.py`` bounds the counts.
 
 A host wait is a step at which a GPU's host stops queueing work until the device has finished what came
 before: a tensor's value read on the host (``.item()``, ``int()``, ``bool()``, ``.tolist()``) or an
