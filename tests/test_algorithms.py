@@ -523,6 +523,34 @@ def test_smallest_leading_is_the_leading_block_of_smallest(shape: tuple[int, int
         assert torch.equal(masks.smallest_leading(metric, k, 16), expected), k
 
 
+@pytest.mark.parametrize("shape", [(30, 50), (600, 700)])
+def test_a_gpus_selection_is_the_cpus(shape: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``smallest_leading`` on a GPU's path (candidates sorted on the device) and on a CPU's (``kthvalue``,
+    ties by host reads): equal masks with ties, on the exact path, the bracket and its misses (k = 1)."""
+    metric = (torch.rand(*shape, generator=torch.Generator().manual_seed(2)) * 20).floor()
+    n = metric.numel()
+    for k in [1, 7, n // 3, n // 2, n - 1]:
+        cpu = masks.smallest_leading(metric, k, 16)
+        monkeypatch.setenv("THANOS_BATCHED", "1")
+        assert torch.equal(masks.smallest_leading(metric, k, 16), cpu), k
+        monkeypatch.delenv("THANOS_BATCHED")
+
+
+@pytest.mark.parametrize("pattern", ["0.5", "2:4"])
+def test_a_gpus_kernel_raises_on_indefinite_systems_after_the_last_block(
+    pattern: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU's path the blocks' failures are checked once, after the last block: still an error."""
+    monkeypatch.setenv("THANOS_BATCHED", "1")
+    W, U = torch.randn(64, 64), torch.eye(64)
+    U[5, 5] = 0.0  # H^-1 = U^T U is singular: R_hat of a row that removes column 5 is not definite
+    with pytest.raises(ValueError, match="positive definite.*damp"):
+        if pattern == "0.5":
+            thanos_kernel.thanos_unstructured(W, U, torch.ones(64), 2048, 16, 1 << 30)
+        else:
+            thanos_kernel.thanos_nm(W, U, torch.ones(64), 2, 4, 16, 1 << 30)
+
+
 def native_or_skip() -> thanos_kernel.RowSolver:
     solver = thanos_kernel.native_solver()
     if solver is None:

@@ -5,15 +5,16 @@ All selections are exact in count and deterministic: ties are broken by position
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
-def kth(values: torch.Tensor, k: int) -> torch.Tensor:
-    """The k-th smallest value (1-based) of a 1-D tensor, exactly: ``kthvalue`` (linear time) on a CPU, a
-    sort on a GPU, where ``kthvalue`` selects within one thread block per tensor and a sort uses all of it."""
-    if values.is_cuda:
-        return torch.sort(values).values[k - 1]
-    return torch.kthvalue(values, k).values
+def gpu_path(tensor: torch.Tensor) -> bool:
+    """Whether work on ``tensor`` takes a GPU's path: on any device but the CPU, or with
+    ``THANOS_BATCHED=1`` (read at every call) on a CPU too, for counting a GPU's launches and host waits
+    there (``bench/kernel_calls.py``). The paths give equal results."""
+    return tensor.device.type != "cpu" or os.environ.get("THANOS_BATCHED") == "1"
 
 
 def bracket(flat: torch.Tensor, k: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,39 +28,12 @@ def bracket(flat: torch.Tensor, k: int, size: int) -> tuple[torch.Tensor, torch.
     return sample[max(0, pos - margin - 1)], sample[min(size, pos + margin) - 1]
 
 
-def kth_smallest(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """The k-th smallest value of a 1-D tensor (1-based), exactly.
-
-    A seeded random sample brackets the answer (``bracket``) so that the selection runs on a few
-    candidates only; if the bracket misses, the whole tensor decides. The result is the same either way.
-    """
-    n = flat.numel()
-    if n > 1 << 18:
-        lo, hi = bracket(flat, k, 1 << 16)
-        below = int((flat < lo).sum())
-        candidates = flat[(flat >= lo) & (flat <= hi)]
-        if below < k <= below + candidates.numel():
-            return kth(candidates, k - below)
-    return kth(flat, k)
-
-
 def smallest(metric: torch.Tensor, k: int) -> torch.Tensor:
     """Mask of exactly the ``k`` smallest entries of ``metric`` (any shape), ties by flat index.
 
     This is psi_X(W, r) of eq. (11) when ``metric`` is the Wanda score |W_ij| ||X_j||.
     """
-    flat = metric.reshape(-1)
-    if k <= 0:
-        return torch.zeros_like(metric, dtype=torch.bool)
-    if k >= flat.numel():
-        return torch.ones_like(metric, dtype=torch.bool)
-    threshold = kth_smallest(flat, k)
-    mask = flat < threshold
-    need = k - int(mask.sum())
-    if need > 0:
-        ties = torch.nonzero(flat == threshold).squeeze(1)[:need]
-        mask[ties] = True
-    return mask.view_as(metric)
+    return smallest_leading(metric.reshape(1, -1), k, metric.numel()).view_as(metric)
 
 
 def smallest_per_row(metric: torch.Tensor, k: int) -> torch.Tensor:
@@ -108,16 +82,20 @@ def outlier_rows(W: torch.Tensor, H: torch.Tensor, count: int) -> torch.Tensor:
 def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
     """``smallest(metric, k)[:, :width]`` for a 2-D ``metric``, without building the whole mask.
 
-    Thanos' global residual mask (eq. 11) is needed only on its first B columns. The k-th smallest
-    value is bracketed by a seeded sample of n/16 entries (at most 2^16; ``bracket``): the selection
-    then runs on a few percent of the entries; the counts below and inside the bracket locate it exactly, and
-    ties at it are resolved by flat index as in ``smallest``.
+    Thanos' global residual mask (eq. 11) is needed only on its first B columns. Beyond 2^15 entries the
+    k-th smallest value is bracketed by a seeded sample of n/16 entries (at most 2^16; ``bracket``): the
+    selection then runs on a few percent of the entries, the candidates; the counts below and inside the
+    bracket locate it exactly. On a GPU's path the selection is ``leading_on_device``; on a CPU, where host
+    reads cost nothing, ``kthvalue`` (linear time) selects the k-th value and ties at it are resolved by
+    flat index.
     """
     flat = metric.reshape(-1)
     n = flat.numel()
     lead = metric[:, :width]
     if k <= 0 or k >= n:
         return torch.full_like(lead, k > 0, dtype=torch.bool)
+    if gpu_path(metric):
+        return leading_on_device(metric, k, width)
     below, candidates = 0, flat
     if n > 1 << 15:
         lo, hi = bracket(flat, k, min(1 << 16, n >> 4))
@@ -125,7 +103,7 @@ def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
         inside = flat[(flat <= hi).logical_xor_(below_lo)]  # lo <= hi: below lo implies at most hi
         if (count := int(torch.count_nonzero(below_lo))) < k <= count + inside.numel():
             below, candidates = count, inside
-    threshold = kth(candidates, k - below)
+    threshold = torch.kthvalue(candidates, k - below).values
     below += int(torch.count_nonzero(candidates < threshold))
     equal = int(torch.count_nonzero(candidates == threshold))
     mask = lead < threshold
@@ -136,6 +114,35 @@ def smallest_leading(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
     ties = ties[ties % metric.shape[1] < width]
     mask[ties // metric.shape[1], ties % metric.shape[1]] = True
     return mask
+
+
+def leading_on_device(metric: torch.Tensor, k: int, width: int) -> torch.Tensor:
+    """``smallest_leading`` (0 < k < n) with one host wait at most, for a GPU: the two counts of the
+    bracket, read together. The candidates are extracted on the device at their known count
+    (``nonzero_static``), in flat order; a stable sort of them puts the k - below removed ones first,
+    ties in flat order (a sort, not ``kthvalue``: on a GPU that selects within one thread block). The mask
+    is (metric < lo) on the leading columns, True at those candidates' positions; returned as a view of
+    the leading columns of a (c, b) buffer whose other entries are not set.
+    """
+    flat = metric.reshape(-1)
+    n = flat.numel()
+    removed = torch.empty(metric.shape, dtype=torch.bool, device=metric.device)
+    below, positions, values = 0, None, flat
+    if n > 1 << 15:
+        lo, hi = bracket(flat, k, min(1 << 16, n >> 4))
+        below_lo = torch.lt(flat, lo, out=removed.view(-1))  # its leading columns: the mask but candidates
+        inside = (flat <= hi).logical_xor_(below_lo)  # lo <= hi: below lo implies at most hi
+        count_below, count = torch.stack(
+            [torch.count_nonzero(below_lo), torch.count_nonzero(inside)]
+        ).tolist()
+        if count_below < k <= count_below + count:
+            below, positions = count_below, torch.nonzero_static(inside, size=count).squeeze(1)
+            values = flat.take(positions)
+    if positions is None:  # every entry is a candidate
+        removed[:, :width] = False
+    first = torch.sort(values, stable=True).indices[: k - below]
+    removed.view(-1).index_fill_(0, first if positions is None else positions.take(first), True)
+    return removed[:, :width]
 
 
 def head_columns(score: torch.Tensor, heads: int, kv_heads: int, r: int, whole_groups: bool) -> torch.Tensor:

@@ -209,14 +209,21 @@ def solve_grouped(
     return x[:, :s_max]
 
 
-def solve_batched(Z: torch.Tensor, idx: torch.Tensor, size: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+def solve_batched(
+    Z: torch.Tensor,
+    idx: torch.Tensor,
+    size: torch.Tensor,
+    rhs: torch.Tensor,
+    failed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The GPU's row solver, the compiled one's contract (``native_solver``): x_r = A_r^-1 rhs_r with
     A_r = Z[q_r][:, q_r], q_r = idx[r, :size[r]], for every row r of ``idx`` (n, s); zero beyond size[r].
 
     ``Z`` is symmetric and every A_r positive definite. The systems are gathered into one batch (n, s, s),
     padded with identity rows (zero right-hand side: the solutions are unchanged, and exactly zero where
     padded), factored by one batched Cholesky and solved together: a fixed handful of launches whatever n
-    and s.
+    and s. A system that is not positive definite raises ValueError, or with ``failed`` (a bool scalar on
+    the device) sets it instead, for the caller to check when it next reads the device anyway.
     """
     s = idx.shape[1]
     real = torch.arange(s, device=idx.device) < size.unsqueeze(1)
@@ -227,7 +234,9 @@ def solve_batched(Z: torch.Tensor, idx: torch.Tensor, size: torch.Tensor, rhs: t
     L, info = torch.linalg.cholesky_ex(A)
     z = torch.linalg.solve_triangular(L, (rhs * real).unsqueeze(2), upper=False)
     x = torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(2)  # x = L^-T L^-1 rhs
-    if bool(info.any()):  # checked after the solves are queued: a GPU waits once, at the end
+    if failed is not None:
+        failed.logical_or_(info.any())
+    elif bool(info.any()):  # checked after the solves are queued: a GPU waits once, at the end
         raise ValueError(NOT_PD)
     return x
 
@@ -239,6 +248,7 @@ def solve_systems(
     complement: torch.Tensor,
     rhs: torch.Tensor,
     row_batch_bytes: int,
+    failed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x_r = A_r^-1 rhs_r for every row r, A_r = (G or K)[q_r, q_r] with q_r = col[r, :size[r]]; zero beyond.
 
@@ -247,7 +257,7 @@ def solve_systems(
     batches of at most ``row_batch_bytes`` of systems: with the default 1 GiB, one batch per block for the
     unstructured blocks of any layer of a 70B model. On a CPU, fp32 goes to the compiled row solver
     (``native_solver``) where one could be built, everything else to ``solve_grouped``. All solve the same
-    systems exactly up to rounding.
+    systems exactly up to rounding. ``failed``: as in ``solve_batched`` (the CPU's solvers raise at once).
     """
     B = parts[0].shape[0]
     Z = parts[0]
@@ -255,7 +265,7 @@ def solve_systems(
         Z = Z.new_zeros(2 * B, 2 * B)
         Z[:B, :B], Z[B:, B:] = parts
     idx = col + B * complement.unsqueeze(1)
-    if rhs.device.type == "cpu" and os.environ.get("THANOS_BATCHED") != "1":
+    if not masks.gpu_path(rhs):
         solver = native_solver() if rhs.dtype == torch.float32 else None
         if solver is None:
             return solve_grouped(parts, col, size, complement, rhs, row_batch_bytes)
@@ -263,9 +273,9 @@ def solve_systems(
     c, s = col.shape
     step = max(1, row_batch_bytes // (4 * s * s))
     if step >= c:
-        return solve_batched(Z, idx, size, rhs)
+        return solve_batched(Z, idx, size, rhs, failed)
     rows = [slice(i, i + step) for i in range(0, c, step)]
-    return torch.cat([solve_batched(Z, idx[r], size[r], rhs[r]) for r in rows])
+    return torch.cat([solve_batched(Z, idx[r], size[r], rhs[r], failed) for r in rows])
 
 
 def diagonal_inverses(U: torch.Tensor, blocksize: int) -> list[torch.Tensor]:
@@ -286,10 +296,19 @@ def diagonal_inverses(U: torch.Tensor, blocksize: int) -> list[torch.Tensor]:
 
 
 def multi_weight_update(
-    W: torch.Tensor, U: torch.Tensor, V_blk: torch.Tensor, M: torch.Tensor, j1: int, row_batch_bytes: int
-) -> None:
+    W: torch.Tensor,
+    U: torch.Tensor,
+    V_blk: torch.Tensor,
+    M: torch.Tensor,
+    j1: int,
+    row_batch_bytes: int,
+    failed: torch.Tensor,
+) -> int:
     """Apply eq. (10) to every row of ``W`` (in place) for the block mask ``M`` (c, B) at column ``j1``;
-    ``V_blk`` is U_blk^-1 for the block's diagonal block of ``U`` (``diagonal_inverses``).
+    ``V_blk`` is U_blk^-1 for the block's diagonal block of ``U`` (``diagonal_inverses``). Returns the
+    count of M: the host waits once, for the systems' sizes and that count. ``failed`` (a bool scalar on the
+    device) is set where the block's systems are not positive definite (``solve_systems``; the CPU's
+    solvers raise at once); the caller checks it after the last block (``check_solved``).
 
     Row k needs y = R_hat^-1 u with R_hat = G[q, q], G = H_res^-1 on the block. When |q| > B/2 the
     same y comes from the complement p of q in the block (block inversion with K = G^-1 = V_blk V_blk^T):
@@ -304,7 +323,8 @@ def multi_weight_update(
     counts = M.sum(dim=1, dtype=torch.int32)
     complement = 2 * counts > B
     size = torch.where(complement, B - counts, counts)
-    s_max, complements = torch.stack([size.max(), complement.sum(dtype=torch.int32)]).tolist()  # one wait
+    waited = torch.stack([size.max(), complement.sum(dtype=torch.int32), counts.sum(dtype=torch.int32)])
+    s_max, complements, removed = waited.tolist()  # the block's one wait
     u = W[:, j1:j2] * M  # u of eq. (9) per row, zero outside q
     parts = [R_blk[:, :B]]  # G
     src = u
@@ -319,11 +339,20 @@ def multi_weight_update(
     Y = torch.zeros_like(u)
     if s_max:
         rhs = torch.gather(src, 1, col)
-        Y.scatter_(1, col, solve_systems(parts, col, size, complement, rhs, row_batch_bytes))
+        Y.scatter_(1, col, solve_systems(parts, col, size, complement, rhs, row_batch_bytes, failed))
     if len(parts) > 1:
         Y = torch.where(complement.unsqueeze(1), (v - Y @ K) * M, Y)
     W[:, j1:].addmm_(Y, R_blk, alpha=-1.0)
     W[:, j1:j2].mul_(~M)  # exact zeros where removed (cheaper than masked_fill_ on a strided view)
+    return removed
+
+
+def check_solved(failed: torch.Tensor) -> None:
+    """Raise if any block's systems were not positive definite (``multi_weight_update``): checked once per
+    layer, so that a GPU's host does not wait for it per block; the blocks after a failing one run on
+    non-finite weights, and their result is dropped with the error."""
+    if bool(failed):
+        raise ValueError(NOT_PD)
 
 
 def thanos_unstructured(
@@ -333,12 +362,15 @@ def thanos_unstructured(
 
     Before every block the global residual mask psi_X(W[:, j1:], r) (eq. 11) is recomputed from the
     current weights over all remaining columns; its first B columns are the block mask and r shrinks
-    by their count (Alg. 1, lines 6-8). Rows may lose unequal numbers of weights.
+    by their count (Alg. 1, lines 6-8). Rows may lose unequal numbers of weights. A GPU's host waits
+    twice per block: for the bracket's counts (``masks.smallest_leading``) and for the systems' sizes
+    (``multi_weight_update``).
     """
     c, b = W.shape
     mask = torch.zeros_like(W, dtype=torch.bool)
     scratch = torch.empty(c * b, dtype=W.dtype, device=W.device)  # every block's metric, one allocation
     V = diagonal_inverses(U, blocksize)
+    failed = torch.zeros((), dtype=torch.bool, device=W.device)
     r = k
     for j1 in range(0, b, blocksize):
         if r == 0:
@@ -347,9 +379,9 @@ def thanos_unstructured(
         metric = scratch[: c * (b - j1)].view(c, b - j1)
         torch.mul(W[:, j1:], xnorm[j1:], out=metric).abs_()  # |W_ij| ||X_j||, as ||X_j|| >= 0
         M = masks.smallest_leading(metric, r, j2 - j1)
-        r -= int(torch.count_nonzero(M))
-        multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes)
+        r -= multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes, failed)
         mask[:, j1:j2] = M
+    check_solved(failed)
     return W, mask
 
 
@@ -365,16 +397,19 @@ def thanos_nm(
     """Alg. 8 (n:m) on the non-outlier rows ``W`` (fp32, in place).
 
     For each block, the mask removes the n smallest |W_kq| ||X_q|| of every m-group from the current
-    weights; every row then removes the same number n B / m of weights with eq. (10).
+    weights; every row then removes the same number n B / m of weights with eq. (10). A GPU's host waits
+    once per block (``multi_weight_update``).
     """
     b = W.shape[1]
     mask = torch.zeros_like(W, dtype=torch.bool)
     V = diagonal_inverses(U, blocksize)
+    failed = torch.zeros((), dtype=torch.bool, device=W.device)
     for j1 in range(0, b, blocksize):
         j2 = min(j1 + blocksize, b)
         M = masks.n_of_m(W[:, j1:j2].abs() * xnorm[j1:j2], n, m)
-        multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes)
+        multi_weight_update(W, U, V[j1 // blocksize], M, j1, row_batch_bytes, failed)
         mask[:, j1:j2] = M
+    check_solved(failed)
     return W, mask
 
 
