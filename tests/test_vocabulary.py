@@ -367,3 +367,35 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tm
     rate = f"{result['bits_per_byte']:.3f}** bits per byte (the dense model {dense['bits_per_byte']:.3f})"
     assert rate in (out / "README.md").read_text()
     assert rate.replace("**", "") in stream.getvalue()
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_or_the_card_says_why(pruned: dict[str, Any], tmp_path: Path) -> None:
+    """llama.cpp's converter at ``--outtype q8_0``: the byte-fallback vocabulary converts, every 2-D weight
+    in the type the dense model's conversion gives it, the embedding with the kept rows; the byte-level one
+    stops at its pre-tokenizer check with the hash the card and the report name (the line to add)."""
+    from test_output import converted_to_gguf, run_llama_cpp_converter
+
+    report = json.loads((pruned["out"] / "vocabulary.json").read_text())
+    if pruned["kind"] == "byte-fallback":
+        types, shapes = {}, {}
+        for name in ("dense", "out"):
+            with converted_to_gguf(pruned[name], tmp_path / f"{name}.gguf", "--outtype", "q8_0") as (
+                _,
+                reader,
+            ):
+                weights = [t for t in reader.tensors if len(t.shape) == 2]
+                types[name] = {t.name: t.tensor_type.name for t in weights}
+                shapes[name] = {t.name: [int(d) for d in t.shape] for t in weights}
+        assert types["out"] == types["dense"] and set(types["dense"].values()) == {"Q8_0"}
+        assert shapes["out"]["token_embd.weight"] == [32, report["tokens_kept"]]
+        assert "llama_cpp_hash" not in report
+        return
+    run = run_llama_cpp_converter(pruned["out"], tmp_path / "out.gguf", "--outtype", "q8_0")
+    pruned_hash = report["llama_cpp_hash"]["pruned"]
+    assert run.returncode != 0 and "BPE pre-tokenizer was not recognized" in run.stderr
+    assert f"chkhsh:  {pruned_hash}" in run.stderr
+    line = f'`if chkhsh == "{pruned_hash}": res = NAME`'
+    assert line in (pruned["out"] / "README.md").read_text()
+    dense_run = run_llama_cpp_converter(pruned["dense"], tmp_path / "dense.gguf", "--vocab-only")
+    assert f"chkhsh:  {report['llama_cpp_hash']['dense']}" in dense_run.stderr  # unknown for a tiny model
