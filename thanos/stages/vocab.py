@@ -1,8 +1,8 @@
 """Tokens removed from the vocabulary (``vocab:N``, ``vocab:p``): the model directory written without them.
 
 **Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
-uses (the calibration text by default), then, up to the budget, the rest by the dense model's own mean
-next-token probability over that text (``next_token_scores``), every kept token with its merge parts.
+uses at least twice (the calibration text by default), then, up to the budget, the earliest merges (the
+lowest ids), every kept token with its merge parts. The dense model is not run: it is only sliced.
 
 **Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
 order; ``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` and ``generation_config.json``
@@ -62,36 +62,12 @@ def slice_vocabulary(model: torch.nn.Module, kept: Sequence[int]) -> None:
     model.config.vocab_size = len(kept)
 
 
-@torch.no_grad()
-def next_token_scores(model: torch.nn.Module, windows: Sequence[Sequence[int]]) -> torch.Tensor:
-    """The dense model's mean next-token probability of every token id over ``windows`` (fp32, one row
-    per id of its head)."""
-    total: torch.Tensor | None = None
-    positions = 0
-    for window in windows:
-        ids = torch.tensor([list(window)], dtype=torch.long, device=model.device)
-        probs = model(input_ids=ids).logits[0].float().softmax(-1)
-        total = probs.sum(0) if total is None else total + probs.sum(0)
-        positions += probs.shape[0]
-    if total is None:
-        raise ValueError("vocab: no text to score the tokens on")
-    return (total / positions).cpu()
-
-
-def windows_of(ids: Sequence[int], seqlen: int, count: int) -> list[list[int]]:
-    """Up to ``count`` consecutive windows of ``seqlen`` ids (the last one shorter if the text is)."""
-    return [list(ids[start : start + seqlen]) for start in range(0, len(ids), seqlen)][:count]
-
-
 def prune_vocabulary(
     model_dir: str | Path,
     out: str | Path,
     pattern: Sparsity,
     documents: Sequence[str],
     text_name: str,
-    seqlen: int = 256,
-    windows: int = 64,
-    device: str = "cpu",
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
     ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``)."""
@@ -106,11 +82,9 @@ def prune_vocabulary(
     dense = Tokenizer.from_str(json.dumps(tokenizer_data))
     encoded = [e.ids for e in dense.encode_batch(list(documents), add_special_tokens=False)]
     used = Counter(i for ids in encoded for i in ids)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device).eval()
-    text_ids = [i for ids in encoded for i in ids]
-    scores = next_token_scores(model, windows_of(text_ids, seqlen, windows))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").eval()
     keep = vocab_count(pattern, vocab.size)
-    kept = choose_tokens(vocab, keep, used, scores.tolist())
+    kept = choose_tokens(vocab, keep, used)
     before = sum(p.numel() for p in model.parameters())
     slice_vocabulary(model, kept)
     for key, value in prune_config(config, kept).items():
@@ -131,9 +105,8 @@ def prune_vocabulary(
         "used_tokens_kept": len(used.keys() & set(kept)),
         "parameters_before": before,
         "parameters_after": after,
-        "text_tokens_before": len(text_ids),
+        "text_tokens_before": sum(len(ids) for ids in encoded),
         "text_tokens_after": longer,
-        "scored_windows": min(windows, -(-len(text_ids) // seqlen)),
         "kept_ids": kept,
     }
     files = {
@@ -177,8 +150,8 @@ def card(report: dict[str, Any]) -> str:
         f"Pruned with `{report['sparsity']}` by thanos-prune: {report['tokens_kept']:,} of the "
         f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
         f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
-        f"*{report['text']}* uses (the most used first), then the "
-        "tokens the dense model predicts most often on it, each with its merge parts. Token ids are "
+        f"*{report['text']}* uses (those it uses at least twice, the most used first), then the earliest "
+        "merges (the lowest ids), each with its merge parts. Token ids are "
         "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
         f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
         f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
