@@ -31,7 +31,7 @@ the weather, the harvest, the price of oil, and whether the new bridge will ever
 Scientists measure the river's flow at three stations. The numbers go into a model that predicts floods
 a week ahead, which gives the farmers time to move their animals and their grain to higher ground.
 """.split("\n")
-CHOOSING = [line for line in PROSE if line][:2] * 2  # chooses the vocabulary: each token used twice
+CHOOSING = [line for line in PROSE if line][:2] * 3  # chooses the vocabulary: each token used 3 times
 STRINGS = [
     "",
     " ",
@@ -164,7 +164,7 @@ def test_choice_honours_the_budget_and_is_closed(pruned: dict[str, Any]) -> None
     vocab = read_bpe(data, [1, 2, 3])
     parts = vocab.parts()
     dense_tok, _ = tokenizers_of(pruned)
-    used = {i: 2 for i in dense_tok.encode(" farmers of the valley", add_special_tokens=False)}
+    used = {i: 3 for i in dense_tok.encode(" farmers of the valley", add_special_tokens=False)}
     low = minimum_kept(vocab)
     needed = len(closure(used, parts, closure(vocab.always, parts)))
     assert low >= 256 + len(SPECIAL)
@@ -179,18 +179,18 @@ def test_choice_honours_the_budget_and_is_closed(pruned: dict[str, Any]) -> None
         choose_tokens(vocab, low - 1, used)
 
 
-def test_rank_text_tokens_used_twice_then_earliest_merges(pruned: dict[str, Any]) -> None:
-    """A token the text uses once waits behind the earliest merges (the lowest ids); used twice, it comes
-    first."""
+def test_rank_text_tokens_used_thrice_then_earliest_merges(pruned: dict[str, Any]) -> None:
+    """A token the text uses twice waits behind the earliest merges (the lowest ids); used three times,
+    it comes first."""
     vocab = read_bpe(json.loads((pruned["dense"] / "tokenizer.json").read_text()), [1, 2, 3])
     parts = vocab.parts()
     minimum = closure(vocab.always, parts)
     late = max(t for t in vocab.tokens.values() if len(closure([t], parts, minimum)) == 1)
     earliest = min(t for t in vocab.tokens.values() if t not in minimum)
     assert earliest < late
-    once = set(choose_tokens(vocab, len(minimum) + 1, {late: 1})) - minimum
     twice = set(choose_tokens(vocab, len(minimum) + 1, {late: 2})) - minimum
-    assert (once, twice) == ({earliest}, {late})
+    thrice = set(choose_tokens(vocab, len(minimum) + 1, {late: 3})) - minimum
+    assert (twice, thrice) == ({earliest}, {late})
 
 
 def test_report_counts(pruned: dict[str, Any]) -> None:

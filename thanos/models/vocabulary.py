@@ -12,8 +12,8 @@ closure not yet kept, skipped when that does not fit: the tokens a text uses at 
 (most used first), then the rest by id: the earliest merges, which BPE learned from the most frequent
 pairs of its training corpus. Measured on SmolLM2-135M (docs/structures.md, "The vocabulary"), that prior
 beats both the text's rare tokens and the dense model's mean next-token probability over the text, on
-held-out text: a token a text uses once is as often a name of that text as a token of the language. The
-budget is an exact count: the kept set never exceeds it, and reaches it unless every remaining token's
+held-out text: a token a text uses once or twice is as often one of its names as a word of the language.
+The budget is an exact count: the kept set never exceeds it, and reaches it unless every remaining token's
 closure is larger than the room left.
 
 Pure functions of the tokenizer's JSON (``tokenizer.json``) and of token counts; ``thanos.models.
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIN_USES = 2  # a token the text uses once is no better a choice than the earliest merges
+MIN_USES = 3  # a token the text uses once or twice is no better a choice than the earliest merges
 BYTE_FALLBACK_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 

@@ -1,7 +1,7 @@
 """Tokens removed from the vocabulary (``vocab:N``, ``vocab:p``): the model directory written without them.
 
 **Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
-uses at least twice (the calibration text by default), then, up to the budget, the earliest merges (the
+uses at least three times (the calibration text by default), then, up to the budget, the earliest merges (the
 lowest ids), every kept token with its merge parts. The dense model is not run: it is only sliced.
 
 **Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
@@ -150,8 +150,8 @@ def card(report: dict[str, Any]) -> str:
         f"Pruned with `{report['sparsity']}` by thanos-prune: {report['tokens_kept']:,} of the "
         f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
         f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
-        f"*{report['text']}* uses (those it uses at least twice, the most used first), then the earliest "
-        "merges (the lowest ids), each with its merge parts. Token ids are "
+        f"*{report['text']}* uses (those it uses at least three times, the most used first), then the "
+        "earliest merges (the lowest ids), each with its merge parts. Token ids are "
         "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
         f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
         f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
