@@ -197,13 +197,10 @@ def llama_cpp_converter() -> Path:
     return target
 
 
-@contextlib.contextmanager
-def converted_to_gguf(model_dir: Path, gguf_file: Path, *options: str) -> Iterator[tuple[Any, Any]]:
-    """llama.cpp's converter run on ``model_dir`` (it must succeed); yields (its ``gguf`` package, a
-    ``GGUFReader`` of the file it wrote)."""
+def run_llama_cpp_converter(model_dir: Path, gguf_file: Path, *options: str) -> Any:
+    """llama.cpp's converter run on ``model_dir`` (its ``CompletedProcess``, text output captured)."""
     converter = llama_cpp_converter()
-    env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
-    run = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             str(converter / "convert_hf_to_gguf.py"),
@@ -214,8 +211,16 @@ def converted_to_gguf(model_dir: Path, gguf_file: Path, *options: str) -> Iterat
         + list(options),
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(converter / "gguf-py")},
     )
+
+
+@contextlib.contextmanager
+def converted_to_gguf(model_dir: Path, gguf_file: Path, *options: str) -> Iterator[tuple[Any, Any]]:
+    """llama.cpp's converter run on ``model_dir`` (it must succeed); yields (its ``gguf`` package, a
+    ``GGUFReader`` of the file it wrote)."""
+    converter = llama_cpp_converter()
+    run = run_llama_cpp_converter(model_dir, gguf_file, *options)
     assert run.returncode == 0, run.stderr[-3000:]
     sys.path.insert(0, str(converter / "gguf-py"))
     try:

@@ -31,7 +31,7 @@ the weather, the harvest, the price of oil, and whether the new bridge will ever
 Scientists measure the river's flow at three stations. The numbers go into a model that predicts floods
 a week ahead, which gives the farmers time to move their animals and their grain to higher ground.
 """.split("\n")
-CHOOSING = [line for line in PROSE if line][:2]  # the text that chooses the vocabulary
+CHOOSING = [line for line in PROSE if line][:2] * 3  # chooses the vocabulary: each token used 3 times
 STRINGS = [
     "",
     " ",
@@ -133,9 +133,7 @@ def pruned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     root = tmp_path_factory.mktemp(request.param)
     dense = build_model(root / "dense", request.param)
     out = root / "pruned"
-    report = prune_vocabulary(
-        dense, out, parse_sparsity("vocab:0.15"), CHOOSING, "prose", seqlen=32, windows=4
-    )
+    report = prune_vocabulary(dense, out, parse_sparsity("vocab:0.15"), CHOOSING, "prose")
     return {"kind": request.param, "dense": dense, "out": out, "report": report}
 
 
@@ -166,7 +164,7 @@ def test_choice_honours_the_budget_and_is_closed(pruned: dict[str, Any]) -> None
     vocab = read_bpe(data, [1, 2, 3])
     parts = vocab.parts()
     dense_tok, _ = tokenizers_of(pruned)
-    used = {i: 1 for i in dense_tok.encode(" farmers of the valley", add_special_tokens=False)}
+    used = {i: 3 for i in dense_tok.encode(" farmers of the valley", add_special_tokens=False)}
     low = minimum_kept(vocab)
     needed = len(closure(used, parts, closure(vocab.always, parts)))
     assert low >= 256 + len(SPECIAL)
@@ -179,6 +177,20 @@ def test_choice_honours_the_budget_and_is_closed(pruned: dict[str, Any]) -> None
     assert set(used) <= set(choose_tokens(vocab, low + needed, used))
     with pytest.raises(ValueError, match=f"keep at least {low}"):
         choose_tokens(vocab, low - 1, used)
+
+
+def test_rank_text_tokens_used_thrice_then_earliest_merges(pruned: dict[str, Any]) -> None:
+    """A token the text uses twice waits behind the earliest merges (the lowest ids); used three times,
+    it comes first."""
+    vocab = read_bpe(json.loads((pruned["dense"] / "tokenizer.json").read_text()), [1, 2, 3])
+    parts = vocab.parts()
+    minimum = closure(vocab.always, parts)
+    late = max(t for t in vocab.tokens.values() if len(closure([t], parts, minimum)) == 1)
+    earliest = min(t for t in vocab.tokens.values() if t not in minimum)
+    assert earliest < late
+    twice = set(choose_tokens(vocab, len(minimum) + 1, {late: 2})) - minimum
+    thrice = set(choose_tokens(vocab, len(minimum) + 1, {late: 3})) - minimum
+    assert (twice, thrice) == ({earliest}, {late})
 
 
 def test_report_counts(pruned: dict[str, Any]) -> None:
@@ -286,7 +298,7 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     text.write_text("\n\n".join(CHOOSING) + "\n")
     out = tmp_path / "out"
     args = ("prune-vocab", "--model", pruned["dense"], "--sparsity", "vocab:0.15", "--text", text)
-    done = cli(*args, "--nsamples", 4, "--seqlen", 32, "--out", out, cwd=tmp_path)
+    done = cli(*args, "--out", out, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = pruned["report"]
     assert f"kept {report['tokens_kept']:,} of {report['tokens_before']:,} tokens" in done.stdout
@@ -367,3 +379,35 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tm
     rate = f"{result['bits_per_byte']:.3f}** bits per byte (the dense model {dense['bits_per_byte']:.3f})"
     assert rate in (out / "README.md").read_text()
     assert rate.replace("**", "") in stream.getvalue()
+
+
+@pytest.mark.slow
+def test_llama_cpp_converts_or_the_card_says_why(pruned: dict[str, Any], tmp_path: Path) -> None:
+    """llama.cpp's converter at ``--outtype q8_0``: the byte-fallback vocabulary converts, every 2-D weight
+    in the type the dense model's conversion gives it, the embedding with the kept rows; the byte-level one
+    stops at its pre-tokenizer check with the hash the card and the report name (the line to add)."""
+    from test_output import converted_to_gguf, run_llama_cpp_converter
+
+    report = json.loads((pruned["out"] / "vocabulary.json").read_text())
+    if pruned["kind"] == "byte-fallback":
+        types, shapes = {}, {}
+        for name in ("dense", "out"):
+            with converted_to_gguf(pruned[name], tmp_path / f"{name}.gguf", "--outtype", "q8_0") as (
+                _,
+                reader,
+            ):
+                weights = [t for t in reader.tensors if len(t.shape) == 2]
+                types[name] = {t.name: t.tensor_type.name for t in weights}
+                shapes[name] = {t.name: [int(d) for d in t.shape] for t in weights}
+        assert types["out"] == types["dense"] and set(types["dense"].values()) == {"Q8_0"}
+        assert shapes["out"]["token_embd.weight"] == [32, report["tokens_kept"]]
+        assert "llama_cpp_hash" not in report
+        return
+    run = run_llama_cpp_converter(pruned["out"], tmp_path / "out.gguf", "--outtype", "q8_0")
+    pruned_hash = report["llama_cpp_hash"]["pruned"]
+    assert run.returncode != 0 and "BPE pre-tokenizer was not recognized" in run.stderr
+    assert f"chkhsh:  {pruned_hash}" in run.stderr
+    line = f'`if chkhsh == "{pruned_hash}": res = NAME`'
+    assert line in (pruned["out"] / "README.md").read_text()
+    dense_run = run_llama_cpp_converter(pruned["dense"], tmp_path / "dense.gguf", "--vocab-only")
+    assert f"chkhsh:  {report['llama_cpp_hash']['dense']}" in dense_run.stderr  # unknown for a tiny model

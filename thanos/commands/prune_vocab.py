@@ -22,11 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--text-field", default="text", help="jsonl/parquet field holding the text")
     parser.add_argument(
-        "--nsamples", type=int, default=64, help="windows the dense model scores tokens on (64)"
-    )
-    parser.add_argument("--seqlen", type=int, default=256, help="tokens per window (256)")
-    parser.add_argument("--device", default="cpu", help="where the dense model scores the tokens (cpu)")
-    parser.add_argument(
         "--out", required=True, help="the new model directory (a previous result is replaced)"
     )
 
@@ -49,7 +44,5 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     check_vocab_out(out, args.model)
     documents = read_documents(args.text, field=args.text_field)
-    report = prune_vocabulary(
-        args.model, out, pattern, documents, str(args.text), args.seqlen, args.nsamples, args.device
-    )
+    report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
     print(summary(report, out))

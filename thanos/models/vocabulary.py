@@ -8,10 +8,13 @@ the tokenizer lacks, as SmolLM2's lacks 21 never seen in training, was not encod
 The special tokens (``added_tokens``, the unknown token, the config's bos/eos/pad ids) are kept too.
 
 ``choose_tokens`` fills the budget in one rank order, each token inserted together with the part of its
-closure not yet kept, skipped when that does not fit: the tokens a text uses (most used first), then the
-rest by a score (the dense model's mean next-token probability over that text, given as an array so this
-stays pure), or by id (the earliest merges) without one. The budget is an exact count: the kept set
-never exceeds it, and reaches it unless every remaining token's closure is larger than the room left.
+closure not yet kept, skipped when that does not fit: the tokens a text uses at least ``MIN_USES`` times
+(most used first), then the rest by id: the earliest merges, which BPE learned from the most frequent
+pairs of its training corpus. Measured on SmolLM2-135M (docs/structures.md, "The vocabulary"), that prior
+beats both the text's rare tokens and the dense model's mean next-token probability over the text, on
+held-out text: a token a text uses once or twice is as often one of its names as a word of the language.
+The budget is an exact count: the kept set never exceeds it, and reaches it unless every remaining token's
+closure is larger than the room left.
 
 Pure functions of the tokenizer's JSON (``tokenizer.json``) and of token counts; ``thanos.models.
 vocabulary_files`` rewrites the files, ``thanos.stages.vocab`` applies it to a model directory.
@@ -23,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+MIN_USES = 3  # a token the text uses once or twice is no better a choice than the earliest merges
 BYTE_FALLBACK_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 
@@ -130,16 +134,13 @@ def closure(tokens: Iterable[int], parts: Mapping[int, Sequence[int]], kept: Ite
     return found
 
 
-def rank_order(
-    ids: Iterable[int], used: Mapping[int, int], scores: Sequence[float] | None = None
-) -> list[int]:
-    """The order tokens are offered to the budget: the used ones by count (most first), then the others by
-    score (highest first) or, without scores, by id (the earliest merges first); ties by id."""
+def rank_order(ids: Iterable[int], used: Mapping[int, int]) -> list[int]:
+    """The order tokens are offered to the budget: those used at least ``MIN_USES`` times by count (most
+    first), then the others by id (the earliest merges first); ties by id."""
     ids = list(ids)
-    first = sorted((i for i in ids if used.get(i, 0) > 0), key=lambda i: (-used[i], i))
-    rest = [i for i in ids if used.get(i, 0) <= 0]
-    rest.sort(key=(lambda i: (-float(scores[i]), i)) if scores is not None else None)
-    return first + rest
+    first = sorted((i for i in ids if used.get(i, 0) >= MIN_USES), key=lambda i: (-used[i], i))
+    chosen = set(first)
+    return first + sorted(i for i in ids if i not in chosen)
 
 
 def minimum_kept(vocab: BPEVocabulary) -> int:
@@ -147,9 +148,7 @@ def minimum_kept(vocab: BPEVocabulary) -> int:
     return len(closure(vocab.always, vocab.parts()))
 
 
-def choose_tokens(
-    vocab: BPEVocabulary, keep: int, used: Mapping[int, int], scores: Sequence[float] | None = None
-) -> list[int]:
+def choose_tokens(vocab: BPEVocabulary, keep: int, used: Mapping[int, int]) -> list[int]:
     """The ``keep`` token ids kept, in increasing order (see the module's docstring): refused when ``keep``
     is below ``minimum_kept`` or not below the vocabulary's size."""
     parts = vocab.parts()
@@ -162,7 +161,7 @@ def choose_tokens(
     ids = sorted(set(vocab.tokens.values()) | set(vocab.always))
     if keep >= len(ids):
         raise ValueError(f"vocab: keeping {keep} tokens removes none of the tokenizer's {len(ids)}")
-    for token in rank_order(ids, used, scores):
+    for token in rank_order(ids, used):
         if len(kept) == keep:
             break
         if token not in kept:

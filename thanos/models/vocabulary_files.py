@@ -11,7 +11,9 @@ post-processor's special-token ids and the padding id. ``config.json`` and ``gen
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from thanos.models.vocabulary import merge_pair
@@ -116,3 +118,23 @@ def kept_rows(weight: Any, kept: Sequence[int]) -> Any:
 
     index = torch.tensor(sorted(kept), dtype=torch.long, device=weight.device)
     return weight.index_select(0, index).clone()
+
+
+# llama.cpp's ``convert_hf_to_gguf.py`` names a byte-level BPE pre-tokenizer by the sha256 of the ids this
+# text encodes to (``get_vocab_base_pre``'s ``chktxt``), so a vocabulary with other ids is not recognized
+LLAMA_CPP_CHECK_TEXT = (
+    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis "
+    "concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 "
+    "កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ "
+    "------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, "
+    "'RE you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL"
+)
+
+
+def llama_cpp_hash(model_dir: str | Path) -> str:
+    """The hash llama.cpp's converter computes for the tokenizer of ``model_dir`` (``chkhsh``): the sha256 of
+    the ids of ``LLAMA_CPP_CHECK_TEXT`` as ``AutoTokenizer`` encodes it, written as a Python list."""
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(model_dir).encode(LLAMA_CPP_CHECK_TEXT)
+    return hashlib.sha256(str(ids).encode()).hexdigest()

@@ -1,9 +1,8 @@
 """A ``vocab:N`` / ``vocab:p`` request of ``thanos prune-model``: the tokens chosen by the calibration text
 (``thanos.stages.vocab``), the model written to ``out`` in one step (no working directory: no block is
-pruned, the dense model scores the tokens in one pass over the text).
+pruned, the dense model is only sliced).
 
-The text is the calibration source's documents (``c4``: its first ``C4_DOCUMENTS``); the dense model scores
-the tokens on ``nsamples`` consecutive windows of ``seqlen`` tokens of it (default 256).
+The text is the calibration source's documents (``c4``: its first ``C4_DOCUMENTS``).
 
 ``--evaluate ppl`` then scores the written and the dense model on ``--ppl-source`` (``eval/perplexity.json``
 and ``eval/dense/perplexity.json`` beside the model, computed again on every run: there is no working
@@ -20,7 +19,6 @@ from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
 
 C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
-DEFAULT_SEQLEN = 256
 
 
 def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None) -> dict[str, Any]:
@@ -52,10 +50,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    seqlen = calibration.seqlen or DEFAULT_SEQLEN
-    report = prune_vocabulary(
-        model, out, pattern, documents, str(calibration.calibration), seqlen, calibration.nsamples, device
-    )
+    report = prune_vocabulary(model, out, pattern, documents, str(calibration.calibration))
     say(stream, summary(report, out))
     if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
         _card_of_combined(out, request.part_of)

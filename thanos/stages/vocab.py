@@ -1,8 +1,8 @@
 """Tokens removed from the vocabulary (``vocab:N``, ``vocab:p``): the model directory written without them.
 
 **Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
-uses (the calibration text by default), then, up to the budget, the rest by the dense model's own mean
-next-token probability over that text (``next_token_scores``), every kept token with its merge parts.
+uses at least three times (the calibration text by default), then, up to the budget, the earliest merges (the
+lowest ids), every kept token with its merge parts. The dense model is not run: it is only sliced.
 
 **Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
 order; ``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` and ``generation_config.json``
@@ -28,6 +28,7 @@ from thanos.files.atomic import atomic_path
 from thanos.models.vocabulary import choose_tokens, read_bpe
 from thanos.models.vocabulary_files import (
     kept_rows,
+    llama_cpp_hash,
     prune_config,
     prune_tokenizer,
     prune_tokenizer_config,
@@ -61,36 +62,12 @@ def slice_vocabulary(model: torch.nn.Module, kept: Sequence[int]) -> None:
     model.config.vocab_size = len(kept)
 
 
-@torch.no_grad()
-def next_token_scores(model: torch.nn.Module, windows: Sequence[Sequence[int]]) -> torch.Tensor:
-    """The dense model's mean next-token probability of every token id over ``windows`` (fp32, one row
-    per id of its head)."""
-    total: torch.Tensor | None = None
-    positions = 0
-    for window in windows:
-        ids = torch.tensor([list(window)], dtype=torch.long, device=model.device)
-        probs = model(input_ids=ids).logits[0].float().softmax(-1)
-        total = probs.sum(0) if total is None else total + probs.sum(0)
-        positions += probs.shape[0]
-    if total is None:
-        raise ValueError("vocab: no text to score the tokens on")
-    return (total / positions).cpu()
-
-
-def windows_of(ids: Sequence[int], seqlen: int, count: int) -> list[list[int]]:
-    """Up to ``count`` consecutive windows of ``seqlen`` ids (the last one shorter if the text is)."""
-    return [list(ids[start : start + seqlen]) for start in range(0, len(ids), seqlen)][:count]
-
-
 def prune_vocabulary(
     model_dir: str | Path,
     out: str | Path,
     pattern: Sparsity,
     documents: Sequence[str],
     text_name: str,
-    seqlen: int = 256,
-    windows: int = 64,
-    device: str = "cpu",
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
     ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``)."""
@@ -105,11 +82,9 @@ def prune_vocabulary(
     dense = Tokenizer.from_str(json.dumps(tokenizer_data))
     encoded = [e.ids for e in dense.encode_batch(list(documents), add_special_tokens=False)]
     used = Counter(i for ids in encoded for i in ids)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device).eval()
-    text_ids = [i for ids in encoded for i in ids]
-    scores = next_token_scores(model, windows_of(text_ids, seqlen, windows))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").eval()
     keep = vocab_count(pattern, vocab.size)
-    kept = choose_tokens(vocab, keep, used, scores.tolist())
+    kept = choose_tokens(vocab, keep, used)
     before = sum(p.numel() for p in model.parameters())
     slice_vocabulary(model, kept)
     for key, value in prune_config(config, kept).items():
@@ -130,9 +105,8 @@ def prune_vocabulary(
         "used_tokens_kept": len(used.keys() & set(kept)),
         "parameters_before": before,
         "parameters_after": after,
-        "text_tokens_before": len(text_ids),
+        "text_tokens_before": sum(len(ids) for ids in encoded),
         "text_tokens_after": longer,
-        "scored_windows": min(windows, -(-len(text_ids) // seqlen)),
         "kept_ids": kept,
     }
     files = {
@@ -149,16 +123,24 @@ def prune_vocabulary(
 
 
 def summary(report: dict[str, Any], out: Path) -> str:
-    """What was written, in two lines: tokens kept, parameters, how much longer the choosing text became."""
+    """What was written: tokens kept, parameters, how much longer the choosing text became, and for
+    byte-level BPE that llama.cpp's converter needs a line added (the card says which)."""
     before, after = report["parameters_before"], report["parameters_after"]
     text_before, text_after = report["text_tokens_before"], report["text_tokens_after"]
     kept, total, used = report["tokens_kept"], report["tokens_before"], report["used_tokens_kept"]
-    return (
+    lines = (
         f"wrote {out}: {report['sparsity']} kept {kept:,} of {total:,} tokens ({used:,} "
         f"of the {report['tokens_the_text_uses']:,} the text uses), {after:,} of {before:,} parameters "
         f"({100 * (1 - after / before):.1f} % fewer)\n{report['text']}: {text_after:,} tokens instead of "
         f"{text_before:,} ({100 * (text_after / text_before - 1):+.1f} %)"
     )
+    if "llama_cpp_hash" in report:
+        lines += (
+            "\nllama.cpp: convert_hf_to_gguf.py stops with 'BPE pre-tokenizer was not recognized' (the "
+            f"token ids of its check text changed: chkhsh {report['llama_cpp_hash']['pruned']}); "
+            f"{out / 'README.md'} gives the line that converts it"
+        )
+    return lines
 
 
 def card(report: dict[str, Any]) -> str:
@@ -168,12 +150,34 @@ def card(report: dict[str, Any]) -> str:
         f"Pruned with `{report['sparsity']}` by thanos-prune: {report['tokens_kept']:,} of the "
         f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
         f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
-        f"*{report['text']}* uses (the most used first), then the "
-        "tokens the dense model predicts most often on it, each with its merge parts. Token ids are "
+        f"*{report['text']}* uses (those it uses at least three times, the most used first), then the "
+        "earliest merges (the lowest ids), each with its merge parts. Token ids are "
         "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
         f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
         f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
-        "encodes and decodes back to itself.\n"
+        "encodes and decodes back to itself.\n\n" + llama_cpp_note(report)
+    )
+
+
+def llama_cpp_note(report: dict[str, Any]) -> str:
+    """The card's paragraph on llama.cpp's converter: what it does with this vocabulary, and for byte-level
+    BPE, why it stops and the line that lets it convert."""
+    if "llama_cpp_hash" not in report:
+        return (
+            "**llama.cpp**: `convert_hf_to_gguf.py` reads this vocabulary from `tokenizer.json` for "
+            "Llama and Mistral models; a converter that reads only a SentencePiece `tokenizer.model` "
+            "(Gemma's) stops with `File not found: tokenizer.model`: none is written, since the dense one "
+            "lists the removed tokens.\n"
+        )
+    hashes = report["llama_cpp_hash"]
+    return (
+        "**llama.cpp**: `convert_hf_to_gguf.py` stops with `BPE pre-tokenizer was not recognized`: it names "
+        "a byte-level pre-tokenizer by the sha256 of the token ids of a check text (`chkhsh`), and removing "
+        f"tokens changed those ids (`{hashes['pruned']}`; the dense model's `{hashes['dense']}`). The "
+        "pre-tokenizer itself is the dense model's. To convert, add to `get_vocab_base_pre()` (in "
+        "`conversion/base.py`; `convert_hf_to_gguf.py` in older llama.cpp) the line "
+        f'`if chkhsh == "{hashes["pruned"]}": res = NAME`, with the `NAME` given there to the dense '
+        f"model's hash `{hashes['dense']}`.\n"
     )
 
 
@@ -206,14 +210,21 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
 def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, dict[str, Any]]) -> None:
     """The model's weights, ``files`` and every other file of ``model_dir`` (not its weights, not
     ``STALE``), written to ``out`` at once."""
+    report = files["vocabulary.json"]
     with atomic_path(out, is_dir=True) as tmp:
         model.save_pretrained(tmp)
         for source in model_dir.iterdir():
             skip = source.name in (*REWRITTEN, *STALE) or source.suffix in (".safetensors", ".bin")
             if source.is_file() and not skip:
                 shutil.copy2(source, tmp / source.name)
-        (tmp / "README.md").write_text(card(files["vocabulary.json"]), encoding="utf-8")
         for name, content in files.items():
-            (tmp / name).write_text(
-                json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-            )
+            if name != "vocabulary.json":
+                _write_json(tmp / name, content)
+        if report["tokenizer"] == "byte-level":
+            report["llama_cpp_hash"] = {"dense": llama_cpp_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
+        _write_json(tmp / "vocabulary.json", report)
+        (tmp / "README.md").write_text(card(report), encoding="utf-8")
+
+
+def _write_json(path: Path, content: dict[str, Any]) -> None:
+    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
