@@ -17,7 +17,6 @@ LAYERS = (
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints
     "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
-    "workflow_config",  # the workflow's config as recipes (torch-free; a module)
     "reads",  # which stores a recipe reads: asked by the rules, the engine, the chain and the disk check
     "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
     "events",  # what a run reports while it runs: typed progress events, stages -> display (a module)
@@ -30,6 +29,7 @@ LAYERS = (
     "jobs",  # what a job and the workflow's parse import: the job worker, GPU slots, granularity, job logs
     "report",  # results/ collected: the paper's tables, figures, orderings
     "runner",  # the Snakemake run in this process, its progress, one recipe in one call
+    "workflow_config",  # the workflow's config as recipes, built by the request's code (torch-free; a module)
     "commands",  # one module per `python -m thanos` command
     "cli",
     "__main__",

@@ -11,10 +11,10 @@ tokens, so a perplexity per token is not comparable): ``bytes`` is the UTF-8 len
 predicted tokens cover, in each window from the end of its first token (which is not predicted) to the end
 of its last one (the tokenizer's offsets: a character split between tokens counts where its first piece
 ends), summed over the windows scored; ``bits_per_byte = total_nll / ln 2 / bytes``. Against the dense
-model's result on the same text, ``per_original_token`` converts it back to a perplexity per dense token,
-``exp(total_nll / bytes * dense bytes / dense tokens)``: both models' loss per byte of the text each scored,
-times the dense model's bytes per token, so the dense model's own is exactly its perplexity. A tokenizer
-without offsets (a slow, Python-only one) records no bytes (None).
+model's result on the same text, ``thanos.labels.per_original_token`` converts it back to a perplexity
+per dense token, ``exp(total_nll / bytes * dense bytes / dense tokens)``: both models' loss per byte of
+the text each scored, times the dense model's bytes per token, so the dense model's own is exactly its
+perplexity. A tokenizer without offsets (a slow, Python-only one) records no bytes (None).
 
 Offline: ``source`` may be a local file or directory instead of ``wikitext2``:
 - ``*.raw`` (e.g. ``wiki.test.raw`` of the original WikiText release): every line is one dataset row, so
@@ -212,50 +212,6 @@ class PerplexityResult:
 def bits_per_byte(total_nll: float, scored: int | None) -> float | None:
     """The loss in bits per byte of text: ``total_nll`` nats over ``scored`` bytes (None without them)."""
     return total_nll / math.log(2) / scored if scored else None
-
-
-def per_original_token(result: dict[str, Any], dense: dict[str, Any]) -> float | None:
-    """The perplexity per token of the dense model's tokenization of ``result`` (a ``perplexity.json``'s
-    content) against ``dense``'s on the same text: exp(nats per byte x the dense model's bytes per token);
-    None when either lacks its bytes or the texts differ."""
-    if not result.get("bytes") or not dense.get("bytes") or result.get("checksum") != dense.get("checksum"):
-        return None
-    nats = result["total_nll"] / result["bytes"] * dense["bytes"] / dense["tokens"]
-    return math.exp(nats) if nats < 700 else float("inf")
-
-
-def tokens_differ(result: dict[str, Any], dense: dict[str, Any]) -> bool:
-    """Whether the two results cut the same text into different tokens (so their perplexities per token are
-    not comparable: the bits per byte are)."""
-    return result.get("text_tokens") != dense.get("text_tokens")
-
-
-def shown_perplexity(result: dict[str, Any], dense: dict[str, Any] | None) -> tuple[float, str]:
-    """(perplexity, what it is per) to show beside the dense model's: its own per token, or, where the two
-    cut the text into different tokens, per original token (``per_original_token``)."""
-    if dense and tokens_differ(result, dense):
-        converted = per_original_token(result, dense)
-        if converted is not None:
-            return converted, " per original token"
-    return float(result["ppl"]), ""
-
-
-def bytes_text(result: dict[str, Any], dense: dict[str, Any] | None, mark: str = "") -> str | None:
-    """The bits per byte beside the dense model's (``mark`` around the value: ``**`` in the card), and,
-    where the tokens differ, the perplexity per the model's own token and how many tokens the text became;
-    None without bytes."""
-    if result.get("bits_per_byte") is None:
-        return None
-    text = f"{mark}{result['bits_per_byte']:.3f}{mark} bits per byte"
-    if dense and dense.get("bits_per_byte") is not None:
-        text += f" (the dense model {dense['bits_per_byte']:.3f})"
-    if dense and tokens_differ(result, dense) and shown_perplexity(result, dense)[1]:
-        own, before = int(result["text_tokens"]), int(dense["text_tokens"])
-        text += (
-            f"; {result['ppl']:.2f} per its own token, the text {own:,} tokens instead of {before:,} "
-            f"({100 * (own / before - 1):+.1f} %)"
-        )
-    return text
 
 
 def evaluate_perplexity(

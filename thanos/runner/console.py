@@ -174,7 +174,7 @@ def print_summary(
 def perplexity_lines(result: dict[str, Any], dense: dict[str, Any] | None) -> list[str]:
     """The closing lines on the perplexity (a ``perplexity.json``'s content) beside the dense model's: per
     token (per original token where the two tokenize the text differently), then the bits per byte."""
-    from thanos.evaluation.perplexity import bytes_text, shown_perplexity
+    from thanos.labels import bytes_text, shown_perplexity
 
     ppl, per = shown_perplexity(result, dense)
     beside = f"; the dense model {dense['ppl']:.2f}" if dense else ""

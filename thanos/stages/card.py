@@ -25,8 +25,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.evaluation.perplexity import bytes_text, shown_perplexity
-from thanos.labels import LABELS, blocks_text, counted, nm_note, pattern_text, public_name, shape_text
+from thanos.labels import (
+    LABELS,
+    blocks_text,
+    bytes_text,
+    counted,
+    nm_note,
+    pattern_text,
+    public_name,
+    shape_text,
+    shown_perplexity,
+)
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import (
