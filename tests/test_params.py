@@ -11,6 +11,7 @@ import pytest
 from test_vocabulary import END, PROSE, train_tokenizer
 
 from thanos import prune_model
+from thanos.files import digests
 
 
 def bpe_model(directory: Path) -> Path:
@@ -61,6 +62,7 @@ def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: 
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == by_hand["tokens_kept"]
     card = (tmp_path / "out" / "README.md").read_text()
     assert "The last part of the combined recipe `depth:1+neurons:0.3+vocab:0.3` on `dense`" in card
+    digests.verify(tmp_path / "out")  # its report records the files it holds: evaluations load it
     with pytest.raises(ValueError, match="ends with the vocabulary, which is not distilled"):
         prune_model(
             model, "thanos", "depth:1+vocab:0.3", out=tmp_path / "x", distill={"tokens": 64}, **options

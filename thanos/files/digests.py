@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from thanos.errors import PathError
+from thanos.files.atomic import write_json
 
 REPORT = "pruning_report.json"
 CHUNK = 8 << 20
@@ -56,6 +57,15 @@ def model_files(model_dir: str | os.PathLike) -> list[str]:
 def record(model_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """The digest of every file of ``model_dir`` (``model_files``), by name."""
     return {name: file_digest(Path(model_dir) / name) for name in model_files(model_dir)}
+
+
+def record_again(model_dir: str | os.PathLike) -> None:
+    """Record again, in ``model_dir``'s ``pruning_report.json`` (where it has one), what its files are now:
+    for a step that rewrites files of a model it did not assemble (the vocabulary's, after a combined
+    recipe's earlier parts), so that what it wrote is what the record says."""
+    path = Path(model_dir) / REPORT
+    if path.is_file():
+        write_json(path, json.loads(path.read_text()) | {"files": record(model_dir)})
 
 
 def recorded(model_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:

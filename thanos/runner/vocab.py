@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
+from thanos.files import digests
 from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
 
@@ -59,6 +60,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
         write_card(out, report, evaluation)
         if request.part_of is not None:
             _card_of_combined(out, request.part_of)
+        digests.record_again(out)
         for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
             say(stream, f"  {line}")
     return report | {"out": str(out)}
@@ -92,6 +94,7 @@ def _card_of_combined(out: Path, part_of: dict[str, Any]) -> None:
     )
     card = (out / "README.md").read_text(encoding="utf-8")
     (out / "README.md").write_text(line + card, encoding="utf-8")
+    digests.record_again(out)
 
 
 def evaluate(request: PruneRequest, out: Path, device: str, dense: Path) -> dict[str, Any]:

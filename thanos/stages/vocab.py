@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.models.vocabulary import choose_tokens, read_bpe
 from thanos.models.vocabulary_files import (
@@ -224,6 +225,7 @@ def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, 
             report["llama_cpp_hash"] = {"dense": llama_cpp_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
         (tmp / "README.md").write_text(card(report), encoding="utf-8")
+        digests.record_again(tmp)  # a pruned model's report (a combined recipe's part) records these files
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
