@@ -18,6 +18,7 @@ from thanos.errors import Option, OptionError
 from thanos.files import digests
 from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
+from thanos.stages.common import resolve_device
 
 C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
 
@@ -46,11 +47,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(out), "workdir": None}
-    device = request.resources.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device(request.resources.device))
     report = prune_vocabulary(model, out, pattern, documents, str(calibration.calibration))
     say(stream, summary(report, out))
     if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
