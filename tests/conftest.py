@@ -15,7 +15,7 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,14 +217,17 @@ def snakemake(
     return proc
 
 
-def kill_once(proc: subprocess.Popen, path: Path, seconds: float = 300, poll: float = 0.05) -> None:
+def kill_once(
+    proc: subprocess.Popen, path: Path | Callable[[], bool], seconds: float = 300, poll: float = 0.05
+) -> None:
     """SIGKILL the process group of a run started with ``popen`` (a new session: Snakemake, its worker and
-    its jobs) as soon as ``path`` exists; a test failure when the run ended first."""
+    its jobs) as soon as ``path`` exists (or ``path()`` is true); a test failure when the run ended first."""
     import signal
     import time
 
+    ready = path if callable(path) else path.exists
     deadline = time.time() + seconds
-    while time.time() < deadline and proc.poll() is None and not path.exists():
+    while time.time() < deadline and proc.poll() is None and not ready():
         time.sleep(poll)
     assert proc.poll() is None, f"the run finished before it could be killed (waiting for {path})"
     os.killpg(proc.pid, signal.SIGKILL)

@@ -12,6 +12,7 @@ from test_vocabulary import END, PROSE, train_tokenizer
 
 from thanos import prune_model
 from thanos.files import digests
+from thanos.runner.size import candidate_name as slug
 
 
 def bpe_model(directory: Path) -> Path:
@@ -115,8 +116,42 @@ def test_params_removes_at_least_p_counted_on_the_written_model(searched: dict[s
     )
     assert search["chosen"] == chosen["recipe"]
     card = (searched["out"] / "README.md").read_text()
-    assert f"Chosen: `{search['chosen']}`" in card
+    assert f"Chosen: `{search['chosen']}`" in card and card.count("## The size search") == 1
     assert all(f"| `{c['recipe']}` | {c['parameters']:,} |" in card for c in search["candidates"])
+    digests.verify(searched["out"])  # search.json and the card's section recorded: evaluations load it
+
+
+@pytest.mark.slow
+def test_a_search_killed_and_run_again_measures_none_twice(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """``thanos prune-model --sparsity params:0.3`` SIGKILLed once its second candidate is measured, then the
+    same command again: that run measures only the candidates the killed one had not (its lines say which
+    were measured in an earlier run), each once, and writes the bytes of the search that was never
+    stopped."""
+    import subprocess
+    import sys
+
+    from conftest import kill_once
+
+    options = inputs["options"]
+    command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(inputs["model"]), "--method",
+               "thanos", "--sparsity", "params:0.3", "--calibration", options["calibration"], "--nsamples",
+               str(options["nsamples"]), "--seqlen", str(options["seqlen"]), "--device", "cpu",
+               "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")]  # fmt: skip
+    candidates = tmp_path / "work" / "search" / "candidates"
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    kill_once(proc, lambda: len(list(candidates.glob("*/measurement.json"))) >= 2)
+    killed = {path.parent.name for path in candidates.glob("*/measurement.json")}
+    again = subprocess.run(command, capture_output=True, text=True, check=True)
+    lines = [line for line in again.stderr.splitlines() if line.startswith("candidate ")]
+    earlier = {line.split(": ")[1] for line in lines if line.endswith("(measured in an earlier run)")}
+    measured = [line.split(": ")[1] for line in lines if not line.endswith("(measured in an earlier run)")]
+    recorded = json.loads((tmp_path / "out" / "search.json").read_text())["candidates"]
+    assert len(killed) >= 2 and {slug(p) for p in earlier} == killed, (killed, lines)
+    assert sorted([*earlier, *measured]) == sorted(c["recipe"] for c in recorded)
+    assert len(measured) == len(set(measured)) and not set(measured) & earlier
+    assert weights(tmp_path / "out") == weights(searched["out"])
 
 
 def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) -> None:

@@ -1,23 +1,28 @@
 """The recipes ``thanos prune-model`` runs in one call, as workflow jobs: a ``depth:1`` recipe (rule depth:
-the block choice and maps on the dense chain's stores, then assemble) and a combined ``depth:1+neurons:0.3``
-(one ``combined-part`` job per part). One real Snakemake run on a tiny Llama serves every assertion: it is
-killed (SIGKILL) during the combined recipe's second part, then resumed as documented; the finished run is
-compared with ``thanos prune-model``'s models and its tables and figures are read."""
+the block choice and maps on the dense chain's stores, then assemble), a combined ``depth:1+neurons:0.3``
+(one ``combined-part`` job per part), a vocabulary ``vocab:0.3`` and a size ``params:0.3`` (one
+``prune-model`` job each, the size's first candidates measured by ``search_candidate`` jobs of their own).
+One real Snakemake run on a tiny Llama with a trained BPE tokenizer serves every assertion: it is killed
+(SIGKILL) during the combined recipe's second part, then resumed as documented; the finished run is compared
+with ``thanos prune-model``'s models and its tables and figures are read."""
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import kill_once, snakemake, workflow_config, write_corpus
+from test_params import bpe_model
 
 RECIPES = {
     "depth1": {"method": "thanos", "sparsity": "depth:1"},
     "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
+    "v30": {"method": "thanos", "sparsity": "vocab:0.3"},
+    "p30": {"method": "thanos", "sparsity": "params:0.3"},
 }
-TINY = {"family": "llama", "hidden_size": 32, "num_blocks": 3, "num_heads": 4}
 
 
 def _killed_during_the_last_part(workdir: Path, config: dict) -> dict[Path, int]:
@@ -40,13 +45,37 @@ def run(tmp_path_factory) -> dict:
     """The killed and resumed run: its directory, the rules the resume ran and what the kill had finished."""
     workdir = tmp_path_factory.mktemp("structures")
     text = write_corpus(workdir / "text.jsonl", docs=60)
-    models = {"llama": {"path": "models/llama", "tiny": TINY}}
+    models = {"llama": {"path": str(bpe_model(workdir / "models" / "llama"))}}
     evaluation = {"enabled": True, "source": str(text), "seqlen": 32, "max_windows": 4}
     config = workflow_config(text, models, RECIPES, perplexity=evaluation, evaluate_dense=True, report=True)
+    snakemake(workdir, config, "--until", "model_info")  # the model's facts: the size's candidates known
+    planned = snakemake(workdir, config, "--dry-run")
     finished = _killed_during_the_last_part(workdir, config)
     snakemake(workdir, config, "--unlock")  # the documented resume after SIGKILL
     resumed = snakemake(workdir, config, "--rerun-incomplete", "--quiet", "rules")
-    return {"dir": workdir, "text": text, "resumed": resumed.stdout + resumed.stderr, "finished": finished}
+    return {
+        "dir": workdir,
+        "text": text,
+        "planned": planned.stdout + planned.stderr,
+        "resumed": resumed.stdout + resumed.stderr,
+        "finished": finished,
+    }
+
+
+@pytest.mark.slow
+def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
+    """A dry run lists every candidate the size's search starts from as a ``search_candidate`` job of its
+    own (side by side on a cluster), and one ``one_command`` job each for the size and the vocabulary."""
+    from thanos.runner.request import build_request
+    from thanos.runner.size import candidate_name, planned_candidates
+
+    model = str(run["dir"] / "models" / "llama")
+    request = build_request(model, "thanos", "params:0.3", {"out": "out"})
+    planned = planned_candidates(request)
+    assert len(planned) >= 3 and len({p.partition(":")[0] for p in planned}) >= 3, planned
+    jobs = re.findall(r"rule search_candidate:.*?output: (\S+)", run["planned"], flags=re.S)
+    assert sorted(Path(job).parent.name for job in jobs) == sorted(map(candidate_name, planned))
+    assert len(re.findall(r"rule one_command:", run["planned"])) == 2
 
 
 @pytest.mark.slow
@@ -66,8 +95,9 @@ def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
 
 @pytest.mark.slow
 def test_the_models_are_prune_models(run: dict) -> None:
-    """The depth recipe's model and the combined recipe's are ``thanos prune-model``'s, byte for byte, given
-    the same calibration and threads (the workflow's jobs run on ``threads: 1``)."""
+    """Every recipe's model (depth, combined, vocabulary, size) is ``thanos prune-model``'s, byte for byte,
+    given the same calibration and threads (the workflow's jobs run on ``threads: 1``): the size's search,
+    its candidates measured by jobs of their own, chose what the one command chooses."""
     from thanos import prune_model
 
     work, results = run["dir"], run["dir"] / "results" / "llama"
@@ -75,7 +105,9 @@ def test_the_models_are_prune_models(run: dict) -> None:
     options |= {"stream": io.StringIO()}
     # the depth recipe in the working directory the combined recipe's first part takes: that part reuses it
     workdirs = {"depth1": work / "prune-model" / "part1-depth1", "combo": work / "prune-model"}
-    for recipe, sparsity in (("depth1", "depth:1"), ("combo", "depth:1+neurons:0.3")):
+    workdirs |= {"v30": work / "prune-model-v", "p30": work / "prune-model-p"}
+    patterns = {recipe: entry["sparsity"] for recipe, entry in RECIPES.items()}
+    for recipe, sparsity in patterns.items():
         out = work / f"prune-model-{recipe}"
         prune_model(
             str(work / "models" / "llama"), "thanos", sparsity, out=out, workdir=workdirs[recipe], **options
@@ -84,7 +116,8 @@ def test_the_models_are_prune_models(run: dict) -> None:
         assert shards
         for shard in shards:
             assert (results / recipe / "model" / shard.name).read_bytes() == shard.read_bytes(), recipe
-        assert (results / recipe / "model" / "config.json").read_text() == (out / "config.json").read_text()
+        for name in ("config.json", "tokenizer.json"):
+            assert (results / recipe / "model" / name).read_text() == (out / name).read_text(), (recipe, name)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The workflow's config as recipes: ``expand`` makes the named ``Recipe`` of every ``recipe_grid`` and
-``recipes`` entry (a ``Combined`` for a combined pattern, ``depth:4+neurons:0.3``), ``schema_problems`` says
+``recipes`` entry (a ``Combined`` for a combined pattern, ``depth:4+neurons:0.3``; a ``OneCommand`` for a
+vocabulary or a size, ``vocab:0.3``, ``params:0.25``), ``schema_problems`` says
 in words what the JSON schema refuses; the models the workflow builds itself (``built_models``, ``builds``)
 and the model names it refuses (``check_model_names``). Torch-free: the workflow's parse
 (workflow/rules/config.smk) imports it."""
@@ -17,13 +18,91 @@ from thanos.pruning import methods
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
 from thanos.runner.request import RecipeOptions
 
-# the structures only ``thanos prune-model`` runs, and what the config check says of them
-PRUNE_MODEL_ONLY = {
-    "vocab": "(tokens removed) runs with `thanos prune-model --sparsity vocab:N` or `thanos prune-vocab`; "
-    "the workflow does not run vocabulary recipes yet",
-    "params": "(a parameter target searched over the structures) runs with `thanos prune-model --sparsity "
-    "params:P`; the workflow does not run size targets yet",
+# the options of a config entry that a recipe run as one ``thanos prune-model`` job (``OneCommand``) passes on
+ONE_COMMAND_OPTIONS = ("alpha", "blocksize", "damp", "exclude", "compact", "block_map", "width_multiple", "axes")
+# what such a recipe cannot take in the workflow, and why
+ONE_COMMAND_REFUSED = {
+    "recover": "recovery trains pruned blocks; a vocab: or params: recipe's parts are chosen and written by one "
+    "`thanos prune-model` job",
+    "distill": "distil the written model with a recipe of its own, or run `thanos prune-model ... "
+    "--distill-tokens N`",
+    "profile": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
+    "owl_m": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
+    "owl_lambda": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
 }
+
+
+@dataclass(frozen=True)
+class OneCommand:
+    """A recipe of the workflow that one ``thanos prune-model`` job writes (workflow/rules/search.smk): a
+    vocabulary (``vocab:0.3``, or a combined pattern with a vocab part, whose tokens are scored by the model
+    the parts before wrote) or a size (``params:0.25``), whose candidates are measured first, each as a job
+    of its own. ``options``: the entry's recipe options (``ONE_COMMAND_OPTIONS``), as the command takes them."""
+
+    name: str
+    method: str
+    sparsity: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def is_size(self) -> bool:
+        """A size target (``params:P``): its mix is searched."""
+        return self.sparsity.strip().lower().startswith("params:")
+
+    @property
+    def needs_calibration(self) -> bool:
+        return True  # the vocabulary's tokens and every candidate are chosen on the calibration text
+
+    def flags(self) -> list[str]:
+        """The recipe as ``thanos prune-model`` options: ``--method thanos --sparsity params:0.25 ...``."""
+        words = ["--method", self.method, "--sparsity", self.sparsity]
+        for name, value in self.options:
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                words.append(flag if value else "--no-" + name.replace("_", "-"))
+            elif name == "exclude":
+                for pattern in [value] if isinstance(value, str) else value:
+                    words += [flag, str(pattern)]
+            elif name == "axes":
+                words += [flag, value if isinstance(value, str) else ",".join(map(str, value))]
+            else:
+                words += [flag, str(value)]
+        return words
+
+    def keywords(self) -> dict[str, Any]:
+        """The recipe as ``thanos.prune_model``'s keywords after ``sparsity``."""
+        return dict(self.options)
+
+    def request(self, model: str, out: str = "out") -> Any:
+        """The ``PruneRequest`` of this recipe on ``model`` (checked; nothing read from disk)."""
+        from thanos.runner.request import build_request
+
+        return build_request(model, self.method, self.sparsity, self.keywords() | {"out": out})
+
+
+def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: str) -> OneCommand:
+    """The ``OneCommand`` of a config entry with a vocab or params pattern, checked as ``thanos prune-model``
+    checks it (``build_request``: the pattern, the options, the mix of every axis a size may take); ``name``
+    None: the grid's name (``_one_command_name``)."""
+    refused = [option for option in ONE_COMMAND_REFUSED if entry.get(option) is not None]
+    if refused:
+        raise ConfigError(
+            f"{key}.{refused[0]}: {sparsity} recipes run as one `thanos prune-model` job in the workflow, "
+            f"which takes no {refused[0]} ({ONE_COMMAND_REFUSED[refused[0]]}); leave {refused[0]} out"
+        )
+    options = tuple((option, entry[option]) for option in ONE_COMMAND_OPTIONS if entry.get(option) is not None)
+    recipe = OneCommand(name or "", entry["method"], str(sparsity).strip(), options)
+    try:
+        recipe.request("model")
+    except OptionError as err:
+        raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"{key}: {err}") from None
+    if "axes" in entry and not recipe.is_size:
+        raise ConfigError(f"{key}.axes: is for params:P recipes; {sparsity} names its structures")
+    recipe = replace(recipe, name=name or _one_command_name(recipe))
+    Recipe(recipe.name, recipe.method, 0.5, key=key)  # the name checked as any recipe's
+    return recipe
 
 
 @dataclass(frozen=True)
@@ -46,14 +125,11 @@ class Combined:
         return any(part.needs_calibration for part in self.parts)
 
 
-def _refused_kind(sparsity: Any) -> str | None:
-    """The kind of a structure ``sparsity`` names (a part of a combined pattern too) that the workflow does
-    not run (``PRUNE_MODEL_ONLY``), else None."""
-    for part in str(sparsity).split("+"):
-        kind = part.strip().lower().partition(":")[0]
-        if kind in PRUNE_MODEL_ONLY:
-            return kind
-    return None
+def _one_command_kind(sparsity: Any) -> bool:
+    """Whether ``sparsity`` runs as one ``thanos prune-model`` job: it names a vocabulary (alone or as a
+    part) or a size."""
+    kinds = {part.strip().lower().partition(":")[0] for part in str(sparsity).split("+")}
+    return bool(kinds & {"vocab", "params"})
 
 
 def _combined(key: str, name: str | None, entry: dict[str, Any], sparsity: str, chain: str) -> Combined:
@@ -80,18 +156,18 @@ def _combined(key: str, name: str | None, entry: dict[str, Any], sparsity: str, 
     return Combined(name, parts)
 
 
-def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined]:
+def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined | OneCommand]:
     """The named recipes of a validated workflow config: ``recipe_grid`` entries first, then ``recipes``.
     A grid entry names its recipes by ``Recipe.default_name``, with the alpha always shown when the entry
     lists several alphas; a combined pattern (``depth:4+neurons:0.3``) makes a ``Combined``."""
     chain = config.get("chain") or "sequential"
-    recipes: dict[str, Recipe | Combined] = {}
+    recipes: dict[str, Recipe | Combined | OneCommand] = {}
     for i, entry in enumerate(config.get("recipe_grid") or []):
         key = f"recipe_grid[{i}]"
         alphas = entry.get("alpha") or [None]
         options = {
             name: entry[name]
-            for name in ("blocksize", "damp", "exclude", "profile", "recover", "distill", *OWL_DEFAULTS)
+            for name in ("blocksize", "damp", "exclude", "axes", "profile", "recover", "distill", *OWL_DEFAULTS)
             if name in entry
         }
         for j, method in enumerate(entry["methods"]):
@@ -100,8 +176,18 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined]:
             except ValueError as err:
                 raise ConfigError(str(err)) from None
             for k, sparsity in enumerate(entry["sparsities"]):
-                if (refused := _refused_kind(sparsity)) is not None:
-                    raise ConfigError(f"{key}.sparsities[{k}]: {sparsity} {PRUNE_MODEL_ONLY[refused]}")
+                if _one_command_kind(sparsity):
+                    if len(alphas) > 1:
+                        raise ConfigError(
+                            f"{key}.alpha: {sparsity} runs as one `thanos prune-model` job, with one alpha; "
+                            "give one, or a recipe of its own per alpha under recipes:"
+                        )
+                    single = {"alpha": alphas[0]} if alphas[0] is not None else {}
+                    one = _one_command(key, None, options | single | {"method": method}, sparsity)
+                    _add(recipes, one.name, one, key)
+                    continue
+                if "axes" in options:
+                    raise ConfigError(f"{key}.axes: is for params:P recipes; {sparsity} names its structures")
                 if "+" in str(sparsity):
                     combined = _combined(key, None, entry | {"method": method}, sparsity, chain)
                     _add(recipes, combined.name, combined, key)
@@ -114,11 +200,11 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined]:
                     _add(recipes, recipe.name, recipe, key)
     for name, entry in (config.get("recipes") or {}).items():
         key, sparsity = f"recipes.{name}", entry.get("sparsity", "")
-        if (refused := _refused_kind(sparsity)) is not None:
-            raise ConfigError(f"{key}.sparsity: {sparsity} {PRUNE_MODEL_ONLY[refused]}")
         if name in recipes:
             raise ConfigError(f"{key}: recipe_grid already makes a recipe of that name: rename one of them")
-        if "+" in str(sparsity):
+        if _one_command_kind(sparsity):
+            recipes[name] = _one_command(key, name, entry, sparsity)
+        elif "+" in str(sparsity):
             recipes[name] = _combined(key, name, entry, sparsity, chain)
         else:
             recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=key)
@@ -127,7 +213,24 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined]:
     return _with_pruned(recipes)
 
 
-def _add(recipes: dict[str, Recipe | Combined], name: str, recipe: Recipe | Combined, key: str) -> None:
+def _one_command_name(recipe: OneCommand) -> str:
+    """A grid's name of a ``OneCommand``: ``{method}_params0.25`` (``_`` and the axes when restricted), else
+    the parts' default names joined as a combined recipe's (``thanos_d4+v30``)."""
+    from thanos.runner.request import RecipeOptions
+
+    options = recipe.keywords()
+    if recipe.is_size:
+        axes = options.get("axes")
+        words = axes.split(",") if isinstance(axes, str) else list(axes or ())
+        suffix = "_" + "-".join(str(word).strip() for word in words) if words else ""
+        return f"{recipe.method}_params{recipe.sparsity.partition(':')[2].strip()}{suffix}"
+    known = {f.name for f in fields(RecipeOptions)} - {"method", "sparsity"}
+    parts = RecipeOptions(recipe.method, recipe.sparsity, **{k: v for k, v in options.items() if k in known})
+    prefix = f"{recipe.method}_"
+    return prefix + "+".join(part.name.removeprefix(prefix) for part in parts.recipes())
+
+
+def _add(recipes: dict[str, Any], name: str, recipe: Any, key: str) -> None:
     """``recipe`` added under ``name``; a name made a second time is refused, naming the entry."""
     if name in recipes:
         raise ConfigError(
@@ -136,11 +239,11 @@ def _add(recipes: dict[str, Recipe | Combined], name: str, recipe: Recipe | Comb
     recipes[name] = recipe
 
 
-def _with_pruned(recipes: dict[str, Recipe | Combined]) -> dict[str, Recipe | Combined]:
+def _with_pruned(recipes: dict[str, Any]) -> dict[str, Any]:
     """``recipes`` with, before each distilled one, the recipe it distils (``Recipe.pruned``): the one of
     the config that prunes the same way, else added under its default name (evaluated and tabled beside
     the distilled one)."""
-    found: dict[str, Recipe | Combined] = {}
+    found: dict[str, Any] = {}
     for name, recipe in recipes.items():  # one added recipe serves every distilled one that prunes its way
         if (
             isinstance(recipe, Recipe)
@@ -155,7 +258,7 @@ def _with_pruned(recipes: dict[str, Recipe | Combined]) -> dict[str, Recipe | Co
     return found
 
 
-def distilled_from(recipe: Recipe, recipes: dict[str, Recipe | Combined]) -> str | None:
+def distilled_from(recipe: Recipe, recipes: dict[str, Any]) -> str | None:
     """The name of the recipe in ``recipes`` that ``recipe`` distils (prunes the same way, no distillation
     of its own); None for a recipe without ``distill``, or when there is none."""
     if recipe.distill is None:
@@ -183,14 +286,11 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
             n, m = divmod(value, 60)
             problems.append(f'{key}: {value} is how YAML reads an unquoted {n}:{m}; quote it: "{n}:{m}"')
             continue
-        refused = _refused_kind(value) if isinstance(value, str) else None
-        if error.validator in ("oneOf", "anyOf") and "sparsit" in key and refused is not None:
-            text = f"{value} {PRUNE_MODEL_ONLY[refused]}"
-        elif error.validator in ("oneOf", "anyOf") and "sparsit" in key:
+        if error.validator in ("oneOf", "anyOf") and "sparsit" in key:
             text = (
                 'expected a fraction in (0, 1) or a string: 0.5, "2:4", "structured:0.3", "neurons:0.3", '
-                '"heads:0.33", "kv_heads:0.25", "depth:6", or structures joined with + '
-                '("depth:4+neurons:0.3")'
+                '"heads:0.33", "kv_heads:0.25", "depth:6", "vocab:0.3", structures joined with + '
+                '("depth:4+neurons:0.3"), or a size alone ("params:0.25")'
             )
         elif error.validator in ("oneOf", "anyOf"):
             forms = error.schema.get("description", "see workflow/schemas/config.schema.yaml")

@@ -187,6 +187,16 @@ class Layout:
         by the next part (the last part writes ``model_dir``)."""
         return f"{self.root}/{model}/{recipe}/parts/{part}"
 
+    def one_command(self, model: str, recipe: str) -> str:
+        """A recipe one ``thanos prune-model`` job writes (a vocabulary, a size: workflow/rules/search.smk):
+        its working directory (``--workdir``), under the calibration's key."""
+        return "/".join(filter(None, (f"{self.root}/{model}/{recipe}/work", self.calibration)))
+
+    def candidate(self, model: str, recipe: str, candidate: str) -> str:
+        """A size search's candidate measured by a job of its own (``candidate``: its mix without colons,
+        ``depth2``): its measurement, where ``thanos prune-model``'s search finds it."""
+        return f"{self.one_command(model, recipe)}/search/candidates/{candidate}/measurement.json"
+
     def model_dir(self, model: str, recipe: str) -> str:
         """The assembled Hugging Face directory (with pruning_report.json)."""
         return f"{self.root}/{model}/{recipe}/model"

@@ -43,12 +43,13 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.events import SearchCandidate, clock_text
+from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove
 from thanos.runner.console import say
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_choice import choose
+from thanos.runner.size_choice import choose, first_round
 from thanos.runner.workdirs import default_root, model_slug, record_run, slug
 
 SEARCH = "search.json"
@@ -91,12 +92,44 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     for place in (out / SEARCH, search.root / SEARCH):
         write_json(place, record)
     _card(out, record)
+    digests.record_again(out)  # search.json and the card's section are part of what was computed
     say(
         stream,
         f"{goal}: {chosen}, searched in {clock_text(record['seconds'])} ({len(record['candidates'])} "
         f"candidates), written in {clock_text(record['write_seconds'])}; {out / SEARCH} lists them",
     )
     return report | {"search": record}
+
+
+def planned_candidates(request: PruneRequest) -> list[str]:
+    """The candidates a search measures before any other, whatever they measure (``first_round``): the
+    workflow measures each as a job of its own (``measure_candidate``), then the search finds them."""
+    goal = request.size
+    assert goal is not None
+    from thanos.evaluation.heldout import stored_parameters
+
+    dense = knobs(request.model, goal.options.width_multiple)
+    target = math.ceil(goal.p * stored_parameters(request.model))
+    return [recipe_of(mix) for mix in first_round(dense, _axes(goal, dense), target)]
+
+
+def candidate_name(pattern: str) -> str:
+    """A candidate's directory name: its mix without colons (``depth2``, ``neurons0.25``)."""
+    return slug(pattern.replace(":", ""))
+
+
+def measure_candidate(request: PruneRequest, pattern: str, stream: TextIO, execute: Execute, work: Path) -> Path:
+    """Measure one candidate (``pattern``, an explicit mix) of ``request``'s search, its stages in ``work``,
+    recorded where the search finds it (a search run later measures it no more); its measurement's path."""
+    goal = request.size
+    assert goal is not None
+    search = Search(request, knobs(request.model, goal.options.width_multiple), _directory(request), stream,
+                    execute, work=work)  # fmt: skip
+    search.prepare()
+    search.candidate({part.partition(":")[0]: part for part in pattern.split("+")})
+    if request.resources.keep == "needed":
+        remove(work)  # its stages serve no other candidate
+    return search.place(pattern) / "measurement.json"
 
 
 def _axes(goal: Any, dense: Knobs) -> list[str]:
@@ -133,8 +166,13 @@ class Search:
     root: Path
     stream: TextIO
     execute: Execute
+    work: Path | None = None  # where the candidates' stages run (None: the search's own ``work``)
     texts: list[str] = dataclasses.field(default_factory=list)
     measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def place(self, pattern: str) -> Path:
+        """The candidate's directory: its measurement, its log, its model while measured."""
+        return self.root / "candidates" / candidate_name(pattern)
 
     @property
     def calibration_file(self) -> Path:
@@ -193,7 +231,7 @@ class Search:
         pattern = recipe_of(mix)
         if pattern in self.measured:
             return self.measured[pattern]
-        place = self.root / "candidates" / slug(pattern.replace(":", ""))
+        place = self.place(pattern)
         entry, inputs = Entry.beside(place / "measurement.json"), self._inputs(pattern)
         reused = entry.current(inputs)
         if reused:
@@ -215,7 +253,7 @@ class Search:
         began = time.monotonic()
         request = self.request
         model = place / "model"
-        resources = dataclasses.replace(request.resources, workdir=self.root / "work")
+        resources = dataclasses.replace(request.resources, workdir=self.work or self.root / "work")
         part = dataclasses.replace(
             request, recipes=_recipes(request.size.options, pattern), sparsity=pattern, size=None,  # type: ignore[union-attr]
             calibration=self._calibration(), resources=resources, evaluation=Evaluation(),
@@ -284,4 +322,5 @@ def _card(out: Path, record: dict[str, Any]) -> None:
         "| --- | --: | --: | --: | --: | --: |", *rows,
     ]  # fmt: skip
     card = out / "README.md"
-    card.write_text(card.read_text(encoding="utf-8").rstrip("\n") + "\n" + "\n".join(section) + "\n")
+    text = card.read_text(encoding="utf-8").split("\n## The size search\n")[0]  # a rerun's: written anew
+    card.write_text(text.rstrip("\n") + "\n" + "\n".join(section) + "\n")

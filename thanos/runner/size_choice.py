@@ -27,11 +27,10 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
     base = dense.predicted({})
     settings = {axis: dense.settings(axis) for axis in axes}
     alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
-    curves: dict[str, list[tuple[int, float]]] = {}
-    for axis in axes:
-        points = sorted({_nearest(alone[axis], share * target) for share in POINTS})
-        losses = [measured({axis: settings[axis][i]})["loss"] for i in points]
-        curves[axis] = [(alone[axis][i], max(0.0, loss)) for i, loss in zip(points, losses, strict=True)]
+    curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
+    for axis, i in _points(alone, target):
+        loss = measured({axis: settings[axis][i]})["loss"]
+        curves[axis].append((alone[axis][i], max(0.0, loss)))
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = _mix(settings, state)
@@ -48,6 +47,25 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
             "or allow more axes (--axes)"
         )
     return min(found, key=lambda m: (m["loss"], m["removed"]))["recipe"]
+
+
+def first_round(dense: Knobs, axes: list[str], target: int) -> list[dict[str, str]]:
+    """The mixes ``choose`` measures before any other, whatever they measure: each axis alone at its
+    settings nearest ``POINTS`` of the target (independent of each other: the workflow measures them as
+    separate jobs, workflow/rules/search.smk)."""
+    base = dense.predicted({})
+    settings = {axis: dense.settings(axis) for axis in axes}
+    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
+    return [{axis: settings[axis][i]} for axis, i in _points(alone, target)]
+
+
+def _points(alone: dict[str, list[int]], target: int) -> list[tuple[str, int]]:
+    """(axis, index of its setting) of each first-round measurement, axis by axis."""
+    return [
+        (axis, i)
+        for axis, removals in alone.items()
+        for i in sorted({_nearest(removals, share * target) for share in POINTS})
+    ]
 
 
 def _nearest(removals: list[int], goal: float) -> int:

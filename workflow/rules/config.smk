@@ -16,6 +16,7 @@ from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, UNCALIBRATED, Layout, c
 from thanos.recipe import ConfigError
 from thanos.workflow_config import (
     Combined,
+    OneCommand,
     builds,
     built_models,
     check_model_names,
@@ -47,10 +48,16 @@ PATHS = Layout(R, sequential=CHAIN == "sequential", calibration=calibration_key(
 DEMO = config["demo"]
 MODELS = config["models"]
 # every recipe of the config, in its order: a combined one (depth:4+neurons:0.3) runs as one job per part
-# (rules/combined.smk), the others as the stages of the rules below
+# (rules/combined.smk), a vocabulary or a size (vocab:0.3, params:0.25) as one `thanos prune-model` job, a
+# size's first candidates measured by jobs of their own (rules/search.smk), the others as the stages of the
+# rules below
 EVERY_RECIPE = expand(config)
-RECIPES = {name: recipe for name, recipe in EVERY_RECIPE.items() if not isinstance(recipe, Combined)}
 COMBINED = {name: recipe for name, recipe in EVERY_RECIPE.items() if isinstance(recipe, Combined)}
+ONE_COMMAND = {name: recipe for name, recipe in EVERY_RECIPE.items() if isinstance(recipe, OneCommand)}
+SEARCHES = [name for name, recipe in ONE_COMMAND.items() if recipe.is_size]
+RECIPES = {
+    name: recipe for name, recipe in EVERY_RECIPE.items() if name not in COMBINED and name not in ONE_COMMAND
+}
 DEPTH_RECIPES = [name for name, recipe in RECIPES.items() if recipe.sparsity.kind == "depth"]
 OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
 # a distilled recipe's model is its pruned recipe's model distilled (rule distill): nothing of its own is
@@ -124,6 +131,9 @@ wildcard_constraints:
     recipe=_alternation(PRUNED),
     distilled=_alternation(DISTILLED),
     combined=_alternation(COMBINED),
+    one=_alternation(ONE_COMMAND),
+    search=_alternation(SEARCHES),
+    candidate=r"[A-Za-z0-9_.-]+",
     part=r"\d+",
     chain=_alternation([DENSE, *PRUNED]),
     variant=_alternation([DENSE, *EVERY_RECIPE]),

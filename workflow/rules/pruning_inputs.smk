@@ -1,6 +1,8 @@
 # Input and parameter functions of the pruning rules (capture, propagate, prune, assemble). Which chain's
 # stores a block reads, and every path, come from thanos.files.layout through PATHS (config.smk).
 
+import functools
+
 from thanos.files.layout import RECOVERED, UNCALIBRATED
 from thanos.reads import recipe_reads
 from thanos.files.pruned_layers import block_layers as block_layers_of
@@ -322,3 +324,75 @@ def part_options(wildcards, input, output):
         if not retention[key]:
             options.append(f"--drop-{kind}")
     return " ".join(quoted(option) for option in options)
+
+
+# --- recipes one `thanos prune-model` job writes (a vocabulary, a size: rules/search.smk) ---------------
+
+
+def one_command_recipe(wildcards):
+    """The ``OneCommand`` of the job: {one} (rule one_command) or {search} (rule search_candidate)."""
+    return ONE_COMMAND[wildcards.one if "one" in wildcards.keys() else wildcards.search]
+
+
+def one_command_inputs(wildcards):
+    """The input model, its facts (the model_info checkpoint: a size's candidates are known from them) and
+    the calibration text; a size's prune-model job, every candidate the search starts from (measured by
+    rule search_candidate)."""
+    recipe = one_command_recipe(wildcards)
+    inputs = {
+        "info": info_path(wildcards),
+        "model": model_dir_input(wildcards),
+        "source": calibration_source_input(wildcards),
+    }
+    if "one" in wildcards.keys() and recipe.is_size:
+        planned = first_candidates(wildcards.model, recipe.name)
+        inputs["candidates"] = [PATHS.candidate(wildcards.model, recipe.name, name) for name in planned]
+    return inputs
+
+
+@functools.lru_cache(maxsize=None)
+def first_candidates(model, name):
+    """{candidate name: explicit mix} a size's search measures first (read from the model's config and
+    tokenizer once its facts are known: thanos.runner.size.planned_candidates)."""
+    from thanos.runner.size import candidate_name, planned_candidates
+
+    request = ONE_COMMAND[name].request(MODELS[model]["path"])
+    return {candidate_name(pattern): pattern for pattern in planned_candidates(request)}
+
+
+def one_command_flags(wildcards):
+    """The recipe as prune-model's options (a param: another recipe reruns the job)."""
+    return " ".join(quoted(word) for word in one_command_recipe(wildcards).flags())
+
+
+def one_command_calibration(wildcards):
+    """The workflow's calibration as prune-model's options (a param: another calibration reruns the job)."""
+    calibration = config["calibration"]
+    return (
+        f"--calibration {quoted(calibration['source'])} --nsamples {calibration['nsamples']}"
+        f" --seqlen {calibration['seqlen']} --seed {calibration['seed']}"
+        f" --text-field {quoted(calibration['text_field'])}"
+    )
+
+
+def one_command_work(wildcards, output):
+    """The recipe's working directory (takes ``output``: not recorded, see compute_dtype)."""
+    return PATHS.one_command(wildcards.model, one_command_recipe(wildcards).name)
+
+
+def one_command_out(wildcards, output):
+    """The model the prune-model job writes."""
+    return output[0]
+
+
+def candidate_option(wildcards, output):
+    """The candidate a search_candidate job measures and the working directory of its stages."""
+    pattern = first_candidates(wildcards.model, wildcards.search)[wildcards.candidate]
+    work = os.path.join(os.path.dirname(output[0]), "work")
+    return f"--candidate {quoted(pattern)} --candidate-work {quoted(work)}"
+
+
+def candidate_model(wildcards, output):
+    """--out of a candidate job: the search's model, which the prune-model job writes (the candidate writes
+    only its measurement)."""
+    return PATHS.model_dir(wildcards.model, wildcards.search)
