@@ -128,8 +128,10 @@ def test_the_config_schema_says_what_the_declarations_say(cls: type, definition:
 
 
 def test_a_config_recipe_takes_the_recipe_options() -> None:
-    """A config recipe's keys are `prune_model`'s recipe keywords (``RecipeOptions``' fields)."""
+    """A config recipe's keys are `prune_model`'s recipe keywords (``RecipeOptions``' fields) and a size's
+    (``SizeOptions``': ``axes``)."""
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     recipe = schema["properties"]["recipes"]["additionalProperties"]
-    assert sorted(recipe["properties"]) == sorted(f.name for f in dataclasses.fields(request.RecipeOptions))
+    fields = [*dataclasses.fields(request.RecipeOptions), *dataclasses.fields(request.SizeOptions)]
+    assert sorted(recipe["properties"]) == sorted(f.name for f in fields)
     assert sorted(recipe["required"]) == ["method", "sparsity"]

@@ -294,11 +294,12 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     ]
     combined = base | {"recipes": {"c": {"method": "thanos", "sparsity": "depth:4+neurons:0.3"}}}
     assert schema_problems(combined, schema) == []  # the workflow runs combined recipes
-    size = base | {"recipes": {"p": {"method": "thanos", "sparsity": "params:0.3"}}}
-    assert schema_problems(size, schema) == [
-        "recipes.p.sparsity: params:0.3 (a parameter target searched over the structures) runs with `thanos "
-        "prune-model --sparsity params:P`; the workflow does not run size targets yet"
-    ]
+    size = base | {"recipes": {"p": {"method": "thanos", "sparsity": "params:0.3", "axes": ["depth"]}}}
+    assert schema_problems(size, schema) == []  # and sizes and vocabularies (rules/search.smk)
+    vocab = base | {"recipes": {"v": {"method": "thanos", "sparsity": "depth:2+vocab:0.3"}}}
+    assert schema_problems(vocab, schema) == []
+    mixed = base | {"recipes": {"p": {"method": "thanos", "sparsity": "params:0.3+depth:2"}}}
+    assert schema_problems(mixed, schema)[0].startswith("recipes.p.sparsity: expected a fraction in (0, 1)")
 
     config = tmp_path / "unquoted.yaml"
     config.write_text(f"results: {tmp_path}/results\nrecipes:\n  r1: {{method: thanos, sparsity: 2:4}}\n")
@@ -308,3 +309,36 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
         'recipes.r1.sparsity: 124 is how YAML reads an unquoted 2:4; quote it: "2:4"'
         in run.stderr + run.stdout
     )
+
+
+def test_vocabularies_and_sizes_are_workflow_recipes():
+    """``vocab:`` (alone or as a combined pattern's last part) and ``params:P`` expand to ``OneCommand``
+    recipes with ``thanos prune-model``'s options; what that job cannot take is refused naming the key."""
+    from thanos.workflow_config import OneCommand, expand
+
+    grid = [{"methods": ["thanos"], "sparsities": ["params:0.25", "depth:2+vocab:0.3"], "damp": 0.02}]
+    recipes = {"p": {"method": "thanos", "sparsity": "params:0.3", "axes": ["depth", "vocab"]}}
+    expanded = expand({"recipes": recipes, "recipe_grid": grid})
+    assert all(isinstance(recipe, OneCommand) for recipe in expanded.values())
+    assert list(expanded) == ["thanos_params0.25_damp0.02", "thanos_depth2_damp0.02+v30_damp0.02", "p"]
+    assert expanded["p"].is_size and not expanded["thanos_depth2_damp0.02+v30_damp0.02"].is_size
+    assert expanded["p"].flags() == [
+        "--method",
+        "thanos",
+        "--sparsity",
+        "params:0.3",
+        "--axes",
+        "depth,vocab",
+    ]
+    assert expanded["thanos_params0.25_damp0.02"].flags()[-2:] == ["--damp", "0.02"]
+    refused = {
+        "recover": ("recipes.r.recover: params:0.3 recipes run as one `thanos prune-model` job", True),
+        "axes": ("recipes.r: axes=depth: is for params:P; vocab:0.3 names its mix", ["depth"]),
+    }
+    for option, (message, value) in refused.items():
+        sparsity = "vocab:0.3" if option == "axes" else "params:0.3"
+        entry = {"method": "thanos", "sparsity": sparsity, option: value}
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            expand({"recipes": {"r": entry}})
+    with pytest.raises(ConfigError, match=re.escape("recipes.r: axes=width")):
+        expand({"recipes": {"r": {"method": "thanos", "sparsity": "params:0.3", "axes": ["width"]}}})

@@ -13,7 +13,8 @@ A cluster with (stand-in) GPUs, `device: auto`, in order:
 3. the assembled model's safetensors are byte-identical to the local run's.
 
 A CPU-only cluster (no GPU gres at all), `device: cpu`, granularity recipe: every job is accepted by
-sbatch (no --gpus request), completes, and the model is byte-identical to the local run's.
+sbatch (no --gpus request), completes, and the model is byte-identical to the local run's; a depth recipe
+(rule depth) and a combined one (a combined-part job per part) run there through sbatch like the others.
 
 The file's time is mostly waiting (sbatch, the status checks, each job's Python start), so its three runs
 overlap: the local reference run and the CPU-only cluster's run start in the background before the first
@@ -48,6 +49,12 @@ pytestmark = pytest.mark.slow
 RECIPE = "thanos_u50"
 MODEL = "tiny"
 DISTILLED = "thanos_u50_kd"
+# whole blocks (rule depth, then assemble) and a combined recipe (one combined-part job per part), on the
+# CPU-only cluster
+STRUCTURES = {
+    "depth1": {"method": "thanos", "sparsity": "depth:1"},
+    "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
+}
 DISTILL = {"tokens": 512, "seqlen": 32, "batch_size": 2, "heldout": 2, "checkpoint_every": 4}
 
 
@@ -218,7 +225,8 @@ def cpu_only(model, tmp_path_factory) -> Iterator[tuple[Path, SlurmCluster, Back
     }
     cfg = _write_config(
         root, model, root / "slurm", device="cpu", granularity="recipe", distill_processes=2,
-        distill_shard=True, recipes={RECIPE: {"method": "thanos", "sparsity": 0.5}, DISTILLED: distilled},
+        distill_shard=True, recipes={RECIPE: {"method": "thanos", "sparsity": 0.5}, DISTILLED: distilled,
+                                     **STRUCTURES},
     )  # fmt: skip
     with slurm_cluster(root / "cluster", gpus=0) as cluster:
         run = Background(
@@ -307,7 +315,7 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
     assert ppl_slurm["ppl"] == ppl_local["ppl"]
 
 
-def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
+def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only, model):
     _, local_run = reference
     root, cluster, run = cpu_only
     assert "Gres=(null)" in cluster.run("scontrol", "show", "node").stdout
@@ -323,6 +331,9 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
         "assemble",
         "perplexity",
         "distill",
+        "depth",
+        "combined_part",
+        "combined_model",
     }
     assert rules <= set(submitted.values()), submitted
     completed = {j["JobId"]: j for j in cluster.completed_jobs()}
@@ -342,6 +353,12 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only):
     assert record["processes"] == 2 and record["sharded"] is True and record["steps"] == 8
     assert not (distilled / "distill").exists()
     assert (distilled / "eval" / "perplexity.json").is_file()
+    # the structures: a model of fewer blocks, and one of fewer blocks and neurons, each evaluated
+    for recipe in STRUCTURES:
+        written = json.loads((root / "slurm" / MODEL / recipe / "model" / "config.json").read_text())
+        assert written["num_hidden_layers"] == 1, recipe
+        assert (root / "slurm" / MODEL / recipe / "eval" / "perplexity.json").is_file(), recipe
+    assert written["intermediate_size"] < json.loads((model / "config.json").read_text())["intermediate_size"]
 
 
 def _tree_mtimes(path: Path) -> dict[str, int]:

@@ -17,6 +17,8 @@ import pytest
 from conftest import kill_once, snakemake, workflow_config, write_corpus
 from test_params import bpe_model
 
+from thanos.runner.patterns import AXES
+
 RECIPES = {
     "depth1": {"method": "thanos", "sparsity": "depth:1"},
     "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
@@ -122,8 +124,9 @@ def test_the_models_are_prune_models(run: dict) -> None:
 
 @pytest.mark.slow
 def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
-    """The perplexity table lists both recipes under their patterns, with the parameters they removed from
-    the input model; the quality-against-size figure is written."""
+    """The perplexity table lists the recipes under their patterns, with the parameters they removed from
+    the input model (a size under its request and the recipe its search chose); the bits-per-byte table has
+    the vocabulary; the quality-against-size figure is written."""
     table = pd.read_csv(run["dir"] / "results" / "tables" / "perplexity.csv")
     achieved = dict(zip(table["Sparsity"], table["Achieved"], strict=True))
     assert achieved["depth:1+neurons:0.3"].endswith("% params")
@@ -133,3 +136,11 @@ def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
     assert 0 < removed["depth:1"] < removed["depth:1+neurons:0.3"] < 100
     figure = run["dir"] / "results" / "figures" / "ppl_vs_params_removed_llama.png"
     assert figure.is_file() and figure.stat().st_size > 0
+    # the size under its request and the recipe chosen; the vocabulary beside them in bits per byte (its
+    # perplexity per token compares with no other model's)
+    (size,) = [pattern for pattern in achieved if str(pattern).startswith("params:0.3: ")]
+    chosen = size.removeprefix("params:0.3: ")
+    assert float(achieved[size].split("%")[0]) >= 30.0 and chosen.split("+")[0].partition(":")[0] in AXES
+    bits = pd.read_csv(run["dir"] / "results" / "tables" / "bits_per_byte.csv")
+    vocab = bits[bits["Sparsity"] == "vocab:0.3"]
+    assert list(vocab["Method"]) == ["Vocabulary"] and 0 < float(vocab["llama"].iloc[0]) < 20

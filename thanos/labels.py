@@ -63,7 +63,8 @@ LABELS: dict[str, MethodLabel] = {
     ),
     "thanos": MethodLabel(label="Thanos", color="#d62728", alpha_in_label=True),
 }
-METHOD_NAMES = {DENSE: "Dense"} | {name: shown.label for name, shown in LABELS.items()}
+# "vocab": a model whose vocabulary alone was pruned (tokens chosen by their use on a text, by no method)
+METHOD_NAMES = {DENSE: "Dense", "vocab": "Vocabulary"} | {name: shown.label for name, shown in LABELS.items()}
 
 # --- sentences: the model card and ``thanos prune-model``
 
@@ -248,6 +249,7 @@ STRUCTURE_NAMES = {
     "heads": "heads",
     "kv_heads": "KV groups",
     "depth": "whole blocks",
+    "vocab": "vocabulary",
 }
 
 
@@ -256,7 +258,7 @@ def structure_label(structure: str, method: str) -> str:
     chosen by their scores, whatever the method), ``Thanos: MLP neurons``, ``Thanos: whole blocks + MLP
     neurons`` (a combined recipe, its parts in the order they run)."""
     names = " + ".join(STRUCTURE_NAMES.get(kind, kind) for kind in structure.split("+"))
-    if structure == "depth":
+    if structure in ("depth", "vocab"):  # chosen by their scores or use, whatever the method
         return names.capitalize()
     return f"{METHOD_NAMES.get(method, method)}: {names}"
 

@@ -19,11 +19,20 @@ from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
 from thanos.runner.request import RecipeOptions
 
 # the options of a config entry that a recipe run as one ``thanos prune-model`` job (``OneCommand``) passes on
-ONE_COMMAND_OPTIONS = ("alpha", "blocksize", "damp", "exclude", "compact", "block_map", "width_multiple", "axes")
+ONE_COMMAND_OPTIONS = (
+    "alpha",
+    "blocksize",
+    "damp",
+    "exclude",
+    "compact",
+    "block_map",
+    "width_multiple",
+    "axes",
+)
 # what such a recipe cannot take in the workflow, and why
 ONE_COMMAND_REFUSED = {
-    "recover": "recovery trains pruned blocks; a vocab: or params: recipe's parts are chosen and written by one "
-    "`thanos prune-model` job",
+    "recover": "run `thanos prune-model ... --recover` for a recovered vocab: or params: recipe; the "
+    "workflow does not pass recovery to that job yet",
     "distill": "distil the written model with a recipe of its own, or run `thanos prune-model ... "
     "--distill-tokens N`",
     "profile": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
@@ -37,7 +46,8 @@ class OneCommand:
     """A recipe of the workflow that one ``thanos prune-model`` job writes (workflow/rules/search.smk): a
     vocabulary (``vocab:0.3``, or a combined pattern with a vocab part, whose tokens are scored by the model
     the parts before wrote) or a size (``params:0.25``), whose candidates are measured first, each as a job
-    of its own. ``options``: the entry's recipe options (``ONE_COMMAND_OPTIONS``), as the command takes them."""
+    of its own. ``options``: the entry's recipe options (``ONE_COMMAND_OPTIONS``) as the command takes
+    them."""
 
     name: str
     method: str
@@ -90,7 +100,9 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
             f"{key}.{refused[0]}: {sparsity} recipes run as one `thanos prune-model` job in the workflow, "
             f"which takes no {refused[0]} ({ONE_COMMAND_REFUSED[refused[0]]}); leave {refused[0]} out"
         )
-    options = tuple((option, entry[option]) for option in ONE_COMMAND_OPTIONS if entry.get(option) is not None)
+    options = tuple(
+        (option, entry[option]) for option in ONE_COMMAND_OPTIONS if entry.get(option) is not None
+    )
     recipe = OneCommand(name or "", entry["method"], str(sparsity).strip(), options)
     try:
         recipe.request("model")
@@ -98,8 +110,6 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
         raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
     except (ConfigError, ValueError) as err:
         raise ConfigError(f"{key}: {err}") from None
-    if "axes" in entry and not recipe.is_size:
-        raise ConfigError(f"{key}.axes: is for params:P recipes; {sparsity} names its structures")
     recipe = replace(recipe, name=name or _one_command_name(recipe))
     Recipe(recipe.name, recipe.method, 0.5, key=key)  # the name checked as any recipe's
     return recipe
@@ -167,7 +177,16 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined | OneCommand]:
         alphas = entry.get("alpha") or [None]
         options = {
             name: entry[name]
-            for name in ("blocksize", "damp", "exclude", "axes", "profile", "recover", "distill", *OWL_DEFAULTS)
+            for name in (
+                "blocksize",
+                "damp",
+                "exclude",
+                "axes",
+                "profile",
+                "recover",
+                "distill",
+                *OWL_DEFAULTS,
+            )
             if name in entry
         }
         for j, method in enumerate(entry["methods"]):
@@ -220,9 +239,12 @@ def _one_command_name(recipe: OneCommand) -> str:
 
     options = recipe.keywords()
     if recipe.is_size:
-        axes = options.get("axes")
+        axes = options.pop("axes", None)
         words = axes.split(",") if isinstance(axes, str) else list(axes or ())
         suffix = "_" + "-".join(str(word).strip() for word in words) if words else ""
+        tags = {"alpha": "a", "blocksize": "B", "damp": "damp", "width_multiple": "w"}
+        suffix += "".join(f"_{tags[k]}{v:g}" for k, v in options.items() if k in tags)
+        suffix += "".join(f"_{k}{str(v).lower()}" for k, v in options.items() if k not in tags)
         return f"{recipe.method}_params{recipe.sparsity.partition(':')[2].strip()}{suffix}"
     known = {f.name for f in fields(RecipeOptions)} - {"method", "sparsity"}
     parts = RecipeOptions(recipe.method, recipe.sparsity, **{k: v for k, v in options.items() if k in known})

@@ -23,7 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = None
     group = parser.add_argument_group("the candidate")
     group.add_argument(
-        "--candidate", required=True, metavar="PATTERN", help="the explicit mix to measure (depth:2+neurons:0.25)"
+        "--candidate",
+        required=True,
+        metavar="PATTERN",
+        help="the explicit mix to measure (depth:2+neurons:0.25)",
     )
     group.add_argument("--candidate-work", required=True, help="the working directory of its stages")
 

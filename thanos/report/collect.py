@@ -19,7 +19,7 @@ import pandas as pd
 from thanos.files.layout import DENSE, NOT_MODELS
 from thanos.labels import pattern_label, row_label, shown_alpha, variant_label
 from thanos.pruning import methods
-from thanos.pruning.sparsity import Sparsity
+from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.recipe import Recipe, from_name
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ KIND_ORDER = {
     "combined": 8,  # a combined recipe (depth:4+neurons:0.3): its structures, each on the part before's model
 }
 # the structures a recipe removes, written smaller (``params_removed``): the ``structure`` column
-STRUCTURES = ("neurons", "heads", "kv_heads", "depth")
+STRUCTURES = ("neurons", "heads", "kv_heads", "depth", "vocab")
 # the paper's appendix column order and labels
 TASK_LABELS = {
     "arc_challenge": "ArcC",
@@ -123,6 +123,40 @@ def _sparsity_fields(sparsity: Sparsity | None) -> dict[str, Any]:
     }
 
 
+def tokenizers_differ(frame: pd.DataFrame) -> bool:
+    """Whether some model's variants cut one perplexity text into different numbers of tokens (a pruned
+    vocabulary): then the bits per byte are shown beside the perplexity (tables), or instead of it (the
+    quality-against-size figure)."""
+    scored = frame.dropna(subset=["bits_per_byte", "ppl_text_tokens"])
+    return bool((scored.groupby(["model", "ppl_dataset", "seqlen"])["ppl_text_tokens"].nunique() > 1).any())
+
+
+def _vocabulary_fields(vocabulary: dict[str, Any]) -> dict[str, Any]:
+    """The row of a model whose vocabulary alone was pruned (its ``vocabulary.json``): the pattern, the
+    parameters removed; method ``vocab`` (the tokens are chosen by their use on a text, by no method)."""
+    try:
+        sparsity = parse_sparsity(str(vocabulary.get("sparsity")))
+    except ValueError:
+        return {}
+    fields = _sparsity_fields(sparsity) | {"method": "vocab", "structure": "vocab"}
+    before, after = _float(vocabulary.get("parameters_before")), _float(vocabulary.get("parameters_after"))
+    if before > 0 and not math.isnan(after):
+        fields["params_removed"] = 1 - after / before
+    return fields
+
+
+def _vocabulary_after(vocabulary: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A combined recipe's row whose last part is the vocabulary: its structure and the parameters removed
+    from the input model, the vocabulary's share included."""
+    removed = _float(row.get("params_removed"))
+    before, after = _float(vocabulary.get("parameters_before")), _float(vocabulary.get("parameters_after"))
+    fields: dict[str, Any] = {"structure": f"{row['structure']}+vocab" if row.get("structure") else None}
+    if before > 0 and not math.isnan(after):
+        kept = (1 - removed) if not math.isnan(removed) else 1.0
+        fields["params_removed"] = 1 - kept * after / before
+    return fields
+
+
 def _eval_fields(eval_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     row: dict[str, Any] = {}
     tasks: dict[str, Any] = {}
@@ -169,6 +203,9 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             recipe = _recipe(report, variant)
             row = {"model": model, "recipe": variant, "method": recipe.method if recipe else "unknown"}
             row |= _sparsity_fields(recipe.sparsity if recipe else None)
+            vocabulary = _read_json(path / "model" / "vocabulary.json")
+            if report is None and vocabulary is not None:  # a vocabulary alone: nothing else pruned
+                row |= _vocabulary_fields(vocabulary)
             for key in ("alpha", "blocksize", "damp"):
                 row[key] = _float(getattr(recipe, key, None))
             row["chain"] = recipe.chain if recipe else None
@@ -180,6 +217,11 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 row |= _structure_fields(report, row)
                 secs = [_float(layer.get("seconds")) for layer in own_layers(report)]
                 row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan
+                if vocabulary is not None:  # a vocabulary written over a pruned model: the last part
+                    row |= _vocabulary_after(vocabulary, row)
+            search = _read_json(path / "model" / "search.json")
+            if search is not None:  # a size (params:P): the request, and the recipe its search chose
+                row |= {"sparsity": f"{search.get('request')}: {search.get('chosen')}", "kind": "combined"}
         fields, tasks = _eval_fields(path / "eval")
         row |= fields
         rows.append(row)

@@ -52,6 +52,7 @@ from thanos.report.collect import (
     is_set,
     pattern_sort_key,
     sortable,
+    tokenizers_differ,
 )
 from thanos.report.plotting import (
     DENSE_STYLE,
@@ -110,6 +111,13 @@ def dense_ppl(frame: pd.DataFrame, model: str) -> float | None:
         return None
     ppl = float(dense["ppl"].iloc[0])
     return ppl if math.isfinite(ppl) and ppl > 0 else None
+
+
+def _dense_bits(frame: pd.DataFrame, model: str) -> float | None:
+    """The dense model's bits per byte of the perplexity text; None when not known."""
+    dense = frame[(frame["model"] == model) & (frame["method"] == "dense") & frame["bits_per_byte"].notna()]
+    value = float(dense["bits_per_byte"].iloc[0]) if not dense.empty else math.nan
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def excess_percent(ppl: float, dense: float) -> float:
@@ -219,25 +227,33 @@ def quality_size_figures(frame: pd.DataFrame) -> Drawn:
         rows = rows.assign(
             line=[structure_label(s, m) for s, m in zip(rows["structure"], rows["method"], strict=True)]
         )
-        dense = dense_ppl(frame, model)
+        # a pruned vocabulary cuts the text into other tokens: its perplexity per token compares with no
+        # other model's, its bits per byte do
+        bytes_ = tokenizers_differ(frame[frame["model"] == model])
+        metric, unit = ("bits_per_byte", "bits per byte") if bytes_ else ("ppl", "perplexity")
+        dense = _dense_bits(frame, model) if bytes_ else dense_ppl(frame, model)
         fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
         values, removed = [], []
         if dense is not None:
-            ax.axhline(dense, label=f"Dense (ppl {dense:.2f})", zorder=1.5, **DENSE_STYLE)
+            shown = f"{dense:.3f} bits per byte" if bytes_ else f"ppl {dense:.2f}"
+            ax.axhline(dense, label=f"Dense ({shown})", zorder=1.5, **DENSE_STYLE)
             values.append(dense)
         lines = sorted(rows.groupby("line"), key=lambda item: (item[0].count("+"), item[0]))
         for i, (label, line) in enumerate(lines):
             line = line.assign(x=(line["params_removed"] * 100).round(1))  # as the tables show it
-            line = line.groupby("x", as_index=False)["ppl"].min().sort_values("x")
-            line = line[line["ppl"].map(math.isfinite)]
+            line = line.groupby("x", as_index=False)[metric].min().sort_values("x")
+            line = line[line[metric].map(math.isfinite)]
             style = method_style(str(rows.loc[rows["line"] == label, "method"].iloc[0]), i)
-            ax.plot(line["x"], line["ppl"], label=label, linewidth=1.8, markersize=6, **style)
-            values += list(line["ppl"])
+            ax.plot(line["x"], line[metric], label=label, linewidth=1.8, markersize=6, **style)
+            values += list(line[metric])
             removed += list(line["x"])
-        ppl_axis(ax, values)
+        if bytes_:
+            ax.set_ylabel("bits per byte of the text")
+        else:
+            ppl_axis(ax, values)
         ticks_at(ax, removed)
         ax.set_xlabel("parameters removed (%)")
-        titled(ax, f"{model}: perplexity vs parameters removed")
+        titled(ax, f"{model}: {unit} vs parameters removed")
         legend_right(ax)
         yield f"ppl_vs_params_removed_{safe_name(model)}", fig
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from thanos.files.atomic import atomic_path
 from thanos.labels import pattern_slug, pattern_title
-from thanos.report.collect import TASK_LABELS, as_float, collect, labelled_recipes
+from thanos.report.collect import TASK_LABELS, as_float, collect, labelled_recipes, tokenizers_differ
 
 log = logging.getLogger(__name__)
 MISSING = "-"
@@ -307,13 +307,6 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
         else:
             log.info("no zero-shot results for %s yet", group)
     return out
-
-
-def tokenizers_differ(frame: pd.DataFrame) -> bool:
-    """Whether some model's variants cut one perplexity text into different numbers of tokens (a pruned
-    vocabulary): then the bits per byte are shown beside the perplexity."""
-    scored = frame.dropna(subset=["bits_per_byte", "ppl_text_tokens"])
-    return bool((scored.groupby(["model", "ppl_dataset", "seqlen"])["ppl_text_tokens"].nunique() > 1).any())
 
 
 def build_tables(results: str | Path) -> list[Table]:

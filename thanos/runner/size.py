@@ -118,7 +118,9 @@ def candidate_name(pattern: str) -> str:
     return slug(pattern.replace(":", ""))
 
 
-def measure_candidate(request: PruneRequest, pattern: str, stream: TextIO, execute: Execute, work: Path) -> Path:
+def measure_candidate(
+    request: PruneRequest, pattern: str, stream: TextIO, execute: Execute, work: Path
+) -> Path:
     """Measure one candidate (``pattern``, an explicit mix) of ``request``'s search, its stages in ``work``,
     recorded where the search finds it (a search run later measures it no more); its measurement's path."""
     goal = request.size
