@@ -96,16 +96,38 @@ def prune_all(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def perplexities(args: argparse.Namespace, models: dict[str, Path]) -> dict[str, float]:
+    """Each model's perplexity on the held-out articles: per token, and per token of the dense model's
+    tokenization where the model's tokenizer differs (a pruned vocabulary: from its bits per byte)."""
+    return {name: result["ppl"] for name, result in perplexity_results(args, models).items()}
+
+
+def perplexity_results(args: argparse.Namespace, models: dict[str, Path]) -> dict[str, dict]:
+    """``perplexities``' results in full (``perplexity.json``'s fields), ``ppl`` per original token, the
+    model's own per token as ``ppl_own``; ``models`` starts with the dense one."""
     from thanos.evaluation.perplexity import evaluate_perplexity
+    from thanos.labels import per_original_token
 
     source = str(Path(args.data) / "test.jsonl")
-    found = {}
+    found: dict[str, dict] = {}
     for name, path in models.items():
         result = evaluate_perplexity(
-            str(path), source, seqlen=512, device="cpu", max_windows=args.ppl_windows, progress=False
+            str(path),
+            source,
+            seqlen=args.ppl_seqlen,
+            device="cpu",
+            max_windows=args.ppl_windows,
+            progress=False,
+        ).to_dict()
+        dense = next(iter(found.values()), result)
+        result["ppl_own"] = result["ppl"]
+        if result["text_tokens"] != dense["text_tokens"]:
+            result["ppl"] = per_original_token(result, dense)
+        found[name] = result
+        print(
+            f"perplexity {name}: {result['ppl']:.3f} per original token, "
+            f"{result['bits_per_byte']:.4f} bits per byte",
+            flush=True,
         )
-        found[name] = result.ppl
-        print(f"perplexity {name}: {result.ppl:.3f}", flush=True)
     return found
 
 
@@ -120,7 +142,7 @@ def speeds(args: argparse.Namespace, models: dict[str, Path]) -> dict[str, dict]
         for name, path in models.items()
     }
     generator = torch.Generator().manual_seed(0)
-    vocab = next(iter(loaded.values())).config.vocab_size
+    vocab = min(model.config.vocab_size for model in loaded.values())  # ids every model has (vocab: pruned)
     prompt = torch.randint(100, vocab, (1, 16), generator=generator)
     long = torch.randint(100, vocab, (1, args.prefill), generator=generator)
     rounds: dict[str, dict[str, list[float]]] = {name: {"decode": [], "prefill": []} for name in loaded}
@@ -172,6 +194,7 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nsamples", type=int, default=32)
     parser.add_argument("--seqlen", type=int, default=256)
     parser.add_argument("--ppl-windows", type=int, default=16)
+    parser.add_argument("--ppl-seqlen", type=int, default=512, help="tokens per perplexity window")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prefill", type=int, default=512)

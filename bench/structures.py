@@ -3,11 +3,14 @@ real model: parameters, file size, CPU decode and prefill speed against dense in
 perplexity on held-out text.
 
 Every output is ``thanos prune-model --method thanos --sparsity S`` (compact: written smaller) calibrated on
-``--nsamples`` x ``--seqlen`` tokens of ``DATA/calib.jsonl``, for S in ``--recipes`` (default: neurons:0.3,
-heads:0.33, depth:6, depth:4+neurons:0.3, about a quarter fewer parameters on SmolLM2-135M, and
-heads:0.33+neurons:0.3; ``@recover`` adds ``--recover`` with its defaults, here to the combination). Speed and
-perplexity are measured as ``bench/compact.py`` measures them (alternating rounds, the median of the per-round
-ratios to dense; the first ``--ppl-windows`` windows of 512 tokens of ``DATA/test.jsonl``).
+``--nsamples`` x ``--seqlen`` tokens of ``DATA/calib.jsonl`` (``--calibration`` another file), for S in
+``--recipes`` (default: neurons:0.3, heads:0.33, depth:6, vocab:0.3, vocab:0.5, depth:4+neurons:0.3, about a
+quarter fewer parameters on SmolLM2-135M, heads:0.33+neurons:0.3, and the sizes params:0.15, params:0.25,
+params:0.35, whose search's time is printed beside the time of writing the recipe it chose on its own;
+``@recover`` adds ``--recover`` with its defaults). Speed and perplexity are measured as ``bench/compact.py``
+measures them (alternating rounds, the median of the per-round ratios to dense, the prompts' token ids ones
+every model has; the first ``--ppl-windows`` windows of 512 tokens of ``DATA/test.jsonl``, per token of the
+dense model's tokenization where the vocabulary was pruned, and in bits per byte).
 
 ``@nomap`` runs a depth recipe with ``block_map=False`` (the removed blocks left out without a fitted map,
 the lowest-influence blocks); it also compares, for the depth recipe, the default choice (the run of blocks
@@ -31,53 +34,81 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from compact import add_measure_arguments, perplexities, safetensors_facts, speeds  # noqa: E402
+from compact import add_measure_arguments, perplexity_results, safetensors_facts, speeds  # noqa: E402
 
 RECIPES = (
     "neurons:0.3",
     "heads:0.33",
     "depth:6",
     "depth:6@nomap",
+    "vocab:0.3",
+    "vocab:0.5",
     "depth:4+neurons:0.3",
     "depth:4+neurons:0.3@nomap",
     "heads:0.33+neurons:0.3",
+    "params:0.15",
+    "params:0.25",
+    "params:0.35",
 )
 
 
-def prune_all(args: argparse.Namespace) -> dict[str, dict]:
+def prune(args: argparse.Namespace, name: str, out: Path, workdir: Path) -> tuple[dict, float]:
+    """``name`` (a ``--recipes`` entry) pruned to ``out``: its report and the seconds it took."""
     from thanos import prune_model
 
+    sparsity, _, extra = name.partition("@")
+    started = time.perf_counter()
+    report = prune_model(
+        args.model,
+        "thanos",
+        sparsity,
+        recover=True if extra == "recover" else None,
+        block_map=False if extra == "nomap" else None,
+        out=out,
+        calibration=args.calibration or str(Path(args.data) / "calib.jsonl"),
+        nsamples=args.nsamples,
+        seqlen=args.seqlen,
+        device="cpu",
+        cores=args.threads,
+        workdir=workdir,
+        stream=io.StringIO(),
+    )
+    return report, time.perf_counter() - started
+
+
+def prune_all(args: argparse.Namespace) -> dict[str, dict]:
+    """Every recipe in one working directory (they share its steps); a size's chosen recipe also written
+    alone in a working directory of its own (``alone_seconds``: what its search's time compares with)."""
     outputs = {}
     for name in args.recipes:
-        sparsity, _, extra = name.partition("@")
         out = Path(args.work) / "out" / name.replace(":", "").replace("+", "_").replace("@", "_")
-        started = time.perf_counter()
-        report = prune_model(
-            args.model,
-            "thanos",
-            sparsity,
-            recover=True if extra == "recover" else None,
-            block_map=False if extra == "nomap" else None,
-            out=out,
-            calibration=str(Path(args.data) / "calib.jsonl"),
-            nsamples=args.nsamples,
-            seqlen=args.seqlen,
-            device="cpu",
-            cores=args.threads,
-            workdir=Path(args.work) / "workdir",
-            stream=io.StringIO(),
-        )
-        print(f"pruned {name}: {time.perf_counter() - started:.0f} s", flush=True)
+        report, seconds = prune(args, name, out, Path(args.work) / "workdir")
+        print(f"pruned {name}: {seconds:.0f} s", flush=True)
         outputs[name] = {"dir": out, "report": report}
+        if "search" in report:
+            chosen, alone = report["search"]["chosen"], Path(args.work) / "alone" / out.name
+            _, report["search"]["alone_seconds"] = prune(args, chosen, alone / "out", alone / "workdir")
+            print(f"pruned {chosen} alone: {report['search']['alone_seconds']:.0f} s", flush=True)
     return outputs
 
 
 def shape(model_dir: Path) -> str:
+    """``30 x (9/3, 1536), 49,152 tokens``: blocks x (query/kv heads, MLP width), vocabulary."""
     config = json.loads((model_dir / "config.json").read_text())
     return (
-        f"{config['num_hidden_layers']} x ({config['num_attention_heads']}/{config['num_key_value_heads']} "
-        f"heads, MLP {config['intermediate_size']})"
+        f"{config['num_hidden_layers']} x ({config['num_attention_heads']}/{config['num_key_value_heads']}, "
+        f"{config['intermediate_size']}), {config['vocab_size']:,} tokens"
     )
+
+
+def label(name: str, outputs: dict[str, dict]) -> str:
+    """A row's first cell: the recipe (``--no-block-map`` for ``@nomap``), a size with the mix it chose."""
+    if name == "dense":
+        return "nothing (dense)"
+    sparsity, _, extra = name.partition("@")
+    text = f"`{sparsity}`" + (" `--no-block-map`" if extra == "nomap" else "")
+    search = outputs[name]["report"].get("search")
+    return f"{text} -> `{search['chosen']}`" if search else text
 
 
 def other_metric(args: argparse.Namespace, outputs: dict[str, dict]) -> dict[str, Path]:
@@ -119,6 +150,7 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="demo data directory (python -m thanos demo-data)")
     parser.add_argument("--work", required=True, help="working directory (outputs, intermediates)")
     parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated --sparsity values")
+    parser.add_argument("--calibration", default=None, help="the calibration text (default DATA/calib.jsonl)")
     add_measure_arguments(parser)
     args = parser.parse_args()
     args.recipes = args.recipes.split(",")
@@ -129,7 +161,10 @@ def main() -> None:
     models = {"dense": Path(args.model)} | {name: value["dir"] for name, value in outputs.items()}
     speed = speeds(args, models)
     metrics = other_metric(args, outputs)
-    ppl = perplexities(args, models | {k: v for k, v in metrics.items() if v not in models.values()})
+    results = perplexity_results(
+        args, models | {k: v for k, v in metrics.items() if v not in models.values()}
+    )
+    ppl = {name: result["ppl"] for name, result in results.items()}
     dense_params, dense_bytes = safetensors_facts(Path(args.model))
 
     print()
@@ -139,26 +174,33 @@ def main() -> None:
         f"perplexity on the first {args.ppl_windows} windows of 512 tokens of {args.data}/test.jsonl"
     )
     print()
-    header = [
-        "removed (Thanos)",
-        "blocks x (heads, MLP)",
-        "parameters",
-        "vs dense",
-        "safetensors",
-        "vs dense",
-    ]
-    header += ["decode tok/s (b=1)", "vs dense", f"prefill {args.prefill} tok/s", "vs dense", "perplexity"]
-    print("| " + " | ".join(header) + " |")
-    print("| --- | --- |" + " --: |" * (len(header) - 2))
+    print(
+        "| removed | blocks x (query/kv heads, MLP), vocabulary | parameters | file | CPU decode | "
+        "CPU prefill (512) | perplexity (x dense) | bits per byte |"
+    )
+    print("| :-- | :-- | --: | --: | --: | --: | --: | --: |")
     for name, path in models.items():
         params, size = safetensors_facts(path)
-        s = speed[name]
+        s, result = speed[name], results[name]
+        removed = "" if name == "dense" else f"{100 * (params / dense_params - 1):+.1f} %"
         print(
-            f"| {'none (dense)' if name == 'dense' else name} | {shape(path)} | {params / 1e6:.2f} M | "
-            f"{params / dense_params:.3f} | {size / 2**20:.1f} MiB | {size / dense_bytes:.3f} | "
-            f"{s['decode']['median']:.1f} | {s['decode']['ratio']:.2f}x | {s['prefill']['median']:.0f} | "
-            f"{s['prefill']['ratio']:.2f}x | {ppl[name]:.2f} |"
+            f"| {label(name, outputs)} | {shape(path)} | {removed or f'{params / 1e6:.1f} M'} | "
+            f"{size / 2**20:.1f} MiB | {s['decode']['ratio']:.2f}x | {s['prefill']['ratio']:.2f}x | "
+            f"{ppl[name]:.2f} ({ppl[name] / ppl['dense']:.2f}x) | {result['bits_per_byte']:.3f} |"
         )
+    searched = {
+        name: value["report"]["search"] for name, value in outputs.items() if "search" in value["report"]
+    }
+    if searched:
+        print()
+        print("| size | chosen | candidates | search | the chosen recipe pruned alone (fresh) | ratio |")
+        print("| --- | --- | --: | --: | --: | --: |")
+        for name, search in searched.items():
+            took, alone = search["seconds"], search["alone_seconds"]
+            print(
+                f"| `{name}` | `{search['chosen']}` | {len(search['candidates'])} | {took:.0f} s | "
+                f"{alone:.0f} s | {took / alone:.1f}x |"
+            )
     if metrics:
         print()
         print("| block score (depth) | perplexity |")
@@ -166,7 +208,8 @@ def main() -> None:
         for name, path in metrics.items():
             same = [key for key, value in models.items() if value == path]  # the recipe's own output
             print(f"| {name} | {ppl[same[0] if same else name]:.2f} |")
-    record = {"speed": speed, "ppl": ppl, "outputs": {k: str(v["dir"]) for k, v in outputs.items()}}
+    record = {"speed": speed, "ppl": results, "outputs": {k: str(v["dir"]) for k, v in outputs.items()}}
+    record["searches"] = searched
     (Path(args.work) / "bench_structures.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
 
 
