@@ -9,6 +9,7 @@ with ``thanos prune-model``'s models and its tables and figures are read."""
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -141,6 +142,19 @@ def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
     (size,) = [pattern for pattern in achieved if str(pattern).startswith("params:0.3: ")]
     chosen = size.removeprefix("params:0.3: ")
     assert float(achieved[size].split("%")[0]) >= 30.0 and chosen.split("+")[0].partition(":")[0] in AXES
+    # the vocabulary's perplexity is per token of the dense tokenization: its own per token compares with no
+    # other row's (here it looked better than dense)
+    from thanos.labels import per_original_token
+
+    evaluated = {
+        variant: json.loads(
+            (run["dir"] / "results" / "llama" / variant / "eval" / "perplexity.json").read_text()
+        )
+        for variant in ("v30", "dense")
+    }
+    shown = float(table.loc[table["Sparsity"] == "vocab:0.3", "llama"].iloc[0])
+    assert shown == round(per_original_token(evaluated["v30"], evaluated["dense"]), 2)
+    assert shown != round(evaluated["v30"]["ppl"], 2)
     bits = pd.read_csv(run["dir"] / "results" / "tables" / "bits_per_byte.csv")
     vocab = bits[bits["Sparsity"] == "vocab:0.3"]
     assert list(vocab["Method"]) == ["Vocabulary"] and 0 < float(vocab["llama"].iloc[0]) < 20

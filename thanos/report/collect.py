@@ -17,7 +17,14 @@ from typing import Any
 import pandas as pd
 
 from thanos.files.layout import DENSE, NOT_MODELS
-from thanos.labels import pattern_label, row_label, shown_alpha, variant_label
+from thanos.labels import (
+    pattern_label,
+    per_original_token,
+    row_label,
+    shown_alpha,
+    tokens_differ,
+    variant_label,
+)
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.recipe import Recipe, from_name
@@ -75,6 +82,7 @@ RECIPE_COLUMNS = [
     "ppl_dataset",
     "bits_per_byte",  # the perplexity's loss per byte of text (comparable across tokenizers)
     "ppl_text_tokens",  # the tokens the perplexity text became: differs where the tokenizer does
+    "ppl_own_tokens",  # a pruned vocabulary's perplexity per its own token (``ppl``: per original token)
     "zs_mean",
 ]
 
@@ -157,6 +165,18 @@ def _vocabulary_after(vocabulary: dict[str, Any], row: dict[str, Any]) -> dict[s
     return fields
 
 
+def _per_original_token(result: dict[str, Any] | None, dense: dict[str, Any] | None) -> dict[str, Any]:
+    """``ppl`` of a model whose tokenizer cuts the perplexity text into other tokens than the dense model's
+    (a pruned vocabulary): per token of the dense tokenization, from its bits per byte
+    (``thanos.labels.per_original_token``), its own per token kept as ``ppl_own_tokens``; NaN without the
+    dense model's result on the same text (a perplexity per token compares only models of one
+    tokenization). {} where the tokens are the dense model's."""
+    if not result or not dense or not tokens_differ(result, dense):
+        return {}
+    converted = per_original_token(result, dense)
+    return {"ppl": math.nan if converted is None else converted, "ppl_own_tokens": _float(result.get("ppl"))}
+
+
 def _eval_fields(eval_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     row: dict[str, Any] = {}
     tasks: dict[str, Any] = {}
@@ -193,7 +213,7 @@ def variants(results: str | Path) -> list[tuple[str, str, Path]]:
 def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two frames: one row per (model, variant) with recipe metadata, ppl and mean zero-shot accuracy;
     and one row per (model, variant, task) with ``acc``, ``acc_norm`` and stderrs."""
-    rows, task_rows = [], []
+    rows, task_rows, evaluated = [], [], {}
     for model, variant, path in variants(results):
         if variant == "dense":
             row: dict[str, Any] = {"model": model, "recipe": "dense", "method": "dense", "sparsity": "0%"}
@@ -225,11 +245,16 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         fields, tasks = _eval_fields(path / "eval")
         row |= fields
         rows.append(row)
+        evaluated[(model, variant)] = _read_json(path / "eval" / "perplexity.json")
         for task, metrics in tasks.items():
             task_rows.append(
                 {"model": model, "recipe": variant, "task": task}
                 | {k: _float(metrics.get(k)) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")}
             )
+    for row in rows:  # a pruned vocabulary's perplexity, per token of the dense model's tokenization
+        row |= _per_original_token(
+            evaluated[(row["model"], row["recipe"])], evaluated.get((row["model"], DENSE))
+        )
     frame = (
         pd.DataFrame(rows).reindex(columns=RECIPE_COLUMNS) if rows else pd.DataFrame(columns=RECIPE_COLUMNS)
     )

@@ -316,24 +316,20 @@ def build_tables(results: str | Path) -> list[Table]:
     tables = []
     datasets = sorted({Path(str(d)).name for d in frame["ppl_dataset"].dropna()})
     where = f" on {', '.join(datasets)}" if datasets else ""
+    differ = tokenizers_differ(frame)
     if frame["ppl"].notna().any():
-        tables.append(
-            model_table(
-                frame,
-                "ppl",
-                "perplexity",
-                f"Perplexity{where} (lower is better; best per sparsity in bold)",
-                True,
-            )
-        )
-    if tokenizers_differ(frame):
+        # a pruned vocabulary's perplexity is per token of the dense model's tokenization (collect)
+        per = "; per token of the dense model's tokenization" if differ else ""
+        caption = f"Perplexity{where} (lower is better; best per sparsity in bold{per})"
+        tables.append(model_table(frame, "ppl", "perplexity", caption, True))
+    if differ:
         tables.append(
             model_table(
                 frame,
                 "bits_per_byte",
                 "bits_per_byte",
                 f"Bits per byte{where} (lower is better; the models cut the text into different tokens, so "
-                "their perplexities per token do not compare: these do)",
+                "their perplexities per own token do not compare: these do)",
                 True,
             )
         )
