@@ -10,7 +10,7 @@ them, written once to ``calibration.jsonl`` in the search's directory. The evalu
 
 **The search** (``choose``), with ``T = ceil(p x the dense model's parameters)``:
 
-1. each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing T/2 and T,
+1. each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing T/4, T/2 and T,
    each pruned alone and measured;
 2. the mix: from nothing, the axis whose next setting adds the least cost (the axis's measured curve,
    piecewise linear through zero, the last slope beyond) per parameter removed (predicted on the meta
