@@ -342,3 +342,13 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
             expand({"recipes": {"r": entry}})
     with pytest.raises(ConfigError, match=re.escape("recipes.r: axes=width")):
         expand({"recipes": {"r": {"method": "thanos", "sparsity": "params:0.3", "axes": ["width"]}}})
+
+    from thanos.workflow_config import check_size_models
+
+    models = {"hub": {"path": "HuggingFaceTB/SmolLM2-135M"}}
+    with pytest.raises(
+        ConfigError, match=re.escape("models.hub.path: HuggingFaceTB/SmolLM2-135M is not a local")
+    ):
+        check_size_models(models, ["p"], lambda path: False)
+    check_size_models(models, [], lambda path: False)  # no size: hub ids are fine
+    check_size_models(models, ["p"], lambda path: True)  # built by the workflow

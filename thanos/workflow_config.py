@@ -369,3 +369,21 @@ def check_model_names(models: Collection[str], results: str) -> None:
             f"models: {', '.join(taken)} names a directory of the report ({', '.join(NOT_MODELS)} under"
             f" {results}); rename the model"
         )
+
+
+def check_size_models(
+    models: dict[str, Any], sizes: Collection[str], built: Any, exists: Any = os.path.isdir
+) -> None:
+    """Refuse a size (``params:P``) on a model that is not a local directory and that the workflow does not
+    build (a hub id): its search reads the model's config and tokenizer from disk (``built(path)``: whether
+    the workflow builds it)."""
+    if not sizes:
+        return
+    for name, model in models.items():
+        path = model["path"]
+        if not exists(path) and not built(path):
+            raise ConfigError(
+                f"models.{name}.path: {path} is not a local directory, and recipes {', '.join(sizes)} "
+                "(params:P) search it from its files; download it (huggingface-cli download, or "
+                "save_pretrained) and give the directory"
+            )

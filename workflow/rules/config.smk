@@ -20,6 +20,7 @@ from thanos.workflow_config import (
     builds,
     built_models,
     check_model_names,
+    check_size_models,
     distilled_from,
     expand,
     schema_problems,
@@ -87,6 +88,9 @@ def built_by_workflow(path):
     """Whether the workflow builds ``path`` itself: the demo's data (or a file in it) and model, a tiny or
     real model."""
     return builds(path, DEMO, TINY_MODELS.keys() | REAL_MODELS.keys())
+
+
+check_size_models(MODELS, SEARCHES, built_by_workflow)
 
 
 # every input the config names, checked for content (not empty, long enough for the windows asked) before
