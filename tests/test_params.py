@@ -127,8 +127,8 @@ def test_a_search_killed_and_run_again_measures_none_twice(
 ) -> None:
     """``thanos prune-model --sparsity params:0.3`` SIGKILLed once its second candidate is measured, then the
     same command again: that run measures only the candidates the killed one had not (its lines say which
-    were measured in an earlier run), each once, and writes the bytes of the search that was never
-    stopped."""
+    were measured in an earlier run), each once, and writes the bytes of the in-process search (which the
+    chosen recipe run alone writes too: ``test_the_chosen_recipe_alone_writes_the_same_bytes``)."""
     import subprocess
     import sys
 
