@@ -331,13 +331,14 @@ def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
 
 def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
     """A ``depth:K`` recipe is a recipe of the workflow, a combined pattern a ``Combined`` whose parts are the
-    recipes ``thanos prune-model`` runs, in their order; what the workflow still cannot run is refused at the
-    config check naming the key, the reason and ``thanos prune-model``."""
+    recipes ``thanos prune-model`` runs, in their order; a vocabulary and a size are ``OneCommand`` recipes
+    (one ``thanos prune-model`` job); what the workflow still cannot run is refused at the config check naming
+    the key, the reason and ``thanos prune-model``."""
     from dataclasses import replace
 
     from thanos.recipe import ConfigError
     from thanos.runner.request import build_request
-    from thanos.workflow_config import Combined, expand
+    from thanos.workflow_config import Combined, OneCommand, expand
 
     depth = expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})["d"]
     assert isinstance(depth, Recipe) and depth.sparsity.kind == "depth" and depth.block_map
@@ -351,18 +352,20 @@ def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
     ]
     named = {"c": {"method": "thanos", "sparsity": "depth:1+heads:0.25", "block_map": False}}
     assert expand({"recipes": named})["c"].parts[0].block_map is False
+    # a vocabulary ending a combined pattern and a size: one `thanos prune-model` job each
+    for sparsity in ("depth:1+vocab:100", "params:0.3"):
+        one = expand({"recipes": {"c": {"method": "thanos", "sparsity": sparsity}}})["c"]
+        assert isinstance(one, OneCommand) and one.flags() == ["--method", "thanos", "--sparsity", sparsity]
     refused = {
-        r"recipes\.c: sparsity='0\.5\+depth:1': unstructured:0\.5 cannot be combined": "0.5+depth:1",
-        r"recipes\.c\.sparsity: depth:1\+vocab:100 \(tokens removed\) runs with `thanos prune-model": (
-            "depth:1+vocab:100"
-        ),
-        r"recipes\.c\.sparsity: params:0\.3 .*runs with `thanos prune-model --sparsity params:P`": (
-            "params:0.3"
+        r"recipes\.c: sparsity='0\.5\+depth:1': unstructured:0\.5 cannot be combined": ("0.5+depth:1", {}),
+        r"recipes\.c\.profile: params:0\.3 recipes run as one `thanos prune-model` job": (
+            "params:0.3",
+            {"profile": "owl"},
         ),
     }
-    for message, sparsity in refused.items():
+    for message, (sparsity, options) in refused.items():
         with pytest.raises(ConfigError, match=message):
-            expand({"recipes": {"c": {"method": "thanos", "sparsity": sparsity}}})
+            expand({"recipes": {"c": {"method": "thanos", "sparsity": sparsity} | options}})
     distilled = {"method": "thanos", "sparsity": "depth:1+neurons:0.3", "distill": {"tokens": 4096}}
     with pytest.raises(ConfigError, match=r"recipes\.c\.distill: a combined recipe .*`thanos prune-model"):
         expand({"recipes": {"c": distilled}})

@@ -317,7 +317,8 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
 
 def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     """``thanos.prune_model(..., sparsity="vocab:0.15")`` chooses by the calibration text and writes the
-    model the stage writes; the workflow's config refuses a vocab recipe, naming the command."""
+    model the stage writes; the workflow's config makes a vocab recipe one ``thanos prune-model`` job, and
+    refuses what that job cannot take (recovery) naming the key."""
     from thanos import prune_model
     from thanos.recipe import ConfigError
     from thanos.workflow_config import expand
@@ -338,8 +339,10 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     assert report["kept_ids"] == pruned["report"]["kept_ids"] and report["out"] == str(out)
     assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
     grid = {"recipe_grid": [{"methods": ["thanos"], "sparsities": ["vocab:0.3"]}]}
-    with pytest.raises(ConfigError, match="vocab:0.3 .tokens removed. runs with `thanos prune-model"):
-        expand(grid)
+    (name, recipe), *_ = expand(grid).items()  # a workflow recipe: one `thanos prune-model` job
+    assert name == "thanos_v30" and recipe.flags() == ["--method", "thanos", "--sparsity", "vocab:0.3"]
+    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.recover: vocab:0\.3 recipes run as one"):
+        expand({"recipe_grid": [grid["recipe_grid"][0] | {"recover": True}]})
 
 
 def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tmp_path: Path) -> None:
