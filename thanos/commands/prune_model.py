@@ -50,19 +50,25 @@ def run(args: argparse.Namespace) -> None:
     from thanos.errors import OptionError
     from thanos.runner.api import execute
     from thanos.runner.one_recipe import RunFailed
-    from thanos.runner.request import FLAGS, build_request
+    from thanos.runner.request import FLAGS
 
-    prefixed = ("_", "recover_", "distill_")
-    options = {name: value for name, value in vars(args).items() if not name.startswith(prefixed)}
-    options["recover"] = _recover(args)
-    options["distill"] = _distill(args)
     try:
-        request = build_request(args.model, args.method, args.sparsity, options)
-        execute(request, sys.stderr)
+        execute(request_of(args), sys.stderr)
     except OptionError as err:
         raise err.worded(FLAGS) from None
     except RunFailed as err:  # the run has printed what failed and how to resume
         raise SystemExit(130 if err.interrupted else 1) from None
+
+
+def request_of(args: argparse.Namespace, skipped: tuple[str, ...] = ()) -> Any:
+    """The ``PruneRequest`` of the parsed options (those named ``skipped...`` are another command's own)."""
+    from thanos.runner.request import build_request
+
+    prefixed = ("_", "recover_", "distill_", *skipped)
+    options = {name: value for name, value in vars(args).items() if not name.startswith(prefixed)}
+    options["recover"] = _recover(args)
+    options["distill"] = _distill(args)
+    return build_request(args.model, args.method, args.sparsity, options)
 
 
 def _recover(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -34,15 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.errors import Option, OptionError
     from thanos.runner.api import execute
-    from thanos.runner.request import FLAGS, build_request
+    from thanos.runner.request import FLAGS
     from thanos.runner.size import measure_candidate
 
-    skipped = ("_", "recover_", "distill_", "candidate")
-    options = {name: value for name, value in vars(args).items() if not name.startswith(skipped)}
-    options["recover"] = prune_model._recover(args)
-    options["distill"] = prune_model._distill(args)
     try:
-        request = build_request(args.model, args.method, args.sparsity, options)
+        request = prune_model.request_of(args, skipped=("candidate",))
         if request.size is None:
             raise OptionError(Option("sparsity", args.sparsity), "a candidate is measured for params:P only")
         place = measure_candidate(request, args.candidate, sys.stderr, execute, Path(args.candidate_work))

@@ -147,22 +147,24 @@ def _vocabulary_fields(vocabulary: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         return {}
     fields = _sparsity_fields(sparsity) | {"method": "vocab", "structure": "vocab"}
-    before, after = _float(vocabulary.get("parameters_before")), _float(vocabulary.get("parameters_after"))
-    if before > 0 and not math.isnan(after):
-        fields["params_removed"] = 1 - after / before
-    return fields
+    return fields | _vocabulary_removed(vocabulary, 0.0)
 
 
 def _vocabulary_after(vocabulary: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """A combined recipe's row whose last part is the vocabulary: its structure and the parameters removed
     from the input model, the vocabulary's share included."""
     removed = _float(row.get("params_removed"))
+    fields = {"structure": f"{row['structure']}+vocab" if row.get("structure") else None}
+    return fields | _vocabulary_removed(vocabulary, 0.0 if math.isnan(removed) else removed)
+
+
+def _vocabulary_removed(vocabulary: dict[str, Any], removed: float) -> dict[str, Any]:
+    """``params_removed`` of a model whose vocabulary was pruned after ``removed`` of the input model's
+    parameters were (``vocabulary.json``'s parameters before and after it); {} where they are not known."""
     before, after = _float(vocabulary.get("parameters_before")), _float(vocabulary.get("parameters_after"))
-    fields: dict[str, Any] = {"structure": f"{row['structure']}+vocab" if row.get("structure") else None}
     if before > 0 and not math.isnan(after):
-        kept = (1 - removed) if not math.isnan(removed) else 1.0
-        fields["params_removed"] = 1 - kept * after / before
-    return fields
+        return {"params_removed": 1 - (1 - removed) * after / before}
+    return {}
 
 
 def _per_original_token(result: dict[str, Any] | None, dense: dict[str, Any] | None) -> dict[str, Any]:

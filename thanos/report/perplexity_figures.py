@@ -104,19 +104,13 @@ def _plain(pruned: pd.DataFrame) -> pd.DataFrame:
     return pruned[~(pruned["recovered"] | pruned["distilled"] | owl)]
 
 
-def dense_ppl(frame: pd.DataFrame, model: str) -> float | None:
-    """The dense model's perplexity; None when it is not (yet) known or not a positive finite number."""
-    dense = frame[(frame["model"] == model) & (frame["method"] == "dense") & frame["ppl"].notna()]
+def dense_ppl(frame: pd.DataFrame, model: str, metric: str = "ppl") -> float | None:
+    """The dense model's perplexity (``metric``: another column, ``bits_per_byte``); None when it is not
+    (yet) known or not a positive finite number."""
+    dense = frame[(frame["model"] == model) & (frame["method"] == "dense") & frame[metric].notna()]
     if dense.empty:
         return None
-    ppl = float(dense["ppl"].iloc[0])
-    return ppl if math.isfinite(ppl) and ppl > 0 else None
-
-
-def _dense_bits(frame: pd.DataFrame, model: str) -> float | None:
-    """The dense model's bits per byte of the perplexity text; None when not known."""
-    dense = frame[(frame["model"] == model) & (frame["method"] == "dense") & frame["bits_per_byte"].notna()]
-    value = float(dense["bits_per_byte"].iloc[0]) if not dense.empty else math.nan
+    value = float(dense[metric].iloc[0])
     return value if math.isfinite(value) and value > 0 else None
 
 
@@ -231,7 +225,7 @@ def quality_size_figures(frame: pd.DataFrame) -> Drawn:
         # other model's, its bits per byte do
         bytes_ = tokenizers_differ(frame[frame["model"] == model])
         metric, unit = ("bits_per_byte", "bits per byte") if bytes_ else ("ppl", "perplexity")
-        dense = _dense_bits(frame, model) if bytes_ else dense_ppl(frame, model)
+        dense = dense_ppl(frame, model, metric)
         fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
         values, removed = [], []
         if dense is not None:

@@ -298,9 +298,14 @@ def part_calibration(wildcards):
     workflow's (its inputs)."""
     if combined_part(wildcards)[1] == 0:
         return ""
+    return calibration_flags("--source")
+
+
+def calibration_flags(source_flag):
+    """The workflow's calibration as a command's options, its text given by ``source_flag``."""
     calibration = config["calibration"]
     return (
-        f"--source {quoted(calibration['source'])} --nsamples {calibration['nsamples']}"
+        f"{source_flag} {quoted(calibration['source'])} --nsamples {calibration['nsamples']}"
         f" --seqlen {calibration['seqlen']} --seed {calibration['seed']}"
         f" --text-field {quoted(calibration['text_field'])}"
     )
@@ -367,12 +372,7 @@ def one_command_flags(wildcards):
 
 def one_command_calibration(wildcards):
     """The workflow's calibration as prune-model's options (a param: another calibration reruns the job)."""
-    calibration = config["calibration"]
-    return (
-        f"--calibration {quoted(calibration['source'])} --nsamples {calibration['nsamples']}"
-        f" --seqlen {calibration['seqlen']} --seed {calibration['seed']}"
-        f" --text-field {quoted(calibration['text_field'])}"
-    )
+    return calibration_flags("--calibration")
 
 
 def one_command_work(wildcards, output):
