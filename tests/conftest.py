@@ -101,12 +101,14 @@ def wheel(tmp_path_factory) -> Path:
 # default it would start the files with the most tests first, leaving the SLURM file, two tests,
 # latency-bound, to run alone at the end): starting these first lets the short files fill in at the end.
 # A worker is handed its next file while it still runs the last two tests of its current one: the SLURM
-# file's worker holds the fifth file (test_matrix.py) until the SLURM file ends (~4 min, mostly waiting).
+# file's worker holds the fifth file until the SLURM file ends (~5 min, mostly waiting), so the fifth is a
+# short one (test_recipes.py, seconds) and the long ones go to the workers that free up first.
 LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
     "test_prune_model.py",
     "test_faults.py",
+    "test_recipes.py",
     "test_workflow_structures.py",
     "test_matrix.py",
     "test_recovery.py",

@@ -253,7 +253,7 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
         with open(first_log, "w") as log:
             proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
             cancelled = _cancel_when_running(
-                cluster, proc, f"rule_capture_wildcards_{MODEL}_{RECIPE}_1", timeout=300
+                cluster, proc, f"rule_capture_wildcards_{MODEL}_{RECIPE}_1", timeout=600
             )
             rc = proc.wait(timeout=300)
         first = first_log.read_text()
