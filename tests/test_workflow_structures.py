@@ -86,8 +86,9 @@ def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
 @pytest.mark.slow
 def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
     """The resume reruns the combined recipe's last part alone (not its first part, not the depth recipe's
-    jobs), and that part keeps the steps it had finished; the first part's model, which only the last part
-    read, is deleted once the last part is written (retention.combined_parts false)."""
+    job if the killed run had finished it), and that part keeps the steps it had finished; the first part's
+    model, which only the last part read, is deleted once the last part is written (retention.combined_parts
+    false)."""
     rules = run["resumed"]
     assert "combined_model" in rules and "combined_part" not in rules, rules[-2000:]
     assert "calibrate" not in rules, rules[-2000:]
