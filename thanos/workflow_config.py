@@ -8,7 +8,7 @@ and the model names it refuses (``check_model_names``). Torch-free: the workflow
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -372,7 +372,10 @@ def check_model_names(models: Collection[str], results: str) -> None:
 
 
 def check_size_models(
-    models: dict[str, Any], sizes: Collection[str], built: Any, exists: Any = os.path.isdir
+    models: dict[str, Any],
+    sizes: Collection[str],
+    built: Callable[[str], bool],
+    exists: Callable[[str], bool] = os.path.isdir,
 ) -> None:
     """Refuse a size (``params:P``) on a model that is not a local directory and that the workflow does not
     build (a hub id): its search reads the model's config and tokenizer from disk (``built(path)``: whether

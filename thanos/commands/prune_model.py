@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thanos.options import declared, flag, given
+
+if TYPE_CHECKING:
+    from thanos.runner.request import PruneRequest
 
 # its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
 # step's failure is logged with its traceback in the run's log file)
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(130 if err.interrupted else 1) from None
 
 
-def request_of(args: argparse.Namespace, skipped: tuple[str, ...] = ()) -> Any:
+def request_of(args: argparse.Namespace, skipped: tuple[str, ...] = ()) -> PruneRequest:
     """The ``PruneRequest`` of the parsed options (those named ``skipped...`` are another command's own)."""
     from thanos.runner.request import build_request
 
