@@ -190,3 +190,61 @@ def test_axes_restrict_the_search(inputs: dict[str, Any], tmp_path: Path) -> Non
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             prune_model(inputs["model"], "thanos", sparsity, out=tmp_path / "x", axes=axes, **options)
     assert not (tmp_path / "x").exists()
+
+
+def test_vocab_text_chooses_the_tokens(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """``vocab_text``: a vocab recipe, a combined recipe's vocab part and a size's vocabulary candidates
+    choose their tokens by that text, not the calibration; the model is the one ``prune-vocab --text``
+    writes from it. A search run again with it in the first search's working directory measures again only
+    the candidates with a vocab part. A missing text, or a recipe without a vocab part, is refused in one
+    line before anything runs."""
+    import thanos.evaluation.heldout as heldout
+    from thanos.pruning.sparsity import parse_sparsity
+    from thanos.stages.vocab import prune_vocabulary
+
+    model, options = inputs["model"], inputs["options"]
+    other = tmp_path / "other.txt"
+    numbers = (f"{n} {n * 7} {n * 13} figures, digits and numbers" for n in range(60))
+    other.write_text("\n\n".join(numbers) + "\n")
+    plain = prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "plain", **options)
+    chosen = prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "t", vocab_text=other, **options)
+    by_text = prune_vocabulary(model, tmp_path / "cmd", parse_sparsity("vocab:0.3"), [other.read_text()], "x")
+    assert chosen["kept_ids"] == by_text["kept_ids"] != plain["kept_ids"]
+    assert weights(tmp_path / "t") == weights(tmp_path / "cmd")
+    assert str(other) in (tmp_path / "t" / "README.md").read_text()
+    options = options | {"vocab_text": other}
+    prune_model(model, "thanos", "depth:1+vocab:0.3", out=tmp_path / "c", **options)
+    depth = prune_model(model, "thanos", "depth:1", out=tmp_path / "d", **inputs["options"])
+    prune_model(depth["out"], "thanos", "vocab:0.3", out=tmp_path / "h", **options)
+    assert weights(tmp_path / "c") == weights(tmp_path / "h")
+
+    work = searched["root"] / "work"  # the first search's (its vocab candidates are measured again here)
+    first = {c["recipe"] for c in searched["report"]["search"]["candidates"]}
+    measured: list[str] = []
+    original = heldout.measure
+
+    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+        measured.append(candidate.parent.name)
+        return original(dense, candidate, texts, device)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heldout, "measure", counted)
+        report = prune_model(model, "thanos", "params:0.3", out=tmp_path / "s", workdir=work, **options)
+    again = {c["recipe"] for c in report["search"]["candidates"]} & first
+    assert {slug(p) for p in again if "vocab" in p} <= set(measured)
+    assert not {slug(p) for p in again if "vocab" not in p} & set(measured), measured
+
+    refusals = {
+        ("vocab:0.3", tmp_path / "missing.txt", None): "vocab_text=.*missing.txt: does not exist; give",
+        ("neurons:0.3", other, None): "vocab_text=.*only vocab:N and vocab:p recipes choose tokens",
+        ("depth:1+neurons:0.3", other, None): "chooses the tokens of a vocab part, and depth:1",
+        ("params:0.3", other, "depth,neurons"): "the axes leave the vocabulary out",
+        ("depth:1+vocab:0.3", tmp_path / "missing.txt", None): "missing.txt: does not exist",
+    }
+    for (sparsity, text, axes), message in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            given = inputs["options"] | {"vocab_text": text, "axes": axes}
+            prune_model(model, "thanos", sparsity, out=tmp_path / "x", **given)
+    assert not (tmp_path / "x").exists()

@@ -331,15 +331,20 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
         "depth,vocab",
     ]
     assert expanded["thanos_params0.25_damp0.02"].flags()[-2:] == ["--damp", "0.02"]
+    texts = {"v": {"method": "thanos", "sparsity": "depth:2+vocab:0.3", "vocab_text": "prose.jsonl"}}
+    assert expand({"recipes": texts})["v"].flags()[-2:] == ["--vocab-text", "prose.jsonl"]
     refused = {
         "recover": ("recipes.r.recover: params:0.3 recipes run as one `thanos prune-model` job", True),
         "axes": ("recipes.r: axes=depth: is for params:P; vocab:0.3 names its mix", ["depth"]),
+        "vocab_text": ("recipes.r: vocab_text=prose.jsonl: chooses the tokens of a vocab", "prose.jsonl"),
     }
     for option, (message, value) in refused.items():
-        sparsity = "vocab:0.3" if option == "axes" else "params:0.3"
+        sparsity = {"axes": "vocab:0.3", "vocab_text": "depth:2+neurons:0.3"}.get(option, "params:0.3")
         entry = {"method": "thanos", "sparsity": sparsity, option: value}
         with pytest.raises(ConfigError, match=re.escape(message)):
             expand({"recipes": {"r": entry}})
+    with pytest.raises(ConfigError, match=re.escape("recipes.r.vocab_text: only vocab:N and vocab:p")):
+        expand({"recipes": {"r": {"method": "thanos", "sparsity": "neurons:0.3", "vocab_text": "p.txt"}}})
     with pytest.raises(ConfigError, match=re.escape("recipes.r: axes=width")):
         expand({"recipes": {"r": {"method": "thanos", "sparsity": "params:0.3", "axes": ["width"]}}})
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field, fields, replace
@@ -296,6 +297,7 @@ class Recipe:
     recover: Recovery | None = None  # recovery of every pruned block (``Recovery``), none by default
     block_map: bool | None = None  # depth:k only: each run of removed blocks replaced by a fitted map
     width_multiple: int | None = None  # neurons:p only: the kept MLP width's multiple (``neuron_count``)
+    vocab_text: str | None = None  # vocab:N/vocab:p only: the text choosing the tokens (None: calibration)
     distill: Distillation | None = None  # the pruned model distilled toward the dense one, none by default
     chain: str = "sequential"
     key: InitVar[str] = "recipe"  # the config key errors name
@@ -332,6 +334,7 @@ class Recipe:
         set_(self, "width_multiple", _width_multiple(key, pattern, self.width_multiple))
         if self.width_multiple is not None:
             set_(self, "sparsity", replace(pattern, multiple=self.width_multiple))
+        set_(self, "vocab_text", _vocab_text(key, pattern, self.vocab_text))
         set_(self, "profile", self.profile or "uniform")
         for name, value in _owl(key, pattern, self.profile, self.owl_m, self.owl_lambda).items():
             set_(self, name, value)
@@ -398,7 +401,8 @@ class Recipe:
         the method's default, or is named in ``always``: ``_a{alpha}``, ``_B{blocksize}``,
         ``_damp{damp}``, ``_owl`` (``-m{M}``, ``-l{lambda}``), ``_x`` and a digest of the ``exclude``
         patterns, ``_zeros`` (neurons:p written in the original shape), ``_nomap`` (depth:k without maps),
-        ``_w{multiple}`` (neurons:p with a kept width of another multiple).
+        ``_w{multiple}`` (neurons:p with a kept width of another multiple), ``_t`` and a digest of the
+        ``vocab_text`` (a vocabulary chosen by another text than the calibration).
         Different recipes of one model get different names."""
         spec, kind = methods.get(self.method), self.sparsity.kind
         name = f"{self.method}_{pattern_tag(self.sparsity)}"
@@ -422,6 +426,8 @@ class Recipe:
             name += "_nomap"
         if kind == "neurons" and ("width_multiple" in always or self.width_multiple != WIDTH_MULTIPLE):
             name += f"_w{self.width_multiple}"
+        if self.vocab_text is not None:
+            name += "_t" + hashlib.sha256(self.vocab_text.encode()).hexdigest()[:8]
         if self.recover is not None:
             name += self.recover.tag()
         if self.distill is not None:
@@ -540,6 +546,20 @@ def _width_multiple(key: str, pattern: Sparsity, multiple: Any) -> int | None:
             key, "width_multiple", f"only neurons:p recipes round the kept MLP width, not {pattern}"
         )
     return multiple
+
+
+def _vocab_text(key: str, pattern: Sparsity, text: Any) -> str | None:
+    """``vocab_text``, the text a vocab recipe's tokens are chosen by (a path or ``c4``), as a string; only
+    vocab recipes take one."""
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, str | os.PathLike) or not str(text).strip():
+        raise invalid(key, "vocab_text", f"expected a text/jsonl/parquet file or directory, got {text!r}")
+    if pattern.kind != "vocab":
+        raise invalid(
+            key, "vocab_text", f"only vocab:N and vocab:p recipes choose tokens by a text, not {pattern}"
+        )
+    return str(text)
 
 
 def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any) -> dict[str, float | None]:

@@ -27,6 +27,7 @@ ONE_COMMAND_OPTIONS = (
     "compact",
     "block_map",
     "width_multiple",
+    "vocab_text",
     "axes",
 )
 # what such a recipe cannot take in the workflow, and why

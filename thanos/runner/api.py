@@ -45,6 +45,7 @@ def prune_model(
     compact: bool | None = None,
     block_map: bool | None = None,
     width_multiple: int | None = None,
+    vocab_text: str | Path | None = None,
     axes: str | Sequence[str] | None = None,
     stream: TextIO | None = None,
     profile: str | None = None,
@@ -69,7 +70,8 @@ def prune_model(
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
     ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
-    default), ``width_multiple`` (neurons:p: the kept width's multiple, default 32), ``recover`` (True or
+    default), ``width_multiple`` (neurons:p: the kept width's multiple, default 32), ``vocab_text`` (vocab:
+    the text whose tokens are kept, default the calibration's documents), ``recover`` (True or
     {epochs, lr, batch_size, holdout, target}), ``distill`` ({tokens,
     source, lr, batch_size, ...}: the pruned model distilled toward ``model`` on text, docs/distillation.md;
     ``out`` gets the distilled model). The calibration:

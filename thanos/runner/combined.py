@@ -38,7 +38,7 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
-from thanos.runner.vocab import check_evaluation, prune_vocab
+from thanos.runner.vocab import check_vocab, prune_vocab
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.publish import weight_files
 
@@ -106,7 +106,7 @@ def _check_last_part(request: PruneRequest, reference: str) -> None:
     """What only the last part reads, checked on the input model before the first part runs: the
     evaluation's options and texts and the distillation's (each part's own plan checks the rest)."""
     if request.recipes[-1].sparsity.kind == "vocab":
-        check_evaluation(request)
+        check_vocab(request)
     model = open_model(reference)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
     distill = request.recipes[-1].distill

@@ -124,6 +124,15 @@ class RecipeOptions:
             type=positive,
         ),
     )
+    vocab_text: str | None = field(
+        default=None,
+        metadata=option(
+            "vocab:N/vocab:p parts (and params:P's vocabulary candidates) only: the text whose use of the "
+            "tokens chooses those kept, a text/jsonl/parquet file or directory read with --text-field "
+            "(default: the calibration's documents)",
+            metavar="TEXT",
+        ),
+    )
     recover: bool | dict[str, Any] | None = field(
         default=None,
         metadata=option(
@@ -142,6 +151,11 @@ class RecipeOptions:
         part takes ``block_map``, only the width parts ``compact`` (``--no-compact``: their zeros), and the
         last part distils (toward the model the first part read)."""
         parts = combined_parts(self.sparsity)
+        if self.vocab_text is not None and parts is not None and not parts[-1].startswith("vocab"):
+            raise OptionError(
+                Option("vocab_text", self.vocab_text),
+                f"chooses the tokens of a vocab part, and {self.sparsity} has none; leave it out",
+            )
         if parts is None:
             return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill, self.compact),)
         last = len(parts) - 1
@@ -182,6 +196,8 @@ class RecipeOptions:
         }
         if not str(sparsity).startswith("neurons"):  # the option rounds the neurons part's width only
             options.pop("width_multiple", None)
+        if combined_parts(self.sparsity) is not None and not str(sparsity).startswith("vocab"):
+            options.pop("vocab_text", None)  # the vocab part's text
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:
@@ -473,6 +489,12 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
     if isinstance(method, Recipe):
         raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")
     recipe = RecipeOptions(method, sparsity, **{name: options.get(name) for name in fields})  # type: ignore[arg-type]
+    if recipe.vocab_text is not None and "vocab" not in (axes or AXES):
+        raise OptionError(
+            (Option("vocab_text", recipe.vocab_text), Option("axes", ",".join(axes or ()))),
+            "the text chooses a vocabulary, and the axes leave the vocabulary out; add vocab or leave it out",
+            join=" with ",
+        )
     mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
     dataclasses.replace(recipe, sparsity="+".join(mix[axis] for axis in axes or AXES)).recipes()
     return SizeGoal(p, tuple(axes or AXES), axes is not None, recipe)

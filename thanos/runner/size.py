@@ -6,7 +6,8 @@ never calibrated on, and ``nsamples // 4`` windows of it (at least one, the cali
 are the text every candidate is measured on (``thanos.evaluation.heldout``: its excess cross-entropy over
 the dense model's per original token, and the KL where the tokens are the same); the candidates calibrate
 (and a vocab part chooses its tokens) on the other documents, ``nsamples`` minus the held-out windows of
-them, written once to ``calibration.jsonl`` in the search's directory. The evaluation text is never read.
+them, written once to ``calibration.jsonl`` in the search's directory (``--vocab-text``: a vocab part chooses
+its tokens by that text instead, and its measurement's inputs name it). The evaluation text is never read.
 
 **The search** (``choose``), with ``T = ceil(p x the dense model's parameters)``:
 
@@ -45,7 +46,7 @@ from thanos.errors import Option, OptionError
 from thanos.events import SearchCandidate, clock_text
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
-from thanos.files.ledger import Entry, digest, model_identity, remove
+from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
 from thanos.runner.console import say
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
@@ -70,6 +71,10 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     axes = _axes(goal, dense)
     parameters = stored_parameters(model)
     target = math.ceil(goal.p * parameters)
+    if goal.options.vocab_text is not None:
+        from thanos.runner.vocab import check_vocab_text
+
+        check_vocab_text(goal.options.vocab_text)
     search = Search(request, dense, _directory(request), stream, execute)
     say(
         stream,
@@ -145,7 +150,9 @@ def _axes(goal: Any, dense: Knobs) -> list[str]:
 
 
 def _recipes(options: Any, pattern: str) -> tuple[Any, ...]:
-    return dataclasses.replace(options, sparsity=pattern).recipes()
+    """A mix's recipes with the request's options (``vocab_text``: its vocab part's only)."""
+    text = options.vocab_text if "vocab" in pattern else None
+    return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
 
 
 def _directory(request: PruneRequest) -> Path:
@@ -154,6 +161,7 @@ def _directory(request: PruneRequest) -> Path:
     if request.resources.workdir:
         return Path(request.resources.workdir).expanduser().resolve() / "search"
     options = dataclasses.asdict(dataclasses.replace(request.size.options, sparsity=""))  # type: ignore[union-attr]
+    options.pop("vocab_text")  # a vocabulary candidate's inputs name its text: the others serve any text
     key = [request.model, dataclasses.asdict(request.calibration), options]
     name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return default_root() / f"{model_slug(request.model)}-search-{name}"
@@ -182,15 +190,11 @@ class Search:
 
     def prepare(self) -> None:
         """Split the calibration documents: the candidates' calibration file, the held-out texts."""
-        from thanos.data.calibration import load_source
         from thanos.evaluation.heldout import held_out_texts
+        from thanos.runner.vocab import text_documents
 
         calibration = self.request.calibration
-        documents, _ = load_source(calibration.calibration, calibration.text_field)
-        if str(calibration.calibration).lower() == "c4":
-            from thanos.runner.vocab import C4_DOCUMENTS
-
-            documents = [documents[i] for i in range(min(C4_DOCUMENTS, len(documents)))]
+        documents = text_documents(calibration.calibration, calibration.text_field)
         held = len(documents) // 4
         if held < 1 or calibration.nsamples < 2:
             raise OptionError(
@@ -213,13 +217,16 @@ class Search:
     def _inputs(self, pattern: str) -> dict[str, Any]:
         """What a candidate's measurement was computed from, as the ledger records it."""
         calibration = self._calibration()
-        return {
+        recipes = _recipes(self.request.size.options, pattern)  # type: ignore[union-attr]
+        inputs = {
             "model_files": model_identity(self.request.model),
-            "recipes": [recipe.to_dict() for recipe in _recipes(self.request.size.options, pattern)],  # type: ignore[union-attr]
+            "recipes": [recipe.to_dict() for recipe in recipes],
             "calibration": dataclasses.asdict(calibration)
             | {"text": digest(self.calibration_file.read_text())},
             "held_out": digest(self.texts),
         }
+        texts = [recipe.vocab_text for recipe in recipes if recipe.vocab_text is not None]
+        return inputs | ({"vocab_text": source_identity(texts[0])} if texts else {})
 
     def _calibration(self) -> Any:
         calibration = self.request.calibration

@@ -1,8 +1,9 @@
-"""A ``vocab:N`` / ``vocab:p`` request of ``thanos prune-model``: the tokens chosen by the calibration text
+"""A ``vocab:N`` / ``vocab:p`` request of ``thanos prune-model``: the tokens chosen by a text
 (``thanos.stages.vocab``), the model written to ``out`` in one step (no working directory: no block is
 pruned, the dense model is only sliced).
 
-The text is the calibration source's documents (``c4``: its first ``C4_DOCUMENTS``).
+The text is the recipe's ``vocab_text`` (``--vocab-text``), else the calibration source's documents, read
+with ``--text-field`` (``c4``: its first ``C4_DOCUMENTS``).
 
 ``--evaluate ppl`` then scores the written and the dense model on ``--ppl-source`` (``eval/perplexity.json``
 and ``eval/dense/perplexity.json`` beside the model, computed again on every run: there is no working
@@ -27,28 +28,25 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     """Check the request, choose the tokens and write ``out``; the report (``vocabulary.json``'s content)
     with ``out`` added. ``dense``: the model the evaluation compares with (default ``request.model``; the
     last part of a combined recipe: the model its first part read)."""
-    from thanos.data.calibration import load_source
     from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary, write_card
 
     model, out = Path(request.model), Path(request.output.out)
     if not model.is_dir():
         raise OptionError(Option("model", request.model), " is not a local directory; vocab:N needs one")
-    check_evaluation(request)
+    check_vocab(request)
     try:
         check_vocab_out(out, model)
     except ValueError as err:
         raise OptionError(Option("out", str(out)), str(err).split(" ", 2)[2]) from None
-    calibration = request.calibration
-    documents, _ = load_source(calibration.calibration, calibration.text_field)
-    if str(calibration.calibration).lower() == "c4":
-        documents = [documents[i] for i in range(min(C4_DOCUMENTS, len(documents)))]
+    text = request.recipes[0].vocab_text or request.calibration.calibration
+    documents = text_documents(text, request.calibration.text_field)
     pattern = request.recipes[0].sparsity
-    say(stream, f"{pattern}: the tokens chosen by {calibration.calibration} ({len(documents):,} documents)")
+    say(stream, f"{pattern}: the tokens chosen by {text} ({len(documents):,} documents)")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(out), "workdir": None}
     device = str(resolve_device(request.resources.device))
-    report = prune_vocabulary(model, out, pattern, documents, str(calibration.calibration))
+    report = prune_vocabulary(model, out, pattern, documents, str(text))
     say(stream, summary(report, out))
     if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
         _card_of_combined(out, request.part_of)
@@ -63,10 +61,30 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     return report | {"out": str(out)}
 
 
-def check_evaluation(request: PruneRequest) -> None:
-    """Refuse, before anything runs, an evaluation a vocab recipe does not run, or a missing text."""
+def text_documents(text: str, text_field: str) -> list[str]:
+    """The documents of a text that chooses tokens (``c4``: its first ``C4_DOCUMENTS``)."""
+    from thanos.data.calibration import load_source
+
+    documents, _ = load_source(text, text_field)
+    count = min(C4_DOCUMENTS, len(documents)) if text.lower() == "c4" else len(documents)
+    return [documents[i] for i in range(count)]
+
+
+def check_vocab_text(text: str | Path) -> None:
+    """Refuse a ``vocab_text`` that is neither ``c4`` nor an existing path, before anything runs."""
+    if str(text).lower() != "c4" and not Path(text).exists():
+        raise OptionError(
+            Option("vocab_text", text), "does not exist; give a text/jsonl/parquet file or directory, or c4"
+        )
+
+
+def check_vocab(request: PruneRequest) -> None:
+    """Refuse, before anything runs, an evaluation a vocab recipe does not run, or a missing text (the
+    vocabulary's, or the one scored)."""
     from thanos.evaluation.perplexity import WIKITEXT2
 
+    if request.recipes[-1].vocab_text is not None:
+        check_vocab_text(request.recipes[-1].vocab_text)
     evaluation = request.evaluation
     if "zeroshot" in evaluation.kinds:
         raise OptionError(

@@ -340,15 +340,18 @@ def one_command_recipe(wildcards):
 
 
 def one_command_inputs(wildcards):
-    """The input model, its facts (the model_info checkpoint: a size's candidates are known from them) and
-    the calibration text; a size's prune-model job, every candidate the search starts from (measured by
-    rule search_candidate)."""
+    """The input model, its facts (the model_info checkpoint: a size's candidates are known from them), the
+    calibration text and the vocabulary's (``vocab_text``, a local one); a size's prune-model job, every
+    candidate the search starts from (measured by rule search_candidate)."""
     recipe = one_command_recipe(wildcards)
     inputs = {
         "info": info_path(wildcards),
         "model": model_dir_input(wildcards),
         "source": calibration_source_input(wildcards),
     }
+    text = recipe.keywords().get("vocab_text")
+    if text is not None and str(text).lower() != "c4":  # missing: Snakemake names it; changed: reruns
+        inputs["vocab_text"] = text
     if "one" in wildcards.keys() and recipe.is_size:
         planned = first_candidates(wildcards.model, recipe.name)
         inputs["candidates"] = [PATHS.candidate(wildcards.model, recipe.name, name) for name in planned]
