@@ -62,6 +62,15 @@ def test_a_missing_source_is_refused_unless_the_workflow_builds_it(tmp_path):
     assert _problems(_config({"m": {"path": "org/hub-model"}}, "c4")) == []
 
 
+def test_a_missing_vocabulary_text_is_named_with_its_key(tmp_path):
+    """A ``vocab_text`` that is not there is refused before any job runs (unless the workflow builds it)."""
+    missing = str(tmp_path / "prose.jsonl")
+    vocab = {"v": {"method": "thanos", "sparsity": "vocab:0.3", "vocab_text": missing}}
+    (line,) = _problems(_config({"m": {"path": "org/hub-model"}}, "c4", recipes=vocab))
+    assert line.startswith(f"recipes.v.vocab_text: {missing}: no such file or directory; give the text")
+    assert _problems(_config({"m": {"path": "org/hub-model"}}, "c4", recipes=vocab), built=(missing,)) == []
+
+
 def test_a_jsonl_without_the_field_names_the_config_key(tmp_path):
     source = tmp_path / "calib.jsonl"
     source.write_text(json.dumps({"content": "a b c"}) + "\n")

@@ -65,6 +65,13 @@ def input_problems(
     for key, distill in _distillations(config).items():
         if not streamed_dataset(distill.source):
             problems += _text_problems(key, distill.to_dict(), "c4", models, built, _distill_need)
+    for name, entry in (config.get("recipes") or {}).items():
+        text = entry.get("vocab_text")
+        if text is not None and str(text).lower() != "c4" and not built(text) and not os.path.exists(text):
+            problems.append(
+                f"recipes.{name}.vocab_text: {text}: no such file or directory; give the text/jsonl/parquet "
+                "file or directory whose tokens the vocabulary keeps"
+            )
     return list(dict.fromkeys(problems))
 
 
