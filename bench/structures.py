@@ -6,7 +6,9 @@ Every output is ``thanos prune-model --method thanos --sparsity S`` (compact: wr
 ``--nsamples`` x ``--seqlen`` tokens of ``DATA/calib.jsonl`` (``--calibration`` another file), for S in
 ``--recipes`` (default: neurons:0.3, heads:0.33, depth:6, vocab:0.3, vocab:0.5, depth:4+neurons:0.3, about a
 quarter fewer parameters on SmolLM2-135M, heads:0.33+neurons:0.3, and the sizes params:0.15, params:0.25,
-params:0.35, whose search's time is printed beside the time of writing the recipe it chose on its own;
+params:0.35, whose search's time is printed beside the time of writing the recipe it chose on its own: the
+search's time in this run (candidates measured by an earlier run or an earlier size are read, not measured)
+and the seconds its candidates took when each was measured, summed (what a search from nothing takes);
 ``@recover`` adds ``--recover`` with its defaults). Speed and perplexity are measured as ``bench/compact.py``
 measures them (alternating rounds, the median of the per-round ratios to dense, the prompts' token ids ones
 every model has; the first ``--ppl-windows`` windows of 512 tokens of ``DATA/test.jsonl``, per token of the
@@ -193,13 +195,17 @@ def main() -> None:
     }
     if searched:
         print()
-        print("| size | chosen | candidates | search | the chosen recipe pruned alone (fresh) | ratio |")
-        print("| --- | --- | --: | --: | --: | --: |")
+        print(
+            "| size | chosen | candidates | search (this run) | its candidates' own seconds, summed | the "
+            "chosen recipe pruned alone (fresh) | ratios |"
+        )
+        print("| --- | --- | --: | --: | --: | --: | --: |")
         for name, search in searched.items():
             took, alone = search["seconds"], search["alone_seconds"]
+            fresh = sum(candidate["seconds"] for candidate in search["candidates"])
             print(
                 f"| `{name}` | `{search['chosen']}` | {len(search['candidates'])} | {took:.0f} s | "
-                f"{alone:.0f} s | {took / alone:.1f}x |"
+                f"{fresh:.0f} s | {alone:.0f} s | {took / alone:.1f}x, {fresh / alone:.1f}x |"
             )
     if metrics:
         print()
