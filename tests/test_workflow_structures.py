@@ -49,9 +49,12 @@ def run(tmp_path_factory) -> dict:
     """The killed and resumed run: its directory, the rules the resume ran and what the kill had finished."""
     workdir = tmp_path_factory.mktemp("structures")
     text = write_corpus(workdir / "text.jsonl", docs=60)
+    vocab_text = workdir / "numbers.txt"  # the vocabulary's own text (--vocab-text): not the calibration
+    vocab_text.write_text("\n\n".join(f"{n} {n * 7} {n * 13} figures and numbers" for n in range(60)) + "\n")
+    recipes = RECIPES | {"v30": RECIPES["v30"] | {"vocab_text": str(vocab_text)}}
     models = {"llama": {"path": str(bpe_model(workdir / "models" / "llama"))}}
     evaluation = {"enabled": True, "source": str(text), "seqlen": 32, "max_windows": 4}
-    config = workflow_config(text, models, RECIPES, perplexity=evaluation, evaluate_dense=True, report=True)
+    config = workflow_config(text, models, recipes, perplexity=evaluation, evaluate_dense=True, report=True)
     snakemake(workdir, config, "--until", "model_info")  # the model's facts: the size's candidates known
     planned = snakemake(workdir, config, "--dry-run")
     finished, killed = _killed_during_the_last_part(workdir, config)
@@ -60,6 +63,7 @@ def run(tmp_path_factory) -> dict:
     return {
         "dir": workdir,
         "text": text,
+        "vocab_text": vocab_text,
         "planned": planned.stdout + planned.stderr,
         "resumed": resumed.stdout + resumed.stderr,
         "finished": finished,
@@ -106,7 +110,8 @@ def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
 def test_the_models_are_prune_models(run: dict) -> None:
     """Every recipe's model (depth, combined, vocabulary, size) is ``thanos prune-model``'s, byte for byte,
     given the same calibration and threads (the workflow's jobs run on ``threads: 1``): the size's search,
-    its candidates measured by jobs of their own, chose what the one command chooses."""
+    its candidates measured by jobs of their own, chose what the one command chooses; the vocabulary's
+    tokens are those its own text (``vocab_text``) chooses, which the calibration does not."""
     from thanos import prune_model
 
     work, results = run["dir"], run["dir"] / "results" / "llama"
@@ -116,10 +121,12 @@ def test_the_models_are_prune_models(run: dict) -> None:
     workdirs = {"depth1": work / "prune-model" / "part1-depth1", "combo": work / "prune-model"}
     workdirs |= {"v30": work / "prune-model-v", "p30": work / "prune-model-p"}
     patterns = {recipe: entry["sparsity"] for recipe, entry in RECIPES.items()}
+    texts = {"v30": {"vocab_text": run["vocab_text"]}}
     for recipe, sparsity in patterns.items():
         out = work / f"prune-model-{recipe}"
+        given = options | texts.get(recipe, {})
         prune_model(
-            str(work / "models" / "llama"), "thanos", sparsity, out=out, workdir=workdirs[recipe], **options
+            str(work / "models" / "llama"), "thanos", sparsity, out=out, workdir=workdirs[recipe], **given
         )
         shards = sorted(out.glob("*.safetensors"))
         assert shards
@@ -127,6 +134,11 @@ def test_the_models_are_prune_models(run: dict) -> None:
             assert (results / recipe / "model" / shard.name).read_bytes() == shard.read_bytes(), recipe
         for name in ("config.json", "tokenizer.json"):
             assert (results / recipe / "model" / name).read_text() == (out / name).read_text(), (recipe, name)
+    by_calibration = prune_model(
+        str(work / "models" / "llama"), "thanos", "vocab:0.3", out=work / "v30-calibration", **options
+    )
+    chosen = json.loads((results / "v30" / "model" / "vocabulary.json").read_text())["kept_ids"]
+    assert chosen != by_calibration["kept_ids"]
 
 
 @pytest.mark.slow
