@@ -29,6 +29,16 @@ from thanos.demo.tiny import build_tiny_model
 RECIPES = {"2of4": ("wanda", "2:4"), "u50": ("sparsegpt", "0.5")}
 WORDS = "the a model prunes weights layer block sparse dense matrix input output token row column".split()
 LLAMA_CPP = "0.3.36"  # llama-cpp-python's source package: llama.cpp's convert_hf_to_gguf.py and gguf-py
+# vLLM's config parser (``vllm.config.ModelConfig``, its tokenizer loader) and what importing it needs beyond
+# this project's own packages, installed without their dependencies (vLLM's own would replace torch with its
+# CUDA build): enough to parse a model's config and tokenizer on a CPU, not to run a model
+VLLM = (
+    "vllm==0.33.0", "cbor2==6.3.0", "pyzmq==27.3.0", "openai-harmony==0.0.8", "openai==3.57.0",
+    "sniffio==1.3.1", "msgspec==0.22.0", "pybase64==1.5.1", "cachetools==8.0.2", "uvloop==0.23.0",
+    "py-cpuinfo==9.0.0", "prometheus-client==0.26.0", "xgrammar==0.2.9", "apache-tvm-ffi==0.1.15.post2",
+    "fastapi==0.165.0", "starlette==1.10.0", "opentelemetry-api==1.45.2", "llguidance==1.9.1",
+    "partial-json-parser==0.2.1.1.post7", "einops==0.8.2",
+)  # fmt: skip
 # run first in a process that must load the models without compressed-tensors: None in sys.modules makes
 # `import compressed_tensors` fail and importlib.util.find_spec (transformers' check) report it missing.
 # argv: the token ids, then (model directory, result file) pairs: the logits, or the error that stopped it
@@ -195,6 +205,44 @@ def llama_cpp_converter() -> Path:
         shutil.rmtree(target, ignore_errors=True)
         os.replace(Path(tmp) / prefix, target)
     return target
+
+
+def vllm_config_parser() -> Path:
+    """A directory holding vLLM and what its config parser imports (``VLLM``), installed once per machine
+    into the cache; put it on ``PYTHONPATH`` of a subprocess."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+    target = cache / f"vllm-config-{VLLM[0].split('==')[1]}"
+    if (target / "complete").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--target", tmp, *VLLM]
+        run = subprocess.run(pip, capture_output=True, text=True)
+        if run.returncode != 0:
+            message = f"cannot install {VLLM[0]}: {run.stderr.strip()[-300:]}"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+        (Path(tmp) / "complete").write_text("\n".join(VLLM) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        Path(tmp).mkdir()  # for the context manager's cleanup
+    return target
+
+
+def vllm_reads(model_dir: Path) -> dict[str, Any]:
+    """What vLLM's config parser makes of ``model_dir``: its architectures and vocabulary size, and its
+    tokenizer's length and eos id (a subprocess; vLLM's failure fails it, with its output)."""
+    script = (
+        "import json; from vllm.config import ModelConfig; from vllm.tokenizers import get_tokenizer\n"
+        f"config = ModelConfig(model={str(model_dir)!r}); tokenizer = get_tokenizer({str(model_dir)!r})\n"
+        "print(json.dumps({'architectures': config.hf_config.architectures, 'vocab_size': "
+        "config.get_vocab_size(), 'tokenizer': len(tokenizer), 'eos': tokenizer.eos_token_id}))"
+    )
+    env = os.environ | {"PYTHONPATH": str(vllm_config_parser()), "VLLM_TARGET_DEVICE": "cpu"}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def run_llama_cpp_converter(model_dir: Path, gguf_file: Path, *options: str) -> Any:

@@ -385,6 +385,25 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tm
 
 
 @pytest.mark.slow
+def test_vllm_parses_the_config_and_tokenizer(pruned: dict[str, Any]) -> None:
+    """vLLM's config parser (``ModelConfig``) reads the pruned model as the dense one's architecture with the
+    kept vocabulary, and its tokenizer loader gives that many tokens and the renumbered eos id."""
+    from test_output import vllm_reads
+
+    report = pruned["report"]
+    config = json.loads((pruned["out"] / "config.json").read_text())
+    read = vllm_reads(pruned["out"])
+    assert read == {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": report["tokens_kept"],
+        "tokenizer": report["tokens_kept"],
+        "eos": config["eos_token_id"],
+    }
+    dense = json.loads((pruned["dense"] / "config.json").read_text())["vocab_size"]
+    assert vllm_reads(pruned["dense"])["vocab_size"] == dense > report["tokens_kept"]
+
+
+@pytest.mark.slow
 def test_llama_cpp_converts_or_the_card_says_why(pruned: dict[str, Any], tmp_path: Path) -> None:
     """llama.cpp's converter at ``--outtype q8_0``: the byte-fallback vocabulary converts, every 2-D weight
     in the type the dense model's conversion gives it, the embedding with the kept rows; the byte-level one
