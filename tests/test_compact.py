@@ -83,6 +83,49 @@ def test_neuron_count_keeps_the_multiple_nearest_the_asked_width() -> None:
         Recipe(None, "thanos", "neurons:0.3", width_multiple=0)
 
 
+@pytest.mark.slow
+def test_llama_cpp_quantizes_the_rounded_width_as_the_dense_model(tmp_path: Path) -> None:
+    """``neurons:0.3`` of a 128-wide MLP keeps 96 neurons, a multiple of 32 (the default ``width_multiple``):
+    llama.cpp's converter at ``--outtype q8_0`` gives every 2-D weight of the pruned model the type the
+    dense model's conversion gives it. Not rounded (``width_multiple=1``: 90 neurons), the MLP's down
+    projection, whose rows are that wide, is stored in another type."""
+    import io
+
+    from test_output import converted_to_gguf
+    from test_vocabulary import PROSE, build_model
+
+    from thanos import prune_model
+
+    dense = build_model(tmp_path / "dense", "byte-fallback", intermediate=128)
+    text = tmp_path / "calib.txt"
+    text.write_text("\n\n".join([" ".join(line for line in PROSE if line)] * 4) + "\n")
+    options = {
+        "calibration": str(text),
+        "nsamples": 4,
+        "seqlen": 32,
+        "device": "cpu",
+        "stream": io.StringIO(),
+    }
+    for name, multiple in (("rounded", None), ("unrounded", 1)):
+        prune_model(dense, "thanos", "neurons:0.3", out=tmp_path / name, width_multiple=multiple, **options)
+    widths = {
+        name: json.loads((tmp_path / name / "config.json").read_text())["intermediate_size"]
+        for name in ("rounded", "unrounded")
+    }
+    assert widths == {"rounded": 96, "unrounded": 90}
+    types = {}
+    for name, model in (
+        ("dense", dense),
+        ("rounded", tmp_path / "rounded"),
+        ("unrounded", tmp_path / "unrounded"),
+    ):
+        with converted_to_gguf(model, tmp_path / f"{name}.gguf", "--outtype", "q8_0") as (_, reader):
+            types[name] = {t.name: t.tensor_type.name for t in reader.tensors if len(t.shape) == 2}
+    assert set(types["dense"].values()) == {"Q8_0"} and types["rounded"] == types["dense"]
+    wider = {name for name, kind in types["unrounded"].items() if kind != "Q8_0"}
+    assert wider == {f"blk.{i}.ffn_down.weight" for i in range(2)}, types["unrounded"]
+
+
 def test_recipe_checks_compact_and_alpha() -> None:
     recipe = Recipe.from_dict({"name": "n", "method": "thanos", "sparsity": "neurons:0.3"})
     assert recipe.compact is True and str(recipe.sparsity) == "neurons:0.3"  # compact by default

@@ -99,9 +99,9 @@ def train_tokenizer(kind: str) -> Any:
     )
 
 
-def build_model(directory: Path, kind: str) -> Path:
+def build_model(directory: Path, kind: str, intermediate: int = 64) -> Path:
     """A tiny random Llama over the ``kind`` tokenizer, float32: untied head for byte-level, tied for the
-    other, a few more embedding rows than tokens (a padded vocabulary)."""
+    other, a few more embedding rows than tokens (a padded vocabulary), an MLP ``intermediate`` wide."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = train_tokenizer(kind)
@@ -109,7 +109,7 @@ def build_model(directory: Path, kind: str) -> Path:
     config = LlamaConfig(
         vocab_size=len(tokenizer) + 3,
         hidden_size=32,
-        intermediate_size=64,
+        intermediate_size=intermediate,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
