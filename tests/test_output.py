@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,54 +180,62 @@ def test_config_is_the_inputs_and_sidecar_counts_the_zeros(outputs, name) -> Non
     assert pruned["sparsity"] == pytest.approx(0.5, abs=0.01)
 
 
+def cached_tool(name: str, marker: str, fetch: Callable[[Path], Path]) -> Path:
+    """``name`` in the per-machine cache, made once: ``fetch(work)`` fills a scratch directory and returns
+    the tree to keep (holding ``marker``, which says it is whole). When test processes race, the first
+    copy is kept: moving another onto it fails, and a copy in use is never deleted."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+    target = cache / name
+    if (target / marker).is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        tree = fetch(Path(work))
+        with contextlib.suppress(OSError):  # another test process made it first: theirs is kept
+            os.replace(tree, target)
+    return target
+
+
+def pip_or_skip(args: list[str], what: str) -> None:
+    """``pip`` with ``args``; when it fails (no package index), the test fails on CI and is skipped here."""
+    run = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if run.returncode != 0:
+        message = f"cannot {what}: {run.stderr.strip()[-300:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def llama_cpp_converter() -> Path:
     """llama.cpp's converter (``convert_hf_to_gguf.py``, ``conversion/``, ``gguf-py/``) from the source
     package of llama-cpp-python, downloaded once per machine into the cache."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
-    target = cache / f"llama.cpp-{LLAMA_CPP}"
-    if (target / "convert_hf_to_gguf.py").is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp]
-        run = subprocess.run([*pip, f"llama-cpp-python=={LLAMA_CPP}"], capture_output=True, text=True)
-        if run.returncode != 0:
-            message = f"cannot download llama-cpp-python {LLAMA_CPP}: {run.stderr.strip()[-300:]}"
-            if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(message)
-        (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+
+    def fetch(work: Path) -> Path:
+        pip = ["download", "--no-deps", "--no-binary", ":all:", "-d", str(work)]
+        pip_or_skip([*pip, f"llama-cpp-python=={LLAMA_CPP}"], f"download llama-cpp-python {LLAMA_CPP}")
+        (archive,) = work.glob("llama_cpp_python-*.tar.gz")
         prefix = f"llama_cpp_python-{LLAMA_CPP}/vendor/llama.cpp/"
         wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if m.name.removeprefix(prefix).startswith(wanted)]
-            tar.extractall(tmp, members=members, filter="data")
-        with contextlib.suppress(OSError):  # another test process extracted it first: theirs is kept
-            os.replace(Path(tmp) / prefix, target)
-    return target
+            tar.extractall(work, members=members, filter="data")
+        return work / prefix
+
+    return cached_tool(f"llama.cpp-{LLAMA_CPP}", "convert_hf_to_gguf.py", fetch)
 
 
 def vllm_config_parser() -> Path:
     """A directory holding vLLM and what its config parser imports (``VLLM``), installed once per machine
     into the cache; put it on ``PYTHONPATH`` of a subprocess."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
-    target = cache / f"vllm-config-{VLLM[0].split('==')[1]}"
-    if (target / "complete").is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--target", tmp, *VLLM]
-        run = subprocess.run(pip, capture_output=True, text=True)
-        if run.returncode != 0:
-            message = f"cannot install {VLLM[0]}: {run.stderr.strip()[-300:]}"
-            if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(message)
-        (Path(tmp) / "complete").write_text("\n".join(VLLM) + "\n")
-        with contextlib.suppress(OSError):  # another test process installed it first: theirs is kept
-            os.replace(tmp, target)
-            Path(tmp).mkdir()  # for the context manager's cleanup
-    return target
+
+    def fetch(work: Path) -> Path:
+        site = work / "site"
+        pip = ["install", "--no-deps", "--no-compile", "--target", str(site), *VLLM]
+        pip_or_skip(pip, f"install {VLLM[0]}")
+        (site / "complete").write_text("\n".join(VLLM) + "\n")
+        return site
+
+    return cached_tool(f"vllm-config-{VLLM[0].split('==')[1]}", "complete", fetch)
 
 
 def vllm_reads(model_dir: Path) -> dict[str, Any]:
