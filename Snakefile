@@ -8,10 +8,13 @@
 import sys
 import time
 
+from thanos.jobs.interrupt import watch as watch_interrupt
 from thanos.jobs.joblogs import summary as failed_jobs_summary
 from thanos.jobs.worker import for_this_run as start_job_worker
 
 STARTED = time.time()
+# Ctrl-C: the interrupted jobs are not reported as errors, and the run ends with one line saying how to resume
+INTERRUPT = watch_interrupt(logger)
 
 
 include: "workflow/rules/config.smk"
@@ -47,8 +50,9 @@ onstart:
 
 
 onerror:
-    # Snakemake itself only names the failed jobs' logs: show their last lines, where the error is
-    failed = failed_jobs_summary(log)
+    # Snakemake itself only names the failed jobs' logs: show their last lines, where the error is (not for
+    # the jobs a Ctrl-C ended)
+    failed = "" if INTERRUPT.interrupted else failed_jobs_summary(log)
     if failed:
         print(failed, file=sys.stderr)
 

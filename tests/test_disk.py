@@ -203,7 +203,7 @@ def _workdirs(*args: str | Path, root: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatch):
-    from thanos.files.workdir_lock import exclusive_workdir
+    from thanos.files.locks import exclusive_workdir
 
     root = tmp_path / "cache"
     monkeypatch.setenv("THANOS_WORKDIR", str(root))

@@ -21,18 +21,18 @@ import logging
 import os
 import pkgutil
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import thanos.commands
-from thanos.errors import describe
+from thanos.errors import Terminated, describe, interruption
 
 log = logging.getLogger("thanos")
 
 EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 def _command_modules() -> dict[str, str]:
@@ -144,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     args = None
+    signal.signal(signal.SIGTERM, _terminate)  # ends as Ctrl-C does: finished work kept, the resume line
     try:
         parser = build_parser(command)
         args, extra = parser.parse_known_args(argv)
@@ -151,13 +152,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args._extra = extra
         args._run(args)
-    except KeyboardInterrupt:
-        _last_line("ERROR: interrupted; what was finished is kept: run the same command again to resume")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as err:
+        word, status = interruption(err)
+        _last_line(f"ERROR: {word}; what was finished is kept: run the same command again to resume")
+        return status
     except Exception as err:  # noqa: BLE001 - every error ends as one line (and a logged traceback)
         _report(err, verbose, getattr(args, "_traceback", True))
         return EXIT_ERROR
     return 0
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    """SIGTERM's handler: raise ``Terminated`` (a ``KeyboardInterrupt``) where the command is; a second
+    one while it stops is ignored (the first one's cleanup finishes)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
 
 
 def exit_now(code: int) -> NoReturn:

@@ -24,6 +24,21 @@ class PathError(ValueError):
         super().__init__(f"{what} ({self.path}); {hint}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a shell's ``kill``, a scheduler's cancel or time limit), raised where the command is, so
+    that it ends as Ctrl-C ends it: what was finished is kept and one line says how to resume. ``status``:
+    the exit status, 128 + the signal's number, as a shell reports a process it ended."""
+
+    word = "terminated (SIGTERM)"
+    status = 143
+
+
+def interruption(err: KeyboardInterrupt) -> tuple[str, int]:
+    """How an interruption is said and the exit status it ends with: Ctrl-C's (``interrupted``, 130) or a
+    ``Terminated``'s."""
+    return getattr(err, "word", "interrupted"), getattr(err, "status", 130)
+
+
 MAX_LINE = 2000
 _OS_HINTS = {
     errno.ENOSPC: "disk full: free space on that filesystem (or point the results elsewhere) and rerun",

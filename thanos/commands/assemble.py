@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.files.locks import exclusive_out
     from thanos.recipe import Recipe
     from thanos.stages.assemble import assemble
     from thanos.stages.provenance import RunRecord
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> None:
         args.model_name, args.calibration, tuple(args.intermediates), workflow if args.granularity else None
     )
     recipe = Recipe.from_json(args.recipe, key="--recipe")
-    assemble(
-        args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl,
-        args.max_shard_size, record, args.depth,
-    )  # fmt: skip
+    with exclusive_out(args.out):  # one writer of --out
+        assemble(
+            args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl,
+            args.max_shard_size, record, args.depth,
+        )  # fmt: skip

@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.files.locks import exclusive_out
     from thanos.stages.engine import Calibration, RunOptions
     from thanos.stages.parts import Given, combined_record, run_part
     from thanos.stages.provenance import RunRecord
@@ -70,4 +71,5 @@ def run(args: argparse.Namespace) -> None:
         args.device, drop=drop, drop_layers=args.drop_layers, max_shard_size=args.max_shard_size,
         record=record, dtype=args.compute_dtype,
     )  # fmt: skip
-    run_part(args.model, recipe, work, Path(args.out), calibration, given, options)
+    with exclusive_out(args.out):  # one writer of --out
+        run_part(args.model, recipe, work, Path(args.out), calibration, given, options)

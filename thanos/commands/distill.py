@@ -9,9 +9,11 @@ NCCL on GPUs). See docs/distillation.md."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -99,12 +101,21 @@ def run(args: argparse.Namespace) -> None:
     log), exit status 1."""
     from dataclasses import asdict
 
+    from thanos.files.locks import exclusive_out
+
+    distillation = Distillation(**options.given(args, Distillation))
+    work = Path(args.work) if args.work else default_work(args, asdict(distillation))
+    first = os.environ.get("RANK", "0") == "0"  # under torchrun, the first process writes --out
+    with exclusive_out(args.out) if first else contextlib.nullcontext():  # its one writer
+        _distill(args, distillation, work)
+
+
+def _distill(args: argparse.Namespace, distillation: Distillation, work: Path) -> None:
+    """``prepare``, then the run; the first process says what runs and what was written."""
     from thanos.runner import console
     from thanos.stages import distill as stage
     from thanos.stages.distill_files import LOG
 
-    distillation = Distillation(**options.given(args, Distillation))
-    work = Path(args.work) if args.work else default_work(args, asdict(distillation))
     prepared = stage.prepare(
         args.student,
         args.teacher,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> None:
     except OptionError as err:
         raise err.worded(FLAGS) from None
     except RunFailed as err:  # the run has printed what failed and how to resume
-        raise SystemExit(130 if err.interrupted else 1) from None
+        raise SystemExit(err.status) from None
 
 
 def request_of(args: argparse.Namespace, skipped: tuple[str, ...] = ()) -> PruneRequest:

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from thanos.data.textdata import read_documents
+    from thanos.files.locks import exclusive_out
     from thanos.models import load_config
     from thanos.pruning.sparsity import parse_sparsity
     from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> None:
         )
     load_config(args.model)  # a directory without a readable config.json is refused, named
     out = Path(args.out)
-    check_vocab_out(out, args.model)
-    documents = read_documents(args.text, field=args.text_field)
-    report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
+    with exclusive_out(out):  # one writer of --out, from its check to the last write
+        check_vocab_out(out, args.model)
+        documents = read_documents(args.text, field=args.text_field)
+        report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
     print(summary(report, out))

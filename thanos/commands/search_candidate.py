@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.errors import Option, OptionError
     from thanos.runner.api import execute
+    from thanos.runner.one_recipe import RunFailed
     from thanos.runner.request import FLAGS
     from thanos.runner.size import measure_candidate
 
@@ -44,4 +45,6 @@ def run(args: argparse.Namespace) -> None:
         place = measure_candidate(request, args.candidate, sys.stderr, execute, Path(args.candidate_work))
     except OptionError as err:
         raise err.worded(FLAGS) from None
+    except RunFailed as err:  # the candidate's run has said what failed, or how to resume
+        raise SystemExit(err.status) from None
     print(place)

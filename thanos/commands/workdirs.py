@@ -86,7 +86,7 @@ def _list(root: Path) -> None:
         return
     for workdir in found:
         name = workdir.path.relative_to(root)
-        print(f"{size_text(workdir.bytes):>10}  {name}{' (in use)' if workdir.in_use else ''}")
+        print(f"{size_text(workdir.bytes):>10}  {name}{f' (in use by {workdir.holder})' * workdir.in_use}")
         if workdir.distill:
             print(f"            {workdir.calibration}; last run {workdir.last_run}")
             continue
@@ -94,6 +94,9 @@ def _list(root: Path) -> None:
         recipes = ", ".join(workdir.recipes) or "none finished"
         print(f"            recipes {recipes}; last run {workdir.last_run}")
         for recipe in workdir.unfinished:
+            if workdir.in_use:  # the run using it may be this recipe's
+                print(f"            unfinished: {recipe} (not finished yet; a run is using the directory)")
+                continue
             print(
                 f"            unfinished: {recipe} (interrupted or abandoned; its command again resumes it; "
                 f"delete: thanos workdirs --delete {name}/{recipe})"

@@ -55,21 +55,24 @@ def run(args: argparse.Namespace) -> None:
 
 
 def run_snakemake(command: list[str]) -> int:
-    """Run ``command`` (Snakemake) and return its exit status. Ctrl-C reaches Snakemake from the terminal
-    (its process group): this process ignores it and waits while Snakemake stops its jobs and releases its
-    lock (``subprocess.call`` would kill it, leaving the directory locked); a SIGTERM is passed on."""
+    """Run ``command`` (Snakemake) and return its exit status (130 after a Ctrl-C). Ctrl-C reaches
+    Snakemake from the terminal (its process group): this process notes it and waits while Snakemake stops
+    its jobs and releases its lock (``subprocess.call`` would kill it, leaving the directory locked); a
+    SIGTERM is passed on."""
     import signal
 
-    child = subprocess.Popen(command)  # before ignoring SIGINT here: an ignored signal is inherited
+    interrupted = []
+    child = subprocess.Popen(command)  # before SIGINT is handled here: the child keeps Python's default
     previous = {
-        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda number, _: interrupted.append(number)),
         signal.SIGTERM: signal.signal(signal.SIGTERM, lambda number, _: child.send_signal(number)),
     }
     try:
-        return child.wait()
+        status = child.wait()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+    return 130 if interrupted and status else status
 
 
 def snakemake_command(given: list[str]) -> list[str]:

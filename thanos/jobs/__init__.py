@@ -7,6 +7,7 @@
   (``python -m thanos.jobs.devices -- python -m thanos <stage> ...``);
 - ``granularity``: how pruning becomes jobs (per layer, block or recipe), read by the config rules;
 - ``joblogs``: the ERROR lines of failed jobs' logs (the Snakefile's ``onerror``);
+- ``interrupt``: a workflow's Ctrl-C said in one line, the jobs it ended not reported as errors;
 - ``plan``: how the workflow's jobs run, decided once at parse (the device check, the granularity, each
   kind of job's GPUs, the environment every job reads).
 

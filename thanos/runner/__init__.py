@@ -8,7 +8,7 @@
   the evaluations (``evaluations``); ``combined``: a combined recipe, one request per part;
 - ``api``: the public ``prune_model`` and ``execute``;
 - ``disk``, ``workdirs``: the disk estimate, the working directories (one run per working directory:
-  ``thanos.files.workdir_lock``); ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a
+  ``thanos.files.locks``); ``workflow_files``: where the ``Snakefile`` and ``workflow/`` are (a
   clone, or installed).
 
 What a job and the workflow's parse import (the job worker, the GPU slot pool, granularity, failed jobs'

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from thanos.errors import OptionError
+from thanos.files.locks import exclusive_out
 from thanos.recipe import Recipe
 from thanos.runner.combined import prune_combined
 from thanos.runner.one_recipe import prune_one
@@ -100,12 +101,16 @@ def prune_model(
 
 def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
-    previous part's model (``thanos.runner.combined``); a closed ``stream`` stops the lines, not the run."""
+    previous part's model (``thanos.runner.combined``), or a size (``thanos.runner.size``), holding ``out``
+    (``thanos.files.locks``: another process writing it is refused at once); a closed ``stream`` stops the
+    lines, not the run."""
     console = Console(stream)
-    if request.size is not None:
-        from thanos.runner.size import prune_to_size
+    # one writer of ``out`` from the check of what it holds to the last write (a dry run only checks)
+    with exclusive_out(request.output.out, probe=request.dry_run):
+        if request.size is not None:
+            from thanos.runner.size import prune_to_size
 
-        return prune_to_size(request, console, execute)
-    if request.recipes[0].sparsity.kind == "vocab" and not request.combined:
-        return prune_vocab(request, console)
-    return prune_combined(request, console) if request.combined else prune_one(request, console)
+            return prune_to_size(request, console, execute)
+        if request.recipes[0].sparsity.kind == "vocab" and not request.combined:
+            return prune_vocab(request, console)
+        return prune_combined(request, console) if request.combined else prune_one(request, console)

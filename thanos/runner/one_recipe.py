@@ -23,10 +23,11 @@ from typing import Any, TextIO
 
 import torch
 
+from thanos.errors import interruption
 from thanos.events import OnEvent, StepDone, StepStarted, clock_text
 from thanos.files.layout import DENSE
 from thanos.files.ledger import remove
-from thanos.files.workdir_lock import exclusive_workdir
+from thanos.files.locks import exclusive_workdir
 from thanos.labels import counted
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
@@ -51,9 +52,10 @@ class RunFailed(RuntimeError):
     """A ``prune_model`` run stopped before it published its model (a step failed, or it was
     interrupted); what it finished is kept, and the same call resumes."""
 
-    def __init__(self, message: str, interrupted: bool = False) -> None:
+    def __init__(self, message: str, interrupted: bool = False, status: int = 1) -> None:
         super().__init__(message)
         self.interrupted = interrupted
+        self.status = status  # the command's exit status: 1, or an interruption's (130 for Ctrl-C)
 
 
 def prune_one(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
@@ -145,17 +147,18 @@ def _guarded(
     where the traceback is, how to resume) and raised as ``RunFailed``."""
     try:
         return work()
-    except KeyboardInterrupt:
-        log.warning("interrupted during: %s", progress.current)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (``thanos.errors.Terminated``)
+        word, status = interruption(err)
+        log.warning("%s during: %s", word, progress.current)
         progress.clear()
         took = clock_text(time.monotonic() - started)
         say(
             stream,
-            f"interrupted after {took}: finished steps are kept; run the same command to resume (with other "
+            f"{word} after {took}: finished steps are kept; run the same command to resume (with other "
             f"options it is another recipe, and this one stays unfinished in {run_plan.workdir}: `thanos "
             "workdirs` lists it and deletes it)",
         )
-        raise RunFailed("interrupted", interrupted=True) from None
+        raise RunFailed(word, interrupted=True, status=status) from None
     except Exception as err:
         log.exception("%s failed", progress.current or "the run")
         console.failed(run_plan, progress.current, err, stream, started, published)

@@ -47,7 +47,9 @@ from thanos.events import SearchCandidate, clock_text
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
+from thanos.files.locks import shared_workdir
 from thanos.runner.console import say
+from thanos.runner.one_recipe import RunFailed
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
 from thanos.runner.size_choice import choose, first_round
@@ -83,9 +85,10 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
-    search.prepare()
-    chosen = choose(dense, axes, target, parameters, search.candidate)
-    record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
+    with shared_workdir(search.root):  # in use: ``thanos workdirs`` deletes it not
+        search.prepare()
+        chosen = choose(dense, axes, target, parameters, search.candidate)
+        record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
     say(stream, f"{goal}: chose {chosen} ({_measured_text(record['candidates'], chosen)}); writing it")
     began = time.monotonic()
     options = goal.options
@@ -132,8 +135,9 @@ def measure_candidate(
     assert goal is not None
     search = Search(request, knobs(request.model, goal.options.width_multiple), _directory(request), stream,
                     execute, work=work)  # fmt: skip
-    search.prepare()
-    search.candidate({part.partition(":")[0]: part for part in pattern.split("+")})
+    with shared_workdir(search.root):  # beside the other candidates' jobs, not beside its deletion
+        search.prepare()
+        search.candidate({part.partition(":")[0]: part for part in pattern.split("+")})
     if request.resources.keep == "needed":
         remove(work)  # its stages serve no other candidate
     return search.place(pattern) / "measurement.json"
@@ -269,8 +273,18 @@ class Search:
             output=Output(model, overwrite=True), part_of=None,
         )  # fmt: skip
         place.mkdir(parents=True, exist_ok=True)
-        with (place / "run.log").open("w") as log:
-            self.execute(part, log)
+        try:
+            with (place / "run.log").open("w") as log:
+                self.execute(part, log)
+        except RunFailed as err:  # said in the candidate's log: said here too, in one line
+            line = (
+                f"{err} while measuring the candidate {pattern}: the candidates measured are kept; run the "
+                "same command to resume"
+                if err.interrupted
+                else f"ERROR: the candidate {pattern} failed: {err} (its log: {place / 'run.log'})"
+            )
+            say(self.stream, line)
+            raise
         device = "cuda" if request.resources.device.startswith("cuda") else "cpu"
         measured = measure(request.model, model, self.texts, device)
         counted, dense = stored_parameters(model), stored_parameters(request.model)

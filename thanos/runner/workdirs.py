@@ -8,7 +8,6 @@ version) is listed by what its ``results/`` holds.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -22,7 +21,7 @@ from typing import Any
 from thanos.files.atomic import write_json
 from thanos.files.layout import DISTILL_ABOUT as ABOUT
 from thanos.files.layout import DISTILL_RUN as RUN
-from thanos.files.workdir_lock import LOCK_NAME
+from thanos.files.locks import LOCK_NAME, deleting, holder
 from thanos.runner.disk import size_text
 from thanos.stages.provenance import path_bytes
 
@@ -131,19 +130,21 @@ def delete_recipe(workdir: Path, recipe: str) -> int:
             f"{', '.join(recorded_recipes(workdir)) or 'none'}); nothing deleted"
         )
     size = 0
-    for path in recipe_paths(workdir, recipe):
-        size += path_bytes(path)
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    record = json.loads((workdir / RECORD).read_text())
-    write_json(workdir / RECORD, record | {"recipes": [r for r in record["recipes"] if r != recipe]})
+    with deleting(workdir):  # a run that starts meanwhile is refused
+        for path in recipe_paths(workdir, recipe):
+            size += path_bytes(path)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        record = json.loads((workdir / RECORD).read_text())
+        write_json(workdir / RECORD, record | {"recipes": [r for r in record["recipes"] if r != recipe]})
     return size
 
 
 @dataclass(frozen=True)
 class Workdir:
     """One working directory: where, its size, what it was for, when it was last used; ``unfinished``: its
-    recipes that did not finish. For a distillation's checkpoints (``distill``), ``model`` is the student
-    and ``calibration`` says what they are."""
+    recipes that did not finish; ``holder``: the run using it now (``pid N (its command)``). For a
+    distillation's checkpoints (``distill``), ``model`` is the student and ``calibration`` says what they
+    are."""
 
     path: Path
     bytes: int
@@ -151,9 +152,13 @@ class Workdir:
     calibration: str
     recipes: list[str] = field(default_factory=list)
     last_run: str = "?"
-    in_use: bool = False
+    holder: str | None = None
     unfinished: list[str] = field(default_factory=list)
     distill: bool = False
+
+    @property
+    def in_use(self) -> bool:
+        return self.holder is not None
 
 
 def is_workdir(path: Path) -> bool:
@@ -179,7 +184,7 @@ def describe_distill(path: Path) -> Workdir:
     student, teacher, out = (about.get(key, "?") for key in ("student", "teacher", "out"))
     last_run = about.get("last_run") or _modified(path)
     what = f"distillation checkpoints of {out} (student {student}, teacher {teacher}), kept to resume it"
-    return Workdir(path, path_bytes(path), student, what, [], last_run, in_use(path), distill=True)
+    return Workdir(path, path_bytes(path), student, what, [], last_run, holder(path), distill=True)
 
 
 def describe(path: Path) -> Workdir:
@@ -190,7 +195,8 @@ def describe(path: Path) -> Workdir:
         record = None
     if record is not None:
         calib = record.get("calibration") or {}
-        calibration = f"{calib.get('nsamples')} x {calib.get('seqlen')} of {calib.get('source')}"
+        source = calib.get("source") or calib.get("calibration")  # a size's search records the request's
+        calibration = f"{calib.get('nsamples')} x {calib.get('seqlen') or 'the model length'} of {source}"
         model, recipes, last_run = record.get("model", "?"), record.get("recipes", []), record.get("last_run")
     else:
         models = sorted(p.name for p in (path / "results").glob("*") if p.is_dir())
@@ -200,7 +206,7 @@ def describe(path: Path) -> Workdir:
         last_run = _modified(path)
     left = unfinished(path)
     done = [recipe for recipe in recipes if recipe not in left]
-    return Workdir(path, path_bytes(path), model, calibration, done, last_run or "?", in_use(path), left)
+    return Workdir(path, path_bytes(path), model, calibration, done, last_run or "?", holder(path), left)
 
 
 def scan(root: Path) -> list[Workdir]:
@@ -214,20 +220,6 @@ def scan(root: Path) -> list[Workdir]:
     return sorted(found, key=lambda w: -w.bytes)
 
 
-def in_use(path: Path) -> bool:
-    """Whether a run holds ``path``'s lock now."""
-    lock = path / LOCK_NAME
-    if not lock.exists():
-        return False
-    with lock.open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return False
-
-
 def check_deletable(path: Path) -> None:
     """Refuse a directory that is not a working directory, or one a run is using."""
     if not path.exists():
@@ -237,13 +229,15 @@ def check_deletable(path: Path) -> None:
             f"{path}: not a working directory of thanos prune-model (no {RECORD}) nor a distillation's "
             f"checkpoints (no {RUN}); nothing deleted"
         )
-    if in_use(path):
-        raise ValueError(f"{path}: a run is using it now; wait for it to finish (nothing deleted)")
+    if (owner := holder(path)) is not None:
+        raise ValueError(f"{path}: a run is using it now ({owner}); wait for it to finish (nothing deleted)")
 
 
 def delete(path: Path) -> int:
-    """Delete the working directory ``path`` (``check_deletable``); returns the bytes freed."""
+    """Delete the working directory ``path`` (``check_deletable``), holding its lock meanwhile (a run that
+    starts then is refused); returns the bytes freed."""
     check_deletable(path)
     size = path_bytes(path)
-    shutil.rmtree(path)
+    with deleting(path):
+        shutil.rmtree(path)
     return size

@@ -57,7 +57,7 @@ from thanos.errors import MissingOption, Option, OptionError
 from thanos.events import DistillSharded, DistillWarning, OnEvent, ignore
 from thanos.files import digests
 from thanos.files.ledger import digest, model_identity
-from thanos.files.workdir_lock import exclusive_workdir
+from thanos.files.locks import exclusive_workdir
 from thanos.labels import public_name
 from thanos.pruning.distillation import hidden_pairs, zero_masks
 from thanos.recipe import Distillation

@@ -35,7 +35,7 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import DISTILL_ABOUT, DISTILL_RUN
 from thanos.files.ledger import Entry, difference
-from thanos.files.workdir_lock import LOCK_NAME
+from thanos.files.locks import LOCK_NAME
 
 log = logging.getLogger(__name__)
 
