@@ -14,7 +14,7 @@ from thanos.jobs.worker import for_this_run as start_job_worker
 
 STARTED = time.time()
 # Ctrl-C: the interrupted jobs are not reported as errors, and the run ends with one line saying how to resume
-INTERRUPT = watch_interrupt(logger)
+INTERRUPT = watch_interrupt(logger, workflow)
 
 
 include: "workflow/rules/config.smk"

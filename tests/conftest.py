@@ -236,6 +236,31 @@ def kill_once(
     proc.wait()
 
 
+@contextlib.contextmanager
+def stopped_holding(
+    proc: subprocess.Popen, lock: Path | Callable[[], Path | None], seconds: float = 300
+) -> Iterator[None]:
+    """A run (``proc``) stopped (SIGSTOP) once the lock file ``lock`` (or the one ``lock()`` finds) names it
+    as its holder, so that what the test does meanwhile meets the lock held; continued (SIGCONT) after,
+    whatever happened. A test failure when the run ended first."""
+    import signal
+    import time
+
+    def held() -> bool:
+        path = lock() if callable(lock) else lock
+        return path is not None and path.is_file() and f"pid {proc.pid} (" in path.read_text()
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and proc.poll() is None and not held():
+        time.sleep(0.02)
+    assert proc.poll() is None and held(), f"the run ended, or never held {lock}"
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+
+
 def expert_matrix(state: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:
     """One expert's matrix ``NAME.{e}.weight`` of a checkpoint that holds every expert in one tensor
     (gpt-oss, GraniteMoE): slice e of ``NAME`` or ``NAME.weight``, stored (out, in) or (in, out), as a view

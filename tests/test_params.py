@@ -248,3 +248,105 @@ def test_vocab_text_chooses_the_tokens(
             given = inputs["options"] | {"vocab_text": text, "axes": axes}
             prune_model(model, "thanos", sparsity, out=tmp_path / "x", **given)
     assert not (tmp_path / "x").exists()
+
+
+def _command(inputs: dict[str, Any], sparsity: str, out: Path, *extra: str | Path) -> list[str]:
+    """``thanos prune-model`` on the module's model and calibration, as a user runs it."""
+    options = inputs["options"]
+    return [
+        "prune-model", "--model", str(inputs["model"]), "--method", "thanos", "--sparsity", sparsity,
+        "--calibration", options["calibration"], "--nsamples", str(options["nsamples"]),
+        "--seqlen", str(options["seqlen"]), "--device", "cpu", *map(str, extra), "--out", str(out),
+    ]  # fmt: skip
+
+
+def _popen(command: list[str], env: dict[str, str] | None = None) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "thanos", *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _refused_by(run: Any, out: Path, holder: Any) -> None:
+    """``run`` exited 2 with one ERROR line, its last, naming ``holder`` (its pid and command) as the writer
+    of ``out`` and how to go on."""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
+    assert run.returncode == 2 and len(errors) == 1, run.stderr
+    assert run.stderr.rstrip().endswith(errors[0]) and "Traceback" not in run.stderr, run.stderr
+    assert f"--out {out} is being written by pid {holder.pid} (thanos prune-model --model " in errors[0]
+    assert "wait for that run to finish" in errors[0] and "or give another --out" in errors[0], errors[0]
+
+
+@pytest.mark.slow
+def test_out_has_one_writer(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """Three writers of one ``--out`` at once: a Thanos run (a process of its own) holds it from its check to
+    its last write; meanwhile a Wanda run and a ``thanos prune-vocab`` on it exit 2 in one ERROR line naming
+    that run, having deleted nothing of their own (the Wanda run's working directory keeps the pruned layers
+    an earlier run left there, untouched); the Thanos run then writes ``--out`` as it writes alone."""
+    from conftest import stopped_holding, thanos_here
+
+    from thanos.files.locks import out_lock
+
+    shared, wanda_work = tmp_path / "shared", tmp_path / "wanda-work"
+    wanda = [*_command(inputs, "0.5", tmp_path / "wanda", "--keep", "all", "--workdir", wanda_work)]
+    wanda[wanda.index("thanos")] = "wanda"
+    assert thanos_here(*wanda, cwd=tmp_path).returncode == 0
+    before = {path: path.stat().st_mtime_ns for path in wanda_work.rglob("*") if path.is_file()}
+    assert any("pruned" in path.parts and path.suffix == ".safetensors" for path in before)
+    wanda[-1] = str(shared)
+    vocab = ["prune-vocab", "--model", inputs["model"], "--sparsity", "vocab:0.3", "--text",
+             inputs["options"]["calibration"], "--out", shared]  # fmt: skip
+    proc = _popen(_command(inputs, "0.5", shared, "--workdir", tmp_path / "work"))
+    with stopped_holding(proc, out_lock(shared)):
+        refused = [thanos_here(*wanda, cwd=tmp_path), thanos_here(*vocab, cwd=tmp_path)]
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 0, output[-3000:]
+    for run in refused:
+        _refused_by(run, shared, proc)
+    assert {path: path.stat().st_mtime_ns for path in wanda_work.rglob("*") if path.is_file()} == before
+    assert json.loads((shared / "pruning_report.json").read_text())["recipe"]["name"] == "thanos_u50"
+    options = inputs["options"] | {"workdir": tmp_path / "alone-work"}
+    prune_model(inputs["model"], "thanos", 0.5, out=tmp_path / "alone", **options)
+    assert weights(shared) == weights(tmp_path / "alone")
+
+
+@pytest.mark.slow
+def test_a_running_search_holds_its_out_and_its_directory(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """``params:0.3`` running (a process of its own, stopped once its search holds its directory): a second
+    size on its ``--out`` exits 2 in one ERROR line naming it; ``thanos workdirs`` lists its search
+    directory in use by its pid, ``--delete-all`` leaves that directory and ``--delete`` refuses it; let go
+    on, the search finishes and writes the model the in-process search wrote."""
+    import os
+
+    from conftest import stopped_holding, thanos_here
+
+    root, shared = tmp_path / "root", tmp_path / "shared"
+    env = {"THANOS_WORKDIR": str(root)}
+
+    def search_lock() -> Path | None:
+        found = sorted(root.glob("*-search-*/.thanos-run.lock"))
+        return found[0] if found else None
+
+    proc = _popen(_command(inputs, "params:0.3", shared), env={**os.environ, **env})
+    with stopped_holding(proc, search_lock):
+        search = search_lock().parent  # type: ignore[union-attr]
+        listed = thanos_here("workdirs", "--root", root, cwd=tmp_path)
+        everything = thanos_here("workdirs", "--root", root, "--delete-all", cwd=tmp_path)
+        one = thanos_here("workdirs", "--root", root, "--delete", search.name, cwd=tmp_path)
+        second = thanos_here(*_command(inputs, "params:0.2", shared), cwd=tmp_path, env=env)
+    output = proc.communicate(timeout=900)[0].decode()
+    assert proc.returncode == 0, output[-3000:]
+    assert f"{search.name} (in use by pid {proc.pid} (thanos prune-model --model" in listed.stdout, (
+        listed.stdout
+    )
+    assert "unfinished: params:0.3 (not finished yet; a run is using the directory)" in listed.stdout
+    assert everything.returncode == 0 and search.is_dir()
+    assert one.returncode == 2 and f"a run is using it now (pid {proc.pid} (thanos" in one.stderr, one.stderr
+    _refused_by(second, shared, proc)
+    assert json.loads((shared / "search.json").read_text())["request"] == "params:0.3"
+    assert weights(shared) == weights(searched["out"])

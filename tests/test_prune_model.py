@@ -152,6 +152,34 @@ def test_second_run_does_nothing(first, inputs):
 
 
 @pytest.mark.slow
+def test_sigterm_ends_a_run_as_ctrl_c_does(first, inputs, tmp_path):
+    """SIGTERM (a shell's kill, a scheduler's cancel) once a block is pruned: the run ends with the resume
+    line last on its terminal and exit status 143, nothing published; the same command resumes it and
+    writes the bytes of the uninterrupted run."""
+    reference = first[0]
+    out, workdir = tmp_path / "out", tmp_path / "work"
+    pruned = workdir / "results" / "tiny-llama" / RECIPE / "pruned"
+    proc = prune(inputs, out, workdir, popen=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((pruned / "block0").glob("*.json"))) == 7 and not (pruned / "block5").exists():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be terminated"
+    proc.send_signal(signal.SIGTERM)
+    terminal = proc.communicate(timeout=120)[0].decode()
+    last = terminal.rstrip().splitlines()[-1]
+    assert proc.returncode == 143, terminal[-3000:]
+    assert last.startswith("terminated (SIGTERM) after ") and "run the same command to resume" in last, last
+    assert "Traceback" not in terminal and "ERROR" not in terminal and not out.exists()
+    resumed = prune(inputs, out, workdir)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "resumed: " in resumed.stderr and "sample calibration tokens" not in resumed.stderr
+    for name in ("model.safetensors", "config.json"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_bytes(first, inputs, tmp_path):
     reference = first[0]
     out, workdir = tmp_path / "out", tmp_path / "work"

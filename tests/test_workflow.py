@@ -221,6 +221,40 @@ def test_kill_and_resume_is_byte_identical(e2e, text, tmp_path):
 
 
 @pytest.mark.slow
+def test_ctrl_c_ends_the_workflow_in_one_line(e2e, text, tmp_path):
+    """Ctrl-C (SIGINT to Snakemake, its worker and its jobs, as a terminal sends it) once a job of block 1
+    finished: Snakemake stops, no job it ended is shown as an error (no "Error in rule", no
+    ``WorkflowError``, no traceback), the last line says how to resume; the same command, without
+    ``--unlock``, finishes the run to the bytes of the uninterrupted one."""
+    from thanos.jobs.interrupt import LINE
+
+    workdir = tmp_path / "interrupted"
+    config = workflow_config(text, {"llama": MODELS["llama"]}, {"thanos_u50": RECIPES["thanos_u50"]},
+                             granularity="layer")  # fmt: skip
+    proc = snakemake(workdir, config, popen=True)
+    key = calibration_key({"text_field": "text", **config["calibration"]})
+    block1 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / key / "block1"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if any(p.resolve() not in _incomplete(workdir) for p in block1.glob("*.json")):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    terminal = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode != 0 and "Will exit after finishing currently running jobs" in terminal
+    assert terminal.rstrip().splitlines()[-1] == LINE, terminal[-3000:]
+    after = terminal.split("Will exit after finishing currently running jobs")[1]
+    for shown in ("Error in rule", "WorkflowError", "Traceback", "RuleException", "failed;", "ERROR"):
+        assert shown not in after, after[-3000:]
+    assert not (workdir / "results" / "llama" / "thanos_u50" / "model").exists()
+    snakemake(workdir, config)
+    shards = sorted((e2e / "results" / "llama" / "thanos_u50" / "model").glob("*.safetensors"))
+    resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
+    assert shards and all((resumed / s.name).read_bytes() == s.read_bytes() for s in shards)
+
+
+@pytest.mark.slow
 def test_recipe_job_resumes_at_the_last_finished_block(e2e, text, tmp_path):
     """A recipe's job (granularity recipe) that died after block 0 (pruned, propagated) keeps that work
     and finishes the rest; a changed recipe discards the previous per-block outputs."""

@@ -7,6 +7,9 @@ import argparse
 
 from thanos.commands import _args
 
+# its own errors (a tokenizer it cannot prune, a text too short) name the fix: one line, whatever stderr is
+TRACEBACK = False
+
 HELP = "perplexity of a model on WikiText-2 (hub) or a local corpus -> perplexity.json"
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+# its own errors (a tokenizer it cannot prune, a text too short) name the fix: one line, whatever stderr is
+TRACEBACK = False
+
 HELP = "write a model with a smaller vocabulary (vocab:N tokens kept, vocab:p removed) chosen by a text"
 
 
