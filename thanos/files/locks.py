@@ -20,6 +20,7 @@ import fcntl
 import os
 import shlex
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -28,7 +29,8 @@ from thanos.errors import Option, OptionError
 
 LOCK_NAME = ".thanos-run.lock"
 OUT_LOCK = ".{name}.thanos-lock"
-_HELD_OUTS: dict[Path, int] = {}  # the outputs this process holds, and how deep (a size writes its choice)
+# the outputs this process holds: by which thread, and how deep (a size writes its choice to its own --out)
+_HELD_OUTS: dict[Path, list[int]] = {}
 
 
 def this_process() -> str:
@@ -144,15 +146,18 @@ def exclusive_out(out: str | Path, option: str = "out", probe: bool = False) -> 
     refuse at once (``OptionError`` naming ``option``, the holder, and what to do), having touched nothing.
     Held again by the same process (a size writing its chosen recipe to its ``out``), it passes.
     ``probe``: only check (a dry run: nothing is created, nothing held)."""
-    resolved = Path(out).expanduser().resolve()
+    resolved, thread = Path(out).expanduser().resolve(), threading.get_ident()
+    path = out_lock(resolved)
     if resolved in _HELD_OUTS:
-        _HELD_OUTS[resolved] += 1
+        held = _HELD_OUTS[resolved]
+        if held[0] != thread:  # another thread of this process (``prune_model`` called from threads)
+            raise _refusal(out, option, f"{this_process()}, another thread")
+        held[1] += 1
         try:
             yield
         finally:
-            _HELD_OUTS[resolved] -= 1
+            held[1] -= 1
         return
-    path = out_lock(resolved)
     if probe:
         if path.is_file():
             with path.open("r") as handle:
@@ -168,7 +173,7 @@ def exclusive_out(out: str | Path, option: str = "out", probe: bool = False) -> 
     with path.open("a+") as handle:
         _check_free(handle, path, out, option)
         _claim(handle)
-        _HELD_OUTS[resolved] = 1
+        _HELD_OUTS[resolved] = [thread, 1]
         try:
             yield
         finally:
@@ -180,9 +185,13 @@ def exclusive_out(out: str | Path, option: str = "out", probe: bool = False) -> 
 def _check_free(handle: IO[str], path: Path, out: str | Path, option: str) -> None:
     """Lock ``handle`` exclusively, or refuse naming the holder."""
     if not _try_lock(handle, fcntl.LOCK_EX):
-        raise OptionError(
-            Option(option, str(out)),
-            f" is being written by {_written_owner(path)}; wait for that run to finish (or stop it: its "
-            "command again resumes it), or give another ",
-            Option(option),
-        )
+        raise _refusal(out, option, _written_owner(path))
+
+
+def _refusal(out: str | Path, option: str, owner: str) -> OptionError:
+    return OptionError(
+        Option(option, str(out)),
+        f" is being written by {owner}; wait for that run to finish (or stop it: its command again resumes "
+        "it), or give another ",
+        Option(option),
+    )
