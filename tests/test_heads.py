@@ -166,6 +166,56 @@ def test_models_whose_heads_cannot_be_removed_are_refused(tmp_path: Path, model_
         )
 
 
+@pytest.mark.parametrize("derived", [False, True], ids=["head_dim", "derived_head_dim"])
+@pytest.mark.parametrize("model_type", ROWS)
+def test_every_head_count_offered_loads_or_is_refused_at_the_door(
+    tmp_path: Path, model_type: str, derived: bool
+) -> None:
+    """Every ``heads:p`` and ``kv_heads:p`` setting of every family that can lose heads, with ``head_dim``
+    in its config and derived from hidden size / heads: the config the compact model would have loads
+    (``AutoConfig.from_pretrained``) and builds its model, or the setting is refused before anything runs,
+    naming transformers' reason and exactly the settings it accepts; the size search offers only those.
+    (transformers 5 refuses a Llama whose hidden size is not a multiple of its head count, head_dim set or
+    not: the tiny Llama's 64 with 3 heads.)"""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from thanos.errors import OptionError
+    from thanos.models.heads import config_refusal
+    from thanos.pruning.sparsity import head_settings
+    from thanos.runner.size_axes import knobs
+
+    model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
+    original = json.loads((model / "config.json").read_text())
+    if derived and original.pop("head_dim", None) is not None:  # (a config without one: both cases alike)
+        (model / "config.json").write_text(json.dumps(original))
+    model_dir, layout, checkpoint = open_layout(model)
+    attention = attention_layout(model_dir, layout, checkpoint)
+    refused = []
+    for kind in ("heads", "kv_heads"):
+        offered = head_settings(kind, attention.heads, attention.kv_heads)
+        loads = [text for text, heads, groups in offered
+                 if config_refusal(model, attention.config({}, heads, groups)) is None]  # fmt: skip
+        for text, heads, groups in offered:
+            if text not in loads:
+                refused.append(text)
+                with pytest.raises(OptionError, match=r"refuses \(.*\); the settings it accepts: ") as err:
+                    check_expressible(model_dir, attention, parse_sparsity(text))
+                accepted = [f"{t} ({h} heads)" for t, h, _ in offered if t in loads]
+                assert str(err.value).endswith(", ".join(accepted) or "none"), str(err.value)
+                continue
+            check_expressible(model_dir, attention, parse_sparsity(text))
+            written = tmp_path / text.replace(":", "")
+            written.mkdir()
+            (written / "config.json").write_text(json.dumps(attention.config(original, heads, groups)))
+            config = AutoConfig.from_pretrained(written)
+            with torch.device("meta"):
+                AutoModelForCausalLM.from_config(config)
+            assert (config.num_attention_heads, config.num_key_value_heads) == (heads, groups)
+        if kind == "heads":
+            assert knobs(model).settings("heads") == loads
+    assert refused == (["heads:0.25", "kv_heads:0.25"] if model_type == "llama" else []), refused
+
+
 @pytest.mark.slow
 def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
     """``thanos prune-model --sparsity heads:0.5`` as a user types it (run in this process); an OPT model

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from thanos.errors import Option, OptionError
+
 if TYPE_CHECKING:
     from thanos.models.layout import ModelLayout
     from thanos.pruning.sparsity import Sparsity
@@ -207,6 +209,44 @@ def _checked(
     )
 
 
+def config_refusal(model_dir: str | Path, changes: dict[str, Any]) -> str | None:
+    """Why the model type's config class refuses the model's ``config.json`` with ``changes``, in its own
+    words, as ``from_pretrained`` would read the written one (transformers 5 refuses a Llama whose hidden
+    size is not a multiple of its head count, even with ``head_dim`` set); None when it loads it."""
+    from transformers import AutoConfig
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    try:
+        type(AutoConfig.from_pretrained(str(model_dir))).from_dict(config | changes)
+    except Exception as err:  # noqa: BLE001 - whatever the config class's validation raises
+        return " ".join(str(err).split()).rsplit("Error: ", 1)[-1]
+    return None
+
+
+def check_config_accepts(model_dir: str | Path, attention: AttentionLayout, pattern: Sparsity) -> None:
+    """Refuse, before anything runs, a ``pattern`` whose head count the model type's config refuses,
+    naming the settings it accepts."""
+    from thanos.pruning.sparsity import head_settings
+
+    removed, removed_groups = attention.removed(pattern)
+    heads, kv_heads = attention.heads - removed, attention.kv_heads - removed_groups
+    refusal = config_refusal(model_dir, attention.config({}, heads, kv_heads))
+    if refusal is None:
+        return
+    settings = head_settings(pattern.kind, attention.heads, attention.kv_heads)
+    accepted = [
+        f"{text} ({left} heads)"
+        for text, left, groups in settings
+        if config_refusal(model_dir, attention.config({}, left, groups)) is None
+    ]
+    raise OptionError(
+        Option("sparsity", str(pattern)),
+        f" leaves {heads} query heads in {kv_heads} key/value groups, which the config of model_type "
+        f"{attention.model_type!r} refuses ({refusal.rstrip('.')}); the settings it accepts: "
+        f"{', '.join(accepted) or 'none'}",
+    )
+
+
 def check_expressible(model_dir: str | Path, attention: AttentionLayout, pattern: Sparsity) -> None:
     """Refuse, naming the model type, a model whose code cannot hold the heads ``pattern`` leaves: the
     model is built from the changed config on the meta device (no memory, no weights) and its attention's
@@ -214,6 +254,7 @@ def check_expressible(model_dir: str | Path, attention: AttentionLayout, pattern
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    check_config_accepts(model_dir, attention, pattern)
     removed, removed_groups = attention.removed(pattern)
     heads, kv_heads = attention.heads - removed, attention.kv_heads - removed_groups
     config = AutoConfig.from_pretrained(str(model_dir))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -264,3 +265,28 @@ def head_count(pattern: Sparsity, heads: int, kv_heads: int) -> tuple[int, bool]
         fix = "use kv_heads:p to remove whole groups" if not whole else "give a smaller fraction"
         raise ValueError(f"{pattern} removes {r} of the {total} {unit}, which leaves none; {fix}")
     return r, whole
+
+
+def head_settings(kind: str, heads: int, kv_heads: int) -> list[tuple[str, int, int]]:
+    """Every setting of ``heads:p`` (or ``kv_heads:p``) on a block of ``heads`` query heads in ``kv_heads``
+    groups, fewest removed first: (its shortest pattern, the query heads and key/value groups it leaves)."""
+    g = heads // kv_heads
+    whole = kind == "kv_heads" or g == 1
+    total = kv_heads if whole else g
+    found = []
+    for r in range(1, total):
+        text = short_fraction(
+            Fraction(r, total), lambda p, r=r: head_count(Sparsity(kind, p), heads, kv_heads)[0] == r
+        )
+        left = (heads - r * g, kv_heads - r) if whole else (heads - r * kv_heads, kv_heads)
+        found.append((f"{kind}:{text}", *left))
+    return found
+
+
+def short_fraction(exact: Fraction, same: Callable[[Fraction], bool]) -> str:
+    """The shortest decimal (2 to 6 digits, rounded down) that ``same`` accepts as ``exact``."""
+    for digits in range(2, 7):
+        p = Fraction(math.floor(exact * 10**digits), 10**digits)
+        if p > 0 and same(p):
+            return f"{float(p):g}"
+    return repr(float(exact))

@@ -5,8 +5,9 @@ An **axis** is one structure of a combined recipe: ``depth`` (blocks removed: ``
 blocks), ``heads`` (query heads of each key/value group: ``heads:r/g``, never all of them), ``neurons`` (the
 kept MLP width, every multiple of the width's multiple (``--width-multiple``) down to 40 % of the width)
 and ``vocab`` (tokens removed, ``vocab:0.05`` .. ``vocab:0.6``). Each axis's **settings** are explicit
-patterns in increasing size; a **mix** holds at most one setting per axis and is written as the combined
-recipe that runs it (``depth:3+neurons:0.25+vocab:0.2``).
+patterns in increasing size (the head counts only those the model type's config accepts: transformers
+refuses a Llama whose hidden size is not a multiple of its head count); a **mix** holds at most one setting
+per axis and is written as the combined recipe that runs it (``depth:3+neurons:0.25+vocab:0.2``).
 
 **Predicted parameters**: the model the mix writes built from its config on the meta device (no memory,
 no weights: its blocks, heads, width and vocabulary changed as the pruning changes them) and its parameters
@@ -27,8 +28,10 @@ from thanos.pruning.sparsity import (
     WIDTH_MULTIPLE,
     depth_count,
     head_count,
+    head_settings,
     neuron_count,
     parse_sparsity,
+    short_fraction,
     vocab_count,
     width_multiple,
 )
@@ -58,21 +61,18 @@ class Knobs:
         """The axis's explicit patterns, in increasing size."""
         if axis == "depth":
             return [f"depth:{k}" for k in range(1, max(1, self.blocks // 2) + 1) if k < self.blocks]
-        if axis == "heads":
-            g = self.heads // self.kv_heads
-            total = self.kv_heads if g == 1 else g  # one query head per group: whole groups
-            return [
-                f"heads:{_short(Fraction(r, total), lambda p, r=r: _heads(p, self) == r)}"
-                for r in range(1, total)
-            ]
+        if axis == "heads":  # only the head counts the model type's config accepts
+            settings = head_settings("heads", self.heads, self.kv_heads)
+            return [pattern for pattern, *_ in settings if self.accepts(self.changes({"heads": pattern}))]
         if axis == "neurons":
             step = width_multiple(self.multiple, self.width)
             kept = range(self.width - step, math.ceil(self.width * (1 - MOST_NEURONS)) - 1, -step)
-            return [
-                f"neurons:{_short(Fraction(self.width - w, self.width), lambda p, w=w: self._kept(p) == w)}"
-                for w in kept
-                if w > 0
-            ]
+
+            def kept_width(w: int) -> str:
+                exact = Fraction(self.width - w, self.width)
+                return f"neurons:{short_fraction(exact, lambda p: self._kept(p) == w)}"
+
+            return [kept_width(w) for w in kept if w > 0]
         if axis == "vocab":
             tokens = self.tokens or 0
             return [
@@ -81,6 +81,10 @@ class Knobs:
                 if tokens - math.ceil(p * tokens) >= self.fewest_tokens
             ]
         raise ValueError(f"unknown axis {axis!r}; choose from {', '.join(AXES)}")
+
+    def accepts(self, config: dict[str, Any]) -> bool:
+        """Whether ``config`` (a mix's ``changes``) is one the model type's config class loads."""
+        return _accepts(self.model, json.dumps(config, sort_keys=True))
 
     def _kept(self, p: Fraction) -> int:
         return self.width - neuron_count(p, self.width, self.multiple)
@@ -113,17 +117,11 @@ class Knobs:
         return config
 
 
-def _heads(p: Fraction, knobs: Knobs) -> int:
-    return head_count(parse_sparsity(f"heads:{p}"), knobs.heads, knobs.kv_heads)[0]
+@lru_cache(maxsize=512)
+def _accepts(model: str, config_text: str) -> bool:
+    from thanos.models.heads import config_refusal
 
-
-def _short(exact: Fraction, same: Any) -> str:
-    """The shortest decimal (2 to 6 digits, rounded down) that ``same`` accepts as ``exact``."""
-    for digits in range(2, 7):
-        p = Fraction(math.floor(exact * 10**digits), 10**digits)
-        if p > 0 and same(p):
-            return f"{float(p):g}"
-    return repr(float(exact))
+    return config_refusal(model, json.loads(config_text)) is None
 
 
 @lru_cache(maxsize=512)
