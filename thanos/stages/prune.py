@@ -76,9 +76,11 @@ def prune(
 
         only = mlp_layout(layout, checkpoint).output
     elif sparsity.kind in ("heads", "kv_heads"):
-        from thanos.models.heads import attention_layout
+        from thanos.models.heads import attention_layout, check_config_accepts
 
         attention = attention_layout(model_dir, layout, checkpoint)
+        if recipe.compact:  # a workflow refuses a count the config would in its first job, not its assembly
+            check_config_accepts(model_dir, attention, sparsity)
         only, heads = attention.output, (attention.heads, attention.kv_heads)
     results = []
     current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
