@@ -200,7 +200,7 @@ def test_every_head_count_offered_loads_or_is_refused_at_the_door(
                 refused.append(text)
                 with pytest.raises(OptionError, match=r"refuses \(.*\); the settings it accepts: ") as err:
                     check_expressible(model_dir, attention, parse_sparsity(text))
-                accepted = [f"{t} ({h} heads)" for t, h, _ in offered if t in loads]
+                accepted = [f"{t} ({h} head{'s' * (h != 1)})" for t, h, _ in offered if t in loads]
                 assert str(err.value).endswith(", ".join(accepted) or "none"), str(err.value)
                 continue
             check_expressible(model_dir, attention, parse_sparsity(text))

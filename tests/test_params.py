@@ -350,3 +350,37 @@ def test_a_running_search_holds_its_out_and_its_directory(
     _refused_by(second, shared, proc)
     assert json.loads((shared / "search.json").read_text())["request"] == "params:0.3"
     assert weights(shared) == weights(searched["out"])
+
+
+def test_a_combined_recipe_is_checked_whole_at_the_door(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """Every part of a combined recipe is checked on the input model before the first part runs: a vocab
+    part that removes no token, or on a tokenizer that cannot lose tokens, and a heads part whose count
+    the model type's config refuses are refused in one line naming the whole recipe and the part, with
+    nothing pruned or written; a size leaves out, and says so, the axis the model cannot lose."""
+    import io
+
+    from conftest import make_tiny_model, thanos_here
+
+    options = inputs["options"] | {"workdir": tmp_path / "w"}
+    words = make_tiny_model(tmp_path, "llama", num_blocks=3)  # word-level; hidden 32, 4 heads in 4 groups
+    refusals = [
+        (inputs["model"], "depth:1+vocab:5000", "its part vocab:5000: vocab:5000 keeps 5000 of the model's"),
+        (words, "depth:1+vocab:0.3", "its part vocab:0.3: the tokenizer is WordLevel, not BPE"),
+        (words, "depth:1+heads:0.25", "its part heads:0.25 leaves 3 query heads in 3 key/value groups, which "
+         "the config of model_type 'llama' refuses (The hidden size (32) is not a multiple of the number of "
+         "attention heads (3)); the settings it accepts: heads:0.5 (2 heads), heads:0.75 (1 head)"),
+    ]  # fmt: skip
+    for model, sparsity, message in refusals:
+        with pytest.raises(ValueError) as err:
+            prune_model(model, "thanos", sparsity, out=tmp_path / "out", **options)
+        assert str(err.value).startswith(f"sparsity={sparsity}: {message}"), str(err.value)
+    cli = ["prune-model", "--model", words, "--method", "thanos", "--sparsity", "depth:1+vocab:0.3",
+           "--out", tmp_path / "out", "--calibration", options["calibration"],
+           "--workdir", tmp_path / "w"]  # fmt: skip
+    run = thanos_here(*cli, cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("ERROR: --sparsity depth:1+vocab:0.3: its part vocab:0.3: the tokenizer is")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
+    said = io.StringIO()
+    prune_model(words, "thanos", "params:0.3", out=tmp_path / "out", dry_run=True, stream=said, **options)
+    assert "mixing depth, heads, neurons; not vocab (its tokenizer is not byte-level BPE" in said.getvalue()

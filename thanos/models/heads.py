@@ -235,7 +235,7 @@ def check_config_accepts(model_dir: str | Path, attention: AttentionLayout, patt
         return
     settings = head_settings(pattern.kind, attention.heads, attention.kv_heads)
     accepted = [
-        f"{text} ({left} heads)"
+        f"{text} ({left} head{'s' * (left != 1)})"
         for text, left, groups in settings
         if config_refusal(model_dir, attention.config({}, left, groups)) is None
     ]

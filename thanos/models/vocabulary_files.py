@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from thanos.models.vocabulary import merge_pair
+from thanos.models.vocabulary import BPEVocabulary, merge_pair, minimum_kept, read_bpe
 
 
 def renumbering(kept: Sequence[int]) -> dict[int, int]:
@@ -138,3 +139,35 @@ def llama_cpp_hash(model_dir: str | Path) -> str:
 
     ids = AutoTokenizer.from_pretrained(model_dir).encode(LLAMA_CPP_CHECK_TEXT)
     return hashlib.sha256(str(ids).encode()).hexdigest()
+
+
+def model_vocabulary(model_dir: str | Path) -> BPEVocabulary:
+    """The BPE vocabulary of the model at ``model_dir``: its ``tokenizer.json``, with the special ids of its
+    config and generation config kept; refused in one line where it cannot lose tokens (``read_bpe``)."""
+    model_dir = Path(model_dir)
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        raise ValueError(f"vocab: {model_dir} has no tokenizer.json, so no tokens can be chosen to remove")
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    generation = model_dir / "generation_config.json"
+    special = token_ids(config)
+    if generation.is_file():
+        special += token_ids(json.loads(generation.read_text(encoding="utf-8")))
+    return read_bpe(json.loads(path.read_text(encoding="utf-8")), special)
+
+
+def check_vocab_pattern(model_dir: str | Path, pattern: Any) -> int:
+    """The tokens ``pattern`` (``vocab:N``, ``vocab:p``) keeps of the model at ``model_dir``, refused before
+    anything runs where the tokenizer cannot lose tokens, the count removes none, or it keeps fewer than the
+    special and byte tokens every vocabulary keeps."""
+    from thanos.pruning.sparsity import vocab_count
+
+    vocab = model_vocabulary(model_dir)
+    keep = vocab_count(pattern, vocab.size)
+    fewest = minimum_kept(vocab)
+    if keep < fewest:
+        raise ValueError(
+            f"{pattern} keeps {keep} tokens, fewer than the {fewest} special and byte tokens every "
+            f"vocabulary keeps; keep at least {fewest}"
+        )
+    return keep

@@ -31,14 +31,21 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
 from thanos.files.ledger import Entry, model_identity, remove
-from thanos.runner.checks import checked_distillation, checked_evaluation, model_reference, open_model
+from thanos.runner.checks import (
+    check_structure,
+    checked_distillation,
+    checked_evaluation,
+    model_reference,
+    open_model,
+)
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
-from thanos.runner.vocab import check_vocab, prune_vocab
+from thanos.runner.vocab import check_vocab, check_vocab_model, prune_vocab
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.publish import weight_files
 
@@ -50,7 +57,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run every part of a combined request (``request.recipes``, in the order they run), each on the
     previous part's model; the last writes ``out`` and evaluates, its report recording the whole."""
     reference = model_reference(request.model)
-    _check_last_part(request, reference)
+    _check_at_the_door(request, reference)
     given = request.resources.workdir
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
@@ -102,12 +109,27 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     return result
 
 
-def _check_last_part(request: PruneRequest, reference: str) -> None:
-    """What only the last part reads, checked on the input model before the first part runs: the
-    evaluation's options and texts and the distillation's (each part's own plan checks the rest)."""
+def _check_at_the_door(request: PruneRequest, reference: str) -> None:
+    """The whole recipe checked on the input model before the first part runs: every part's structure
+    (each part changes only its own dimension, so the input model answers for the model it will read: its
+    blocks, head counts its config accepts, MLP, tokenizer and vocabulary), and what only the last part
+    reads: the evaluation's options and texts and the distillation's."""
+    model = open_model(reference)
+    whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
+    for recipe in request.recipes:
+        try:
+            if recipe.sparsity.kind == "vocab":
+                check_vocab_model(reference, recipe.sparsity)
+            else:
+                check_structure(model, recipe)
+        except OptionError as err:  # said of the whole recipe, in the part's words
+            first, *rest = err.problem or ("",)
+            if not isinstance(first, str):
+                first, rest = "", [first, *rest]
+            said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
+            raise OptionError(Option("sparsity", whole), said, *rest) from None
     if request.recipes[-1].sparsity.kind == "vocab":
         check_vocab(request)
-    model = open_model(reference)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
     distill = request.recipes[-1].distill
     if distill is not None:

@@ -78,10 +78,8 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
 
         check_vocab_text(goal.options.vocab_text)
     search = Search(request, dense, _directory(request), stream, execute)
-    say(
-        stream,
-        f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {', '.join(axes)}",
-    )
+    mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
+    say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
@@ -145,12 +143,21 @@ def measure_candidate(
 
 def _axes(goal: Any, dense: Knobs) -> list[str]:
     """The axes the search combines: those asked that the model has."""
-    missing = [axis for axis in goal.axes if not dense.settings(axis)]
+    missing = _missing(goal, dense)
     if goal.given and missing:
-        why = {"vocab": "its tokenizer is not BPE", "depth": "it has one block"}
-        reasons = "; ".join(f"{axis}: {why.get(axis, 'no setting')}" for axis in missing)
+        reasons = "; ".join(f"{axis}: {why}" for axis, why in missing.items())
         raise OptionError(Option("axes", ",".join(goal.axes)), f"the model cannot lose these ({reasons})")
     return [axis for axis in goal.axes if axis not in missing]
+
+
+def _missing(goal: Any, dense: Knobs) -> dict[str, str]:
+    """The axes asked that the model cannot lose, and why."""
+    why = {
+        "vocab": "its tokenizer is not byte-level BPE nor BPE with byte fallback",
+        "depth": "it has one block",
+        "heads": "its config accepts no smaller head count",
+    }
+    return {axis: why.get(axis, "no setting") for axis in goal.axes if not dense.settings(axis)}
 
 
 def _recipes(options: Any, pattern: str) -> tuple[Any, ...]:

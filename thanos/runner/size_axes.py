@@ -74,7 +74,9 @@ class Knobs:
 
             return [kept_width(w) for w in kept if w > 0]
         if axis == "vocab":
-            tokens = self.tokens or 0
+            if not self.tokens:  # a tokenizer that cannot lose tokens offers no setting
+                return []
+            tokens = self.tokens
             return [
                 f"vocab:{float(p):g}"
                 for p in VOCAB_STEPS

@@ -31,8 +31,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary, write_card
 
     model, out = Path(request.model), Path(request.output.out)
-    if not model.is_dir():
-        raise OptionError(Option("model", request.model), " is not a local directory; vocab:N needs one")
+    check_vocab_model(request.model, request.recipes[0].sparsity)
     check_vocab(request)
     try:
         check_vocab_out(out, model)
@@ -76,6 +75,24 @@ def check_vocab_text(text: str | Path) -> None:
         raise OptionError(
             Option("vocab_text", text), "does not exist; give a text/jsonl/parquet file or directory, or c4"
         )
+
+
+def check_vocab_model(model: str, pattern: Any) -> None:
+    """Refuse, before anything runs, a vocab ``pattern`` the model cannot take: not a local directory, a
+    tokenizer that cannot lose tokens, a count that removes none or keeps fewer than the tokens every
+    vocabulary keeps."""
+    from thanos.models.vocabulary_files import check_vocab_pattern
+
+    if not Path(model).is_dir():
+        raise OptionError(
+            Option("model", model),
+            f" is not a local directory; {pattern} rewrites its tokenizer files: download it first (`hf "
+            f"download {model} --local-dir DIR`) and give that directory",
+        )
+    try:
+        check_vocab_pattern(model, pattern)
+    except ValueError as err:
+        raise OptionError(Option("sparsity", str(pattern)), str(err).removeprefix("vocab: ")) from None
 
 
 def check_vocab(request: PruneRequest) -> None:

@@ -26,17 +26,18 @@ import torch
 
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
-from thanos.models.vocabulary import choose_tokens, read_bpe
+from thanos.models.vocabulary import choose_tokens
 from thanos.models.vocabulary_files import (
+    check_vocab_pattern,
     kept_rows,
     llama_cpp_hash,
+    model_vocabulary,
     prune_config,
     prune_tokenizer,
     prune_tokenizer_config,
     renumbering,
-    token_ids,
 )
-from thanos.pruning.sparsity import Sparsity, vocab_count
+from thanos.pruning.sparsity import Sparsity
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +77,15 @@ def prune_vocabulary(
     from transformers import AutoModelForCausalLM
 
     model_dir = Path(model_dir)
+    keep = check_vocab_pattern(model_dir, pattern)
+    vocab = model_vocabulary(model_dir)
     tokenizer_data = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     generation = _read_optional(model_dir / "generation_config.json")
-    vocab = read_bpe(tokenizer_data, token_ids(config) + token_ids(generation or {}))
     dense = Tokenizer.from_str(json.dumps(tokenizer_data))
     encoded = [e.ids for e in dense.encode_batch(list(documents), add_special_tokens=False)]
     used = Counter(i for ids in encoded for i in ids)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").eval()
-    keep = vocab_count(pattern, vocab.size)
     kept = choose_tokens(vocab, keep, used)
     before = sum(p.numel() for p in model.parameters())
     slice_vocabulary(model, kept)
