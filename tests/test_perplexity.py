@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 from pathlib import Path
@@ -134,12 +133,13 @@ def test_max_windows_scores_the_first_windows(tiny, raw_file, tmp_path):
         evaluate_perplexity(str(tiny), source=str(raw_file), max_windows=0, progress=False)
 
 
-def test_missing_data_is_a_clean_error(tiny, tmp_path, caplog):
-    with caplog.at_level(logging.ERROR):
-        argv = ["perplexity", "--model", str(tiny), "--source", str(tmp_path / "nope.raw")]
-        rc = main([*argv, "--out", str(tmp_path / "x.json")])
-    assert rc == 2
-    assert "evaluation data not found" in caplog.text and "wiki.test.raw" in caplog.text
+def test_missing_data_is_a_clean_error(tiny, tmp_path, capsys):
+    """One line naming what is missing and where to get it, whatever stderr is (no traceback, not twice)."""
+    argv = ["perplexity", "--model", str(tiny), "--source", str(tmp_path / "nope.raw")]
+    rc = main([*argv, "--out", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("evaluation data not found") == 1 and "Traceback" not in err, err
+    assert err.rstrip().splitlines()[-1].startswith("ERROR: ") and "wiki.test.raw" in err
     assert not (tmp_path / "x.json").exists()
 
 
