@@ -384,3 +384,38 @@ def test_a_combined_recipe_is_checked_whole_at_the_door(inputs: dict[str, Any], 
     said = io.StringIO()
     prune_model(words, "thanos", "params:0.3", out=tmp_path / "out", dry_run=True, stream=said, **options)
     assert "mixing depth, heads, neurons; not vocab (its tokenizer is not byte-level BPE" in said.getvalue()
+
+
+def test_a_vocabulary_is_replaced_only_with_overwrite(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """An ``out`` holding ``vocab:0.2``'s model: ``vocab:0.3`` (another recipe) and ``depth:1+vocab:0.2``
+    (its last part the same: refused before its first part runs) are refused naming what it holds, and
+    replace it with ``overwrite``; the same recipe writes it again. A combined recipe whose ``out`` holds
+    another result is refused before its first part, whatever its last part."""
+    import io
+    import re
+
+    model, options, out = inputs["model"], inputs["options"], tmp_path / "out"
+    prune_model(model, "thanos", "vocab:0.2", out=out, **options)
+    before = weights(out)
+    for sparsity in ("vocab:0.3", "depth:1+vocab:0.2"):
+        said = io.StringIO()
+        held = r"out=.* holds another pruned vocabulary \(vocab:0.2 chosen by "
+        with pytest.raises(ValueError, match=held):
+            prune_model(model, "thanos", sparsity, out=out, stream=said, **options)
+        assert weights(out) == before and "part 1/2" not in said.getvalue()  # refused before any part
+    prune_model(model, "thanos", "vocab:0.2", out=out, **options)  # its own: written again
+    report = prune_model(model, "thanos", "vocab:0.3", out=out, overwrite=True, **options)
+    assert json.loads((out / "vocabulary.json").read_text())["recipe"] == report["recipe"] == "vocab:0.3"
+    assert weights(out) != before
+    # a combined recipe's --out is checked before its first part, whatever its last part
+    widths = tmp_path / "widths"
+    prune_model(model, "thanos", "depth:1+neurons:0.3", out=widths, **options)
+    refused = {
+        (out, "depth:1+neurons:0.3"): "is not empty and is not a previous result",
+        (widths, "depth:1+neurons:0.5"): "not this run's (recipe depth:1+neurons:0.3 -> depth:1+neurons:0.5)",
+    }
+    for (where, sparsity), message in refused.items():
+        said = io.StringIO()
+        with pytest.raises(ValueError, match=re.escape(message)):
+            prune_model(model, "thanos", sparsity, out=where, stream=said, **options)
+        assert "part 1/2" not in said.getvalue()

@@ -45,9 +45,9 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
-from thanos.runner.vocab import check_vocab, check_vocab_model, prune_vocab
+from thanos.runner.vocab import check_same_vocabulary, check_vocab, check_vocab_model, prune_vocab
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
-from thanos.stages.publish import weight_files
+from thanos.stages.publish import check_out, weight_files
 
 DONE = "done.json"  # the ledger's record of a finished combined recipe (--keep needed)
 RESULT = "result.json"  # what that run returned
@@ -130,11 +130,49 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
             raise OptionError(Option("sparsity", whole), said, *rest) from None
     if request.recipes[-1].sparsity.kind == "vocab":
         check_vocab(request)
+    if not request.output.overwrite:
+        _check_out(request, reference, whole)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
     distill = request.recipes[-1].distill
     if distill is not None:
         distill = checked_distillation(distill, model.max_positions)
     check_texts(reference, evaluation, distill, model.max_positions)
+
+
+def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
+    """Refuse an ``--out`` holding another result before the first part runs (the last part's own check
+    would come after the others ran): a foreign directory, or the model of another recipe, input model or
+    distillation (this recipe's own is written again)."""
+    out, last = Path(request.output.out), request.recipes[-1]
+    if last.sparsity.kind == "vocab":
+        text = last.vocab_text or request.calibration.calibration
+        check_same_vocabulary(out, whole, str(text))
+        return
+    check_out(out)
+    try:
+        report = json.loads((out / "pruning_report.json").read_text())
+        combined = (report.get("workflow") or {}).get("combined") or {}
+        holds = {
+            "recipe": combined.get("sparsity", report["recipe"]["name"]),
+            "model": combined.get("base_model", report["model"]["path"]),
+            "last part": report["recipe"]["name"],
+            "distilled": bool(report.get("distillation")),
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # new, or unreadable: the last part's own check names it
+    wanted = {"recipe": whole, "model": reference, "last part": last.pruned.name}
+    wanted["distilled"] = bool(last.distill)
+    why = next((f"{key} {holds[key]} -> {wanted[key]}" for key in holds if holds[key] != wanted[key]), None)
+    if why is not None:
+        raise OptionError(
+            Option("out", str(out)),
+            f" holds another pruned model ({holds['recipe']} of {holds['model']}), not this run's ({why}); "
+            "give another ",
+            Option("out"),
+            ", or ",
+            Option("overwrite"),
+            " to replace it",
+        )
 
 
 def _inputs(request: PruneRequest, reference: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ tokens: ``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,14 +39,17 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     except ValueError as err:
         raise OptionError(Option("out", str(out)), str(err).split(" ", 2)[2]) from None
     text = request.recipes[0].vocab_text or request.calibration.calibration
-    documents = text_documents(text, request.calibration.text_field)
     pattern = request.recipes[0].sparsity
+    whole = request.part_of["sparsity"] if request.part_of is not None else str(pattern)
+    if not request.output.overwrite:
+        check_same_vocabulary(out, whole, str(text))
+    documents = text_documents(text, request.calibration.text_field)
     say(stream, f"{pattern}: the tokens chosen by {text} ({len(documents):,} documents)")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(out), "workdir": None}
     device = str(resolve_device(request.resources.device))
-    report = prune_vocabulary(model, out, pattern, documents, str(text))
+    report = prune_vocabulary(model, out, pattern, documents, str(text), whole)
     say(stream, summary(report, out))
     if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
         _card_of_combined(out, request.part_of)
@@ -74,6 +78,26 @@ def check_vocab_text(text: str | Path) -> None:
     if str(text).lower() != "c4" and not Path(text).exists():
         raise OptionError(
             Option("vocab_text", text), "does not exist; give a text/jsonl/parquet file or directory, or c4"
+        )
+
+
+def check_same_vocabulary(out: Path, recipe: str, text: str) -> None:
+    """Refuse an ``out`` holding the vocabulary of another recipe or text (replaced only with
+    ``--overwrite``, as another recipe's model is); this recipe's own is written again."""
+    try:
+        held = json.loads((out / "vocabulary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    holds = (held.get("recipe") or held.get("sparsity"), held.get("text"))
+    if holds != (recipe, text):
+        raise OptionError(
+            Option("out", str(out)),
+            f" holds another pruned vocabulary ({holds[0]} chosen by {holds[1]}), not this run's ({recipe} "
+            f"chosen by {text}); give another ",
+            Option("out"),
+            ", or ",
+            Option("overwrite"),
+            " to replace it",
         )
 
 

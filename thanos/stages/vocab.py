@@ -70,9 +70,11 @@ def prune_vocabulary(
     pattern: Sparsity,
     documents: Sequence[str],
     text_name: str,
+    recipe: str | None = None,
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
-    ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``)."""
+    ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``).
+    ``recipe``: the whole recipe whose last part this is (default ``pattern``), recorded as ``recipe``."""
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -99,6 +101,7 @@ def prune_vocabulary(
     report = {
         "structure": "vocab",
         "sparsity": str(pattern),
+        "recipe": recipe or str(pattern),
         "text": text_name,
         "tokenizer": vocab.kind,
         "tokens_before": vocab.size,
