@@ -23,7 +23,7 @@ import pkgutil
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -143,8 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    with _sigterm_as_interrupt():  # ends as Ctrl-C does: finished work kept, the resume line
+        return _run(argv, command, verbose)
+
+
+def _run(argv: list[str], command: str | None, verbose: bool) -> int:
+    """The command's exit status: 0, ``EXIT_ERROR`` after its one ``ERROR:`` line, or an interruption's."""
     args = None
-    signal.signal(signal.SIGTERM, _terminate)  # ends as Ctrl-C does: finished work kept, the resume line
     try:
         parser = build_parser(command)
         args, extra = parser.parse_known_args(argv)
@@ -162,9 +167,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) where the command is, for the duration (the
+    handler before restored after: ``main`` also runs inside other processes, a test's or a job worker's);
+    nothing where signals cannot be handled (another thread than the main one)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _terminate(_signum: int, _frame: object) -> None:
-    """SIGTERM's handler: raise ``Terminated`` (a ``KeyboardInterrupt``) where the command is; a second
-    one while it stops is ignored (the first one's cleanup finishes)."""
+    """SIGTERM's handler: raise ``Terminated``; a second one while the command stops is ignored (the first
+    one's cleanup finishes)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated
 
