@@ -320,7 +320,9 @@ def test_a_running_search_holds_its_out_and_its_directory(
     """``params:0.3`` running (a process of its own, stopped once its search holds its directory): a second
     size on its ``--out`` exits 2 in one ERROR line naming it; ``thanos workdirs`` lists its search
     directory in use by its pid, ``--delete-all`` leaves that directory and ``--delete`` refuses it; let go
-    on, the search finishes and writes the model the in-process search wrote."""
+    on, the search finishes and writes the model the in-process search wrote, and ``thanos workdirs`` lists
+    it finished, with its calibration."""
+    import itertools
     import os
 
     from conftest import stopped_holding, thanos_here
@@ -349,6 +351,10 @@ def test_a_running_search_holds_its_out_and_its_directory(
     assert one.returncode == 2 and f"a run is using it now (pid {proc.pid} (thanos" in one.stderr, one.stderr
     _refused_by(second, shared, proc)
     assert json.loads((shared / "search.json").read_text())["request"] == "params:0.3"
+    after = thanos_here("workdirs", "--root", root, cwd=tmp_path).stdout.split(search.name)[1].splitlines()
+    block = "\n".join([after[0], *itertools.takewhile(lambda line: line.startswith(" " * 12), after[1:])])
+    assert "recipes params:0.3;" in block and "unfinished" not in block, block
+    assert f"calibration 8 x 32 of {inputs['options']['calibration']}" in block, block
     assert weights(shared) == weights(searched["out"])
 
 
@@ -419,3 +425,19 @@ def test_a_vocabulary_is_replaced_only_with_overwrite(inputs: dict[str, Any], tm
         with pytest.raises(ValueError, match=re.escape(message)):
             prune_model(model, "thanos", sparsity, out=where, stream=said, **options)
         assert "part 1/2" not in said.getvalue()
+
+
+def test_a_size_beyond_the_reach_of_its_axes_is_refused(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """``params:0.99`` is refused before anything runs (a dry run too), naming the most the axes remove
+    together and the size to ask for, which passes."""
+    import io
+    import re
+
+    options = inputs["options"] | {"workdir": tmp_path / "w", "dry_run": True, "stream": io.StringIO()}
+    most_of = r"and the most depth, heads, neurons, vocab can remove is [\d,]+ \([\d.]+ %: depth:1\+heads:"
+    with pytest.raises(ValueError, match=r"sparsity=params:0.99 asks for .* " + most_of) as err:
+        prune_model(inputs["model"], "thanos", "params:0.99", out=tmp_path / "out", **options)
+    most = re.search(r"ask for (params:[\d.]+) or less, or allow more axes", str(err.value))
+    assert most is not None, str(err.value)
+    prune_model(inputs["model"], "thanos", most.group(1), out=tmp_path / "out", **options)
+    assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()

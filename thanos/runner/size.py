@@ -52,8 +52,8 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_choice import choose, first_round
-from thanos.runner.workdirs import default_root, model_slug, record_run, slug
+from thanos.runner.size_choice import choose, first_round, most_removed
+from thanos.runner.workdirs import default_root, model_slug, record_finished, record_run, slug
 
 SEARCH = "search.json"
 Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
@@ -73,6 +73,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     axes = _axes(goal, dense)
     parameters = stored_parameters(model)
     target = math.ceil(goal.p * parameters)
+    check_reachable(goal, dense, axes, parameters, target)
     if goal.options.vocab_text is not None:
         from thanos.runner.vocab import check_vocab_text
 
@@ -87,6 +88,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         search.prepare()
         chosen = choose(dense, axes, target, parameters, search.candidate)
         record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
+        record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
     say(stream, f"{goal}: chose {chosen} ({_measured_text(record['candidates'], chosen)}); writing it")
     began = time.monotonic()
     options = goal.options
@@ -115,8 +117,23 @@ def planned_candidates(request: PruneRequest) -> list[str]:
     from thanos.evaluation.heldout import stored_parameters
 
     dense = knobs(request.model, goal.options.width_multiple)
-    target = math.ceil(goal.p * stored_parameters(request.model))
-    return [recipe_of(mix) for mix in first_round(dense, _axes(goal, dense), target)]
+    parameters = stored_parameters(request.model)
+    target, axes = math.ceil(goal.p * parameters), _axes(goal, dense)
+    check_reachable(goal, dense, axes, parameters, target)
+    return [recipe_of(mix) for mix in first_round(dense, axes, target)]
+
+
+def check_reachable(goal: Any, dense: Knobs, axes: list[str], parameters: int, target: int) -> None:
+    """Refuse, before anything is pruned, a size beyond the most the axes can remove, naming that most."""
+    most, mix = most_removed(dense, axes)
+    if target > most:
+        fraction = math.floor(100 * most / parameters) / 100
+        raise OptionError(
+            Option("sparsity", str(goal)),
+            f" asks for {target:,} of the {parameters:,} parameters, and the most {', '.join(axes)} can "
+            f"remove is {most:,} ({100 * most / parameters:.1f} %: {mix}); ask for params:{fraction:g} or "
+            "less, or allow more axes (--axes)",
+        )
 
 
 def candidate_name(pattern: str) -> str:

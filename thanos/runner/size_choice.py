@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from thanos.runner.size_axes import Knobs
+from thanos.runner.size_axes import Knobs, recipe_of
 
 Measure = Callable[[dict[str, str]], dict[str, Any]]
 # each axis measured at its settings nearest these fractions of the target: a quarter too, because every
@@ -51,6 +51,13 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
             "or allow more axes (--axes)"
         )
     return min(found, key=lambda m: (m["loss"], m["removed"]))["recipe"]
+
+
+def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
+    """The most parameters the axes can remove together, and the mix that removes them (each axis at its
+    largest setting), predicted before anything is pruned."""
+    mix = {axis: dense.settings(axis)[-1] for axis in axes if dense.settings(axis)}
+    return dense.predicted({}) - dense.predicted(mix), recipe_of(mix)
 
 
 def first_round(dense: Knobs, axes: list[str], target: int) -> list[dict[str, str]]:

@@ -65,16 +65,26 @@ def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: s
         previous = json.loads(path.read_text())
     except (OSError, ValueError):
         previous = {}
+    previous = previous if isinstance(previous, dict) else {}
     recipes = list(dict.fromkeys([*previous.get("recipes", []), recipe]))
     write_json(
         path,
-        {
+        previous
+        | {
             "model": model,
             "calibration": calibration,
             "recipes": recipes,
             "last_run": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
     )
+
+
+def record_finished(workdir: Path, recipe: str) -> None:
+    """Record in ``workdir``'s record that ``recipe`` finished there (a size's search: its directory holds
+    no assembled model to tell it by)."""
+    record = json.loads((workdir / RECORD).read_text())
+    done = list(dict.fromkeys([*record.get("finished", []), recipe]))
+    write_json(workdir / RECORD, record | {"finished": done})
 
 
 def recorded_recipes(workdir: Path) -> list[str]:
@@ -86,9 +96,13 @@ def recorded_recipes(workdir: Path) -> list[str]:
 
 
 def finished(workdir: Path, recipe: str) -> bool:
-    """Whether ``recipe`` finished in ``workdir``: its model was assembled (``pruning_report.json``; kept
-    when the model went to ``--out``)."""
-    return any((workdir / "results").glob(f"*/{recipe}/model/pruning_report.json"))
+    """Whether ``recipe`` finished in ``workdir``: recorded so (``record_finished``), or its model was
+    assembled (``pruning_report.json``; kept when the model went to ``--out``)."""
+    try:
+        recorded = recipe in json.loads((workdir / RECORD).read_text()).get("finished", [])
+    except (OSError, ValueError, AttributeError):
+        recorded = False
+    return recorded or any((workdir / "results").glob(f"*/{recipe}/model/pruning_report.json"))
 
 
 def unfinished(workdir: Path) -> list[str]:
