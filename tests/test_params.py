@@ -441,3 +441,25 @@ def test_a_size_beyond_the_reach_of_its_axes_is_refused(inputs: dict[str, Any], 
     assert most is not None, str(err.value)
     prune_model(inputs["model"], "thanos", most.group(1), out=tmp_path / "out", **options)
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_candidate_says_how_to_resume(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """SIGTERM while the search measures its first candidate: the terminal's last line names the candidate
+    and how to resume (it was said only in the candidate's ``run.log``), exit status 143."""
+    import signal
+    import time
+
+    proc = _popen(_command(inputs, "params:0.3", tmp_path / "out", "--workdir", tmp_path / "work"))
+    logs = tmp_path / "work" / "search" / "candidates"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not any(logs.glob("*/run.log")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    terminal = proc.communicate(timeout=300)[0].decode()
+    last = terminal.rstrip().splitlines()[-1]
+    assert proc.returncode == 143, terminal[-3000:]
+    assert last.startswith("terminated (SIGTERM) while measuring the candidate ") and last.endswith(
+        "the candidates measured are kept; run the same command to resume"
+    ), terminal[-3000:]
+    assert "Traceback" not in terminal

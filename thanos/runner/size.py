@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from thanos.errors import Option, OptionError
+from thanos.errors import Option, OptionError, interruption
 from thanos.events import SearchCandidate, clock_text
 from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
@@ -300,15 +300,11 @@ class Search:
         try:
             with (place / "run.log").open("w") as log:
                 self.execute(part, log)
+        except KeyboardInterrupt as err:  # before the candidate's steps began (their own say it in its log)
+            word, status = interruption(err)
+            raise self._said(pattern, place, RunFailed(word, interrupted=True, status=status)) from None
         except RunFailed as err:  # said in the candidate's log: said here too, in one line
-            line = (
-                f"{err} while measuring the candidate {pattern}: the candidates measured are kept; run the "
-                "same command to resume"
-                if err.interrupted
-                else f"ERROR: the candidate {pattern} failed: {err} (its log: {place / 'run.log'})"
-            )
-            say(self.stream, line)
-            raise
+            raise self._said(pattern, place, err)  # noqa: B904 - its own cause kept
         device = "cuda" if request.resources.device.startswith("cuda") else "cpu"
         measured = measure(request.model, model, self.texts, device)
         counted, dense = stored_parameters(model), stored_parameters(request.model)
@@ -323,6 +319,17 @@ class Search:
             **measured,
             "seconds": round(time.monotonic() - began, 1),
         }
+
+    def _said(self, pattern: str, place: Path, err: RunFailed) -> RunFailed:
+        """``err`` (the candidate ``pattern``'s run stopped), said on the terminal in one line."""
+        line = (
+            f"{err} while measuring the candidate {pattern}: the candidates measured are kept; run the same "
+            "command to resume"
+            if err.interrupted
+            else f"ERROR: the candidate {pattern} failed: {err} (its log: {place / 'run.log'})"
+        )
+        say(self.stream, line)
+        return err
 
     def record(
         self, goal: Any, axes: list[str], parameters: int, target: int, chosen: str, seconds: float
