@@ -463,3 +463,21 @@ def test_an_interrupted_candidate_says_how_to_resume(inputs: dict[str, Any], tmp
         "the candidates measured are kept; run the same command to resume"
     ), terminal[-3000:]
     assert "Traceback" not in terminal
+
+
+def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path) -> None:
+    """The dry run of a size (and its run) says what it will measure: its first candidates, each axis
+    alone; in the working directory of a finished search, that an earlier run measured them all, and the
+    time the rest takes at the seconds a candidate took there."""
+    import io
+
+    for workdir, earlier in ((tmp_path / "w", False), (searched["root"] / "work", True)):
+        said = io.StringIO()
+        prune_model(inputs["model"], "thanos", "params:0.3", out=tmp_path / "out", workdir=workdir,
+                    dry_run=True, stream=said, **inputs["options"])  # fmt: skip
+        plan = said.getvalue().splitlines()[1]
+        count = int(plan.split("measures ")[1].split(" ")[0])
+        assert plan.startswith(f"params:0.3: measures {count} candidates first, each axis alone (depth:1, ")
+        assert (f"; {count} of the {count} were measured by an earlier run in " in plan) == earlier, plan
+        assert ("the rest takes up to about" in plan) == earlier, plan
+    assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()

@@ -52,7 +52,7 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_choice import choose, first_round, most_removed
+from thanos.runner.size_choice import TRIES, choose, first_round, most_removed
 from thanos.runner.workdirs import default_root, model_slug, record_finished, record_run, slug
 
 SEARCH = "search.json"
@@ -81,6 +81,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     search = Search(request, dense, _directory(request), stream, execute)
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
+    say(stream, f"{goal}: {search.plan(axes, target)}")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
@@ -241,6 +242,29 @@ class Search:
         windows = max(1, calibration.nsamples // 4)
         self.texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
                                     calibration.seed)  # fmt: skip
+
+    def plan(self, axes: list[str], target: int) -> str:
+        """What the search will measure: its first candidates, those an earlier run measured here, and the
+        time they would take at the seconds a candidate took here (when any did)."""
+        first = [recipe_of(mix) for mix in first_round(self.dense, axes, target)]
+        earlier = []
+        for pattern in first:
+            try:
+                earlier.append(json.loads((self.place(pattern) / "measurement.json").read_text())["seconds"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        text = (
+            f"measures {len(first)} candidates first, each axis alone ({', '.join(first)}), then up to "
+            f"{TRIES} mixes they lead to"
+        )
+        if earlier:
+            left = len(first) - len(earlier) + TRIES
+            text += (
+                f"; {len(earlier)} of the {len(first)} were measured by an earlier run in {self.root} (kept "
+                f"while their inputs are unchanged); at the {sum(earlier) / len(earlier):.0f} s a candidate "
+                f"took there, the rest takes up to about {clock_text(left * sum(earlier) / len(earlier))}"
+            )
+        return text
 
     def _inputs(self, pattern: str) -> dict[str, Any]:
         """What a candidate's measurement was computed from, as the ledger records it."""
