@@ -146,7 +146,7 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
     out, last = Path(request.output.out), request.recipes[-1]
     if last.sparsity.kind == "vocab":
         text = last.vocab_text or request.calibration.calibration
-        check_same_vocabulary(out, whole, str(text))
+        check_same_vocabulary(out, whole, str(last.sparsity), str(text))
         return
     check_out(out)
     try:

@@ -42,7 +42,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     pattern = request.recipes[0].sparsity
     whole = request.part_of["sparsity"] if request.part_of is not None else str(pattern)
     if not request.output.overwrite:
-        check_same_vocabulary(out, whole, str(text))
+        check_same_vocabulary(out, whole, str(pattern), str(text))
     documents = text_documents(text, request.calibration.text_field)
     say(stream, f"{pattern}: the tokens chosen by {text} ({len(documents):,} documents)")
     if request.dry_run:
@@ -81,15 +81,16 @@ def check_vocab_text(text: str | Path) -> None:
         )
 
 
-def check_same_vocabulary(out: Path, recipe: str, text: str) -> None:
-    """Refuse an ``out`` holding the vocabulary of another recipe or text (replaced only with
-    ``--overwrite``, as another recipe's model is); this recipe's own is written again."""
+def check_same_vocabulary(out: Path, recipe: str, part: str, text: str) -> None:
+    """Refuse an ``out`` holding the vocabulary of another ``recipe`` (whose last part is ``part``) or
+    ``text`` (replaced only with ``--overwrite``, as another recipe's model is); this recipe's own is
+    written again. A result of an earlier version records no recipe: its part is compared."""
     try:
         held = json.loads((out / "vocabulary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     holds = (held.get("recipe") or held.get("sparsity"), held.get("text"))
-    if holds != (recipe, text):
+    if holds != (recipe if "recipe" in held else part, text):
         raise OptionError(
             Option("out", str(out)),
             f" holds another pruned vocabulary ({holds[0]} chosen by {holds[1]}), not this run's ({recipe} "
