@@ -478,6 +478,25 @@ def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], 
         plan = said.getvalue().splitlines()[1]
         count = int(plan.split("measures ")[1].split(" ")[0])
         assert plan.startswith(f"params:0.3: measures {count} candidates first, each axis alone (depth:1, ")
+        assert count > 1
         assert (f"; {count} of the {count} were measured by an earlier run in " in plan) == earlier, plan
         assert ("the rest takes up to about" in plan) == earlier, plan
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_new_search_names_the_option_that_changed(
+    inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A size run again with another option searches in a new directory: it says which option changed
+    since the earlier search, names that directory and how to delete it."""
+    import io
+
+    root, options = tmp_path / "root", inputs["options"] | {"axes": "depth"}
+    monkeypatch.setenv("THANOS_WORKDIR", str(root))
+    prune_model(inputs["model"], "thanos", "params:0.2", out=tmp_path / "a", **options)
+    (earlier,) = [path.name for path in root.glob("*-search-*")]
+    said = io.StringIO()
+    options |= {"damp": 0.02, "stream": said}
+    prune_model(inputs["model"], "thanos", "params:0.2", out=tmp_path / "b", **options)
+    assert f"option damp null -> 0.02 since the search in {earlier} (" in said.getvalue(), said.getvalue()
+    assert f"`thanos workdirs --delete {earlier}` deletes it" in said.getvalue()

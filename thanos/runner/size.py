@@ -48,12 +48,20 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
 from thanos.files.locks import shared_workdir
+from thanos.labels import counted
 from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
 from thanos.runner.size_choice import TRIES, choose, first_round, most_removed
-from thanos.runner.workdirs import default_root, model_slug, record_finished, record_run, slug
+from thanos.runner.workdirs import (
+    default_root,
+    model_slug,
+    record_finished,
+    record_run,
+    record_search_key,
+    slug,
+)
 
 SEARCH = "search.json"
 Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
@@ -85,8 +93,12 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
+    if (note := _other_search(request, search.root)) is not None:
+        say(stream, f"{goal}: {note}")
     with shared_workdir(search.root):  # in use: ``thanos workdirs`` deletes it not
         search.prepare()
+        if not request.resources.workdir:  # what its key was computed from: a later search names its change
+            record_search_key(search.root, _key(request))
         chosen = choose(dense, axes, target, parameters, search.candidate)
         record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
@@ -189,11 +201,46 @@ def _directory(request: PruneRequest) -> Path:
     the model, the calibration and the recipe options."""
     if request.resources.workdir:
         return Path(request.resources.workdir).expanduser().resolve() / "search"
-    options = dataclasses.asdict(dataclasses.replace(request.size.options, sparsity=""))  # type: ignore[union-attr]
-    options.pop("vocab_text")  # a vocabulary candidate's inputs name its text: the others serve any text
-    key = [request.model, dataclasses.asdict(request.calibration), options]
-    name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    key = _key(request)
+    listed = [request.model, key["calibration"], key["options"]]
+    name = hashlib.sha256(json.dumps(listed, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return default_root() / f"{model_slug(request.model)}-search-{name}"
+
+
+def _key(request: PruneRequest) -> dict[str, Any]:
+    """What a search's default directory is keyed by, besides the model: the calibration and the recipe
+    options (not ``vocab_text``: a vocabulary candidate's inputs name its text, the others serve any)."""
+    options = dataclasses.asdict(dataclasses.replace(request.size.options, sparsity=""))  # type: ignore[union-attr]
+    options.pop("vocab_text")
+    return {"calibration": dataclasses.asdict(request.calibration), "options": options}
+
+
+def _other_search(request: PruneRequest, root: Path) -> str | None:
+    """When ``root`` is a new default search directory: the line naming the latest other search of the same
+    model under the working directory root, the option that differs and how to delete it; else None."""
+    from thanos.files.ledger import difference
+    from thanos.runner.disk import size_text
+    from thanos.stages.provenance import path_bytes
+
+    if request.resources.workdir or root.exists():
+        return None
+    found = []
+    for other in root.parent.glob(f"{model_slug(request.model)}-search-*"):
+        try:
+            record = json.loads((other / "workdir.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("model") == request.model and "search_key" in record:
+            found.append((record.get("last_run", ""), other, record["search_key"]))
+    if not found:
+        return None
+    _, other, recorded = max(found, key=lambda item: item[0])
+    why = difference(recorded, _key(request)) or "another key"
+    size = size_text(path_bytes(other))
+    return (
+        f"a new search in {root.name}: {why} since the search in {other.name} ({size}; its candidates serve "
+        f"only its options: `thanos workdirs --delete {other.name}` deletes it)"
+    )
 
 
 @dataclasses.dataclass
@@ -253,9 +300,10 @@ class Search:
                 earlier.append(json.loads((self.place(pattern) / "measurement.json").read_text())["seconds"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
+        candidates = counted(len(first), "candidate")
         text = (
-            f"measures {len(first)} candidates first, each axis alone ({', '.join(first)}), then up to "
-            f"{TRIES} mixes they lead to"
+            f"measures {candidates} first, each axis alone ({', '.join(first)}), then up to {TRIES} mixes "
+            "they lead to"
         )
         if earlier:
             left = len(first) - len(earlier) + TRIES

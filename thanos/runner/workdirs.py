@@ -87,6 +87,13 @@ def record_finished(workdir: Path, recipe: str) -> None:
     write_json(workdir / RECORD, record | {"finished": done})
 
 
+def record_search_key(workdir: Path, key: dict[str, Any]) -> None:
+    """Record in a size's search directory what its name's hash was computed from (the calibration and the
+    options), so that a search of other options names the one that changed."""
+    record = json.loads((workdir / RECORD).read_text())
+    write_json(workdir / RECORD, record | {"search_key": key})
+
+
 def recorded_recipes(workdir: Path) -> list[str]:
     """The recipes ``workdir``'s record says were run there (finished or not)."""
     try:
