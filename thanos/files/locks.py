@@ -82,37 +82,37 @@ def holder(path: Path) -> str | None:
 def exclusive_workdir(workdir: Path, option: str = "--workdir") -> Iterator[None]:
     """Hold ``workdir/.thanos-run.lock`` (flock) for the duration; refuse if another run holds it, naming
     the holder and ``option`` (the one that gives another directory)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / LOCK_NAME
-    with path.open("a+") as handle:
-        if not _try_lock(handle, fcntl.LOCK_EX):
-            raise ValueError(
-                f"working directory {workdir} is in use by {_written_owner(path)}; wait for it to finish, "
-                f"or give another {option}"
-            )
-        _claim(handle)
+    with _held_workdir(workdir, fcntl.LOCK_EX, f", or give another {option}") as handle:
         try:
             yield
         finally:
             handle.truncate(0)
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
 def shared_workdir(workdir: Path) -> Iterator[None]:
     """Hold ``workdir``'s lock shared for the duration: other shared holders run beside this one, an
     exclusive one (a run of its own there, ``thanos workdirs --delete``) is refused while it is held, and
-    refuses this one while it holds it."""
+    refuses this one while it holds it. The holder named is the last one that came (the file is not
+    cleared on release: others may still hold it)."""
+    with _held_workdir(workdir, fcntl.LOCK_SH, ""):
+        yield
+
+
+@contextlib.contextmanager
+def _held_workdir(workdir: Path, mode: int, fix: str) -> Iterator[IO[str]]:
+    """``workdir``'s lock held in ``mode`` and naming this process, its handle yielded; refused (ValueError
+    naming the holder, then ``fix``) while another holds it in a mode that excludes this one."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / LOCK_NAME
     with path.open("a+") as handle:
-        if not _try_lock(handle, fcntl.LOCK_SH):
+        if not _try_lock(handle, mode):
             raise ValueError(
-                f"working directory {workdir} is in use by {_written_owner(path)}; wait for it to finish"
+                f"working directory {workdir} is in use by {_written_owner(path)}; wait for it to finish{fix}"
             )
-        _claim(handle)  # the holder named: the last one that came (the file is not cleared on release)
+        _claim(handle)
         try:
-            yield
+            yield handle
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

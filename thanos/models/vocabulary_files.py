@@ -160,9 +160,14 @@ def check_vocab_pattern(model_dir: str | Path, pattern: Any) -> int:
     """The tokens ``pattern`` (``vocab:N``, ``vocab:p``) keeps of the model at ``model_dir``, refused before
     anything runs where the tokenizer cannot lose tokens, the count removes none, or it keeps fewer than the
     special and byte tokens every vocabulary keeps."""
+    return kept_count(model_vocabulary(model_dir), pattern)
+
+
+def kept_count(vocab: BPEVocabulary, pattern: Any) -> int:
+    """The tokens ``pattern`` keeps of ``vocab``; refused where it removes none or keeps fewer than the
+    special and byte tokens every vocabulary keeps."""
     from thanos.pruning.sparsity import vocab_count
 
-    vocab = model_vocabulary(model_dir)
     keep = vocab_count(pattern, vocab.size)
     fewest = minimum_kept(vocab)
     if keep < fewest:

@@ -484,12 +484,18 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
     except (OSError, ValueError, KeyError, TypeError):
         holds, why = {"model": "?", "recipe": "an unreadable report", "distilled": False}, "unreadable"
     if why is not None:
-        raise OptionError(
-            Option("out", str(out)),
-            f" holds another pruned model ({holds['recipe']}{' distilled' * holds['distilled']} of "
-            f"{holds['model']}), not this run's ({why}); give another ",
-            Option("out"),
-            ", or ",
-            Option("overwrite"),
-            " to replace it",
-        )
+        what = f"{holds['recipe']}{' distilled' * holds['distilled']} of {holds['model']}"
+        raise holds_another(out, f"pruned model ({what})", why)
+
+
+def holds_another(out: Path, what: str, why: str) -> OptionError:
+    """The refusal of an ``out`` that holds ``what`` (another pruned model, another vocabulary), not this
+    run's (``why``: the first difference): replaced only with ``--overwrite``."""
+    return OptionError(
+        Option("out", str(out)),
+        f" holds another {what}, not this run's ({why}); give another ",
+        Option("out"),
+        ", or ",
+        Option("overwrite"),
+        " to replace it",
+    )

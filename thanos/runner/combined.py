@@ -33,11 +33,12 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
-from thanos.files.ledger import Entry, model_identity, remove
+from thanos.files.ledger import Entry, difference, model_identity, remove
 from thanos.runner.checks import (
     check_structure,
     checked_distillation,
     checked_evaluation,
+    holds_another,
     model_reference,
     open_model,
 )
@@ -161,18 +162,9 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return  # new, or unreadable: the last part's own check names it
     wanted = {"recipe": whole, "model": reference, "last part": last.pruned.name}
-    wanted["distilled"] = bool(last.distill)
-    why = next((f"{key} {holds[key]} -> {wanted[key]}" for key in holds if holds[key] != wanted[key]), None)
+    why = difference(holds, wanted | {"distilled": bool(last.distill)})
     if why is not None:
-        raise OptionError(
-            Option("out", str(out)),
-            f" holds another pruned model ({holds['recipe']} of {holds['model']}), not this run's ({why}); "
-            "give another ",
-            Option("out"),
-            ", or ",
-            Option("overwrite"),
-            " to replace it",
-        )
+        raise holds_another(out, f"pruned model ({holds['recipe']} of {holds['model']})", why)
 
 
 def _inputs(request: PruneRequest, reference: str) -> dict[str, Any]:

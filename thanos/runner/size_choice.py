@@ -56,7 +56,7 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
 def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
     """The most parameters the axes can remove together, and the mix that removes them (each axis at its
     largest setting), predicted before anything is pruned."""
-    mix = {axis: dense.settings(axis)[-1] for axis in axes if dense.settings(axis)}
+    mix = {axis: settings[-1] for axis in axes if (settings := dense.settings(axis))}
     return dense.predicted({}) - dense.predicted(mix), recipe_of(mix)
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files import digests
+from thanos.runner.checks import holds_another
 from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
 from thanos.stages.common import resolve_device
@@ -91,15 +92,8 @@ def check_same_vocabulary(out: Path, recipe: str, part: str, text: str) -> None:
         return
     holds = (held.get("recipe") or held.get("sparsity"), held.get("text"))
     if holds != (recipe if "recipe" in held else part, text):
-        raise OptionError(
-            Option("out", str(out)),
-            f" holds another pruned vocabulary ({holds[0]} chosen by {holds[1]}), not this run's ({recipe} "
-            f"chosen by {text}); give another ",
-            Option("out"),
-            ", or ",
-            Option("overwrite"),
-            " to replace it",
-        )
+        what = f"pruned vocabulary ({holds[0]} chosen by {holds[1]})"
+        raise holds_another(out, what, f"{recipe} chosen by {text}")
 
 
 def check_vocab_model(model: str, pattern: Any) -> None:

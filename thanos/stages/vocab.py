@@ -28,7 +28,7 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.models.vocabulary import choose_tokens
 from thanos.models.vocabulary_files import (
-    check_vocab_pattern,
+    kept_count,
     kept_rows,
     llama_cpp_hash,
     model_vocabulary,
@@ -79,8 +79,8 @@ def prune_vocabulary(
     from transformers import AutoModelForCausalLM
 
     model_dir = Path(model_dir)
-    keep = check_vocab_pattern(model_dir, pattern)
     vocab = model_vocabulary(model_dir)
+    keep = kept_count(vocab, pattern)
     tokenizer_data = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     generation = _read_optional(model_dir / "generation_config.json")
