@@ -28,6 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+from helpers.cpu import Recorder  # noqa: E402
 
 from thanos.demo.tiny import FAMILIES, build_tiny_model  # noqa: E402
 
@@ -138,6 +139,32 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+_CPU: list[Recorder] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``THANOS_TEST_CPU=FILE`` (``bench/suite_cpu.py``), record each test's CPU seconds into FILE."""
+    if path := os.environ.get("THANOS_TEST_CPU"):
+        _CPU.append(Recorder(Path(path), controller=not hasattr(config, "workerinput")))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if not _CPU:
+        return (yield)
+    measure = _CPU[0].measure(item.nodeid)
+    next(measure)
+    try:
+        return (yield)
+    finally:
+        next(measure, None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _CPU:
+        _CPU[0].finish(session.testscollected)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
