@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.models import (
+    OPTIONS,
+    dense_stores,
+    skipped_logits,
+)
 from safetensors.torch import load_file
-from test_compact import OPTIONS
-from test_depth import skipped_logits
 from transformers import AutoModelForCausalLM
 
-from thanos.data.storage import write_activations
 from thanos.demo.tested_models import TESTED_MODELS
 from thanos.demo.tiny import build_tiny_model
 from thanos.models import ModelHandle
@@ -79,40 +81,6 @@ def test_the_fit_is_the_least_squares_optimum_and_its_error_is_exact() -> None:
 def test_runs_group_consecutive_blocks() -> None:
     assert runs([5, 1, 2, 7, 8, 9]) == [(1, 2), (5, 5), (7, 9)]
     assert runs([]) == []
-
-
-def dense_stores(model_dir: Path, ids: torch.Tensor, root: Path) -> list[Path]:
-    """``inputs_0 .. inputs_L`` as the dense chain stores them, recorded from the whole model's forward
-    (each block's input, and the last block's output)."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    blocks = model.config.num_hidden_layers
-    _, layers = find_layers(model, blocks)
-    seen: dict[int, torch.Tensor] = {}
-
-    def record(block: int):
-        def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-            seen[block] = args[0] if args else kwargs["hidden_states"]
-
-        return hook
-
-    def last(module: torch.nn.Module, args: tuple, output: object) -> None:
-        seen[blocks] = output[0] if isinstance(output, tuple) else output
-
-    hooks = [layer.register_forward_pre_hook(record(b), with_kwargs=True) for b, layer in enumerate(layers)]
-    hooks.append(layers[-1].register_forward_hook(last))
-    with torch.inference_mode():
-        model(ids)
-    for hook in hooks:
-        hook.remove()
-    stores = []
-    for block in range(blocks + 1):
-        path = root / f"inputs_{block}"
-        with write_activations(
-            path, ids.shape[0], ids.shape[1], seen[block].shape[-1], torch.float32, block
-        ) as w:
-            w.write(0, seen[block])
-        stores.append(path)
-    return stores
 
 
 # every dense row, and two mixtures of experts (routed experts only; dense first blocks) for the refusal

@@ -13,11 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import calibrated, make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
-from transformers import AutoModelForCausalLM
+from helpers.models import (
+    NO_NEURONS,
+    OPTIONS,
+    logits,
+    prune_with_magnitude,
+    stored_parameters,
+)
+from helpers.tools import (
+    converted_to_gguf,
+)
+from helpers.vocabulary import PROSE, build_model
 
 from thanos.demo.tested_models import TESTED_MODELS
 from thanos.demo.tiny import build_tiny_model
-from thanos.models import open_layout, open_model
+from thanos.models import open_layout
 from thanos.models.neurons import NeuronsError, mlp_layout
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import neuron_count, parse_sparsity
@@ -25,28 +35,6 @@ from thanos.recipe import ConfigError, Recipe, from_name
 from thanos.stages.assemble import assemble
 from thanos.stages.prune import prune
 from thanos.workflow_config import expand
-
-# model_type -> tiny-model options: phi3's fused qkv_proj has 2 x 64 rows at the tiny default sizes, the
-# width of its MLP: an MLP width of 96 keeps its layers apart (the default is refused, see below)
-OPTIONS = {"phi3": {"intermediate_size": 96}}
-# rows of the matrix whose MLP is not one output projection of intermediate_size inputs per block: mixture
-# of experts (many expert projections, or dense first blocks of another width); refused, named
-NO_NEURONS = ("mixtral", "qwen3_moe", "gpt_oss", "granitemoe", "glm4_moe", "deepseek_v3", "qwen3_next")
-
-
-def logits(model_dir: Path, ids: torch.Tensor) -> torch.Tensor:
-    with torch.inference_mode():
-        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()(ids).logits
-
-
-def stored_parameters(model_dir: Path) -> int:
-    from safetensors import safe_open
-
-    total = 0
-    for file in model_dir.glob("*.safetensors"):
-        with safe_open(str(file), "pt") as handle:
-            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())  # noqa: SIM118
-    return total
 
 
 def test_neuron_count_keeps_the_multiple_nearest_the_asked_width() -> None:
@@ -90,9 +78,6 @@ def test_llama_cpp_quantizes_the_rounded_width_as_the_dense_model(tmp_path: Path
     dense model's conversion gives it. Not rounded (``width_multiple=1``: 90 neurons), the MLP's down
     projection, whose rows are that wide, is stored in another type."""
     import io
-
-    from test_output import converted_to_gguf
-    from test_vocabulary import PROSE, build_model
 
     from thanos import prune_model
 
@@ -156,13 +141,6 @@ def test_prune_layer_removes_whole_columns_and_names_them(method: str) -> None:
     assert zero[result.columns].all() and int(zero.sum()) == 32
     with pytest.raises(ValueError, match="no row can be kept dense"):
         prune_layer(W, H, "thanos", "neurons:0.3", alpha=0.1)
-
-
-def prune_with_magnitude(model: Path, root: Path, sparsity: str = "neurons:0.3") -> None:
-    """Every block pruned by the prune stage (magnitude needs no calibration)."""
-    _, adapter, _ = open_model(model)
-    for block in range(adapter.num_blocks):
-        prune(model, block, Recipe("r", "magnitude", sparsity), root / f"block{block}", device="cpu")
 
 
 @pytest.mark.parametrize("model_type", [t for t in TESTED_MODELS if t not in NO_NEURONS])
@@ -332,7 +310,6 @@ def test_prune_model_writes_a_compact_model(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_llama_cpp_converts_a_compact_model(tmp_path: Path) -> None:
     """llama.cpp's converter reads the compact model: its feed-forward tensors have the kept width."""
-    from test_output import converted_to_gguf
 
     model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=2, tokenizer="llama")
     pruned = tmp_path / "pruned"

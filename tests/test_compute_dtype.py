@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_corpus
-from test_stages import NSAMPLES, calibrated, cli
+from helpers.stages import NSAMPLES, calibrated, cli
 from transformers import AutoModelForCausalLM
 
 from thanos.data.storage import Activations, Hessians, read_tokens

@@ -14,14 +14,24 @@ from typing import Any
 import pytest
 import torch
 from conftest import make_tiny_model, thanos_here, write_corpus
-from test_compact import NO_NEURONS, OPTIONS, logits, prune_with_magnitude, stored_parameters
-from test_heads import ROWS as HEADS_ROWS
+from helpers.models import (
+    HEADS_ROWS,
+    NO_NEURONS,
+    OPTIONS,
+    dense_stores,
+    logits,
+    prune_with_magnitude,
+    skipped_logits,
+    stored_parameters,
+)
+from helpers.tools import (
+    converted_to_gguf,
+)
 from transformers import AutoModelForCausalLM
 
 from thanos.data.storage import Activations
 from thanos.demo.tested_models import TESTED_MODELS
 from thanos.demo.tiny import build_tiny_model
-from thanos.models.generic import find_layers
 from thanos.pruning.sparsity import depth_count, parse_sparsity
 from thanos.recipe import Recipe, from_name
 from thanos.stages.assemble import assemble
@@ -80,38 +90,6 @@ def test_config_settings_follow_the_kept_blocks() -> None:
     }
     with pytest.raises(DepthError, match="'x': cannot remove whole blocks .*decoder_sparse_step = 2"):
         shortened_config("x", {"num_hidden_layers": 4, "decoder_sparse_step": 2}, [0, 1])
-
-
-def skipped_logits(
-    model_dir: Path,
-    removed: list[int],
-    ids: torch.Tensor,
-    maps: dict[int, torch.Tensor] | None = None,
-    layer: str = "",
-    projections: dict[int, tuple[torch.Tensor, torch.Tensor | None]] | None = None,
-) -> torch.Tensor:
-    """The dense model's logits with the ``removed`` blocks skipped in memory (each returns its input),
-    the output of ``layer`` of each block p in ``maps`` multiplied by its map T (the maps applied between
-    the kept blocks), and ``layer``'s weight and bias of each block in ``projections`` replaced."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    _, layers = find_layers(model, model.config.num_hidden_layers)
-    for block, (weight, bias) in (projections or {}).items():
-        linear = layers[block].get_submodule(layer)
-        with torch.no_grad():
-            linear.weight.copy_(weight)
-            if bias is not None:
-                linear.bias.copy_(bias)
-
-    def skip(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> object:
-        hidden = args[0] if args else kwargs["hidden_states"]
-        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
-
-    for block in removed:
-        layers[block].register_forward_hook(skip, with_kwargs=True)
-    for block, T in (maps or {}).items():
-        layers[block].get_submodule(layer).register_forward_hook(lambda m, a, out, T=T: out @ T)
-    with torch.inference_mode():
-        return model(ids).logits
 
 
 @pytest.mark.parametrize("model_type", list(TESTED_MODELS))
@@ -376,8 +354,6 @@ def test_llama_cpp_converts_a_model_with_fewer_blocks(tmp_path: Path) -> None:
     """llama.cpp's converter reads the shortened model with its block replaced by a map: its block count is
     the kept one, every block there, and the folded output projection is the written one."""
     from safetensors.torch import load_file
-    from test_block_map import dense_stores
-    from test_output import converted_to_gguf
 
     from thanos.models import ModelHandle
     from thanos.stages.depth import depth_plan

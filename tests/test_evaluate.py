@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
-from test_zeroshot import _toy_task as toy_task
+from helpers.tasks import toy_task
 
 from thanos.cli import main
 from thanos.demo import tasks

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report import _recipe, _write
+from helpers.report import (
+    recipe_dir,
+    write_json,
+)
 
 from thanos.report.collect import collect, collect_layers
 from thanos.report.figures import drawn_figures
@@ -41,7 +44,7 @@ def _update(root: Path, name: str, **fields) -> dict:
     path = root / MODEL / name / "model" / "pruning_report.json"
     report = json.loads(path.read_text())
     report["recipe"] |= fields.pop("recipe", {})
-    _write(path, report | fields)
+    write_json(path, report | fields)
     return report
 
 
@@ -62,16 +65,18 @@ def _distilled(root: Path, pruned: str, name: str, ppl: float) -> None:
     report = json.loads(source.read_text())
     report["recipe"] |= {"name": name, "distill": DISTILL}
     report["distillation"] = {"steps": 32, "tokens": 131072, "heldout_kl": [0.41, 0.12], "seconds": 900.0}
-    _write(root / MODEL / name / "model" / "pruning_report.json", report)
-    _write(root / MODEL / name / "eval" / "perplexity.json", {"ppl": ppl, "seqlen": 2048, "dataset": "wiki"})
+    write_json(root / MODEL / name / "model" / "pruning_report.json", report)
+    write_json(
+        root / MODEL / name / "eval" / "perplexity.json", {"ppl": ppl, "seqlen": 2048, "dataset": "wiki"}
+    )
 
 
 def realistic_results(root: Path) -> Path:
     """SmolLM2's 30 blocks: the four methods' sparsity sweeps, block sizes, n:m with alphas, structured,
     OWL, recovered and distilled recipes, and MLP neurons 30 % with its distilled model; and a model of one
     block and one layer."""
-    _write(root / MODEL / "dense" / "eval" / "perplexity.json", {"ppl": 20.1, "dataset": "wiki"})
-    r = functools.partial(_recipe, root, MODEL, blocks=30, shapes=SMOLLM2)
+    write_json(root / MODEL / "dense" / "eval" / "perplexity.json", {"ppl": 20.1, "dataset": "wiki"})
+    r = functools.partial(recipe_dir, root, MODEL, blocks=30, shapes=SMOLLM2)
     for method, scale in (("magnitude", 3.0), ("wanda", 1.6), ("sparsegpt", 1.3), ("thanos", 1.25)):
         for pct, excess in ((50, 1.0), (70, 6.0)):
             r(f"{method}_u{pct}", method, str(pct / 100), ppl=20.1 * (1 + (scale - 1) * excess), zs=0.4)
@@ -103,9 +108,9 @@ def realistic_results(root: Path) -> Path:
     _update(root, "thanos_n30", overall_sparsity=0.0)
     _distilled(root, "thanos_n30", "thanos_n30_kd131072", ppl=48.2)
     # a model of one block and one layer: a colour scale of one objective, panels of one cell
-    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
+    write_json(root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
     for pct in (50, 60):
-        _recipe(root, "tiny", f"wanda_u{pct}", "wanda", str(pct / 100), ppl=12.0, blocks=1, shapes=TINY)
+        recipe_dir(root, "tiny", f"wanda_u{pct}", "wanda", str(pct / 100), ppl=12.0, blocks=1, shapes=TINY)
     return root
 
 

@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_tiny_model, snakemake, thanos_here, workflow_config, write_corpus
-from test_compact import logits, prune_with_magnitude, stored_parameters
+from helpers.models import (
+    HEADS_REFUSED,
+    HEADS_ROWS,
+    logits,
+    prune_with_magnitude,
+    stored_parameters,
+)
+from helpers.tools import (
+    converted_to_gguf,
+)
 
-from thanos.demo.tested_models import TESTED_MODELS
 from thanos.demo.tiny import build_tiny_model
 from thanos.models import open_layout
 from thanos.models.heads import HeadsError, attention_layout, check_expressible
@@ -24,19 +32,6 @@ from thanos.pruning.sparsity import head_count, parse_sparsity
 from thanos.recipe import Recipe, from_name
 from thanos.stages.assemble import assemble
 from thanos.stages.model_info import model_info
-
-# rows of the matrix whose attention cannot lose heads, and why the refusal says so
-REFUSED = {
-    "phi3": "fused projection self_attn.qkv_proj",
-    "gpt_neox": "fused projection attention.query_key_value",
-    "opt": "derives head_dim from the hidden size",
-    "deepseek_v3": "no k_proj/key/wk projection",  # latent attention
-    "qwen3_next": "no q_proj/query/wq projection",  # blocks of linear attention
-    "olmo2": "normalises the whole projection",  # its q_norm mixes the heads
-}
-# the dense rows, and gpt-oss for its attention sinks (one per query head)
-DENSE = [t for t in TESTED_MODELS if t not in REFUSED and "experts" not in TESTED_MODELS[t]["family"]]
-ROWS = [*DENSE, "gpt_oss"]
 
 
 def test_head_count_per_group_or_whole_groups() -> None:
@@ -105,7 +100,7 @@ def test_thanos_heads_update_is_the_least_squares_optimum() -> None:
     assert error(result.weight) < error(magnitude.weight)
 
 
-@pytest.mark.parametrize("model_type", ROWS)
+@pytest.mark.parametrize("model_type", HEADS_ROWS)
 def test_fewer_heads_give_the_logits_of_the_zero_filled_model(tmp_path: Path, model_type: str) -> None:
     """Every dense family of the tested matrix: the compact model (heads cut, config changed) and the same
     pruned layers written with zeros in the original shape give the same logits (fp32, <= 1e-5), both
@@ -151,14 +146,14 @@ def test_fewer_heads_give_the_logits_of_the_zero_filled_model(tmp_path: Path, mo
     assert facts["parameters"]["original"] == stored_parameters(model) > facts["parameters"]["kept"]
 
 
-@pytest.mark.parametrize("model_type", list(REFUSED))
+@pytest.mark.parametrize("model_type", list(HEADS_REFUSED))
 def test_models_whose_heads_cannot_be_removed_are_refused(tmp_path: Path, model_type: str) -> None:
     """Fused or latent attention, linear attention, code that derives head_dim: one line naming the
     model type and why, before anything is pruned."""
     model = build_tiny_model(tmp_path / model_type, model_type, max_position_embeddings=64)
     with pytest.raises(
         HeadsError,
-        match=rf"model_type '{model_type}': cannot remove attention heads \(.*{REFUSED[model_type]}",
+        match=rf"model_type '{model_type}': cannot remove attention heads \(.*{HEADS_REFUSED[model_type]}",
     ):
         model_dir, layout, checkpoint = open_layout(model)
         check_expressible(
@@ -167,7 +162,7 @@ def test_models_whose_heads_cannot_be_removed_are_refused(tmp_path: Path, model_
 
 
 @pytest.mark.parametrize("derived", [False, True], ids=["head_dim", "derived_head_dim"])
-@pytest.mark.parametrize("model_type", ROWS)
+@pytest.mark.parametrize("model_type", HEADS_ROWS)
 def test_every_head_count_offered_loads_or_is_refused_at_the_door(
     tmp_path: Path, model_type: str, derived: bool
 ) -> None:
@@ -244,7 +239,6 @@ def test_prune_model_writes_fewer_heads(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_llama_cpp_converts_a_model_with_fewer_heads(tmp_path: Path) -> None:
     """llama.cpp's converter reads the model: its head counts are the kept ones."""
-    from test_output import converted_to_gguf
 
     model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=2, tokenizer="llama")
     pruned = tmp_path / "pruned"

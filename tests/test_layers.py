@@ -124,3 +124,16 @@ def test_upward_edges_exist() -> None:
     """An exception that no longer happens is deleted, not kept."""
     for source, target in UPWARD:
         assert target in imports(source, modules()[source]), (source, target)
+
+
+def test_test_files_share_helpers_not_each_other() -> None:
+    """What test files share lives in ``tests/helpers/`` (or ``conftest.py``): no test file imports another,
+    so that running one file never imports (and collects the fixtures of) another."""
+    tests = Path(__file__).parent
+    imports = []
+    for file in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            imports += [f"{file.name} imports {name}" for name in names if name.startswith("test_")]
+    assert not imports, imports

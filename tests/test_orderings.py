@@ -6,7 +6,9 @@ import csv
 import time
 
 import pandas as pd
-from test_report import fake_results
+from helpers.report import (
+    fake_results,
+)
 
 from thanos.cli import main
 from thanos.report.orderings import check_orderings, written_since

@@ -8,28 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_vocabulary import END, PROSE, train_tokenizer
+from helpers.vocabulary import PROSE, bpe_model
 
 from thanos import prune_model
 from thanos.files import digests
 from thanos.runner.size import candidate_name as slug
-
-
-def bpe_model(directory: Path) -> Path:
-    """A tiny random Llama (3 blocks, 4 query heads in 2 groups) over a trained byte-level BPE tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = train_tokenizer("byte-level")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
-        bos_token_id=1, eos_token_id=tokenizer.convert_tokens_to_ids(END), pad_token_id=3,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).float().save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -122,36 +105,62 @@ def test_params_removes_at_least_p_counted_on_the_written_model(searched: dict[s
 
 
 @pytest.mark.slow
-def test_a_search_killed_and_run_again_measures_none_twice(
+def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:
-    """``thanos prune-model --sparsity params:0.3`` SIGKILLed once its second candidate is measured, then the
-    same command again: that run measures only the candidates the killed one had not (its lines say which
-    were measured in an earlier run), each once, and writes the bytes of the in-process search (which the
-    chosen recipe run alone writes too: ``test_the_chosen_recipe_alone_writes_the_same_bytes``)."""
-    import subprocess
-    import sys
+    """``thanos prune-model --sparsity params:0.3`` (a process of its own), stopped once its search holds
+    its directory: a second size on its ``--out`` exits 2 in one ERROR line naming it; ``thanos workdirs``
+    lists its search directory in use by its pid, ``--delete-all`` leaves that directory and ``--delete``
+    refuses it. Let go on, it is SIGKILLed once its second candidate is measured; the same command again
+    measures only the candidates the killed run had not (its lines say which were measured in an earlier
+    run), each once, and writes the bytes of the in-process search (which the chosen recipe run alone
+    writes too: ``test_the_chosen_recipe_alone_writes_the_same_bytes``); ``thanos workdirs`` then lists the
+    search finished, with its calibration."""
+    import itertools
+    import os
 
-    from conftest import kill_once
+    from conftest import kill_once, stopped_holding, thanos_here
 
-    options = inputs["options"]
-    command = [sys.executable, "-m", "thanos", "prune-model", "--model", str(inputs["model"]), "--method",
-               "thanos", "--sparsity", "params:0.3", "--calibration", options["calibration"], "--nsamples",
-               str(options["nsamples"]), "--seqlen", str(options["seqlen"]), "--device", "cpu",
-               "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")]  # fmt: skip
-    candidates = tmp_path / "work" / "search" / "candidates"
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    root, shared = tmp_path / "root", tmp_path / "shared"
+    env = {"THANOS_WORKDIR": str(root)}
+
+    def search_lock() -> Path | None:
+        found = sorted(root.glob("*-search-*/.thanos-run.lock"))
+        return found[0] if found else None
+
+    proc = _popen(_command(inputs, "params:0.3", shared), env={**os.environ, **env})
+    with stopped_holding(proc, search_lock):
+        search = search_lock().parent  # type: ignore[union-attr]
+        listed = thanos_here("workdirs", "--root", root, cwd=tmp_path)
+        everything = thanos_here("workdirs", "--root", root, "--delete-all", cwd=tmp_path)
+        one = thanos_here("workdirs", "--root", root, "--delete", search.name, cwd=tmp_path)
+        second = thanos_here(*_command(inputs, "params:0.2", shared), cwd=tmp_path, env=env)
+    assert f"{search.name} (in use by pid {proc.pid} (thanos prune-model --model" in listed.stdout, (
+        listed.stdout
+    )
+    assert "unfinished: params:0.3 (not finished yet; a run is using the directory)" in listed.stdout
+    assert everything.returncode == 0 and search.is_dir()
+    assert one.returncode == 2 and f"a run is using it now (pid {proc.pid} (thanos" in one.stderr, one.stderr
+    _refused_by(second, shared, proc)
+
+    candidates = search / "candidates"
     kill_once(proc, lambda: len(list(candidates.glob("*/measurement.json"))) >= 2)
     killed = {path.parent.name for path in candidates.glob("*/measurement.json")}
-    again = subprocess.run(command, capture_output=True, text=True, check=True)
+    again = thanos_here(*_command(inputs, "params:0.3", shared), cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
     lines = [line for line in again.stderr.splitlines() if line.startswith("candidate ")]
     earlier = {line.split(": ")[1] for line in lines if line.endswith("(measured in an earlier run)")}
     measured = [line.split(": ")[1] for line in lines if not line.endswith("(measured in an earlier run)")]
-    recorded = json.loads((tmp_path / "out" / "search.json").read_text())["candidates"]
+    recorded = json.loads((shared / "search.json").read_text())
     assert len(killed) >= 2 and {slug(p) for p in earlier} == killed, (killed, lines)
-    assert sorted([*earlier, *measured]) == sorted(c["recipe"] for c in recorded)
+    assert sorted([*earlier, *measured]) == sorted(c["recipe"] for c in recorded["candidates"])
     assert len(measured) == len(set(measured)) and not set(measured) & earlier
-    assert weights(tmp_path / "out") == weights(searched["out"])
+    assert recorded["request"] == "params:0.3"
+    assert weights(shared) == weights(searched["out"])
+    after = thanos_here("workdirs", "--root", root, cwd=tmp_path).stdout.split(search.name)[1].splitlines()
+    block = "\n".join([after[0], *itertools.takewhile(lambda line: line.startswith(" " * 12), after[1:])])
+    assert "recipes params:0.3;" in block and "unfinished" not in block, block
+    assert f"calibration 8 x 32 of {inputs['options']['calibration']}" in block, block
 
 
 def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) -> None:
@@ -311,51 +320,6 @@ def test_out_has_one_writer(inputs: dict[str, Any], tmp_path: Path) -> None:
     options = inputs["options"] | {"workdir": tmp_path / "alone-work"}
     prune_model(inputs["model"], "thanos", 0.5, out=tmp_path / "alone", **options)
     assert weights(shared) == weights(tmp_path / "alone")
-
-
-@pytest.mark.slow
-def test_a_running_search_holds_its_out_and_its_directory(
-    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
-) -> None:
-    """``params:0.3`` running (a process of its own, stopped once its search holds its directory): a second
-    size on its ``--out`` exits 2 in one ERROR line naming it; ``thanos workdirs`` lists its search
-    directory in use by its pid, ``--delete-all`` leaves that directory and ``--delete`` refuses it; let go
-    on, the search finishes and writes the model the in-process search wrote, and ``thanos workdirs`` lists
-    it finished, with its calibration."""
-    import itertools
-    import os
-
-    from conftest import stopped_holding, thanos_here
-
-    root, shared = tmp_path / "root", tmp_path / "shared"
-    env = {"THANOS_WORKDIR": str(root)}
-
-    def search_lock() -> Path | None:
-        found = sorted(root.glob("*-search-*/.thanos-run.lock"))
-        return found[0] if found else None
-
-    proc = _popen(_command(inputs, "params:0.3", shared), env={**os.environ, **env})
-    with stopped_holding(proc, search_lock):
-        search = search_lock().parent  # type: ignore[union-attr]
-        listed = thanos_here("workdirs", "--root", root, cwd=tmp_path)
-        everything = thanos_here("workdirs", "--root", root, "--delete-all", cwd=tmp_path)
-        one = thanos_here("workdirs", "--root", root, "--delete", search.name, cwd=tmp_path)
-        second = thanos_here(*_command(inputs, "params:0.2", shared), cwd=tmp_path, env=env)
-    output = proc.communicate(timeout=900)[0].decode()
-    assert proc.returncode == 0, output[-3000:]
-    assert f"{search.name} (in use by pid {proc.pid} (thanos prune-model --model" in listed.stdout, (
-        listed.stdout
-    )
-    assert "unfinished: params:0.3 (not finished yet; a run is using the directory)" in listed.stdout
-    assert everything.returncode == 0 and search.is_dir()
-    assert one.returncode == 2 and f"a run is using it now (pid {proc.pid} (thanos" in one.stderr, one.stderr
-    _refused_by(second, shared, proc)
-    assert json.loads((shared / "search.json").read_text())["request"] == "params:0.3"
-    after = thanos_here("workdirs", "--root", root, cwd=tmp_path).stdout.split(search.name)[1].splitlines()
-    block = "\n".join([after[0], *itertools.takewhile(lambda line: line.startswith(" " * 12), after[1:])])
-    assert "recipes params:0.3;" in block and "unfinished" not in block, block
-    assert f"calibration 8 x 32 of {inputs['options']['calibration']}" in block, block
-    assert weights(shared) == weights(searched["out"])
 
 
 def test_a_combined_recipe_is_checked_whole_at_the_door(inputs: dict[str, Any], tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import math
 from pathlib import Path
@@ -11,6 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.report import (
+    LAYERS,
+    TASKS,
+    fake_results,
+    recipe_dir,
+    write_json,
+)
 from matplotlib.colors import LogNorm
 
 from thanos.cli import main
@@ -24,107 +30,6 @@ from thanos.report.figures import (
 )
 from thanos.report.layer_figures import OBJECTIVE_LABEL, shared_log_limits
 from thanos.report.tables import Row, Table, build_tables
-
-LAYERS = ["self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj"]
-SHAPES = {
-    "self_attn.q_proj": [64, 64],
-    "self_attn.o_proj": [64, 64],
-    "mlp.up_proj": [256, 64],
-    "mlp.down_proj": [64, 256],
-}
-TASKS = ["winogrande", "openbookqa", "boolq", "piqa", "hellaswag", "arc_easy", "arc_challenge"]
-METHOD_COST = {"magnitude": 0.1, "wanda": 0.2, "sparsegpt": 1.0, "thanos": 0.8}
-METHOD_OBJECTIVE = {"wanda": 3.0, "sparsegpt": 1.2, "thanos": 1.0}  # magnitude records no objective
-
-
-def _write(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=1))
-
-
-def _zeroshot(base: float, tasks=TASKS) -> dict:
-    per_task = {
-        t: {"acc": base + 0.01 * i, "acc_stderr": 0.01, "acc_norm": base + 0.02, "acc_norm_stderr": 0.01}
-        for i, t in enumerate(tasks)
-    }
-    return {"tasks": per_task, "mean_acc": sum(v["acc"] for v in per_task.values()) / len(per_task)}
-
-
-def _recipe(
-    root, model, name, method, sparsity, ppl=None, zs=None, alpha=0.0, blocksize=None, blocks=3, shapes=SHAPES
-):
-    """A recipe directory: pruning_report.json (recipe + per-layer stats of the layers ``shapes`` names)
-    and the evaluations given.
-    Seconds and objectives depend on the method, sparsity, alpha and block size, so that a figure pooling
-    recipes (or scaling each recipe's heatmap on its own) shows other numbers than one that does not."""
-    fraction = 0.5 if ":" in sparsity and "structured" not in sparsity else float(sparsity.split(":")[-1])
-    variant = (1 + fraction) * (1 + alpha) * (1 + (blocksize or 0) / 4096)
-    layers = []
-    for block in range(blocks):
-        for j, (layer, (rows, cols)) in enumerate(shapes.items()):
-            objective = None
-            if method != "magnitude":
-                objective = 10.0 ** (block + j / 2) * METHOD_OBJECTIVE[method] * variant
-            layers.append(
-                {
-                    "block": block,
-                    "layer": layer,
-                    "achieved_sparsity": 0.5,
-                    "objective": objective,
-                    "seconds": METHOD_COST[method] * rows * cols * 1e-5 * (1 + 0.1 * block) * variant,
-                    "device": "cpu",
-                    "shape": [rows, cols],
-                }
-            )
-    recipe = {"name": name, "method": method, "sparsity": sparsity, "blocksize": blocksize, "alpha": alpha}
-    dense_rows = alpha if sparsity == "2:4" else 0.0  # n:m keeps a fraction alpha of the rows dense
-    report = {
-        "recipe": recipe | {"damp": 0.01, "chain": "sequential"},
-        "layers": layers,
-        "overall_sparsity": fraction * (1 - dense_rows),
-    }
-    _write(root / model / name / "model" / "pruning_report.json", report)
-    if ppl is not None:
-        _write(
-            root / model / name / "eval" / "perplexity.json",
-            {"ppl": ppl, "seqlen": 64, "dataset": "wiki.test.raw"},
-        )
-    if zs is not None:
-        _write(root / model / name / "eval" / "zeroshot.json", _zeroshot(zs))
-
-
-def fake_results(root: Path) -> Path:
-    """Two models; tiny-b lacks several recipes and evaluations; a dense zero-shot is missing."""
-    for model, scale in (("tiny-a", 1.0), ("tiny-b", 0.7)):
-        _write(
-            root / model / "dense" / "eval" / "perplexity.json",
-            {"ppl": 10.0 * scale, "dataset": "wiki.test.raw"},
-        )
-        _write(root / model / "calib" / "x.txt", "not a recipe")
-        r = functools.partial(_recipe, root, model)
-        r("magnitude_u50", "magnitude", "0.5", ppl=40.0 * scale, zs=0.40)
-        r("wanda_u50", "wanda", "0.5", ppl=14.0 * scale, zs=0.46)
-        r("sparsegpt_u50", "sparsegpt", "0.5", ppl=13.0 * scale, zs=0.47)
-        r("thanos_u50", "thanos", "0.5", ppl=12.5 * scale, zs=0.465, blocksize=128)
-        r("thanos_2-4_a0", "thanos", "2:4", ppl=20.0 * scale, zs=0.42, blocksize=512)
-        r("thanos_2-4_a0.1", "thanos", "2:4", ppl=18.0 * scale, zs=0.43, alpha=0.1, blocksize=512)
-        r("sparsegpt_s30", "sparsegpt", "structured:0.3", ppl=60.0 * scale, zs=0.37)
-        if model == "tiny-a":
-            _write(root / model / "dense" / "eval" / "zeroshot.json", _zeroshot(0.50))
-            r("sparsegpt_2-4", "sparsegpt", "2:4", ppl=21.0, zs=0.41)
-            r("wanda_2-4", "wanda", "2:4", ppl=None, zs=None)  # pruned, not evaluated yet
-            r("thanos_s30_a0.1", "thanos", "structured:0.3", ppl=45.0, zs=None, alpha=0.1)
-            # sparsity sweeps (Figure 1), block-size and alpha ablations
-            for p, ppl in (("0.3", 9.0), ("0.6", 30.0), ("0.7", 300.0)):
-                r(f"thanos_u{int(float(p) * 100)}", "thanos", p, ppl=ppl, blocksize=128)
-                r(f"sparsegpt_u{int(float(p) * 100)}", "sparsegpt", p, ppl=ppl * 1.2)
-            for b, ppl in ((8, 12.7), (512, 12.4), (2048, 12.3)):
-                r(f"thanos_u50_b{b}", "thanos", "0.5", ppl=ppl, blocksize=b)
-            for a, ppl in ((0.05, 18.5), (0.2, 17.5)):
-                r(f"thanos_2-4_a{a}", "thanos", "2:4", ppl=ppl, alpha=a, blocksize=512)
-    (root / "tables").mkdir(parents=True, exist_ok=True)  # output dirs and logs are not models
-    (root / "logs").mkdir(exist_ok=True)
-    return root
 
 
 @pytest.fixture()
@@ -311,7 +216,7 @@ def test_ppl_vs_sparsity_ticks_at_measured_sparsities_relative_to_dense(results,
 def test_ppl_vs_sparsity_keeps_methods_near_dense_apart(tmp_path, drawn):
     """The demo's numbers: SparseGPT and Thanos within 1 % of dense, Magnitude and Wanda up to 12 % above."""
     root = tmp_path / "results"
-    _write(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 177.03})
+    write_json(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 177.03})
     sweeps = {
         "magnitude": (179.3, 182.6, 192.5),
         "sparsegpt": (177.3, 177.9, 179.0),
@@ -320,7 +225,7 @@ def test_ppl_vs_sparsity_keeps_methods_near_dense_apart(tmp_path, drawn):
     }
     for method, ppls in sweeps.items():
         for pct, ppl in zip((50, 60, 70), ppls, strict=True):
-            _recipe(root, "demo", f"{method}_u{pct}", method, str(pct / 100), ppl=ppl, blocks=1)
+            recipe_dir(root, "demo", f"{method}_u{pct}", method, str(pct / 100), ppl=ppl, blocks=1)
     frame, _ = _frames(root)
     fig = drawn(ppl_vs_sparsity_figures(frame))["ppl_vs_sparsity_demo_unstructured"]
     fig.canvas.draw()
@@ -379,7 +284,7 @@ def test_objective_heatmaps_share_one_colour_scale_per_pattern(results, drawn):
 
 
 def test_alpha_ablation_reference_lines_at_the_same_pattern(results, drawn):
-    _recipe(results, "tiny-b", "wanda_2-4", "wanda", "2:4", ppl=15.4)
+    recipe_dir(results, "tiny-b", "wanda_2-4", "wanda", "2:4", ppl=15.4)
     frame, _ = _frames(results)
     figs = drawn(alpha_ablation_figures(frame))
     (ax,) = figs["alpha_ablation_tiny-a"].axes
@@ -496,9 +401,9 @@ def test_csv_shows_the_markdown_numbers(results, tmp_path):
 def test_figures_of_recipes_without_objective(tmp_path):
     """Magnitude records no objective: no heatmap, the other figures still made (it once raised KeyError)."""
     root = tmp_path / "results"
-    _write(root / "m" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
-    _recipe(root, "m", "magnitude_u50", "magnitude", "0.5", ppl=12.0)
-    _recipe(root, "m", "magnitude_u60", "magnitude", "0.6", ppl=15.0)
+    write_json(root / "m" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0})
+    recipe_dir(root, "m", "magnitude_u50", "magnitude", "0.5", ppl=12.0)
+    recipe_dir(root, "m", "magnitude_u60", "magnitude", "0.6", ppl=15.0)
     out = tmp_path / "figures"
     assert main(["figures", "--results", str(root), "--out-dir", str(out)]) == 0
     names = {p.name for p in out.iterdir()}
@@ -510,15 +415,15 @@ def test_recovered_recipes_are_rows_and_dashed_lines_of_their_own(tmp_path, draw
     """A recipe with ``recover`` is labelled ``... + recovery``, after its unrecovered row, and drawn as a
     dashed line in its method's colour beside the solid one."""
     root = tmp_path / "results"
-    _write(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 20.0})
+    write_json(root / "demo" / "dense" / "eval" / "perplexity.json", {"ppl": 20.0})
     recover = {"epochs": 2, "lr": 0.003, "batch_size": 4, "holdout": 0.125, "target": "dense"}
     for pct, plain, recovered in ((50, 40.0, 30.0), (70, 300.0, 100.0)):
-        _recipe(root, "demo", f"thanos_u{pct}", "thanos", str(pct / 100), ppl=plain, blocks=1)
-        _recipe(root, "demo", f"thanos_u{pct}_rec", "thanos", str(pct / 100), ppl=recovered, blocks=1)
+        recipe_dir(root, "demo", f"thanos_u{pct}", "thanos", str(pct / 100), ppl=plain, blocks=1)
+        recipe_dir(root, "demo", f"thanos_u{pct}_rec", "thanos", str(pct / 100), ppl=recovered, blocks=1)
         report_file = root / "demo" / f"thanos_u{pct}_rec" / "model" / "pruning_report.json"
         report = json.loads(report_file.read_text())
         report["recipe"]["recover"] = recover
-        _write(report_file, report)
+        write_json(report_file, report)
     assert main(["tables", "--results", str(root), "--out-dir", str(tmp_path / "tables")]) == 0
     table = (tmp_path / "tables" / "perplexity.md").read_text()
     assert table.index("| Thanos (α=0) |") < table.index("| Thanos (α=0) + recovery |")
@@ -536,14 +441,16 @@ def test_a_structural_recipe_shows_the_parameters_it_removed(tmp_path):
     """A recipe written smaller (neurons, heads, blocks) zeroes nothing: its Achieved cell is the parameters
     it removed."""
     root = tmp_path / "results"
-    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0, "dataset": "wiki.test.raw"})
-    _recipe(root, "tiny", "thanos_n30", "thanos", "neurons:0.3", ppl=14.0)
-    _recipe(root, "tiny", "thanos_u50", "thanos", "0.5", ppl=12.0)
+    write_json(
+        root / "tiny" / "dense" / "eval" / "perplexity.json", {"ppl": 10.0, "dataset": "wiki.test.raw"}
+    )
+    recipe_dir(root, "tiny", "thanos_n30", "thanos", "neurons:0.3", ppl=14.0)
+    recipe_dir(root, "tiny", "thanos_u50", "thanos", "0.5", ppl=12.0)
     path = root / "tiny" / "thanos_n30" / "model" / "pruning_report.json"
     report = json.loads(path.read_text())
     report["overall_sparsity"] = 0.0  # the removed neurons are gone, not zeros
     report["compact"] = {"structure": "neurons", "parameters": {"original": 1000, "kept": 703}}
-    _write(path, report)
+    write_json(path, report)
     (table,) = [t for t in build_tables(root) if t.name == "perplexity"]
     achieved = [row.keys[2] for row in table.rows]
     assert "29.7% params" in achieved and "50.0%" in achieved, achieved
@@ -554,12 +461,12 @@ def test_bits_per_byte_table_where_the_tokens_differ(tmp_path):
     into different numbers of tokens (a pruned vocabulary), and only there."""
     root = tmp_path / "results"
     dense = {"ppl": 10.0, "seqlen": 64, "dataset": "wiki.test.raw", "bits_per_byte": 0.9, "text_tokens": 500}
-    _write(root / "tiny" / "dense" / "eval" / "perplexity.json", dense)
-    _recipe(root, "tiny", "thanos_n30", "thanos", "neurons:0.3")
+    write_json(root / "tiny" / "dense" / "eval" / "perplexity.json", dense)
+    recipe_dir(root, "tiny", "thanos_n30", "thanos", "neurons:0.3")
     pruned = root / "tiny" / "thanos_n30" / "eval" / "perplexity.json"
-    _write(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1})
+    write_json(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1})
     assert "bits_per_byte" not in [t.name for t in build_tables(root)]  # the same tokens: ppl compares
-    _write(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1, "text_tokens": 530})
+    write_json(pruned, dense | {"ppl": 14.0, "bits_per_byte": 1.1, "text_tokens": 530})
     (table,) = [t for t in build_tables(root) if t.name == "bits_per_byte"]
     assert [row.values["tiny"] for row in table.rows] == [0.9, 1.1]
     assert "Bits per byte on wiki.test.raw" in table.caption

@@ -10,29 +10,13 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import FAMILIES, make_tiny_model, write_corpus
+from conftest import FAMILIES, make_tiny_model
+from helpers.stages import NSAMPLES, SEQLEN, calibrated, cli
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from thanos.cli import main
 from thanos.data.storage import Activations, Hessians, read_tokens, write_activations
 from thanos.models import get_adapter, load_config
-
-NSAMPLES, SEQLEN = 6, 24
-
-
-def cli(*args: str | Path) -> int:
-    return main([str(a) for a in args])
-
-
-def calibrated(root: Path, family: str, **kwargs) -> tuple[Path, Path]:
-    """A tiny model and its calibration tokens."""
-    model = make_tiny_model(root, family, **kwargs)
-    tokens = root / f"{model.name}-tokens.zarr"
-    corpus = write_corpus(root / "corpus.jsonl")
-    assert cli("calibrate", "--model", model, "--source", corpus, "--nsamples", NSAMPLES, "--seqlen", SEQLEN,
-               "--out", tokens) == 0  # fmt: skip
-    return model, tokens
 
 
 def reference_run(model_dir: Path, tokens: Path, block_weights: dict[str, torch.Tensor] | None = None):

@@ -12,6 +12,12 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.tools import (
+    converted_to_gguf,
+    run_llama_cpp_converter,
+    vllm_reads,
+)
+from helpers.vocabulary import END, PROSE, SPECIAL, build_model
 
 from thanos.demo.tiny import build_tokenizer
 from thanos.models.vocabulary import choose_tokens, closure, minimum_kept, read_bpe
@@ -19,18 +25,6 @@ from thanos.models.vocabulary_files import prune_config, prune_tokenizer_config,
 from thanos.pruning.sparsity import parse_sparsity, vocab_count
 from thanos.stages.vocab import prune_vocabulary
 
-SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
-END = "<|end|>"  # an added special token after every other token: its id changes
-PROSE = """Rivers carry sand from the mountains to the sea, and every spring the valley floods again.
-The farmers of the valley learned to plant late, after the water had gone, in soil the river left behind.
-Their houses stand on stone platforms; their granaries on stilts. Children learn to swim before they read.
-In the old town the streets are narrow and the walls are thick, built to keep out summer heat and winter
-wind alike. Markets open at dawn: bread, cheese, olives, figs, and fish brought up from the coast overnight.
-A traveller who arrives in the evening finds the squares full of people talking, eating, and arguing about
-the weather, the harvest, the price of oil, and whether the new bridge will ever be finished.
-Scientists measure the river's flow at three stations. The numbers go into a model that predicts floods
-a week ahead, which gives the farmers time to move their animals and their grain to higher ground.
-""".split("\n")
 CHOOSING = [line for line in PROSE if line][:2] * 3  # chooses the vocabulary: each token used 3 times
 STRINGS = [
     "",
@@ -55,76 +49,6 @@ def random_strings(count: int, seed: int = 0) -> list[str]:
         chars = (chr(rng.randint(*rng.choice(ranges))) for _ in range(rng.randint(1, 24)))
         out.append("".join(c for c in chars if c != "<"))
     return out
-
-
-def train_tokenizer(kind: str) -> Any:
-    """A BPE tokenizer trained on ``PROSE``: byte-level, or SentencePiece-style with byte fallback."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=SPECIAL, show_progress=False)
-    if kind == "byte-level":
-        trainer = trainers.BpeTrainer(
-            vocab_size=420,
-            special_tokens=SPECIAL,
-            show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        )
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(PROSE, trainer)
-    else:
-        normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-        trained = Tokenizer(models.BPE(unk_token="<unk>"))
-        trained.normalizer = normalizer
-        trained.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
-        trained.train_from_iterator(PROSE, trainer)
-        learned = json.loads(trained.to_str())["model"]
-        pieces = [*SPECIAL, *(f"<0x{b:02X}>" for b in range(256)), *list(learned["vocab"])[len(SPECIAL) :]]
-        vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
-        merges = [tuple(merge) for merge in learned["merges"]]
-        tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-        tok.normalizer = normalizer
-        tok.decoder = decoders.Sequence(
-            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-        )
-    end = tok.get_vocab_size()
-    tok.add_special_tokens([END])
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"<s> $A {END}", special_tokens=[("<s>", 1), (END, end)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token=END, pad_token="<pad>"
-    )
-
-
-def build_model(directory: Path, kind: str, intermediate: int = 64) -> Path:
-    """A tiny random Llama over the ``kind`` tokenizer, float32: untied head for byte-level, tied for the
-    other, a few more embedding rows than tokens (a padded vocabulary), an MLP ``intermediate`` wide."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = train_tokenizer(kind)
-    eos = tokenizer.convert_tokens_to_ids(END)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer) + 3,
-        hidden_size=32,
-        intermediate_size=intermediate,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=kind != "byte-level",
-        bos_token_id=1,
-        eos_token_id=eos,
-        pad_token_id=3,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).float()
-    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=[eos, 2], pad_token_id=3)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module", params=["byte-level", "byte-fallback"])
@@ -388,11 +312,10 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tm
 def test_vllm_parses_the_config_and_tokenizer(pruned: dict[str, Any]) -> None:
     """vLLM's config parser (``ModelConfig``) reads the pruned model as the dense one's architecture with the
     kept vocabulary, and its tokenizer loader gives that many tokens and the renumbered eos id."""
-    from test_output import vllm_reads
 
     report = pruned["report"]
     config = json.loads((pruned["out"] / "config.json").read_text())
-    read = vllm_reads(pruned["out"])
+    read, dense_read = vllm_reads(pruned["out"], pruned["dense"])
     assert read == {
         "architectures": ["LlamaForCausalLM"],
         "vocab_size": report["tokens_kept"],
@@ -400,7 +323,7 @@ def test_vllm_parses_the_config_and_tokenizer(pruned: dict[str, Any]) -> None:
         "eos": config["eos_token_id"],
     }
     dense = json.loads((pruned["dense"] / "config.json").read_text())["vocab_size"]
-    assert vllm_reads(pruned["dense"])["vocab_size"] == dense > report["tokens_kept"]
+    assert dense_read["vocab_size"] == dense > report["tokens_kept"]
 
 
 @pytest.mark.slow
@@ -408,7 +331,6 @@ def test_llama_cpp_converts_or_the_card_says_why(pruned: dict[str, Any], tmp_pat
     """llama.cpp's converter at ``--outtype q8_0``: the byte-fallback vocabulary converts, every 2-D weight
     in the type the dense model's conversion gives it, the embedding with the kept rows; the byte-level one
     stops at its pre-tokenizer check with the hash the card and the report name (the line to add)."""
-    from test_output import converted_to_gguf, run_llama_cpp_converter
 
     report = json.loads((pruned["out"] / "vocabulary.json").read_text())
     if pruned["kind"] == "byte-fallback":

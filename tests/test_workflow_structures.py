@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import kill_once, snakemake, workflow_config, write_corpus
-from test_params import bpe_model
+from helpers.vocabulary import bpe_model
 
 from thanos.runner.patterns import AXES
 

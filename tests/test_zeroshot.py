@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import WORDS, make_tiny_model
+from conftest import make_tiny_model
+from helpers.tasks import toy_task
 
 from thanos.cli import main
 from thanos.demo import tasks
-
-
-def _toy_task(root: Path, n: int = 16) -> tuple[Path, list[dict]]:
-    """A toy multiple-choice task in the demo task's format (``thanos.demo.tasks``), over ``WORDS``."""
-    rng = random.Random(0)
-    docs = []
-    for i in range(n):
-        choices = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))) for _ in range(3)]
-        docs.append({"id": i, "title": "toy", "choices": choices, "label": i % 3})
-    tasks.write_task(root, docs)
-    return root, docs
 
 
 def _hand_accuracy(model_dir: Path, docs: list[dict]) -> tuple[float, float]:
@@ -68,7 +57,7 @@ def _restore_offline_switches(monkeypatch):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, Path, list[dict]]:
     root = tmp_path_factory.mktemp("zeroshot")
-    task_dir, docs = _toy_task(root / "tasks")
+    task_dir, docs = toy_task(root / "tasks")
     return make_tiny_model(root, "llama"), task_dir, docs
 
 

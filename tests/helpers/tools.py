@@ -1,0 +1,141 @@
+"""The outside tools a published model must satisfy, installed once per machine into the cache: llama.cpp's
+converter (from llama-cpp-python's source package) and vLLM's config parser."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LLAMA_CPP = "0.3.36"  # llama-cpp-python's source package: llama.cpp's convert_hf_to_gguf.py and gguf-py
+
+
+# vLLM's config parser (``vllm.config.ModelConfig``, its tokenizer loader) and what importing it needs beyond
+# this project's own packages, installed without their dependencies (vLLM's own would replace torch with its
+# CUDA build): enough to parse a model's config and tokenizer on a CPU, not to run a model
+VLLM = (
+    "vllm==0.33.0", "cbor2==6.3.0", "pyzmq==27.3.0", "openai-harmony==0.0.8", "openai==3.57.0",
+    "sniffio==1.3.1", "msgspec==0.22.0", "pybase64==1.5.1", "cachetools==8.0.2", "uvloop==0.23.0",
+    "py-cpuinfo==9.0.0", "prometheus-client==0.26.0", "xgrammar==0.2.9", "apache-tvm-ffi==0.1.15.post2",
+    "fastapi==0.165.0", "starlette==1.10.0", "opentelemetry-api==1.45.2", "llguidance==1.9.1",
+    "partial-json-parser==0.2.1.1.post7", "einops==0.8.2",
+)  # fmt: skip
+
+
+def cached_tool(name: str, marker: str, fetch: Callable[[Path], Path]) -> Path:
+    """``name`` in the per-machine cache, made once: ``fetch(work)`` fills a scratch directory and returns
+    the tree to keep (holding ``marker``, which says it is whole). When test processes race, the first
+    copy is kept: moving another onto it fails, and a copy in use is never deleted."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
+    target = cache / name
+    if (target / marker).is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        tree = fetch(Path(work))
+        with contextlib.suppress(OSError):  # another test process made it first: theirs is kept
+            os.replace(tree, target)
+    return target
+
+
+def pip_or_skip(args: list[str], what: str) -> None:
+    """``pip`` with ``args``; when it fails (no package index), the test fails on CI and is skipped here."""
+    run = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if run.returncode != 0:
+        message = f"cannot {what}: {run.stderr.strip()[-300:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def llama_cpp_converter() -> Path:
+    """llama.cpp's converter (``convert_hf_to_gguf.py``, ``conversion/``, ``gguf-py/``) from the source
+    package of llama-cpp-python, downloaded once per machine into the cache."""
+
+    def fetch(work: Path) -> Path:
+        pip = ["download", "--no-deps", "--no-binary", ":all:", "-d", str(work)]
+        pip_or_skip([*pip, f"llama-cpp-python=={LLAMA_CPP}"], f"download llama-cpp-python {LLAMA_CPP}")
+        (archive,) = work.glob("llama_cpp_python-*.tar.gz")
+        prefix = f"llama_cpp_python-{LLAMA_CPP}/vendor/llama.cpp/"
+        wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.name.removeprefix(prefix).startswith(wanted)]
+            tar.extractall(work, members=members, filter="data")
+        return work / prefix
+
+    return cached_tool(f"llama.cpp-{LLAMA_CPP}", "convert_hf_to_gguf.py", fetch)
+
+
+def vllm_config_parser() -> Path:
+    """A directory holding vLLM and what its config parser imports (``VLLM``), installed once per machine
+    into the cache; put it on ``PYTHONPATH`` of a subprocess."""
+
+    def fetch(work: Path) -> Path:
+        site = work / "site"
+        pip = ["install", "--no-deps", "--no-compile", "--target", str(site), *VLLM]
+        pip_or_skip(pip, f"install {VLLM[0]}")
+        (site / "complete").write_text("\n".join(VLLM) + "\n")
+        return site
+
+    return cached_tool(f"vllm-config-{VLLM[0].split('==')[1]}", "complete", fetch)
+
+
+def vllm_reads(*model_dirs: Path) -> list[dict[str, Any]]:
+    """What vLLM's config parser makes of each of ``model_dirs``: its architectures and vocabulary size, and
+    its tokenizer's length and eos id (one subprocess for all: vLLM's import is most of its seconds; vLLM's
+    failure fails it, with its output)."""
+    script = (
+        "import json, sys; from vllm.config import ModelConfig; from vllm.tokenizers import get_tokenizer\n"
+        "for path in sys.argv[1:]:\n"
+        "    config = ModelConfig(model=path); tokenizer = get_tokenizer(path)\n"
+        "    print(json.dumps({'architectures': config.hf_config.architectures, 'vocab_size': "
+        "config.get_vocab_size(), 'tokenizer': len(tokenizer), 'eos': tokenizer.eos_token_id}))"
+    )
+    env = os.environ | {"PYTHONPATH": str(vllm_config_parser()), "VLLM_TARGET_DEVICE": "cpu"}
+    command = [sys.executable, "-c", script, *map(str, model_dirs)]
+    run = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads(line) for line in run.stdout.strip().splitlines()[-len(model_dirs) :]]
+
+
+def run_llama_cpp_converter(model_dir: Path, gguf_file: Path, *options: str) -> Any:
+    """llama.cpp's converter run on ``model_dir`` (its ``CompletedProcess``, text output captured)."""
+    converter = llama_cpp_converter()
+    return subprocess.run(
+        [
+            sys.executable,
+            str(converter / "convert_hf_to_gguf.py"),
+            str(model_dir),
+            "--outfile",
+            str(gguf_file),
+        ]
+        + list(options),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(converter / "gguf-py")},
+    )
+
+
+@contextlib.contextmanager
+def converted_to_gguf(model_dir: Path, gguf_file: Path, *options: str) -> Iterator[tuple[Any, Any]]:
+    """llama.cpp's converter run on ``model_dir`` (it must succeed); yields (its ``gguf`` package, a
+    ``GGUFReader`` of the file it wrote)."""
+    converter = llama_cpp_converter()
+    run = run_llama_cpp_converter(model_dir, gguf_file, *options)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sys.path.insert(0, str(converter / "gguf-py"))
+    try:
+        import gguf
+
+        yield gguf, gguf.GGUFReader(gguf_file)
+    finally:
+        sys.path.remove(str(converter / "gguf-py"))

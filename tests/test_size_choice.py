@@ -1,0 +1,114 @@
+"""The size search's choice (``thanos.runner.size_choice``) as a unit: pure logic over a model of known
+sizes and measurements given as functions, no pruning. The end-to-end search (``tests/test_params.py``)
+keeps the wiring to the real pruning honest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from thanos.runner.size_axes import recipe_of
+from thanos.runner.size_choice import POINTS, choose, cost, first_round, most_removed
+
+# each axis's settings and the parameters each removes (of 1,000): depth removes big steps, neurons small
+REMOVES = {
+    "depth": {"depth:1": 100, "depth:2": 200, "depth:3": 300},
+    "neurons": {f"neurons:0.{k}": 40 * k for k in range(1, 6)},
+    "vocab": {"vocab:0.1": 30, "vocab:0.2": 60, "vocab:0.3": 90},
+}
+PARAMETERS = 1000
+
+
+@dataclass
+class Sizes:
+    """A model of ``PARAMETERS`` parameters whose axes remove ``REMOVES`` (additive, as the real counts
+    nearly are): what ``choose`` asks of ``Knobs``."""
+
+    removes: dict[str, dict[str, int]] = field(default_factory=lambda: REMOVES)
+
+    def settings(self, axis: str) -> list[str]:
+        return list(self.removes[axis])
+
+    def predicted(self, mix: dict[str, str]) -> int:
+        return PARAMETERS - sum(self.removes[axis][setting] for axis, setting in mix.items())
+
+
+def measured_by(loss_per_parameter: dict[str, float], short: int = 0) -> tuple[Any, list[str]]:
+    """A ``measure`` whose loss is each part's removal times its axis's rate, squared (losses grow faster
+    than removals), removing ``short`` parameters fewer than predicted; and the recipes it measured."""
+    seen: list[str] = []
+
+    def measure(mix: dict[str, str]) -> dict[str, Any]:
+        recipe = recipe_of(mix)
+        seen.append(recipe)
+        removed = PARAMETERS - Sizes().predicted(mix) - short
+        loss = sum((REMOVES[a][s] * loss_per_parameter[a]) ** 2 for a, s in mix.items())
+        return {"recipe": recipe, "removed": removed, "loss": loss}
+
+    return measure, seen
+
+
+def test_first_round_measures_each_axis_near_fractions_of_the_target() -> None:
+    mixes = first_round(Sizes(), ["depth", "neurons"], target=200)
+    assert POINTS == (0.25, 0.5, 1.0)
+    # depth: 50 -> depth:1 (100, the smaller on the tie with nothing nearer), 100 -> depth:1, 200 -> depth:2
+    assert mixes == [
+        {"depth": "depth:1"},
+        {"depth": "depth:2"},
+        {"neurons": "neurons:0.1"},  # 40, nearest 50
+        {"neurons": "neurons:0.2"},  # 80, nearest 100
+        {"neurons": "neurons:0.5"},  # 200
+    ]
+
+
+def mix_of(recipe: str) -> dict[str, str]:
+    return {part.split(":")[0]: part for part in recipe.split("+")}
+
+
+def test_the_cheap_axis_takes_the_whole_target() -> None:
+    measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05})
+    recipe = choose(Sizes(), ["depth", "neurons", "vocab"], 200, PARAMETERS, measure)
+    assert recipe == "neurons:0.5"
+    first = [recipe_of(mix) for mix in first_round(Sizes(), ["depth", "neurons", "vocab"], 200)]
+    assert seen == [
+        *first,
+        "neurons:0.5",
+    ]  # the first round, then the greedy mix (measured: it was predicted)
+
+
+def test_a_spread_mix_wins_when_losses_grow_faster_than_removals() -> None:
+    """Two axes of the same rate: the squared loss makes 100 + 100 cheaper than 200 on one axis."""
+    measure, seen = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 1.0})
+    recipe = choose(Sizes(), ["depth", "neurons"], 200, PARAMETERS, measure)
+    assert recipe in seen and "+" in recipe, (recipe, seen)
+    assert PARAMETERS - Sizes().predicted(mix_of(recipe)) >= 200
+
+
+def test_a_mix_that_removes_too_little_on_the_written_model_is_followed_by_a_larger_one() -> None:
+    measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05}, short=10)
+    recipe = choose(Sizes(), ["depth", "neurons"], 160, PARAMETERS, measure)
+    first = first_round(Sizes(), ["depth", "neurons"], 160)
+    assert len(seen) > len(first) + 1  # the greedy mix fell 10 short: at least one more was measured
+    assert PARAMETERS - Sizes().predicted(mix_of(recipe)) - 10 >= 160
+
+
+def test_an_unreachable_target_names_the_axes_and_the_fix() -> None:
+    measure, _ = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 0.01})
+    with pytest.raises(ValueError, match=r"no mix of depth, vocab removes 500 of the 1,000 .*--axes"):
+        choose(Sizes(), ["depth", "vocab"], 500, PARAMETERS, measure)
+
+
+def test_most_removed_is_every_axis_at_its_largest_setting() -> None:
+    assert most_removed(Sizes(), ["depth", "vocab"]) == (390, "depth:3+vocab:0.3")
+    assert most_removed(Sizes(removes=REMOVES | {"vocab": {}}), ["depth", "vocab"]) == (300, "depth:3")
+
+
+def test_cost_interpolates_through_zero_and_never_falls_beyond_the_points() -> None:
+    curve = [(100, 1.0), (200, 3.0)]
+    assert cost(curve, 0) == 0.0
+    assert cost(curve, 50) == pytest.approx(0.5)
+    assert cost(curve, 150) == pytest.approx(2.0)
+    assert cost(curve, 300) == pytest.approx(5.0)  # the last slope, 2 per 100
+    assert cost([(100, 1.0), (200, 0.5)], 300) >= 0.5  # a falling measurement does not fall further
