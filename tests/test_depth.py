@@ -243,12 +243,14 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path, cli: Any) -> Non
     assert card.startswith("---") and f"# {model.name}: Thanos `depth:1+neurons:0.3`" in card
     assert f"| base model | `{model.name}` (" in card and str(tmp_path) not in card  # no local path
     facts = json.loads((tmp_path / "out" / "sparsity.json").read_text())
+    before, after = stored_parameters(model), stored_parameters(tmp_path / "out")  # counted on the weights
     assert facts["structure"] == "depth+neurons" and facts["combined"] == {
         "sparsity": "depth:1+neurons:0.3",
         "parts": ["depth:1", "neurons:0.3"],
         "base_model": model.name,
+        "parameters": {"base_model": before, "written": after},
     }
-    before, after = (
+    assert (before, after) == (
         report["parts"][0]["compact"]["parameters"]["original"],
         report["compact"]["parameters"]["kept"],
     )

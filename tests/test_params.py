@@ -4,14 +4,17 @@ choice, its record (``search.json``), its resume, and the chosen recipe run on i
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.models import stored_parameters
 from helpers.vocabulary import PROSE, bpe_model
 
 from thanos import prune_model
 from thanos.files import digests
+from thanos.report.collect import collect
 from thanos.runner.size import candidate_name as slug
 
 
@@ -34,8 +37,10 @@ def weights(out: Path) -> dict[str, bytes]:
 
 def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: Path) -> None:
     """``vocab:0.3+depth:1+neurons:0.3``: depth, then neurons, then the vocabulary on the model they wrote;
-    the output is the one the parts give run one after the other by hand, and its card names the whole."""
-    model, options = inputs["model"], inputs["options"]
+    the output is the one the parts give run one after the other by hand; its card, ``sparsity.json``,
+    ``pruning_report.json`` and its row in the results' tables name the whole recipe and the input model,
+    and count the parameters on the written weights against the input model's."""
+    model, options, out = inputs["model"], inputs["options"], tmp_path / "out"
     report = prune_model(model, "thanos", "vocab:0.3+depth:1+neurons:0.3", out=tmp_path / "out", **options)
     assert [part["sparsity"] for part in report["parts"]] == ["depth:1", "neurons:0.3", "vocab:0.3"]
     widths = prune_model(model, "thanos", "depth:1+neurons:0.3", out=tmp_path / "widths", **options)
@@ -45,7 +50,26 @@ def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: 
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == by_hand["tokens_kept"]
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "The last part of the combined recipe `depth:1+neurons:0.3+vocab:0.3` on `dense`" in card
+    assert "It is the combined recipe `depth:1+neurons:0.3+vocab:0.3` on `dense`" in card
+    assert card.startswith("---\n") and "\n# dense: Thanos `depth:1+neurons:0.3+vocab:0.3`\n" in card
+    # what was written, described as a whole: the recipe, the input model, parameters counted on the weights
+    whole, base, written = "depth:1+neurons:0.3+vocab:0.3", stored_parameters(model), stored_parameters(out)
+    sidecar = json.loads((tmp_path / "out" / "sparsity.json").read_text())
+    assert (
+        sidecar["structure"] == "depth+neurons+vocab" and sidecar["all_parameters"]["parameters"] == written
+    )
+    assert sidecar["combined"] == {
+        "sparsity": whole, "parts": ["depth:1", "neurons:0.3", "vocab:0.3"], "base_model": "dense",
+        "parameters": {"base_model": base, "written": written},
+    }  # fmt: skip
+    pruned = json.loads((tmp_path / "out" / "pruning_report.json").read_text())["workflow"]["combined"]
+    assert pruned["sparsity"] == whole and pruned["base_model"] == str(model)
+    assert f"Against the base model: {written:,} of {base:,} parameters" in card
+    results = tmp_path / "results"
+    shutil.copytree(tmp_path / "out", results / "dense" / "combo" / "model")
+    (row,) = collect(results)[0].to_dict("records")
+    assert row["sparsity"] == whole and row["structure"] == "depth+neurons+vocab"
+    assert row["params_removed"] == pytest.approx(1 - written / base)
     digests.verify(tmp_path / "out")  # its report records the files it holds: evaluations load it
     with pytest.raises(ValueError, match="ends with the vocabulary, which is not distilled"):
         prune_model(

@@ -157,6 +157,8 @@ def shape_text(compact: dict[str, Any]) -> str:
         folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
         maps = f"; replaced by a linear map in {blocks_text(folded)}" if folded else ""
         return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
+    if compact.get("structure") == "vocab":
+        return f"vocabulary {compact['original_tokens']:,} -> {compact['kept_tokens']:,} tokens"
     if compact.get("structure") == "heads":
         width = compact["kept_heads"] * compact["head_dim"]
         return (

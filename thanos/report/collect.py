@@ -28,6 +28,7 @@ from thanos.labels import (
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.recipe import Recipe, from_name
+from thanos.stages.achieved_sparsity import combined_parts
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +240,8 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 row |= _structure_fields(report, row)
                 secs = [_float(layer.get("seconds")) for layer in own_layers(report)]
                 row["prune_seconds"] = sum(s for s in secs if not math.isnan(s)) if secs else math.nan
-                if vocabulary is not None:  # a vocabulary written over a pruned model: the last part
-                    row |= _vocabulary_after(vocabulary, row)
+                if vocabulary is not None and not _combined(report).get("then"):
+                    row |= _vocabulary_after(vocabulary, row)  # an earlier version's, not in its report
             search = _read_json(path / "model" / "search.json")
             if search is not None:  # a size (params:P): the request, and the recipe its search chose
                 row |= {"sparsity": f"{search.get('request')}: {search.get('chosen')}", "kind": "combined"}
@@ -276,7 +277,7 @@ def _structure_fields(report: dict[str, Any], row: dict[str, Any]) -> dict[str, 
     original being the input model's: a combined recipe's first part's) and ``structure``; a combined
     recipe's row takes its whole pattern (``sparsity``, ``kind`` ``combined``)."""
     combined = _combined(report)
-    parts = [*(combined.get("parts") or []), {"sparsity": row["sparsity"], "compact": report.get("compact")}]
+    parts = combined_parts(report)
     first, last = ((part.get("compact") or {}).get("parameters") or {} for part in (parts[0], parts[-1]))
     fields: dict[str, Any] = {}
     if first.get("original") and last.get("original"):

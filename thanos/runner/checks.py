@@ -61,7 +61,7 @@ class Plan:
     left_dense: list[str]  # the block's layers that ``exclude`` keeps dense
     computes_in: str = "float32"  # the compute dtype as the header shows it (``compute_dtype_text``)
     disk: DiskEstimate | None = None  # None: not estimated (a hub model not downloaded yet)
-    part_of: dict[str, Any] | None = None  # the last part of a combined recipe: the whole (its report's)
+    part_of: dict[str, Any] | None = None  # a combined recipe's later part: the recipe so far (its report's)
     # a recipe with ``distill``: the whole recipe (``recipe`` is then what it prunes, ``Recipe.pruned``);
     # ``teacher``: the input model, the baseline of the evaluations and the model distillation is toward (a
     # combined recipe's: the model its first part read)

@@ -208,7 +208,8 @@ def _part(
 ) -> PruneRequest:
     """The request of part ``i``: on ``model`` (the previous part's), in a working directory of its own
     (under ``--workdir``, else the default one of ``model`` named after the input model); every part but the
-    last writes its model under ``intermediates`` and evaluates nothing; the last records the whole recipe."""
+    last writes its model under ``intermediates`` and evaluates nothing; every part after the first records
+    the recipe so far on the input model (the last: the whole recipe)."""
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     part, last = request.recipes[i], i == len(parts) - 1
     changes: dict[str, Any] = {"model": model, "recipes": (part,), "sparsity": parts[i]}
@@ -221,9 +222,13 @@ def _part(
         workdir = own.with_name(f"{name}-{own.name.rsplit('-', 1)[1]}")
     if workdir is not None:
         changes["resources"] = dataclasses.replace(request.resources, workdir=workdir)
-    if last:
-        changes["part_of"] = {"sparsity": "+".join(parts), "base_model": reference, "parts": list(steps)}
-    else:
+    if i > 0:  # its model's report records the recipe so far, on the input model (a vocab part adds itself)
+        changes["part_of"] = {
+            "sparsity": "+".join(parts[: i + 1]),
+            "base_model": reference,
+            "parts": list(steps),
+        }
+    if not last:
         # keyed by every option of the parts so far (a depth part with and without its maps: two models)
         calibration = dataclasses.astuple(request.calibration)
         so_far = [recipe.to_dict() for recipe in request.recipes[: i + 1]]

@@ -181,7 +181,7 @@ def _run_steps(run_plan: Plan, on_event: OnEvent) -> Any:
     files = run_plan.files
     intermediates = tuple(p for p in (files.pruned_root, files.tokens, files.dense_dir, files.chain_dir) if p)
     how = {"granularity": "recipe", "granularity_reason": "thanos prune-model: every stage in one process"}
-    if run_plan.part_of is not None:  # the last part of a combined recipe: the whole
+    if run_plan.part_of is not None:  # a combined recipe's part after the first: the recipe so far
         how["combined"] = run_plan.part_of
     record = RunRecord(model_slug(run_plan.reference), files.tokens, intermediates, how)
     resources = run_plan.resources

@@ -384,8 +384,8 @@ class Output:
 class PruneRequest:
     """One ``prune_model`` call: the model, the recipe (several for a combined pattern, in the order they
     run), where the calibration comes from, where it runs, what is evaluated, where it is published.
-    ``part_of``: for the last part of a combined recipe, what its report records of the whole (the pattern,
-    the base model, the parts before it)."""
+    ``part_of``: for a combined recipe's part after the first, what its report records of the recipe so far
+    (the pattern up to this part, the base model, the parts before it)."""
 
     model: str = field(metadata=option("Hugging Face model directory or hub id"))
     recipes: tuple[Recipe, ...]

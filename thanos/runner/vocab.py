@@ -52,13 +52,9 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     device = str(resolve_device(request.resources.device))
     report = prune_vocabulary(model, out, pattern, documents, str(text), whole)
     say(stream, summary(report, out))
-    if request.part_of is not None:  # the last part of a combined recipe: the card says the whole
-        _card_of_combined(out, request.part_of)
     if request.evaluation.kinds:
         evaluation = evaluate(request, out, device, Path(dense or request.model))
         write_card(out, report, evaluation)
-        if request.part_of is not None:
-            _card_of_combined(out, request.part_of)
         digests.record_again(out)
         for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
             say(stream, f"  {line}")
@@ -131,21 +127,6 @@ def check_vocab(request: PruneRequest) -> None:
     source = str(evaluation.ppl_source)
     if evaluation.kinds and source != WIKITEXT2 and not Path(source).exists():
         raise OptionError(Option("ppl_source", source), "does not exist; give the text to score")
-
-
-def _card_of_combined(out: Path, part_of: dict[str, Any]) -> None:
-    """The card of a combined recipe's last part, opened by what the whole recipe was."""
-    from thanos.runner.workdirs import model_slug
-
-    parts = " then ".join(f"`{part['sparsity']}`" for part in part_of["parts"])
-    base = model_slug(part_of["base_model"])
-    line = (
-        f"The last part of the combined recipe `{part_of['sparsity']}` on `{base}`: the vocabulary of the "
-        f"model that {parts} wrote.\n\n"
-    )
-    card = (out / "README.md").read_text(encoding="utf-8")
-    (out / "README.md").write_text(line + card, encoding="utf-8")
-    digests.record_again(out)
 
 
 def evaluate(request: PruneRequest, out: Path, device: str, dense: Path) -> dict[str, Any]:

@@ -10,6 +10,8 @@ target, and per block the outlier ratio, OWL's sparsity and the sparsity written
 the counts back instead of counting again. The model card (``thanos.stages.card``) states them.
 
 The file depends only on the report and the tensors (sorted keys): the same inputs give the same bytes.
+Torch-free to import (the results' tables read a combined recipe's parts here): the tensors are read by
+the functions that count them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thanos.data.safetensors_io import open_safetensors
 from thanos.labels import public_name
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.recipe import Recipe
@@ -75,6 +76,8 @@ class SparsitySummary:
 
 
 def _weight_map(model_dir: Path) -> dict[str, str]:
+    from thanos.data.safetensors_io import open_safetensors
+
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         return json.loads(index.read_text())["weight_map"]
@@ -112,6 +115,8 @@ def summarize(model_dir: str | Path, report: dict[str, Any], described: bool = F
     by ``describe_model``, so its ``sparsity.json`` holds these counts and nothing is read again (else the
     linear modules left dense are found by building the model on the meta device, seconds of transformers
     imports)."""
+    from thanos.data.safetensors_io import open_safetensors
+
     model_dir = Path(model_dir)
     if described:
         return read_sidecar(model_dir / SIDECAR, report)
@@ -176,17 +181,17 @@ def _summary(
 
 def structure(pattern: Sparsity, summary: SparsitySummary | None) -> str:
     """``n:m`` (e.g. ``2:4``) when every row of every pruned layer holds the pattern, ``neurons`` for MLP
-    neurons removed, ``heads`` for attention heads, ``depth`` for whole blocks, else ``unstructured``
-    (outlier rows kept dense, or an unstructured or structured recipe). ``summary`` None: a structure
-    only (an earlier part of a combined recipe)."""
+    neurons removed, ``heads`` for attention heads, ``depth`` for whole blocks, ``vocab`` for tokens, else
+    ``unstructured`` (outlier rows kept dense, or an unstructured or structured recipe). ``summary`` None: a
+    structure only (another part of a combined recipe)."""
     if pattern.kind == "nm" and summary is not None and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
         return "neurons"
     if pattern.kind in ("heads", "kv_heads"):  # whole attention heads: cut out, or zero columns
         return "heads"
-    if pattern.kind == "depth":
-        return "depth"
+    if pattern.kind in ("depth", "vocab"):
+        return pattern.kind
     return "unstructured"
 
 
@@ -196,23 +201,41 @@ def combined_record(report: dict[str, Any]) -> dict[str, Any]:
     return (report.get("workflow") or {}).get("combined") or {}
 
 
+def combined_parts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every part of the combined recipe whose model a report describes, in the order they ran, each
+    ``{"sparsity", "compact"}``: the parts before the report's own recipe, its own, and the vocabulary
+    written over its model after it (``then``); the report's own alone for any other model."""
+    combined = combined_record(report)
+    own = {"sparsity": str(report["recipe"]["sparsity"]), "compact": report.get("compact")}
+    return [*combined.get("parts", []), own, *combined.get("then", [])]
+
+
+def combined_parameters(report: dict[str, Any]) -> tuple[int, int] | None:
+    """(the base model's parameters, the written model's) of a combined recipe's model, from its first
+    and last parts' counts; None where they are not recorded."""
+    parts = combined_parts(report)
+    first, last = ((part.get("compact") or {}).get("parameters") or {} for part in (parts[0], parts[-1]))
+    if first.get("original") and last.get("kept"):
+        return int(first["original"]), int(last["kept"])
+    return None
+
+
 def combined_sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:
-    """``structure`` (``depth+neurons`` for ``depth:4+neurons:0.3``: every part's) and, for the last part of
-    a combined recipe, ``combined``: the whole recipe, its parts and the model it started from."""
+    """``structure`` (``depth+neurons`` for ``depth:4+neurons:0.3``: every part's) and, for a combined
+    recipe's model, ``combined``: the whole recipe, its parts, the model it started from and, where known,
+    the parameters of that model and of this one."""
     own = structure(Recipe.from_report(report["recipe"]).sparsity, summary)
     combined = combined_record(report)
     if not combined:
         return {"structure": own}
-    parts = [part["sparsity"] for part in combined["parts"]]
-    earlier = [structure(parse_sparsity(part), None) for part in parts]
-    return {
-        "structure": "+".join([*earlier, own]),
-        "combined": {
-            "sparsity": combined["sparsity"],
-            "parts": [*parts, str(report["recipe"]["sparsity"])],
-            "base_model": public_name(combined["base_model"]),
-        },
-    }
+    parts = [part["sparsity"] for part in combined_parts(report)]
+    mine = len(combined.get("parts", []))  # the report's own part's place among them
+    kinds = [own if i == mine else structure(parse_sparsity(part), None) for i, part in enumerate(parts)]
+    base = public_name(combined["base_model"])
+    record = {"sparsity": combined["sparsity"], "parts": parts, "base_model": base}
+    if (counts := combined_parameters(report)) is not None:
+        record["parameters"] = {"base_model": counts[0], "written": counts[1]}
+    return {"structure": "+".join(kinds), "combined": record}
 
 
 def sidecar(report: dict[str, Any], summary: SparsitySummary) -> dict[str, Any]:

@@ -41,6 +41,8 @@ from thanos.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import (
     SIDECAR,
     SparsitySummary,
+    combined_parameters,
+    combined_parts,
     combined_record,
     hyper_parameter,
     sidecar,
@@ -266,27 +268,22 @@ def evaluation_lines(evaluation: dict[str, Any] | None, where: str) -> list[str]
 
 
 def combined_lines(report: dict[str, Any]) -> list[str]:
-    """For the last part of a combined recipe (``depth:4+neurons:0.3``): the parts before it and the
-    parameters against the base model."""
+    """For a combined recipe's model (``depth:4+neurons:0.3``): every part, and the parameters against the
+    base model."""
     combined = combined_record(report)
     if not combined:
         return []
-    parts = [
-        *combined["parts"],
-        {"sparsity": str(report["recipe"]["sparsity"]), "compact": report.get("compact")},
-    ]
     steps = "; then ".join(
         f"`{part['sparsity']}`" + (f" ({shape_text(part['compact'])})" if part.get("compact") else "")
-        for part in parts
+        for part in combined_parts(report)
     )
-    first, last = parts[0].get("compact") or {}, parts[-1].get("compact") or {}
+    which = "the last part of the combined recipe" if not combined.get("then") else "the combined recipe"
     text = (
-        f"It is the last part of the combined recipe `{combined['sparsity']}` on "
-        f"`{public_name(combined['base_model'])}`, "
+        f"It is {which} `{combined['sparsity']}` on `{public_name(combined['base_model'])}`, "
         f"each part run on the model the previous one wrote: {steps}."
     )
-    if first.get("parameters") and last.get("parameters"):
-        before, after = first["parameters"]["original"], last["parameters"]["kept"]
+    if (counts := combined_parameters(report)) is not None:
+        before, after = counts
         fewer = 100 * (1 - after / before)
         text += f" Against the base model: {after:,} of {before:,} parameters ({fewer:.1f} % fewer)."
     return ["", text]

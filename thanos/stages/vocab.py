@@ -188,10 +188,59 @@ def llama_cpp_note(report: dict[str, Any]) -> str:
 
 def write_card(out: Path, report: dict[str, Any], evaluation: dict[str, Any]) -> None:
     """Rewrite the card of the model written to ``out`` with ``evaluation`` (``--evaluate``'s results)."""
-    from thanos.stages.card import evaluation_lines
+    (out / "README.md").write_text(card_text(out, report, evaluation, out), encoding="utf-8")
 
-    lines = ["## Evaluation", "", *evaluation_lines(evaluation, str(out))]
-    (out / "README.md").write_text(card(report) + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
+
+def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any] | None, out: Path) -> str:
+    """The card of a model whose vocabulary was pruned (``report``: ``vocabulary.json``'s content): over
+    a pruned model (``pruning_report.json``, rewritten by ``describe_whole``), that model's card, named
+    after the whole recipe, then the vocabulary's section; alone, the vocabulary's section. ``out``: where
+    the model is published (the card's loading and reproduce commands)."""
+    from thanos.stages.achieved_sparsity import SIDECAR, read_sidecar
+    from thanos.stages.card import evaluation_lines, model_card
+
+    text = card(report)
+    if evaluation:
+        text += "\n" + "\n".join(["## Evaluation", "", *evaluation_lines(evaluation, str(out))]) + "\n"
+    if not (model_dir / "pruning_report.json").is_file():
+        return text
+    pruned = json.loads((model_dir / "pruning_report.json").read_text(encoding="utf-8"))
+    return model_card(pruned, read_sidecar(model_dir / SIDECAR, pruned), None, out) + "\n" + text
+
+
+def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
+    """A vocabulary written over a pruned model (an earlier part of a combined recipe, or a model pruned
+    before): the ``pruning_report.json`` and ``sparsity.json`` it copied are rewritten to describe what
+    ``model_dir`` holds: the whole recipe, this vocabulary after the recipe of the report (``combined``'s
+    ``then``), the base model, every parameter counted on the written weights. Nothing for a model that
+    holds no pruning report."""
+    from thanos.stages.achieved_sparsity import SIDECAR, combined_record, sidecar, summarize
+
+    path = model_dir / "pruning_report.json"
+    if not path.is_file():
+        return
+    pruned = json.loads(path.read_text(encoding="utf-8"))
+    earlier = combined_record(pruned)
+    part = {
+        "sparsity": report["sparsity"],
+        "compact": {
+            "structure": "vocab",
+            "original_tokens": report["tokens_before"],
+            "kept_tokens": report["tokens_kept"],
+            "parameters": {"original": report["parameters_before"], "kept": report["parameters_after"]},
+        },
+    }
+    pruned["workflow"] = (pruned.get("workflow") or {}) | {
+        "combined": {
+            "sparsity": f"{earlier.get('sparsity') or pruned['recipe']['sparsity']}+{report['sparsity']}",
+            "base_model": earlier.get("base_model") or pruned["model"]["path"],
+            "parts": earlier.get("parts") or [],
+            "then": [*(earlier.get("then") or []), part],
+        }
+    }
+    path.write_text(json.dumps(pruned, indent=2, default=str) + "\n", encoding="utf-8")
+    counted = sidecar(pruned, summarize(model_dir, pruned))
+    (model_dir / SIDECAR).write_text(json.dumps(counted, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def check_vocab_out(out: Path, model_dir: str | Path) -> None:
@@ -228,7 +277,8 @@ def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, 
         if report["tokenizer"] == "byte-level":
             report["llama_cpp_hash"] = {"dense": llama_cpp_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
-        (tmp / "README.md").write_text(card(report), encoding="utf-8")
+        describe_whole(tmp, report)
+        (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
         digests.record_again(tmp)  # a pruned model's report (a combined recipe's part) records these files
 
 
