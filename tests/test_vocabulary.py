@@ -355,3 +355,17 @@ def test_llama_cpp_converts_or_the_card_says_why(pruned: dict[str, Any], tmp_pat
     assert line in (pruned["out"] / "README.md").read_text()
     dense_run = run_llama_cpp_converter(pruned["dense"], tmp_path / "dense.gguf", "--vocab-only")
     assert f"chkhsh:  {report['llama_cpp_hash']['dense']}" in dense_run.stderr  # unknown for a tiny model
+
+
+def test_a_vocabulary_pruned_twice_names_the_dense_models_hash(tmp_path: Path) -> None:
+    """The card of a byte-level vocabulary pruned again tells llama.cpp to treat its pre-tokenizer as the
+    dense model's: by the dense model's hash (the one llama.cpp knows), not the once-pruned model's."""
+    dense = build_model(tmp_path / "dense", "byte-level")
+    once = prune_vocabulary(dense, tmp_path / "once", parse_sparsity("vocab:0.15"), CHOOSING, "prose")
+    again = prune_vocabulary(
+        tmp_path / "once", tmp_path / "again", parse_sparsity("vocab:0.1"), CHOOSING, "x"
+    )
+    dense_hash = once["llama_cpp_hash"]["dense"]
+    assert again["llama_cpp_hash"]["dense"] == dense_hash != once["llama_cpp_hash"]["pruned"]
+    assert again["llama_cpp_hash"]["pruned"] != once["llama_cpp_hash"]["pruned"]
+    assert f"the dense model's hash `{dense_hash}`" in (tmp_path / "again" / "README.md").read_text()

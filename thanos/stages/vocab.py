@@ -257,6 +257,13 @@ def check_vocab_out(out: Path, model_dir: str | Path) -> None:
         )
 
 
+def _dense_hash(model_dir: Path) -> str:
+    """llama.cpp's hash of the dense model's pre-tokenizer (the one llama.cpp knows): ``model_dir``'s, or
+    for a vocabulary pruned before, the dense model's its ``vocabulary.json`` recorded."""
+    earlier = _read_optional(model_dir / "vocabulary.json") or {}
+    return (earlier.get("llama_cpp_hash") or {}).get("dense") or llama_cpp_hash(model_dir)
+
+
 def _read_optional(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
@@ -275,7 +282,7 @@ def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, 
             if name != "vocabulary.json":
                 _write_json(tmp / name, content)
         if report["tokenizer"] == "byte-level":
-            report["llama_cpp_hash"] = {"dense": llama_cpp_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
+            report["llama_cpp_hash"] = {"dense": _dense_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
         describe_whole(tmp, report)
         (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
