@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import kill_once, snakemake, workflow_config, write_corpus
+from helpers.models import stored_parameters
 from helpers.vocabulary import bpe_model
 
 from thanos.runner.patterns import AXES
@@ -160,6 +161,11 @@ def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
     (size,) = [pattern for pattern in achieved if str(pattern).startswith("params:0.3: ")]
     chosen = size.removeprefix("params:0.3: ")
     assert float(achieved[size].split("%")[0]) >= 30.0 and chosen.split("+")[0].partition(":")[0] in AXES
+    # counted on the written weights against the input model's, whatever parts the mix has
+    written, base = (
+        stored_parameters(run["dir"] / path) for path in ("results/llama/p30/model", "models/llama")
+    )
+    assert float(achieved[size].split("%")[0]) == pytest.approx(100 * (1 - written / base), abs=0.051)
     # the vocabulary's perplexity is per token of the dense tokenization: its own per token compares with no
     # other row's (here it looked better than dense)
     from thanos.labels import per_original_token
