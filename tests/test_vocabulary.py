@@ -224,6 +224,7 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     args = ("prune-vocab", "--model", pruned["dense"], "--sparsity", "vocab:0.15", "--text", text)
     done = cli(*args, "--out", out, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "Loading weights" not in done.stderr and "Writing model shards" not in done.stderr, done.stderr
     report = pruned["report"]
     assert f"kept {report['tokens_kept']:,} of {report['tokens_before']:,} tokens" in done.stdout
     assert json.loads((out / "vocabulary.json").read_text())["kept_ids"] == report["kept_ids"]
@@ -269,13 +270,20 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
         expand({"recipe_grid": [grid["recipe_grid"][0] | {"recover": True}]})
 
 
-def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tmp_path: Path) -> None:
+def test_prune_model_vocab_evaluates_in_bits_per_byte(
+    pruned: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """``--evaluate ppl`` after ``vocab:p`` scores both models; on a text of kept tokens both cut it into
     the same tokens and bytes, and the pruned model's loss is the dense loss with the removed tokens'
     probability taken out: total NLL = dense total NLL + sum of log(kept probability mass) over the
     predicted positions (so its bits per byte are lower, never higher). The fields are in
-    ``perplexity.json``, the bits per byte in the card and the closing lines."""
+    ``perplexity.json``, the bits per byte in the card and the closing lines, which are all the run shows:
+    no progress bar of transformers' loading and saving, no INFO record of the evaluation."""
     import io
+    import logging
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -284,10 +292,14 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(pruned: dict[str, Any], tm
     text = tmp_path / "calib.txt"
     text.write_text("\n\n".join(CHOOSING * 3) + "\n")
     out, stream = tmp_path / "out", io.StringIO()
+    caplog.set_level(logging.INFO)
     kept = prune_model(
         pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
         device="cpu", evaluate="ppl", ppl_source=text, ppl_seqlen=16, stream=stream,
     )["kept_ids"]  # fmt: skip
+    shown = capsys.readouterr().err
+    assert "Loading weights" not in shown and "Writing model shards" not in shown, shown
+    assert not [r.getMessage() for r in caplog.records if r.levelno < logging.WARNING and "thanos" in r.name]
     result = json.loads((out / "eval" / "perplexity.json").read_text())
     dense = json.loads((out / "eval" / "dense" / "perplexity.json").read_text())
     assert (result["text_tokens"], result["bytes"]) == (dense["text_tokens"], dense["bytes"]) and dense[

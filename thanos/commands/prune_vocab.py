@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
     from thanos.models import load_config
     from thanos.pruning.sparsity import parse_sparsity
+    from thanos.runner.vocab import quiet_libraries
     from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary
 
     pattern = parse_sparsity(args.sparsity)
@@ -49,5 +50,6 @@ def run(args: argparse.Namespace) -> None:
     with exclusive_out(out):  # one writer of --out, from its check to the last write
         check_vocab_out(out, args.model)
         documents = read_documents(args.text, field=args.text_field)
-        report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
+        with quiet_libraries():
+            report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
     print(summary(report, out))

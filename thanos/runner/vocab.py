@@ -12,7 +12,10 @@ tokens: ``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,15 +53,42 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(out), "workdir": None}
     device = str(resolve_device(request.resources.device))
-    report = prune_vocabulary(model, out, pattern, documents, str(text), whole)
+    with quiet_libraries():
+        report = prune_vocabulary(model, out, pattern, documents, str(text), whole)
     say(stream, summary(report, out))
     if request.evaluation.kinds:
-        evaluation = evaluate(request, out, device, Path(dense or request.model))
+        with quiet_libraries():
+            evaluation = evaluate(request, out, device, Path(dense or request.model))
         write_card(out, report, evaluation)
         digests.record_again(out)
         for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
             say(stream, f"  {line}")
     return report | {"out": str(out)}
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """For the duration, unless debug logging is on (``-v``): transformers' progress bars off and the INFO
+    records of the model loading and the evaluation kept off the terminal, as a pruning run's display keeps
+    them (what they say, the run says in its own lines)."""
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        yield
+        return
+    from transformers.utils import logging as transformers_logging
+
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    loggers = [logging.getLogger(name) for name in ("thanos.evaluation", "thanos.stages.vocab")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        if bars:
+            transformers_logging.enable_progress_bar()
 
 
 def text_documents(text: str, text_field: str) -> list[str]:
