@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thanos.files.layout import DENSE
+from thanos.pruning.structures import STRUCTURES
 
 if TYPE_CHECKING:
     from thanos.pruning.sparsity import Sparsity
@@ -233,26 +234,13 @@ def pattern_label(kind: str, fraction: float, sparsity: str | None) -> str:
     orderings' pattern, a figure's line or panel."""
     if kind == "dense":
         return "0%"
-    if kind == "nm":
-        return str(sparsity)
-    if kind in ("unstructured", "structured"):
-        return f"{kind.capitalize()} {fraction * 100:g}%"
-    if kind == "neurons":
-        return f"MLP neurons {fraction * 100:g}%"
-    if kind == "heads":
-        return f"Heads {fraction * 100:g}%"
-    if kind == "kv_heads":
-        return f"KV groups {fraction * 100:g}%"
+    structure = STRUCTURES.get(kind)
+    if structure is not None and structure.label is not None:
+        return f"{structure.label} {fraction * 100:g}%"
     return str(sparsity)
 
 
-STRUCTURE_NAMES = {
-    "neurons": "MLP neurons",
-    "heads": "heads",
-    "kv_heads": "KV groups",
-    "depth": "whole blocks",
-    "vocab": "vocabulary",
-}
+STRUCTURE_NAMES = {kind: s.name for kind, s in STRUCTURES.items() if s.name is not None}
 
 
 def structure_label(structure: str, method: str) -> str:
@@ -260,7 +248,7 @@ def structure_label(structure: str, method: str) -> str:
     chosen by their scores, whatever the method), ``Thanos: MLP neurons``, ``Thanos: whole blocks + MLP
     neurons`` (a combined recipe, its parts in the order they run)."""
     names = " + ".join(STRUCTURE_NAMES.get(kind, kind) for kind in structure.split("+"))
-    if structure in ("depth", "vocab"):  # chosen by their scores or use, whatever the method
+    if structure in STRUCTURES and not STRUCTURES[structure].by_method:  # chosen by scores or use
         return names.capitalize()
     return f"{METHOD_NAMES.get(method, method)}: {names}"
 

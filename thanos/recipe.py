@@ -33,21 +33,13 @@ from thanos.options import option
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
 from thanos.pruning.sparsity import COMPACT_KINDS, WIDTH_MULTIPLE, Sparsity, check_alpha, parse_sparsity
+from thanos.pruning.structures import TAGS
 
 PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
 CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
 DEFAULT_DAMP = 0.01
 OWL_DEFAULTS = {"owl_m": DEFAULT_M, "owl_lambda": DEFAULT_LAMBDA}  # OWL's M and lambda
 # the pattern kind's letter in a recipe's name (``pattern_tag``)
-TAGS = {
-    "unstructured": "u",
-    "structured": "s",
-    "neurons": "n",
-    "heads": "h",
-    "kv_heads": "g",
-    "depth": "d",
-    "vocab": "v",
-}
 KINDS_OF_TAGS = {tag: kind for kind, tag in TAGS.items()}
 RECOVERY_TARGETS = ("dense", "block")  # the dense model's outputs, or the dense block on the chain's inputs
 

@@ -27,6 +27,7 @@ from thanos.labels import (
 )
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
+from thanos.pruning.structures import COMBINING
 from thanos.recipe import Recipe, from_name
 from thanos.stages.achieved_sparsity import combined_parts
 
@@ -46,7 +47,7 @@ KIND_ORDER = {
     "combined": 8,  # a combined recipe (depth:4+neurons:0.3): its structures, each on the part before's model
 }
 # the structures a recipe removes, written smaller (``params_removed``): the ``structure`` column
-STRUCTURES = ("neurons", "heads", "kv_heads", "depth", "vocab")
+STRUCTURES = tuple(COMBINING)  # the kinds a structural recipe removes (thanos.pruning.structures)
 # the paper's appendix column order and labels
 TASK_LABELS = {
     "arc_challenge": "ArcC",

@@ -13,10 +13,10 @@ from typing import Any
 from thanos.errors import Option, OptionError
 from thanos.options import option
 from thanos.pruning.sparsity import exact, parse_sparsity
+from thanos.pruning.structures import AXES, COMBINING
 
 # a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``);
 # the vocabulary last, on the model the width parts wrote
-ORDER = {"depth": 0, "heads": 1, "kv_heads": 1, "neurons": 2, "vocab": 3}
 JOINED = "depth:K, heads:P (or kv_heads:P), neurons:P and vocab:P (or vocab:N)"
 
 
@@ -35,21 +35,18 @@ def combined_parts(sparsity: Any) -> list[str] | None:
     except ValueError as err:
         raise OptionError(Option("sparsity", repr(sparsity)), str(err)) from None
     for part in parts:
-        if part.kind not in ORDER:
+        if part.kind not in COMBINING:
             raise OptionError(
                 Option("sparsity", repr(sparsity)),
                 f"{part} cannot be combined; a combined recipe joins {JOINED} with '+', e.g. "
                 "depth:4+neurons:0.3",
             )
-    ranks = [ORDER[part.kind] for part in parts]
+    ranks = [COMBINING[part.kind] for part in parts]
     if len(set(ranks)) != len(ranks):
         raise OptionError(
             Option("sparsity", repr(sparsity)), "each of depth, heads, neurons and vocab at most once"
         )
-    return [str(part) for part in sorted(parts, key=lambda part: ORDER[part.kind])]
-
-
-AXES = ("depth", "heads", "neurons", "vocab")  # what a size search combines, in the order they run
+    return [str(part) for part in sorted(parts, key=lambda part: COMBINING[part.kind])]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from thanos.labels import public_name
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
+from thanos.pruning.structures import STRUCTURES
 from thanos.recipe import Recipe
 
 SIDECAR = "sparsity.json"
@@ -186,13 +187,7 @@ def structure(pattern: Sparsity, summary: SparsitySummary | None) -> str:
     structure only (another part of a combined recipe)."""
     if pattern.kind == "nm" and summary is not None and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
-    if pattern.kind == "neurons":  # whole MLP neurons: cut out (compact), or zero columns
-        return "neurons"
-    if pattern.kind in ("heads", "kv_heads"):  # whole attention heads: cut out, or zero columns
-        return "heads"
-    if pattern.kind in ("depth", "vocab"):
-        return pattern.kind
-    return "unstructured"
+    return STRUCTURES[pattern.kind].sidecar or "unstructured"  # whole neurons, heads, blocks, tokens
 
 
 def combined_record(report: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""The structures' table (``thanos.pruning.structures``): what each kind of pattern declares, and that the
+recipe's names, the combined recipes' order, the size's axes, ``sparsity.json`` and the tables' words are
+read from it. Adding a structure is one entry there (its stage function, its model-side math and its
+words aside): this test lists what an entry declares."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from thanos.labels import STRUCTURE_NAMES, pattern_label, structure_label
+from thanos.pruning.sparsity import Kind, parse_sparsity
+from thanos.pruning.structures import AXES, COMBINING, STRUCTURES, TAGS
+from thanos.recipe import TAGS as RECIPE_TAGS
+from thanos.recipe import from_name, pattern_tag
+from thanos.report.collect import STRUCTURES as TABLE_STRUCTURES
+from thanos.runner.patterns import combined_parts
+from thanos.stages.achieved_sparsity import structure
+
+DECLARED = {  # kind: (tag, order in a combined recipe, a size axis, sparsity.json's structure, label, name)
+    "unstructured": ("u", None, False, None, "Unstructured", None),
+    "nm": (None, None, False, None, None, None),
+    "structured": ("s", None, False, None, "Structured", None),
+    "depth": ("d", 0, True, "depth", None, "whole blocks"),
+    "heads": ("h", 1, True, "heads", "Heads", "heads"),
+    "kv_heads": ("g", 1, False, "heads", "KV groups", "KV groups"),
+    "neurons": ("n", 2, True, "neurons", "MLP neurons", "MLP neurons"),
+    "vocab": ("v", 3, True, "vocab", None, "vocabulary"),
+}
+
+
+def test_every_kind_has_one_entry_declaring_what_it_is() -> None:
+    assert set(STRUCTURES) == set(get_args(Kind)) == set(DECLARED)
+    for kind, entry in STRUCTURES.items():
+        declared = (entry.tag, entry.order, entry.size_axis, entry.sidecar, entry.label, entry.name)
+        assert declared == DECLARED[kind], kind
+    assert [kind for kind, entry in STRUCTURES.items() if not entry.by_method] == ["depth", "vocab"]
+
+
+def test_the_package_reads_the_table() -> None:
+    """The recipe's tags, the combined order, the size's axes, the tables' structural kinds and the figure's
+    structure names are the table's; a combined recipe runs in its order whatever the order written."""
+    assert RECIPE_TAGS is TAGS and set(TABLE_STRUCTURES) == set(COMBINING)
+    assert AXES == ("depth", "heads", "neurons", "vocab")
+    assert combined_parts("vocab:0.3+neurons:0.3+depth:2") == ["depth:2", "neurons:0.3", "vocab:0.3"]
+    assert STRUCTURE_NAMES == {kind: entry.name for kind, entry in STRUCTURES.items() if entry.name}
+    for pattern, tag in (("neurons:0.3", "n30"), ("kv_heads:0.25", "g25"), ("vocab:0.3", "v30")):
+        assert pattern_tag(parse_sparsity(pattern)) == tag
+        assert str(from_name(f"thanos_{tag}")["sparsity"]) == pattern
+    assert pattern_label("kv_heads", 0.5, "kv_heads:0.5") == "KV groups 50%"
+    assert pattern_label("depth", float("nan"), "depth:2") == "depth:2"
+    assert structure_label("vocab", "thanos") == "Vocabulary"
+    assert structure_label("depth+neurons", "thanos") == "Thanos: whole blocks + MLP neurons"
+    assert [structure(parse_sparsity(p), None) for p in ("kv_heads:0.5", "vocab:0.3", "0.5", "2:4")] == [
+        "heads",
+        "vocab",
+        "unstructured",
+        "unstructured",
+    ]
