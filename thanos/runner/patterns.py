@@ -15,8 +15,8 @@ from thanos.options import option
 from thanos.pruning.sparsity import exact, parse_sparsity
 from thanos.pruning.structures import AXES, COMBINING
 
-# a combined recipe's parts run in this order whatever the order written (``thanos.runner.combined``);
-# the vocabulary last, on the model the width parts wrote
+# a combined recipe's parts run in the order of ``COMBINING`` whatever the order written (blocks, heads,
+# neurons, then the vocabulary on the model the width parts wrote: ``thanos.pruning.structures``)
 JOINED = "depth:K, heads:P (or kv_heads:P), neurons:P and vocab:P (or vocab:N)"
 
 
