@@ -213,13 +213,15 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     before): the ``pruning_report.json`` and ``sparsity.json`` it copied are rewritten to describe what
     ``model_dir`` holds: the whole recipe, this vocabulary after the recipe of the report (``combined``'s
     ``then``), the base model, every parameter counted on the written weights. Nothing for a model that
-    holds no pruning report."""
+    holds no pruning report (or one of another tool)."""
     from thanos.stages.achieved_sparsity import SIDECAR, combined_record, sidecar, summarize
 
     path = model_dir / "pruning_report.json"
     if not path.is_file():
         return
     pruned = json.loads(path.read_text(encoding="utf-8"))
+    if (pruned.get("recipe") or {}).get("sparsity") is None or "model" not in pruned:
+        return  # not a report this tool wrote: left as it was
     earlier = combined_record(pruned)
     part = {
         "sparsity": report["sparsity"],
