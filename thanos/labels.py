@@ -33,6 +33,8 @@ from thanos.files.layout import DENSE
 from thanos.pruning.structures import STRUCTURES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from thanos.pruning.sparsity import Sparsity
     from thanos.recipe import Recipe
 
@@ -70,31 +72,38 @@ METHOD_NAMES = {DENSE: "Dense", "vocab": "Vocabulary"} | {name: shown.label for 
 # --- sentences: the model card and ``thanos prune-model``
 
 
+def _percent(pattern: Sparsity) -> str:
+    return f"{100 * float(pattern.fraction):g} %"
+
+
+def _blocks_text(pattern: Sparsity) -> str:
+    if pattern.n:
+        return f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
+    return f"whole blocks {100 * float(pattern.p):g} %"
+
+
+# a pattern in a sentence, per kind (``pattern_text``); any other kind: unstructured
+PATTERN_TEXTS: dict[str, Callable[[Sparsity], str]] = {
+    "nm": lambda pattern: f"{pattern.n}:{pattern.m}",
+    "structured": lambda pattern: f"structured {_percent(pattern)} (whole input columns)",
+    "neurons": lambda pattern: (
+        f"MLP neurons {_percent(pattern)} (kept width the nearest multiple of {pattern.multiple})"
+    ),
+    "heads": lambda pattern: (
+        f"attention heads {_percent(pattern)} (of each key/value group's query heads; whole groups where "
+        "each has one)"
+    ),
+    "depth": _blocks_text,
+    "kv_heads": lambda pattern: f"key/value groups {_percent(pattern)} (with their query heads)",
+}
+
+
 def pattern_text(pattern: Sparsity, alpha: float | None, outlier_rows: int | None = None) -> str:
     """``2:4 + 10 % dense rows``, ``unstructured 50 %``, ``structured 30 % (whole input columns)``: a
     pattern in a sentence. ``outlier_rows``: the rows the written weights keep dense, where counted (the
     model card's ``SparsitySummary.outlier_rows``); none counted drops the dense rows that alpha asked for."""
-    if pattern.kind == "nm":
-        text = f"{pattern.n}:{pattern.m}"
-    elif pattern.kind == "structured":
-        text = f"structured {100 * float(pattern.fraction):g} % (whole input columns)"
-    elif pattern.kind == "neurons":
-        text = (
-            f"MLP neurons {100 * float(pattern.fraction):g} % (kept width the nearest multiple of "
-            f"{pattern.multiple})"
-        )
-    elif pattern.kind == "heads":
-        text = (
-            f"attention heads {100 * float(pattern.fraction):g} % (of each key/value group's query heads; "
-            "whole groups where each has one)"
-        )
-    elif pattern.kind == "depth":
-        count = f"{pattern.n} whole block{'s' if pattern.n > 1 else ''}"
-        text = count if pattern.n else f"whole blocks {100 * float(pattern.p):g} %"
-    elif pattern.kind == "kv_heads":
-        text = f"key/value groups {100 * float(pattern.fraction):g} % (with their query heads)"
-    else:
-        text = f"unstructured {100 * float(pattern.fraction):g} %"
+    words = PATTERN_TEXTS.get(pattern.kind)
+    text = words(pattern) if words is not None else f"unstructured {_percent(pattern)}"
     if alpha and (outlier_rows is None or outlier_rows > 0):
         text += f" + {100 * alpha:g} % dense rows"
     return text

@@ -32,7 +32,14 @@ from thanos.files.layout import RECIPE_NAME, RESERVED
 from thanos.options import option
 from thanos.pruning import methods
 from thanos.pruning.owl import DEFAULT_LAMBDA, DEFAULT_M
-from thanos.pruning.sparsity import COMPACT_KINDS, WIDTH_MULTIPLE, Sparsity, check_alpha, parse_sparsity
+from thanos.pruning.sparsity import (
+    COMPACT_KINDS,
+    COUNT_KINDS,
+    WIDTH_MULTIPLE,
+    Sparsity,
+    check_alpha,
+    parse_sparsity,
+)
 from thanos.pruning.structures import TAGS
 
 PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
@@ -625,7 +632,7 @@ def pattern_tag(sparsity: Sparsity) -> str:
     vocab:0.3 -> v30."""
     if sparsity.kind == "nm":
         return f"{sparsity.n}-{sparsity.m}"
-    if sparsity.kind in ("depth", "vocab") and sparsity.n:  # a count: depth6, vocab8000
+    if sparsity.kind in COUNT_KINDS and sparsity.n:  # a count: depth6, vocab8000
         return f"{sparsity.kind}{sparsity.n}"
     return f"{TAGS[sparsity.kind]}{float(sparsity.p) * 100:g}"
 

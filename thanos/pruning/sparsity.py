@@ -38,6 +38,7 @@ Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads
 FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
 COUNT_KINDS = ("depth", "vocab")  # a whole number (depth: blocks removed, vocab: tokens kept) or a fraction
 COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
+HEAD_KINDS = ("heads", "kv_heads")  # whole attention heads: query heads, or key/value groups with theirs
 # the kept MLP width is rounded to a multiple of this (``neuron_count``): llama.cpp's block quantizations
 # need a tensor's column count to be a multiple of 32 (k-quants: 256) and store it wider where it is not
 WIDTH_MULTIPLE = 32

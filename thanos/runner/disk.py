@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thanos.errors import Option, OptionError
+from thanos.pruning.sparsity import HEAD_KINDS
 
 if TYPE_CHECKING:
     from thanos.models.checkpoint import Checkpoint
@@ -142,7 +143,7 @@ def _pruning_estimate(
     if recipe.sparsity.kind == "neurons":
         removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
         weights -= removed  # the pruned layers keep the original shapes; the model is written without them
-    elif recipe.sparsity.kind in ("heads", "kv_heads") and recipe.compact:
+    elif recipe.sparsity.kind in HEAD_KINDS and recipe.compact:
         weights -= _removed_by_heads(layout, checkpoint, model_dir, recipe.sparsity) * itemsize
     layers = pruned * (2 if recipe.recover is not None else 1)
     small = _other_files(model_dir) + count * RECORD_BYTES_PER_LAYER + LOG_BYTES

@@ -23,6 +23,7 @@ from typing import Any
 from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.options import flags, option
 from thanos.pruning import methods
+from thanos.pruning.sparsity import FRACTION_KINDS
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
 from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fraction
@@ -232,7 +233,7 @@ def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Re
             Option("compact", repr(False)),
             f"{sparsity} removes whole blocks, which cannot be written as zeros; leave it out",
         )
-    if recipe.sparsity.kind not in ("nm", "depth", "vocab") and recipe.sparsity.p == 0:
+    if recipe.sparsity.kind in FRACTION_KINDS and recipe.sparsity.p == 0:
         raise OptionError(
             Option("sparsity", repr(sparsity)), "prunes nothing; give a fraction above 0 (e.g. 0.5)"
         )

@@ -31,7 +31,7 @@ from thanos.data.safetensors_io import open_safetensors
 from thanos.files.layout import pruned_block_name, pruned_layer_name
 from thanos.models.heads import attention_layout
 from thanos.models.neurons import mlp_layout
-from thanos.pruning.sparsity import WIDTH_MULTIPLE, Sparsity, width_multiple
+from thanos.pruning.sparsity import HEAD_KINDS, WIDTH_MULTIPLE, Sparsity, width_multiple
 
 if TYPE_CHECKING:
     from thanos.models import ModelHandle
@@ -98,7 +98,7 @@ def compaction(
     handle = as_handle(model, model_info)
     model_dir, model_layout, checkpoint = handle.path, handle.layout, handle.checkpoint
     root = Path(pruned_root)
-    if pattern is not None and pattern.kind in ("heads", "kv_heads"):
+    if pattern is not None and pattern.kind in HEAD_KINDS:
         attention = attention_layout(model_dir, model_layout, checkpoint)
         plan = _heads_plan(attention, model_layout, root, names)
     else:

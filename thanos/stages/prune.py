@@ -28,7 +28,7 @@ from thanos.files.layout import pruned_layer_name
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
 from thanos.pruning.layer import PruneStats, prune_layer
-from thanos.pruning.sparsity import Sparsity
+from thanos.pruning.sparsity import HEAD_KINDS, Sparsity
 from thanos.recipe import Recipe
 from thanos.stages.common import resolve_device
 
@@ -75,7 +75,7 @@ def prune(
         from thanos.models.neurons import mlp_layout
 
         only = mlp_layout(layout, checkpoint).output
-    elif sparsity.kind in ("heads", "kv_heads"):
+    elif sparsity.kind in HEAD_KINDS:
         from thanos.models.heads import attention_layout, check_config_accepts
 
         attention = attention_layout(model_dir, layout, checkpoint)
