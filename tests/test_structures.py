@@ -7,33 +7,53 @@ from __future__ import annotations
 
 from typing import get_args
 
+import pytest
+
 from thanos.labels import STRUCTURE_NAMES, pattern_label, structure_label
 from thanos.pruning.sparsity import Kind, parse_sparsity
 from thanos.pruning.structures import AXES, COMBINING, STRUCTURES, TAGS
 from thanos.recipe import TAGS as RECIPE_TAGS
-from thanos.recipe import from_name, pattern_tag
+from thanos.recipe import ConfigError, Recipe, from_name, pattern_tag
 from thanos.report.collect import STRUCTURES as TABLE_STRUCTURES
 from thanos.runner.patterns import combined_parts
 from thanos.stages.achieved_sparsity import structure
 
-DECLARED = {  # kind: (tag, order in a combined recipe, a size axis, sparsity.json's structure, label, name)
-    "unstructured": ("u", None, False, None, "Unstructured", None),
-    "nm": (None, None, False, None, None, None),
-    "structured": ("s", None, False, None, "Structured", None),
-    "depth": ("d", 0, True, "depth", None, "whole blocks"),
-    "heads": ("h", 1, True, "heads", "Heads", "heads"),
-    "kv_heads": ("g", 1, False, "heads", "KV groups", "KV groups"),
-    "neurons": ("n", 2, True, "neurons", "MLP neurons", "MLP neurons"),
-    "vocab": ("v", 3, True, "vocab", None, "vocabulary"),
+DECLARED = {  # kind: (tag, order in a combined recipe, a size axis, sparsity.json's structure, label, name,
+    # the recipe options only it takes)
+    "unstructured": ("u", None, False, None, "Unstructured", None, ("profile",)),
+    "nm": (None, None, False, None, None, None, ()),
+    "structured": ("s", None, False, None, "Structured", None, ()),
+    "depth": ("d", 0, True, "depth", None, "whole blocks", ("block_map",)),
+    "heads": ("h", 1, True, "heads", "Heads", "heads", ("compact",)),
+    "kv_heads": ("g", 1, False, "heads", "KV groups", "KV groups", ("compact",)),
+    "neurons": ("n", 2, True, "neurons", "MLP neurons", "MLP neurons", ("compact", "width_multiple")),
+    "vocab": ("v", 3, True, "vocab", None, "vocabulary", ("vocab_text",)),
 }
 
 
 def test_every_kind_has_one_entry_declaring_what_it_is() -> None:
     assert set(STRUCTURES) == set(get_args(Kind)) == set(DECLARED)
     for kind, entry in STRUCTURES.items():
-        declared = (entry.tag, entry.order, entry.size_axis, entry.sidecar, entry.label, entry.name)
+        declared = (
+            entry.tag, entry.order, entry.size_axis, entry.sidecar, entry.label, entry.name, entry.options
+        )  # fmt: skip
         assert declared == DECLARED[kind], kind
     assert [kind for kind, entry in STRUCTURES.items() if not entry.by_method] == ["depth", "vocab"]
+
+
+def test_a_recipe_takes_only_its_kinds_options() -> None:
+    """An option only some kinds take is refused on a recipe of another kind, defaulted on its own."""
+    for option, value, kind_pattern in (
+        ("block_map", False, "depth:1"), ("width_multiple", 64, "neurons:0.3"),
+        ("vocab_text", "prose.txt", "vocab:0.3"), ("profile", "owl", "0.5"),
+    ):  # fmt: skip
+        assert Recipe("r", "thanos", kind_pattern, **{option: value})
+        with pytest.raises(ConfigError, match=option):
+            Recipe("r", "thanos", "2:4", **{option: value})
+    assert (
+        Recipe("r", "thanos", "depth:1").block_map is True and Recipe("r", "thanos", "0.5").block_map is None
+    )
+    assert Recipe("r", "thanos", "neurons:0.3").width_multiple == 32
 
 
 def test_the_package_reads_the_table() -> None:

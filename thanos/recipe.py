@@ -40,7 +40,7 @@ from thanos.pruning.sparsity import (
     check_alpha,
     parse_sparsity,
 )
-from thanos.pruning.structures import TAGS
+from thanos.pruning.structures import TAGS, takes
 
 PROFILES = ("uniform", "owl")  # the sparsity of every block, or per block by its outliers (OWL)
 CHAINS = ("sequential", "dense")  # where a block's calibration inputs come from (README: chains)
@@ -421,9 +421,11 @@ class Recipe:
             name += "_x" + hashlib.sha256(json.dumps(list(self.exclude)).encode()).hexdigest()[:8]
         if kind in COMPACT_KINDS and not self.compact:
             name += "_zeros"
-        if kind == "depth" and not self.block_map:
+        if self.block_map is False:  # a depth recipe without its maps
             name += "_nomap"
-        if kind == "neurons" and ("width_multiple" in always or self.width_multiple != WIDTH_MULTIPLE):
+        if self.width_multiple is not None and (
+            "width_multiple" in always or self.width_multiple != WIDTH_MULTIPLE
+        ):
             name += f"_w{self.width_multiple}"
         if self.vocab_text is not None:
             name += "_t" + hashlib.sha256(self.vocab_text.encode()).hexdigest()[:8]
@@ -523,10 +525,10 @@ def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:
 def _block_map(key: str, pattern: Sparsity, block_map: Any) -> bool | None:
     """``block_map`` is a boolean, for depth recipes only (true by default); None for the others."""
     if block_map is None:
-        return True if pattern.kind == "depth" else None
+        return True if takes(pattern.kind, "block_map") else None
     if not isinstance(block_map, bool):
         raise invalid(key, "block_map", f"expected true or false, got {block_map!r}")
-    if pattern.kind != "depth":
+    if not takes(pattern.kind, "block_map"):
         raise invalid(key, "block_map", f"only depth:k recipes replace removed blocks by maps, not {pattern}")
     return block_map
 
@@ -535,12 +537,12 @@ def _width_multiple(key: str, pattern: Sparsity, multiple: Any) -> int | None:
     """``width_multiple``, a whole number >= 1 for neurons recipes (default ``WIDTH_MULTIPLE``); None for
     the others (heads are whole heads: their width is a multiple of ``head_dim``)."""
     if multiple is None:
-        return WIDTH_MULTIPLE if pattern.kind == "neurons" else None
+        return WIDTH_MULTIPLE if takes(pattern.kind, "width_multiple") else None
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise invalid(
             key, "width_multiple", f"expected a whole number >= 1 (e.g. 32 or 256), got {multiple!r}"
         )
-    if pattern.kind != "neurons":
+    if not takes(pattern.kind, "width_multiple"):
         raise invalid(
             key, "width_multiple", f"only neurons:p recipes round the kept MLP width, not {pattern}"
         )
@@ -554,7 +556,7 @@ def _vocab_text(key: str, pattern: Sparsity, text: Any) -> str | None:
         return None
     if isinstance(text, bool) or not isinstance(text, str | os.PathLike) or not str(text).strip():
         raise invalid(key, "vocab_text", f"expected a text/jsonl/parquet file or directory, got {text!r}")
-    if pattern.kind != "vocab":
+    if not takes(pattern.kind, "vocab_text"):
         raise invalid(
             key, "vocab_text", f"only vocab:N and vocab:p recipes choose tokens by a text, not {pattern}"
         )
@@ -576,7 +578,7 @@ def _owl(key: str, pattern: Sparsity, profile: Any, owl_m: Any, owl_lambda: Any)
             raise invalid(key, name, f"expected a number > 0, got {value!r}")
     if profile != "owl":
         return {name: None for name in given}
-    if pattern.kind != "unstructured":
+    if not takes(pattern.kind, "profile"):
         raise invalid(
             key,
             "profile",

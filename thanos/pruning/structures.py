@@ -11,7 +11,8 @@ pruned in a block that then goes), heads before neurons (the attention feeds the
 written weights, ``n:m`` or ``unstructured``). ``label``: a table's group of rows (``MLP neurons 30%``;
 None: the pattern as written). ``name``: a structure in the quality-against-size figure's lines.
 ``by_method``: the method chooses what goes (False: depth's blocks by their scores, the vocabulary's tokens by
-their use on a text, whatever the method).
+their use on a text, whatever the method). ``options``: the recipe options only this kind takes (a recipe of
+another kind giving one is refused, naming the kinds that take it).
 """
 
 from __future__ import annotations
@@ -32,21 +33,42 @@ class Structure:
     label: str | None = None
     name: str | None = None
     by_method: bool = True
+    options: tuple[str, ...] = ()
 
 
 STRUCTURES: dict[str, Structure] = {
     structure.kind: structure
     for structure in (
-        Structure("unstructured", "u", label="Unstructured"),
+        Structure("unstructured", "u", label="Unstructured", options=("profile",)),
         Structure("nm", None),
         Structure("structured", "s", label="Structured"),
-        Structure("depth", "d", 0, True, "depth", name="whole blocks", by_method=False),
-        Structure("heads", "h", 1, True, "heads", "Heads", "heads"),
-        Structure("kv_heads", "g", 1, False, "heads", "KV groups", "KV groups"),
-        Structure("neurons", "n", 2, True, "neurons", "MLP neurons", "MLP neurons"),
-        Structure("vocab", "v", 3, True, "vocab", name="vocabulary", by_method=False),
+        Structure(
+            "depth", "d", order=0, size_axis=True, sidecar="depth", name="whole blocks", by_method=False,
+            options=("block_map",),
+        ),
+        Structure(
+            "heads", "h", order=1, size_axis=True, sidecar="heads", label="Heads", name="heads",
+            options=("compact",),
+        ),
+        Structure(
+            "kv_heads", "g", order=1, sidecar="heads", label="KV groups", name="KV groups",
+            options=("compact",),
+        ),
+        Structure(
+            "neurons", "n", order=2, size_axis=True, sidecar="neurons", label="MLP neurons",
+            name="MLP neurons", options=("compact", "width_multiple"),
+        ),
+        Structure(
+            "vocab", "v", order=3, size_axis=True, sidecar="vocab", name="vocabulary", by_method=False,
+            options=("vocab_text",),
+        ),
     )
-}
+}  # fmt: skip
 COMBINING = {kind: s.order for kind, s in STRUCTURES.items() if s.order is not None}  # kind -> its place
 AXES = tuple(sorted((k for k, s in STRUCTURES.items() if s.size_axis), key=COMBINING.__getitem__))
 TAGS = {kind: s.tag for kind, s in STRUCTURES.items() if s.tag is not None}
+
+
+def takes(kind: str, option: str) -> bool:
+    """Whether a recipe of ``kind`` takes the recipe option ``option`` (one only some kinds take)."""
+    return option in STRUCTURES[kind].options
