@@ -29,7 +29,7 @@ from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.pruning.structures import COMBINING
 from thanos.recipe import Recipe, from_name
-from thanos.stages.achieved_sparsity import combined_parts
+from thanos.stages.achieved_sparsity import combined_parameters, combined_parts
 
 log = logging.getLogger(__name__)
 
@@ -279,10 +279,9 @@ def _structure_fields(report: dict[str, Any], row: dict[str, Any]) -> dict[str, 
     recipe's row takes its whole pattern (``sparsity``, ``kind`` ``combined``)."""
     combined = _combined(report)
     parts = combined_parts(report)
-    first, last = ((part.get("compact") or {}).get("parameters") or {} for part in (parts[0], parts[-1]))
     fields: dict[str, Any] = {}
-    if first.get("original") and last.get("original"):
-        fields["params_removed"] = 1 - _float(last.get("kept")) / _float(first["original"])
+    if (counts := combined_parameters(report)) is not None:
+        fields["params_removed"] = 1 - counts[1] / counts[0]
     kinds = [str(part.get("sparsity")).partition(":")[0] for part in parts]
     if all(kind in STRUCTURES for kind in kinds):
         fields["structure"] = "+".join(kinds)

@@ -210,8 +210,9 @@ def combined_parameters(report: dict[str, Any]) -> tuple[int, int] | None:
     and last parts' counts; None where they are not recorded."""
     parts = combined_parts(report)
     first, last = ((part.get("compact") or {}).get("parameters") or {} for part in (parts[0], parts[-1]))
-    if first.get("original") and last.get("kept"):
-        return int(first["original"]), int(last["kept"])
+    counts = (first.get("original"), last.get("kept"))
+    if all(isinstance(n, int | float) and not isinstance(n, bool) and n > 0 for n in counts):
+        return int(counts[0]), int(counts[1])  # type: ignore[arg-type]
     return None
 
 
@@ -298,6 +299,14 @@ def read_sidecar(path: Path, report: dict[str, Any]) -> SparsitySummary:
             f"{path}: not a sparsity.json of this model ({type(err).__name__}: {err}); run the workflow "
             "again: its assemble job rewrites the model directory"
         ) from err
+
+
+def write_sidecar(model_dir: Path, report: dict[str, Any]) -> SparsitySummary:
+    """Count ``model_dir``'s weights (``summarize``) and write its ``sparsity.json``; the counts."""
+    summary = summarize(model_dir, report)
+    text = json.dumps(sidecar(report, summary), indent=2, sort_keys=True) + "\n"
+    (model_dir / SIDECAR).write_text(text, encoding="utf-8")
+    return summary
 
 
 def hyper_parameter(report: dict[str, Any], key: str) -> Any:

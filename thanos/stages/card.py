@@ -20,7 +20,6 @@ twice gives the same bytes.
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,7 @@ from thanos.stages.achieved_sparsity import (
     combined_parts,
     combined_record,
     hyper_parameter,
-    sidecar,
-    summarize,
+    write_sidecar,
 )
 from thanos.stages.card_sections import distillation_lines, recovery_lines
 
@@ -466,9 +464,7 @@ def describe_model(
     ``evaluation`` ({"perplexity": ..., "zeroshot": ...}) and ``out`` (where the model is published,
     for the loading and reproduce commands) are optional."""
     model_dir = Path(model_dir)
-    summary = summarize(model_dir, report)
-    text = json.dumps(sidecar(report, summary), indent=2, sort_keys=True) + "\n"
-    (model_dir / SIDECAR).write_text(text, encoding="utf-8")
+    summary = write_sidecar(model_dir, report)
     (model_dir / CARD).write_text(model_card(report, summary, evaluation, out), encoding="utf-8")
     return summary
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from thanos.files import digests
-from thanos.files.atomic import atomic_path
+from thanos.files.atomic import atomic_path, write_json
 from thanos.models.vocabulary import choose_tokens
 from thanos.models.vocabulary_files import (
     kept_count,
@@ -214,7 +214,7 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     ``model_dir`` holds: the whole recipe, this vocabulary after the recipe of the report (``combined``'s
     ``then``), the base model, every parameter counted on the written weights. Nothing for a model that
     holds no pruning report (or one of another tool)."""
-    from thanos.stages.achieved_sparsity import SIDECAR, combined_record, sidecar, summarize
+    from thanos.stages.achieved_sparsity import combined_record, write_sidecar
 
     path = model_dir / "pruning_report.json"
     if not path.is_file():
@@ -240,9 +240,8 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
             "then": [*(earlier.get("then") or []), part],
         }
     }
-    path.write_text(json.dumps(pruned, indent=2, default=str) + "\n", encoding="utf-8")
-    counted = sidecar(pruned, summarize(model_dir, pruned))
-    (model_dir / SIDECAR).write_text(json.dumps(counted, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json(path, pruned)
+    write_sidecar(model_dir, pruned)
 
 
 def check_vocab_out(out: Path, model_dir: str | Path) -> None:
