@@ -5,13 +5,15 @@ words aside): this test lists what an entry declares."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
 from thanos.labels import STRUCTURE_NAMES, pattern_label, structure_label
 from thanos.pruning.sparsity import Kind, parse_sparsity
-from thanos.pruning.structures import AXES, COMBINING, STRUCTURES, TAGS
+from thanos.pruning.structures import AXES, COMBINING, EVERY_LAYER, STRUCTURES, TAGS, kind_of, of_sidecar
 from thanos.recipe import TAGS as RECIPE_TAGS
 from thanos.recipe import ConfigError, Recipe, from_name, pattern_tag
 from thanos.report.collect import STRUCTURES as TABLE_STRUCTURES
@@ -76,3 +78,85 @@ def test_the_package_reads_the_table() -> None:
         "unstructured",
         "unstructured",
     ]
+
+
+REPO = Path(__file__).resolve().parents[1]
+# a kind's name compared: ==/!= it, in/not in a literal holding it, startswith/isin/& a literal holding it
+_NAME = r"""["'](%s)["']"""
+_AFTER = r"""(==|!=)\s*%s|%s\s*(==|!=|in\b|not in\b)"""
+_INSIDE = r"""(\bin|\bnot in|startswith|endswith|isin|&)\s*\(*\s*[\(\[{][^\n]*%s"""
+
+
+def _comparison(kind: str) -> re.Pattern[str]:
+    name = _NAME % re.escape(kind)
+    return re.compile("|".join((_AFTER % (name, name), _INSIDE % name)))
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def _comparisons(kind: str) -> list[str]:
+    """``file:line: code`` of every comparison of ``kind``'s name in the package and the workflow, comments
+    left out, outside the modules the table lets compare it."""
+    pattern = _comparison(kind)
+    allowed = {"thanos.pruning.structures", "thanos.pruning.sparsity", *STRUCTURES[kind].modules}
+    files = [
+        REPO / "Snakefile",
+        *sorted((REPO / "thanos").rglob("*.py")),
+        *sorted((REPO / "workflow").rglob("*.smk")),
+    ]
+    found = []
+    for path in files:
+        if _module(path) in allowed:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if pattern.search(code):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("kind", list(STRUCTURES))
+def test_no_module_switches_on_a_kinds_name(kind: str) -> None:
+    """A kind's name is compared only in the table, the grammar and the modules its entry names (its stage
+    function and its model-side math): the recipe, the request, the checks, the disk estimate, the size's
+    axes, the labels, the card and the workflow ask the table what a kind does."""
+    assert _comparisons(kind) == []
+
+
+def test_the_grep_finds_a_comparison() -> None:
+    """The test above would find one: each form it looks for, on code written the ways the package did."""
+    for code in (
+        'if recipe.sparsity.kind == "depth":',
+        "if 'vocab' in mix:",
+        'elif kind in ("heads", "kv_heads"):',
+        'if part.startswith(("depth", "vocab")):',
+        'pruned = frame[frame["kind"].isin(("unstructured", "nm"))]',
+        'return bool(kinds & {"vocab", "params"})',
+    ):
+        names = [kind for kind in STRUCTURES if _comparison(kind).search(code)]
+        assert names, code
+
+
+def test_what_a_kind_runs_is_declared() -> None:
+    """What runs each kind, as the table declares it: the layer-pruning kinds, the kinds written smaller,
+    the one that removes whole blocks, the one that removes tokens, the ones that recover."""
+    assert EVERY_LAYER == ("unstructured", "nm", "structured")
+    assert [k for k, s in STRUCTURES.items() if s.shrinks] == ["depth", "heads", "kv_heads", "neurons"]
+    assert {k: s.one_layer for k, s in STRUCTURES.items() if s.one_layer} == {
+        "heads": "attention",
+        "kv_heads": "attention",
+        "neurons": "mlp",
+    }
+    assert [k for k, s in STRUCTURES.items() if s.whole_blocks] == ["depth"]
+    assert [k for k, s in STRUCTURES.items() if s.tokens] == ["vocab"]
+    assert [k for k, s in STRUCTURES.items() if not s.recovers] == ["depth", "vocab"]
+    assert [k for k, s in STRUCTURES.items() if s.n_of_m] == ["nm"]
+    assert [kind_of(p) for p in ("0.5", "2:4", "structured:0.3", "depth:2", "vocab:8000", "params:0.25")] == [
+        "unstructured", "nm", "structured", "depth", "vocab", "params"
+    ]  # fmt: skip
+    assert of_sidecar("heads") is STRUCTURES["heads"] and of_sidecar("2:4") is None
+    for kind, entry in STRUCTURES.items():  # the modules it names exist
+        for module in entry.modules:
+            assert (REPO / (module.replace(".", "/") + ".py")).is_file(), (kind, module)

@@ -115,12 +115,12 @@ def recipe_label(recipe: Recipe) -> str:
     lines name the run."""
     pattern = pattern_text(recipe.sparsity, recipe.alpha)
     # depth: the blocks are chosen by a score, not by the method
-    if recipe.sparsity.kind == "depth" and recipe.block_map:
+    if recipe.sparsity.structure.whole_blocks and recipe.block_map:
         return (
             f"Depth: {pattern} removed, replaced by a linear map fitted on the calibration text (the run of "
             "blocks the map replaces best)"
         )
-    if recipe.sparsity.kind == "depth":
+    if recipe.sparsity.structure.whole_blocks:
         return f"Depth: {pattern} removed (the lowest block influence on the calibration text)"
     label = f"{LABELS[recipe.method].label} {pattern}"
     if recipe.owl:
@@ -131,7 +131,7 @@ def recipe_label(recipe: Recipe) -> str:
 def nm_note(pattern: Sparsity, alpha: float | None) -> str | None:
     """For an n:m pattern, what the chosen alpha gives (None for other patterns): the model card and
     ``thanos prune-model``'s plan say it."""
-    if pattern.kind != "nm":
+    if not pattern.structure.n_of_m:
         return None
     nm = f"{pattern.n}:{pattern.m}"
     if not alpha:
@@ -162,25 +162,39 @@ def shape_text(compact: dict[str, Any]) -> str:
     (ffn_dim)``, ``attention heads 9 -> 6 per block (key/value heads 3 -> 3)``, ``blocks 30 -> 24 (removed
     blocks 12, ..., 17; replaced by a linear map in block 11)``. The model card's combined recipe and
     ``thanos prune-model``'s summary say it."""
-    if compact.get("structure") == "depth":
-        removed = blocks_text(compact["removed_blocks"])
-        folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
-        maps = f"; replaced by a linear map in {blocks_text(folded)}" if folded else ""
-        return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
-    if compact.get("structure") == "vocab":
-        return f"vocabulary {compact['original_tokens']:,} -> {compact['kept_tokens']:,} tokens"
-    if compact.get("structure") == "heads":
-        width = compact["kept_heads"] * compact["head_dim"]
-        return (
-            f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
-            f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']}; "
-            f"{width} = {compact['kept_heads']} x {compact['head_dim']} wide)"
-        )
+    return SHAPE_TEXTS.get(compact.get("structure"), _width_shape)(compact)
+
+
+def _blocks_shape(compact: dict[str, Any]) -> str:
+    removed = blocks_text(compact["removed_blocks"])
+    folded = [entry["folded_into"] for entry in compact.get("maps") or [] if "folded_into" in entry]
+    maps = f"; replaced by a linear map in {blocks_text(folded)}" if folded else ""
+    return f"blocks {compact['original_blocks']} -> {compact['kept_blocks']} (removed {removed}{maps})"
+
+
+def _tokens_shape(compact: dict[str, Any]) -> str:
+    return f"vocabulary {compact['original_tokens']:,} -> {compact['kept_tokens']:,} tokens"
+
+
+def _heads_shape(compact: dict[str, Any]) -> str:
+    width = compact["kept_heads"] * compact["head_dim"]
+    return (
+        f"attention heads {compact['original_heads']} -> {compact['kept_heads']} per block "
+        f"(key/value heads {compact['original_kv_heads']} -> {compact['kept_kv_heads']}; "
+        f"{width} = {compact['kept_heads']} x {compact['head_dim']} wide)"
+    )
+
+
+def _width_shape(compact: dict[str, Any]) -> str:
     multiple = f", a multiple of {compact['multiple']}" if compact.get("multiple", 1) > 1 else ""
     return (
         f"MLP width {compact['original_width']} -> {compact['kept_width']} neurons per block "
         f"({compact['width_key']}{multiple})"
     )
+
+
+# a compact record's shape in one line, by its structure (``sparsity.json``'s: the table's ``sidecar``)
+SHAPE_TEXTS = {"depth": _blocks_shape, "vocab": _tokens_shape, "heads": _heads_shape, "neurons": _width_shape}
 
 
 # --- table cells, figure titles and legends: ``thanos.report``
@@ -222,7 +236,7 @@ def method_alpha_label(method: str, alpha_shown: float = math.nan, blocksize: fl
 def row_label(method: str, kind: str, sparsity: str, alpha_shown: float) -> str:
     """A table's row: ``method_alpha_label``, except that n:m with alpha > 0 says what it is: ``Thanos
     (2:4 + 10% dense rows)``."""
-    if kind == "nm" and not math.isnan(alpha_shown) and alpha_shown > 0:
+    if is_n_of_m(kind) and not math.isnan(alpha_shown) and alpha_shown > 0:
         return f"{METHOD_NAMES.get(method, method)} ({sparsity} + {100 * alpha_shown:g}% dense rows)"
     return method_alpha_label(method, alpha_shown)
 
@@ -266,15 +280,22 @@ def pattern_title(kind: str, fraction: float, sparsity: str | None) -> str:
     """A pattern as a title says it (a table's, a figure panel's): ``Semi-structured 2:4``, else as
     ``pattern_label``."""
     label = pattern_label(kind, fraction, sparsity)
-    return f"Semi-structured {label}" if kind == "nm" else label
+    return f"Semi-structured {label}" if is_n_of_m(kind) else label
+
+
+def is_n_of_m(kind: str) -> bool:
+    """Whether a table's kind (a structure's, or ``dense``, ``combined``) is ``n:m``."""
+    return kind in STRUCTURES and STRUCTURES[kind].n_of_m
 
 
 def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
     """``u50``, ``s30``, ``2-4``, ``depth1+neurons0.3``: a pattern in a file name (the recipe-name convention
     of the workflow)."""
-    if kind == "nm":
+    if is_n_of_m(kind):
         return str(sparsity).replace(":", "-")
-    if kind in ("depth", "combined"):  # depth1, depth0.2, depth1+neurons0.3
+    if kind == "combined" or (
+        kind in STRUCTURES and STRUCTURES[kind].whole_blocks
+    ):  # depth1, depth1+neurons0.3
         return str(sparsity).replace(":", "")
     return f"{kind[0]}{fraction * 100:g}"
 

@@ -32,7 +32,7 @@ class RecipeReads:
     @property
     def depth_scores(self) -> bool:
         """A ``depth:k`` recipe: whole blocks removed, chosen by scores; it prunes no layer, has no chain."""
-        return self.recipe.sparsity.kind == "depth"
+        return self.recipe.sparsity.structure.whole_blocks
 
     @property
     def calibrated(self) -> bool:

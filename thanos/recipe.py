@@ -460,7 +460,7 @@ class Recipe:
     def needs_calibration(self) -> bool:
         """Whether the recipe needs calibration (Hessians for the method, or the dense model's for OWL's
         outlier ratios, or its activations for a ``depth:k`` recipe's block scores, for magnitude too)."""
-        return self.needs_hessian or self.owl or self.sparsity.kind == "depth"
+        return self.needs_hessian or self.owl or self.sparsity.structure.whole_blocks
 
     @property
     def sequential(self) -> bool:
@@ -632,7 +632,7 @@ def pattern_tag(sparsity: Sparsity) -> str:
     """The pattern in a recipe's name: 0.5 -> u50, 2:4 -> 2-4, structured:0.3 -> s30, neurons:0.3 -> n30,
     heads:0.33 -> h33, kv_heads:0.25 -> g25, depth:6 -> depth6, depth:0.2 -> d20, vocab:8000 -> vocab8000,
     vocab:0.3 -> v30."""
-    if sparsity.kind == "nm":
+    if sparsity.structure.n_of_m:
         return f"{sparsity.n}-{sparsity.m}"
     if sparsity.kind in COUNT_KINDS and sparsity.n:  # a count: depth6, vocab8000
         return f"{sparsity.kind}{sparsity.n}"
@@ -644,15 +644,16 @@ def from_name(name: str) -> dict[str, Any] | None:
     ``default_name``; None for other names. ``alpha`` is None when the name leaves it at its default."""
     alternatives = "|".join(re.escape(m) for m in sorted(methods.METHODS, key=len, reverse=True))
     match = re.match(
-        rf"^(?P<method>{alternatives})_(?P<tag>(?:depth|vocab)\d+|[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
+        rf"^(?P<method>{alternatives})_(?P<tag>(?:{'|'.join(COUNT_KINDS)})\d+|[{''.join(TAGS.values())}][\d.]+|\d+-\d+)(?:_a(?P<alpha>[\d.]+))?",
         name,
     )
     if not match:
         return None
     tag = match["tag"]
     try:
-        if tag.startswith(("depth", "vocab")):
-            sparsity = f"{tag[:5]}:{tag[5:]}"
+        counted = re.fullmatch(rf"({'|'.join(COUNT_KINDS)})(\d+)", tag)  # depth6, vocab8000
+        if counted:
+            sparsity = f"{counted[1]}:{counted[2]}"
         elif tag[0] in KINDS_OF_TAGS:
             kind = KINDS_OF_TAGS[tag[0]]
             sparsity = str(parse_sparsity(f"{kind}:{Fraction(tag[1:]) / 100}"))

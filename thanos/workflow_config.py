@@ -15,6 +15,7 @@ from typing import Any
 from thanos.errors import KeywordWords, OptionError
 from thanos.files.layout import NOT_MODELS
 from thanos.pruning import methods
+from thanos.pruning.structures import STRUCTURES, kind_of
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
 from thanos.runner.request import RecipeOptions
 
@@ -139,8 +140,8 @@ class Combined:
 def _one_command_kind(sparsity: Any) -> bool:
     """Whether ``sparsity`` runs as one ``thanos prune-model`` job: it names a vocabulary (alone or as a
     part) or a size."""
-    kinds = {part.strip().lower().partition(":")[0] for part in str(sparsity).split("+")}
-    return bool(kinds & {"vocab", "params"})
+    kinds = {kind_of(part) for part in str(sparsity).split("+")}
+    return any(kind == "params" or (kind in STRUCTURES and STRUCTURES[kind].tokens) for kind in kinds)
 
 
 def _combined(key: str, name: str | None, entry: dict[str, Any], sparsity: str, chain: str) -> Combined:

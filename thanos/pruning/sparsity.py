@@ -34,11 +34,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from thanos.pruning.structures import STRUCTURES, Structure
+
 Kind = Literal["unstructured", "nm", "structured", "neurons", "heads", "kv_heads", "depth", "vocab"]
 FRACTION_KINDS = ("unstructured", "structured", "neurons", "heads", "kv_heads")
 COUNT_KINDS = ("depth", "vocab")  # a whole number (depth: blocks removed, vocab: tokens kept) or a fraction
-COMPACT_KINDS = ("neurons", "heads", "kv_heads")  # whole neurons or heads: the model can be written smaller
-HEAD_KINDS = ("heads", "kv_heads")  # whole attention heads: query heads, or key/value groups with theirs
+# whole neurons or heads, one layer of each block pruned: the model can be written smaller
+COMPACT_KINDS = tuple(kind for kind, structure in STRUCTURES.items() if structure.one_layer)
+# whole attention heads: query heads, or key/value groups with theirs
+HEAD_KINDS = tuple(kind for kind, structure in STRUCTURES.items() if structure.one_layer == "attention")
 # the kept MLP width is rounded to a multiple of this (``neuron_count``): llama.cpp's block quantizations
 # need a tensor's column count to be a multiple of 32 (k-quants: 256) and store it wider where it is not
 WIDTH_MULTIPLE = 32
@@ -96,6 +100,11 @@ class Sparsity:
                 f"sparsity: unknown kind {self.kind!r}; use unstructured, n:m, structured, neurons, heads, "
                 "kv_heads, depth or vocab"
             )
+
+    @property
+    def structure(self) -> Structure:
+        """What the pattern's kind is and what runs it (``thanos.pruning.structures``)."""
+        return STRUCTURES[self.kind]
 
     @property
     def fraction(self) -> float:

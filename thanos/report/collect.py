@@ -128,8 +128,8 @@ def _sparsity_fields(sparsity: Sparsity | None) -> dict[str, Any]:
         "sparsity": str(sparsity),
         "kind": sparsity.kind,
         "fraction": sparsity.fraction,
-        "n": sparsity.n if sparsity.kind == "nm" else math.nan,
-        "m": sparsity.m if sparsity.kind == "nm" else math.nan,
+        "n": sparsity.n if sparsity.structure.n_of_m else math.nan,
+        "m": sparsity.m if sparsity.structure.n_of_m else math.nan,
     }
 
 

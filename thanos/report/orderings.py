@@ -22,6 +22,7 @@ import pandas as pd
 
 from thanos.files.atomic import atomic_path
 from thanos.labels import METHOD_NAMES, method_alpha_label, pattern_label, shown_alpha
+from thanos.pruning.structures import EVERY_LAYER
 from thanos.report.collect import collect, pattern_sort_key
 
 UNSTRUCTURED_CHAIN = ("thanos", "sparsegpt", "wanda", "magnitude")
@@ -89,9 +90,13 @@ def _thanos_alpha_best_claim(model: str, pattern: str, rows: pd.DataFrame) -> Cl
     return Claim(model, pattern, statement, holds, detail)
 
 
+# the paper's claim per kind of the tables' rows (``_thanos_alpha_best_claim`` for the others)
+CLAIMS = {"unstructured": _unstructured_claim}
+
+
 def check_orderings(frame: pd.DataFrame) -> list[Claim]:
     """Every claim that the results have a pattern for, in the tables' pattern order."""
-    pruned = frame[frame["kind"].isin(("unstructured", "nm", "structured"))]
+    pruned = frame[frame["kind"].isin(EVERY_LAYER)]  # the paper's patterns: every layer pruned
     if "profile" in pruned.columns:  # the paper's claims are about uniform sparsity: OWL rows take no part
         pruned = pruned[pruned["profile"].fillna("uniform") != "owl"]
     claims = []
@@ -100,7 +105,7 @@ def check_orderings(frame: pd.DataFrame) -> list[Claim]:
     for r in order:
         rows = pruned[(pruned["model"] == r.model) & (pruned["sparsity"] == r.sparsity)]
         pattern = pattern_label(r.kind, r.fraction, r.sparsity)
-        check = _unstructured_claim if r.kind == "unstructured" else _thanos_alpha_best_claim
+        check = CLAIMS.get(r.kind, _thanos_alpha_best_claim)
         claims.append(check(r.model, pattern, rows))
     return claims
 

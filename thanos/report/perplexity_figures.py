@@ -37,6 +37,7 @@ import pandas as pd
 
 from thanos.labels import (
     KIND_TITLES,
+    is_n_of_m,
     method_alpha_label,
     method_label,
     pattern_label,
@@ -351,7 +352,7 @@ def _alpha_panel(ax: Axes, frame: pd.DataFrame, model: str, first: pd.Series, li
     ticks_at(ax, ticks)
     ax.set_xlabel("outlier row fraction α")
     title = pattern_title(first["kind"], first["fraction"], first["sparsity"])
-    ax.set_title(title + ("\n(a fraction α of the rows is kept dense)" if first["kind"] == "nm" else ""))
+    ax.set_title(title + ("\n(a fraction α of the rows is kept dense)" if is_n_of_m(first["kind"]) else ""))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=True, fontsize=8)
 
 

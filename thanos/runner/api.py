@@ -111,6 +111,6 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             from thanos.runner.size import prune_to_size
 
             return prune_to_size(request, console, execute)
-        if request.recipes[0].sparsity.kind == "vocab" and not request.combined:
+        if request.recipes[0].sparsity.structure.tokens and not request.combined:
             return prune_vocab(request, console)
         return prune_combined(request, console) if request.combined else prune_one(request, console)

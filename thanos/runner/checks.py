@@ -25,7 +25,7 @@ from thanos.models.checkpoint import Checkpoint
 from thanos.models.heads import attention_layout, check_expressible
 from thanos.models.layout import ModelLayout
 from thanos.models.neurons import mlp_layout
-from thanos.pruning.sparsity import COMPACT_KINDS, depth_count
+from thanos.pruning.sparsity import depth_count
 from thanos.reads import recipe_reads
 from thanos.recipe import ConfigError, Distillation, Recipe, select_layers, streamed_dataset
 from thanos.runner.disk import DiskEstimate, check_free, estimate
@@ -142,7 +142,7 @@ def plan(request: PruneRequest) -> Plan:
     except ConfigError as err:
         raise OptionError(Option("exclude"), str(err)) from None
     computes_in = compute_dtype_text(resources.device, resources.compute_dtype, model.dtype)
-    if recipe.sparsity.kind in (*COMPACT_KINDS, "depth") and model.local:
+    if recipe.sparsity.structure.shrinks and model.local:
         check_structure(model, recipe)
     calibration = checked_calibration(request, model.max_positions, recipe)
     if recipe.distill is not None:
@@ -403,10 +403,10 @@ def check_structure(model: Model, recipe: Recipe) -> None:
     layout, checkpoint, model_dir = model.layout, model.checkpoint, model.reference
     assert layout is not None
     try:
-        if recipe.sparsity.kind == "depth":
+        if recipe.sparsity.structure.whole_blocks:
             _count(recipe, lambda: depth_count(recipe.sparsity, layout.num_blocks))
             check_depth(model_dir, layout.model_type, recipe.sparsity, layout.num_blocks)
-        elif recipe.sparsity.kind == "neurons":
+        elif recipe.sparsity.structure.one_layer == "mlp":
             mlp_layout(layout, checkpoint)
         else:
             attention = attention_layout(model_dir, layout, checkpoint)

@@ -83,7 +83,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
         part = _part(request, i, model, intermediates, reference, steps)
-        vocab = request.recipes[i].sparsity.kind == "vocab"
+        vocab = request.recipes[i].sparsity.structure.tokens
         report = prune_vocab(part, stream, dense=reference) if vocab else prune_one(part, stream)
         step = {
             "sparsity": parts[i],
@@ -119,7 +119,7 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
     for recipe in request.recipes:
         try:
-            if recipe.sparsity.kind == "vocab":
+            if recipe.sparsity.structure.tokens:
                 check_vocab_model(reference, recipe.sparsity)
             else:
                 check_structure(model, recipe)
@@ -129,7 +129,7 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
                 first, rest = "", [first, *rest]
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
-    if request.recipes[-1].sparsity.kind == "vocab":
+    if request.recipes[-1].sparsity.structure.tokens:
         check_vocab(request)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
@@ -145,7 +145,7 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
     would come after the others ran): a foreign directory, or the model of another recipe, input model or
     distillation (this recipe's own is written again)."""
     out, last = Path(request.output.out), request.recipes[-1]
-    if last.sparsity.kind == "vocab":
+    if last.sparsity.structure.tokens:
         text = last.vocab_text or request.calibration.calibration
         check_same_vocabulary(out, whole, str(last.sparsity), str(text))
         return

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thanos.errors import Option, OptionError
-from thanos.pruning.sparsity import HEAD_KINDS
 
 if TYPE_CHECKING:
     from thanos.models.checkpoint import Checkpoint
@@ -118,7 +117,7 @@ def _pruning_estimate(
         return sum(4 * c**2 for c in cols)
 
     shared = own_blocks = block_stores = 0
-    if recipe.sparsity.kind == "depth":  # the dense inputs of every block and the last one's output
+    if recipe.sparsity.structure.whole_blocks:  # the dense inputs of every block and the last one's output
         return _depth_estimate(
             layout, checkpoint, model_dir, recipe, nsamples * seqlen * 4 + activations * (blocks + 1)
         )
@@ -140,10 +139,10 @@ def _pruning_estimate(
             pruned += math.prod(shape) * itemsize
             count += 1
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
-    if recipe.sparsity.kind == "neurons":
+    if recipe.sparsity.structure.one_layer == "mlp":
         removed = _removed_by_neurons(layout, recipe.sparsity.p) * itemsize
         weights -= removed  # the pruned layers keep the original shapes; the model is written without them
-    elif recipe.sparsity.kind in HEAD_KINDS and recipe.compact:
+    elif recipe.sparsity.structure.one_layer == "attention" and recipe.compact:
         weights -= _removed_by_heads(layout, checkpoint, model_dir, recipe.sparsity) * itemsize
     layers = pruned * (2 if recipe.recover is not None else 1)
     small = _other_files(model_dir) + count * RECORD_BYTES_PER_LAYER + LOG_BYTES

@@ -24,6 +24,7 @@ from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.options import flags, option
 from thanos.pruning import methods
 from thanos.pruning.sparsity import FRACTION_KINDS
+from thanos.pruning.structures import STRUCTURES, kind_of, takes
 from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
 from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fraction
@@ -152,7 +153,7 @@ class RecipeOptions:
         part takes ``block_map``, only the width parts ``compact`` (``--no-compact``: their zeros), and the
         last part distils (toward the model the first part read)."""
         parts = combined_parts(self.sparsity)
-        if self.vocab_text is not None and parts is not None and not parts[-1].startswith("vocab"):
+        if self.vocab_text is not None and parts is not None and not takes(kind_of(parts[-1]), "vocab_text"):
             raise OptionError(
                 Option("vocab_text", self.vocab_text),
                 f"chooses the tokens of a vocab part, and {self.sparsity} has none; leave it out",
@@ -160,7 +161,7 @@ class RecipeOptions:
         if parts is None:
             return (self._recipe(self.sparsity, self.recover, self.block_map, self.distill, self.compact),)
         last = len(parts) - 1
-        if parts[-1].startswith("vocab") and self.distill is not None:
+        if STRUCTURES[kind_of(parts[-1])].tokens and self.distill is not None:
             raise OptionError(
                 Option("distill"),
                 f"{self.sparsity} ends with the vocabulary, which is not distilled; distil the written model "
@@ -169,10 +170,10 @@ class RecipeOptions:
         return tuple(
             self._recipe(
                 part,
-                None if part.startswith(("depth", "vocab")) else self.recover,
-                self.block_map if part.startswith("depth") else None,
+                self.recover if STRUCTURES[kind_of(part)].recovers else None,
+                self.block_map if takes(kind_of(part), "block_map") else None,
                 self.distill if i == last else None,
-                None if part.startswith(("depth", "vocab")) else self.compact,
+                self.compact if takes(kind_of(part), "compact") else None,
             )
             for i, part in enumerate(parts)
         )
@@ -195,9 +196,10 @@ class RecipeOptions:
             "distill": distill,
             "compact": compact,
         }
-        if not str(sparsity).startswith("neurons"):  # the option rounds the neurons part's width only
+        kind = kind_of(str(sparsity))
+        if kind not in STRUCTURES or not takes(kind, "width_multiple"):  # the neurons part's width only
             options.pop("width_multiple", None)
-        if combined_parts(self.sparsity) is not None and not str(sparsity).startswith("vocab"):
+        if combined_parts(self.sparsity) is not None and not takes(kind, "vocab_text"):
             options.pop("vocab_text", None)  # the vocab part's text
         try:
             recipe = Recipe(None, **options, key="prune-model")
@@ -220,7 +222,7 @@ def _named(err: ConfigError, given: dict[str, Any]) -> OptionError:
 def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Recipe:
     """Refuse what a valid recipe still cannot run with from here: recovery of a depth recipe, a pattern
     that prunes nothing, a block size or damping the method does not use."""
-    if recipe.sparsity.kind == "depth" and recipe.recover is not None:
+    if recipe.sparsity.structure.whole_blocks and recipe.recover is not None:
         raise OptionError(
             (Option("recover"), Option("sparsity", str(sparsity))),
             "removing whole blocks prunes no weight of the kept ones, so there is nothing to recover; "
@@ -228,7 +230,7 @@ def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Re
             Option("recover"),
             " recovers the neurons part)",
         )
-    if recipe.sparsity.kind == "depth" and given.get("compact") is False:
+    if recipe.sparsity.structure.whole_blocks and given.get("compact") is False:
         raise OptionError(
             Option("compact", repr(False)),
             f"{sparsity} removes whole blocks, which cannot be written as zeros; leave it out",
@@ -490,7 +492,7 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
     if isinstance(method, Recipe):
         raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")
     recipe = RecipeOptions(method, sparsity, **{name: options.get(name) for name in fields})  # type: ignore[arg-type]
-    if recipe.vocab_text is not None and "vocab" not in (axes or AXES):
+    if recipe.vocab_text is not None and not any(takes(axis, "vocab_text") for axis in axes or AXES):
         raise OptionError(
             (Option("vocab_text", recipe.vocab_text), Option("axes", ",".join(axes or ()))),
             "the text chooses a vocabulary, and the axes leave the vocabulary out; add vocab or leave it out",

@@ -49,8 +49,11 @@ from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
 from thanos.files.locks import shared_workdir
 from thanos.labels import counted
+from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.structures import takes
 from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
+from thanos.runner.patterns import combined_parts
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
 from thanos.runner.size_choice import TRIES, choose, first_round, most_removed
@@ -192,7 +195,8 @@ def _missing(goal: Any, dense: Knobs) -> dict[str, str]:
 
 def _recipes(options: Any, pattern: str) -> tuple[Any, ...]:
     """A mix's recipes with the request's options (``vocab_text``: its vocab part's only)."""
-    text = options.vocab_text if "vocab" in pattern else None
+    parts = [parse_sparsity(part) for part in combined_parts(pattern) or [pattern]]
+    text = options.vocab_text if any(takes(part.kind, "vocab_text") for part in parts) else None
     return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -26,6 +27,7 @@ from typing import Any
 
 from thanos.pruning.sparsity import (
     WIDTH_MULTIPLE,
+    Sparsity,
     depth_count,
     head_count,
     head_settings,
@@ -59,30 +61,34 @@ class Knobs:
 
     def settings(self, axis: str) -> list[str]:
         """The axis's explicit patterns, in increasing size."""
-        if axis == "depth":
-            return [f"depth:{k}" for k in range(1, max(1, self.blocks // 2) + 1) if k < self.blocks]
-        if axis == "heads":  # only the head counts the model type's config accepts
-            settings = head_settings("heads", self.heads, self.kv_heads)
-            return [pattern for pattern, *_ in settings if self.accepts(self.changes({"heads": pattern}))]
-        if axis == "neurons":
-            step = width_multiple(self.multiple, self.width)
-            kept = range(self.width - step, math.ceil(self.width * (1 - MOST_NEURONS)) - 1, -step)
+        if axis not in SETTINGS:
+            raise ValueError(f"unknown axis {axis!r}; choose from {', '.join(AXES)}")
+        return SETTINGS[axis](self)
 
-            def kept_width(w: int) -> str:
-                exact = Fraction(self.width - w, self.width)
-                return f"neurons:{short_fraction(exact, lambda p: self._kept(p) == w)}"
+    def _depth_settings(self) -> list[str]:
+        return [f"depth:{k}" for k in range(1, max(1, self.blocks // 2) + 1) if k < self.blocks]
 
-            return [kept_width(w) for w in kept if w > 0]
-        if axis == "vocab":
-            if not self.tokens:  # a tokenizer that cannot lose tokens offers no setting
-                return []
-            tokens = self.tokens
-            return [
-                f"vocab:{float(p):g}"
-                for p in VOCAB_STEPS
-                if tokens - math.ceil(p * tokens) >= self.fewest_tokens
-            ]
-        raise ValueError(f"unknown axis {axis!r}; choose from {', '.join(AXES)}")
+    def _head_settings(self) -> list[str]:  # only the head counts the model type's config accepts
+        settings = head_settings("heads", self.heads, self.kv_heads)
+        return [pattern for pattern, *_ in settings if self.accepts(self.changes({"heads": pattern}))]
+
+    def _neuron_settings(self) -> list[str]:
+        step = width_multiple(self.multiple, self.width)
+        kept = range(self.width - step, math.ceil(self.width * (1 - MOST_NEURONS)) - 1, -step)
+
+        def kept_width(w: int) -> str:
+            exact = Fraction(self.width - w, self.width)
+            return f"neurons:{short_fraction(exact, lambda p: self._kept(p) == w)}"
+
+        return [kept_width(w) for w in kept if w > 0]
+
+    def _vocab_settings(self) -> list[str]:
+        if not self.tokens:  # a tokenizer that cannot lose tokens offers no setting
+            return []
+        tokens = self.tokens
+        return [
+            f"vocab:{float(p):g}" for p in VOCAB_STEPS if tokens - math.ceil(p * tokens) >= self.fewest_tokens
+        ]
 
     def accepts(self, config: dict[str, Any]) -> bool:
         """Whether ``config`` (a mix's ``changes``) is one the model type's config class loads."""
@@ -96,27 +102,55 @@ class Knobs:
         return _count(self.model, json.dumps(self.changes(mix), sort_keys=True))
 
     def changes(self, mix: dict[str, str]) -> dict[str, Any]:
-        """config.json of the model the mix writes (the keys the pruning changes)."""
+        """config.json of the model the mix writes (the keys the pruning changes), its parts applied in the
+        order they run."""
+        config = dict(self.config)
+        for axis in AXES:
+            if axis in mix:
+                config = CHANGES[axis](self, config, parse_sparsity(mix[axis]))
+        return config
+
+    def _fewer_blocks(self, config: dict[str, Any], pattern: Sparsity) -> dict[str, Any]:
         from thanos.stages.depth import shortened_config
 
-        config = dict(self.config)
-        if "depth" in mix:
-            k = depth_count(parse_sparsity(mix["depth"]), self.blocks)
-            config = shortened_config(config.get("model_type", ""), config, list(range(self.blocks - k)))
-        if "heads" in mix:
-            removed, whole = head_count(parse_sparsity(mix["heads"]), self.heads, self.kv_heads)
-            config["head_dim"] = config.get("head_dim") or config["hidden_size"] // self.heads
-            if whole:
-                config["num_key_value_heads"] = self.kv_heads - removed
-                removed *= self.heads // self.kv_heads
-            else:
-                removed *= self.kv_heads
-            config["num_attention_heads"] = self.heads - removed
-        if "neurons" in mix:
-            config[self.width_key] = self._kept(parse_sparsity(mix["neurons"]).p)
-        if "vocab" in mix and self.tokens:
-            config["vocab_size"] = vocab_count(parse_sparsity(mix["vocab"]), self.tokens)
+        k = depth_count(pattern, self.blocks)
+        return shortened_config(config.get("model_type", ""), config, list(range(self.blocks - k)))
+
+    def _fewer_heads(self, config: dict[str, Any], pattern: Sparsity) -> dict[str, Any]:
+        removed, whole = head_count(pattern, self.heads, self.kv_heads)
+        config["head_dim"] = config.get("head_dim") or config["hidden_size"] // self.heads
+        if whole:
+            config["num_key_value_heads"] = self.kv_heads - removed
+            removed *= self.heads // self.kv_heads
+        else:
+            removed *= self.kv_heads
+        config["num_attention_heads"] = self.heads - removed
         return config
+
+    def _fewer_neurons(self, config: dict[str, Any], pattern: Sparsity) -> dict[str, Any]:
+        config[self.width_key] = self._kept(pattern.p)
+        return config
+
+    def _fewer_tokens(self, config: dict[str, Any], pattern: Sparsity) -> dict[str, Any]:
+        if self.tokens:
+            config["vocab_size"] = vocab_count(pattern, self.tokens)
+        return config
+
+
+# each axis's settings and the config keys its setting changes (an axis is a kind of the structures' table
+# that a size turns: ``thanos.pruning.structures.AXES``)
+SETTINGS: dict[str, Callable[[Knobs], list[str]]] = {
+    "depth": Knobs._depth_settings,
+    "heads": Knobs._head_settings,
+    "neurons": Knobs._neuron_settings,
+    "vocab": Knobs._vocab_settings,
+}
+CHANGES: dict[str, Callable[[Knobs, dict[str, Any], Sparsity], dict[str, Any]]] = {
+    "depth": Knobs._fewer_blocks,
+    "heads": Knobs._fewer_heads,
+    "neurons": Knobs._fewer_neurons,
+    "vocab": Knobs._fewer_tokens,
+}
 
 
 @lru_cache(maxsize=512)

@@ -185,7 +185,7 @@ def structure(pattern: Sparsity, summary: SparsitySummary | None) -> str:
     neurons removed, ``heads`` for attention heads, ``depth`` for whole blocks, ``vocab`` for tokens, else
     ``unstructured`` (outlier rows kept dense, or an unstructured or structured recipe). ``summary`` None: a
     structure only (another part of a combined recipe)."""
-    if pattern.kind == "nm" and summary is not None and summary.outlier_rows == 0:
+    if pattern.structure.n_of_m and summary is not None and summary.outlier_rows == 0:
         return f"{pattern.n}:{pattern.m}"
     return STRUCTURES[pattern.kind].sidecar or "unstructured"  # whole neurons, heads, blocks, tokens
 

@@ -160,68 +160,86 @@ def _maps_text(maps: list[dict[str, Any]]) -> str:
 def _compact_text(compact: dict[str, Any]) -> str:
     """What a compact (neurons or heads removed) model is, for the card."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
-    if compact.get("structure") == "depth":
-        removed = compact["removed_blocks"]
-        gone = f"{blocks_text(removed)} of the base model {'is' if len(removed) == 1 else 'are'} gone"
-        return (
-            f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
-            f"{compact['original_blocks']} decoder blocks ({gone}, "
-            f"{CHOSEN_BY.get(compact['metric'], compact['metric'])}; the others renumbered; "
-            "`num_hidden_layers` and every per-block setting in `config.json` follow), "
-            f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer); the model loads "
-            "wherever the base model loads, as a shallower dense model of the same architecture."
-            + _maps_text(compact.get("maps") or [])
-        )
-    if compact.get("structure") == "heads":
-        return (
-            "The removed attention heads are cut out of the matrices: every block keeps "
-            f"{compact['kept_heads']} of its {compact['original_heads']} query heads and "
-            f"{compact['kept_kv_heads']} of its {compact['original_kv_heads']} key/value heads of "
-            f"{compact['head_dim']} (`num_attention_heads`, `num_key_value_heads` and `head_dim` in "
-            f"`config.json`; every other value the base model's), {after:,} of {before:,} parameters "
-            f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model "
-            "loads, as a smaller dense model of the same architecture."
-        )
+    counted = f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer)"
+    return COMPACT_TEXTS.get(compact.get("structure"), _width_text)(compact, counted)
+
+
+def _blocks_text(compact: dict[str, Any], counted: str) -> str:
+    removed = compact["removed_blocks"]
+    gone = f"{blocks_text(removed)} of the base model {'is' if len(removed) == 1 else 'are'} gone"
+    return (
+        f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
+        f"{compact['original_blocks']} decoder blocks ({gone}, "
+        f"{CHOSEN_BY.get(compact['metric'], compact['metric'])}; the others renumbered; "
+        f"`num_hidden_layers` and every per-block setting in `config.json` follow), {counted}; the model "
+        "loads wherever the base model loads, as a shallower dense model of the same architecture."
+        + _maps_text(compact.get("maps") or [])
+    )
+
+
+def _heads_text(compact: dict[str, Any], counted: str) -> str:
+    return (
+        "The removed attention heads are cut out of the matrices: every block keeps "
+        f"{compact['kept_heads']} of its {compact['original_heads']} query heads and "
+        f"{compact['kept_kv_heads']} of its {compact['original_kv_heads']} key/value heads of "
+        f"{compact['head_dim']} (`num_attention_heads`, `num_key_value_heads` and `head_dim` in "
+        f"`config.json`; every other value the base model's), {counted}; the model loads wherever the base "
+        "model loads, as a smaller dense model of the same architecture."
+    )
+
+
+def _width_text(compact: dict[str, Any], counted: str) -> str:
     return (
         "The removed MLP neurons are cut out of the matrices: every block keeps "
         f"{compact['kept_width']} of its {compact['original_width']} neurons"
         + (f" (a multiple of {compact['multiple']})" if compact.get("multiple", 1) > 1 else "")
         + f" (`{compact['width_key']}` in "
         "`config.json` is "
-        f"{compact['kept_width']}, every other value the base model's), {after:,} of {before:,} parameters "
-        f"({100 * (1 - after / before):.1f} % fewer); the model loads wherever the base model loads, as a "
-        "smaller dense model of the same architecture."
+        f"{compact['kept_width']}, every other value the base model's), {counted}; the model loads wherever "
+        "the base model loads, as a smaller dense model of the same architecture."
     )
 
 
 def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
     """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
     before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
-    if compact.get("structure") == "depth":
-        blocks, removed_blocks = compact["original_blocks"], compact["removed_blocks"]
-        which = ", ".join(map(str, removed_blocks))
-        count, indices = len(removed_blocks), "index" if len(removed_blocks) == 1 else "indices"
-        return (
-            f"| removed | {count} of the {blocks} blocks ({indices} {which}, counted from 0): "
-            f"{before - after:,} parameters |"
-        )
-    removed = compact["removed_per_block"]
-    if compact.get("structure") == "heads":
-        heads = compact["original_heads"]
-        groups = compact["original_kv_heads"] - compact["kept_kv_heads"]
-        return (
-            f"| removed | {removed} of the {heads} query heads of every block ({_percent(removed / heads)})"
-            + (f", {groups} key/value groups with them" if groups else "")
-            + f", with their columns of {compact['output_projection']} and rows of "
-            f"{', '.join(compact['projections'][: 3 if groups else 1])}: {before - after:,} parameters; the "
-            f"written weights hold {_percent(summary.global_sparsity)} zeros |"
-        )
-    width = compact["original_width"]
+    return COMPACT_ROWS.get(compact.get("structure"), _width_row)(compact, summary, before - after)
+
+
+def _blocks_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
+    blocks, removed_blocks = compact["original_blocks"], compact["removed_blocks"]
+    which = ", ".join(map(str, removed_blocks))
+    count, indices = len(removed_blocks), "index" if len(removed_blocks) == 1 else "indices"
+    return (
+        f"| removed | {count} of the {blocks} blocks ({indices} {which}, counted from 0): "
+        f"{gone:,} parameters |"
+    )
+
+
+def _heads_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
+    removed, heads = compact["removed_per_block"], compact["original_heads"]
+    groups = compact["original_kv_heads"] - compact["kept_kv_heads"]
+    return (
+        f"| removed | {removed} of the {heads} query heads of every block ({_percent(removed / heads)})"
+        + (f", {groups} key/value groups with them" if groups else "")
+        + f", with their columns of {compact['output_projection']} and rows of "
+        f"{', '.join(compact['projections'][: 3 if groups else 1])}: {gone:,} parameters; the "
+        f"written weights hold {_percent(summary.global_sparsity)} zeros |"
+    )
+
+
+def _width_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
+    removed, width = compact["removed_per_block"], compact["original_width"]
     return (
         f"| removed | {removed} of the {width} MLP neurons of every block ({_percent(removed / width)}), "
         f"with their column of {compact['output_projection']} and rows of {', '.join(compact['feeders'])}: "
-        f"{before - after:,} parameters; the written weights hold {_percent(summary.global_sparsity)} zeros |"
+        f"{gone:,} parameters; the written weights hold {_percent(summary.global_sparsity)} zeros |"
     )
+
+
+# a compact record's paragraph and row of the card, by its structure (the structures' table's ``sidecar``)
+COMPACT_TEXTS = {"depth": _blocks_text, "heads": _heads_text, "neurons": _width_text}
+COMPACT_ROWS = {"depth": _blocks_row, "heads": _heads_row, "neurons": _width_row}
 
 
 def evaluate_commands(model: str) -> str:

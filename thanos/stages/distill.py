@@ -60,6 +60,7 @@ from thanos.files.ledger import digest, model_identity
 from thanos.files.locks import exclusive_workdir
 from thanos.labels import public_name
 from thanos.pruning.distillation import hidden_pairs, zero_masks
+from thanos.pruning.structures import of_sidecar
 from thanos.recipe import Distillation
 from thanos.stages.achieved_sparsity import combined_record
 from thanos.stages.card import base_model
@@ -200,7 +201,8 @@ def block_pairs(student: Path, models: Models) -> list[tuple[int, int]]:
         report = json.loads(report_file.read_text())
         parts = combined_record(report).get("parts") or []
         for compact in [report.get("compact"), *(part.get("compact") for part in parts)]:
-            if compact and compact.get("structure") == "depth":
+            kind = of_sidecar(compact.get("structure")) if compact else None
+            if kind is not None and kind.whole_blocks:
                 removed = list(compact["removed_blocks"])
     blocks = (models.student.config.num_hidden_layers, models.teacher.config.num_hidden_layers)
     try:

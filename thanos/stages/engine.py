@@ -105,7 +105,7 @@ class RecipeFiles:
             chain_dir=path(layout.chain_dir(model, recipe.name), sequential),
             owl=path(layout.owl(model, recipe.name), recipe.owl),
             model_dir=Path(layout.model_dir(model, recipe.name)),
-            depth=path(layout.depth(model, recipe.name), recipe.sparsity.kind == "depth"),
+            depth=path(layout.depth(model, recipe.name), recipe.sparsity.structure.whole_blocks),
             recovered=recipe.recover is not None,
         )
 

@@ -44,7 +44,7 @@ def choose_blocks(
     """A ``depth:k`` recipe's ``depth.json`` (``out``; its maps in ``depth_maps/`` beside it) from the dense
     chain's stores in ``dense_dir`` (inputs of every block and the last block's output), as ``thanos
     prune-model`` chooses them."""
-    if recipe.sparsity.kind != "depth":
+    if not recipe.sparsity.structure.whole_blocks:
         raise ValueError(f"{recipe.name}: {recipe.sparsity} removes no whole block; only depth:K recipes do")
     files = RecipeFiles(
         out.parent, out.parent / CHAIN_SUMMARY, model_info=model_info, dense_dir=dense_dir, depth=out

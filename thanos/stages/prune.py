@@ -28,7 +28,7 @@ from thanos.files.layout import pruned_layer_name
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
 from thanos.pruning.layer import PruneStats, prune_layer
-from thanos.pruning.sparsity import HEAD_KINDS, Sparsity
+from thanos.pruning.sparsity import Sparsity
 from thanos.recipe import Recipe
 from thanos.stages.common import resolve_device
 
@@ -71,11 +71,11 @@ def prune(
     dev = resolve_device(device)
     out_dir = Path(out_dir)
     only, heads = None, None  # neurons, heads: the one layer pruned; heads: (query heads, groups)
-    if sparsity.kind == "neurons":
+    if sparsity.structure.one_layer == "mlp":
         from thanos.models.neurons import mlp_layout
 
         only = mlp_layout(layout, checkpoint).output
-    elif sparsity.kind in HEAD_KINDS:
+    elif sparsity.structure.one_layer == "attention":
         from thanos.models.heads import attention_layout, check_config_accepts
 
         attention = attention_layout(model_dir, layout, checkpoint)

@@ -59,7 +59,7 @@ SEARCHES = [name for name, recipe in ONE_COMMAND.items() if recipe.is_size]
 RECIPES = {
     name: recipe for name, recipe in EVERY_RECIPE.items() if name not in COMBINED and name not in ONE_COMMAND
 }
-DEPTH_RECIPES = [name for name, recipe in RECIPES.items() if recipe.sparsity.kind == "depth"]
+DEPTH_RECIPES = [name for name, recipe in RECIPES.items() if recipe.sparsity.structure.whole_blocks]
 OWL_RECIPES = [name for name, recipe in RECIPES.items() if recipe.owl]
 # a distilled recipe's model is its pruned recipe's model distilled (rule distill): nothing of its own is
 # pruned or assembled

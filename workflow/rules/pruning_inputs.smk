@@ -217,7 +217,7 @@ def calibration_option(wildcards, input):
     """--calibration (provenance) of an assemble job, --owl (``owl_option``) and a depth recipe's --depth
     (riding on this option, as --owl does)."""
     tokens = f"--calibration {quoted(input.tokens)}" if "tokens" in input.keys() else ""
-    depth = f"--depth {quoted(input.depth)}" if "depth" in input.keys() else ""
+    depth = f"--depth {quoted(input.depth)}" if input.get("depth") else ""
     return " ".join(option for option in (tokens, owl_option(input), depth) if option)
 
 
