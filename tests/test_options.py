@@ -8,16 +8,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import json
 
 import pytest
 import yaml
 from conftest import REPO
 
 from thanos.commands import distill, prune_model
+from thanos.errors import OptionError
 from thanos.options import command_line, declared, given, help_text
-from thanos.recipe import Distillation, Recovery
+from thanos.pruning.structures import AXES
+from thanos.recipe import ConfigError, Distillation, Recipe, Recovery
 from thanos.runner import request
 from thanos.runner.api import prune_model as prune_model_function
+from thanos.workflow_config import expand, schema_problems
 
 
 def parser_of(command) -> argparse.ArgumentParser:
@@ -135,3 +139,78 @@ def test_a_config_recipe_takes_the_recipe_options() -> None:
     fields = [*dataclasses.fields(request.RecipeOptions), *dataclasses.fields(request.SizeOptions)]
     assert sorted(recipe["properties"]) == sorted(f.name for f in fields)
     assert sorted(recipe["required"]) == ["method", "sparsity"]
+    assert recipe["properties"]["axes"] == {"$ref": "#/definitions/axes"}
+    axes = schema["definitions"]["axes"]["oneOf"]
+    assert next(form for form in axes if form["type"] == "array")["items"]["enum"] == list(AXES)
+    # the recipe's own fields are the same options, with the workflow's name and chain
+    recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
+    assert recipe_fields - {f.name for f in dataclasses.fields(request.RecipeOptions)} == {"name", "chain"}
+
+
+SAME_RECIPES = [  # accepted and refused alike by `thanos prune-model` and a workflow's recipes: entry
+    {"method": "wanda", "sparsity": 0.5},
+    {"method": "wanda", "sparsity": 0.5, "blocksize": 64},
+    {"method": "wanda", "sparsity": 0.5, "damp": 0.1},
+    {"method": "magnitude", "sparsity": "2:4", "alpha": 0.1},
+    {"method": "thanos", "sparsity": 0.5, "width_multiple": 64},
+    {"method": "thanos", "sparsity": "neurons:0.3", "width_multiple": 64},
+    {"method": "thanos", "sparsity": "depth:2", "recover": True},
+    {"method": "thanos", "sparsity": "depth:2", "compact": False},
+    {"method": "thanos", "sparsity": "depth:2", "block_map": False},
+    {"method": "thanos", "sparsity": "0.5", "block_map": False},
+    {"method": "thanos", "sparsity": 0.0},
+    {"method": "thanos", "sparsity": "structured:0"},
+    {"method": "thanos", "sparsity": "2:4", "compact": True},
+    {"method": "thanos", "sparsity": "neurons:0.3", "compact": False},
+    {"method": "thanos", "sparsity": "vocab:0.3", "vocab_text": "t.txt"},
+    {"method": "thanos", "sparsity": "0.5", "vocab_text": "t.txt"},
+    {"method": "thanos", "sparsity": "depth:1+neurons:0.3", "vocab_text": "t.txt"},
+    {"method": "thanos", "sparsity": "depth:1+neurons:0.3", "width_multiple": 16},
+    {"method": "thanos", "sparsity": "depth:1+neurons:0.3", "recover": True},
+    {"method": "thanos", "sparsity": "0.5", "profile": "owl"},
+    {"method": "thanos", "sparsity": "2:4", "profile": "owl"},
+    {"method": "thanos", "sparsity": "0.5", "owl_m": 5},
+    {"method": "thanos", "sparsity": "params:0.25", "axes": "depth,neurons"},
+    {"method": "thanos", "sparsity": "params:0.25", "axes": ["depth", "neurons"]},
+    {"method": "thanos", "sparsity": "0.5", "axes": "depth"},
+    {"method": "sparsegpt", "sparsity": "heads:0.5", "blocksize": 64},
+    {"method": "thanos", "sparsity": "0.5", "recover": True},
+    {"method": "magnitude", "sparsity": "0.5", "recover": True},
+    {"method": "thanos", "sparsity": "vocab:0.3", "recover": True},
+    {"method": "thanos", "sparsity": "0.5", "exclude": ["lm_head"]},
+    {"method": "nosuch", "sparsity": "0.5"},
+]
+
+
+def _workflow_refusal(entry: dict) -> str | None:
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    config = {"recipes": {"r": dict(entry)}}
+    problems = [problem for problem in schema_problems(config, schema) if problem.startswith("recipes.")]
+    if problems:
+        return problems[0]
+    try:
+        expand(config)
+    except (ConfigError, ValueError) as err:
+        return str(err)
+    return None
+
+
+def _prune_model_refusal(entry: dict) -> str | None:
+    options = {name: value for name, value in entry.items() if name not in ("method", "sparsity")}
+    try:
+        request.build_request("model", entry["method"], entry["sparsity"], options | {"out": "out"})
+    except (OptionError, ConfigError, ValueError) as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("entry", SAME_RECIPES, ids=lambda entry: json.dumps(entry))
+def test_the_workflow_and_prune_model_accept_and_refuse_the_same_recipes(entry: dict) -> None:
+    """A recipe is checked once, whichever door it comes in by: a workflow entry refuses what `thanos
+    prune-model` refuses (an option its method or pattern does not use, a pattern that prunes nothing, a
+    recovery with nothing to recover), with the same words after the option's name."""
+    workflow, prune_model = _workflow_refusal(entry), _prune_model_refusal(entry)
+    assert (workflow is None) == (prune_model is None), (workflow, prune_model)
+    if workflow is not None and "is not of type" not in workflow and "expected a fraction" not in workflow:
+        problem = prune_model.split(": ", 1)[1]  # its options named as flags there, as keys here
+        assert problem.replace("--", "") in workflow, (workflow, prune_model)

@@ -97,7 +97,7 @@ def test_names_of_different_recipes_differ_and_foreign_names():
 def test_expand_grid_then_named_recipes():
     grid = [
         {"methods": ["magnitude", "thanos"], "sparsities": ["0.5", "2:4"], "alpha": [0]},
-        {"methods": ["thanos"], "sparsities": ["structured:0.3"], "alpha": [0, 0.1], "blocksize": 64},
+        {"methods": ["thanos"], "sparsities": ["4:8"], "alpha": [0, 0.1], "blocksize": 64},
     ]
     named = {"mine": {"method": "sparsegpt", "sparsity": 0.6, "damp": 0.02}}
     recipes = expand(config(recipe_grid=grid, recipes=named))
@@ -106,13 +106,19 @@ def test_expand_grid_then_named_recipes():
         "magnitude_2-4",
         "thanos_u50",
         "thanos_2-4",
-        "thanos_s30_a0_B64",
-        "thanos_s30_a0.1_B64",
+        "thanos_4-8_a0_B64",
+        "thanos_4-8_a0.1_B64",
         "mine",
     ]
-    assert recipes["thanos_s30_a0.1_B64"] == Recipe(
-        "thanos_s30_a0.1_B64", "thanos", "structured:0.3", blocksize=64, alpha=0.1, chain="sequential"
+    assert recipes["thanos_4-8_a0.1_B64"] == Recipe(
+        "thanos_4-8_a0.1_B64", "thanos", "4:8", blocksize=64, alpha=0.1, chain="sequential"
     )
+    # a grid's block size on a pattern its method runs without one is refused, as prune-model refuses it
+    unused = [{"methods": ["thanos"], "sparsities": ["structured:0.3"], "blocksize": 64}]
+    with pytest.raises(
+        ConfigError, match=r"recipe_grid\[0\]: blocksize: thanos structured:0.3 does not use it"
+    ):
+        expand(config(recipe_grid=unused))
     assert str(recipes["mine"].sparsity) == "unstructured:0.6" and recipes["mine"].damp == 0.02
     assert recipes["magnitude_u50"].alpha == 0
     assert not recipes["magnitude_u50"].needs_calibration and recipes["mine"].needs_calibration

@@ -17,8 +17,10 @@ from thanos.files.layout import NOT_MODELS
 from thanos.pruning import methods
 from thanos.pruning.structures import STRUCTURES, kind_of
 from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
-from thanos.runner.request import RecipeOptions
+from thanos.runner.request import RecipeOptions, check_runnable
 
+# a config entry's recipe options: ``thanos prune-model``'s (``RecipeOptions``' fields and a size's ``axes``)
+_RECIPE_OPTIONS = ({f.name for f in fields(RecipeOptions)} | {"axes"}) - {"method", "sparsity"}
 # the options of a config entry that a recipe run as one ``thanos prune-model`` job (``OneCommand``) passes on
 ONE_COMMAND_OPTIONS = (
     "alpha",
@@ -96,6 +98,15 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
     """The ``OneCommand`` of a config entry with a vocab or params pattern, checked as ``thanos prune-model``
     checks it (``build_request``: the pattern, the options, the mix of every axis a size may take); ``name``
     None: the grid's name (``_one_command_name``)."""
+    from thanos.runner.request import build_request
+
+    given = {option: value for option, value in entry.items() if option in _RECIPE_OPTIONS}
+    try:  # refused first as `thanos prune-model` refuses it, then what the workflow's job cannot pass on
+        build_request("model", entry["method"], sparsity, given | {"out": "out"})
+    except OptionError as err:
+        raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"{key}: {err}") from None
     refused = [option for option in ONE_COMMAND_REFUSED if entry.get(option) is not None]
     if refused:
         raise ConfigError(
@@ -207,8 +218,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined | OneCommand]:
                     one = _one_command(key, None, options | single | {"method": method}, sparsity)
                     _add(recipes, one.name, one, key)
                     continue
-                if "axes" in options:
-                    raise ConfigError(f"{key}.axes: is for params:P recipes; {sparsity} names its structures")
+                _no_axes(key, options, sparsity)
                 if "+" in str(sparsity):
                     combined = _combined(key, None, entry | {"method": method}, sparsity, chain)
                     _add(recipes, combined.name, combined, key)
@@ -216,6 +226,7 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined | OneCommand]:
                 check_sparsity(key, sparsity, f"sparsities[{k}]")
                 for alpha in alphas:
                     recipe = Recipe(None, method, sparsity, alpha=alpha, chain=chain, key=key, **options)
+                    recipe = _runnable(key, recipe, sparsity, options | {"alpha": alpha})
                     if len(alphas) > 1:
                         recipe = replace(recipe, name=recipe.default_name(always=("alpha",)))
                     _add(recipes, recipe.name, recipe, key)
@@ -225,13 +236,31 @@ def expand(config: dict[str, Any]) -> dict[str, Recipe | Combined | OneCommand]:
             raise ConfigError(f"{key}: recipe_grid already makes a recipe of that name: rename one of them")
         if _one_command_kind(sparsity):
             recipes[name] = _one_command(key, name, entry, sparsity)
-        elif "+" in str(sparsity):
+            continue
+        _no_axes(key, entry, sparsity)
+        if "+" in str(sparsity):
             recipes[name] = _combined(key, name, entry, sparsity, chain)
         else:
-            recipes[name] = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=key)
+            recipe = Recipe.from_dict({**entry, "name": name, "chain": chain}, key=key)
+            recipes[name] = _runnable(key, recipe, sparsity, entry)
     if not recipes:
         raise ConfigError("no recipes: define `recipes:` ({name: {method, sparsity}}) or `recipe_grid:`")
     return _with_pruned(recipes)
+
+
+def _no_axes(key: str, entry: dict[str, Any], sparsity: Any) -> None:
+    """Refuse ``axes`` on a recipe that is not a size, as ``thanos prune-model`` does."""
+    if entry.get("axes") is not None:
+        raise ConfigError(f"{key}.axes: is for params:P; {sparsity} names its mix")
+
+
+def _runnable(key: str, recipe: Recipe, sparsity: Any, given: dict[str, Any]) -> Recipe:
+    """``recipe`` refused as ``thanos prune-model`` refuses it (``check_runnable``: an option the method or
+    the pattern does not use, a pattern that prunes nothing), the entry's key named."""
+    try:
+        return check_runnable(recipe, sparsity, given)
+    except OptionError as err:
+        raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
 
 
 def _one_command_name(recipe: OneCommand) -> str:

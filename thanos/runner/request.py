@@ -197,15 +197,15 @@ class RecipeOptions:
             "compact": compact,
         }
         kind = kind_of(str(sparsity))
-        if kind not in STRUCTURES or not takes(kind, "width_multiple"):  # the neurons part's width only
-            options.pop("width_multiple", None)
-        if combined_parts(self.sparsity) is not None and not takes(kind, "vocab_text"):
-            options.pop("vocab_text", None)  # the vocab part's text
+        if combined_parts(self.sparsity) is not None:  # the neurons part's width, the vocab part's text
+            for name in ("width_multiple", "vocab_text"):
+                if not takes(kind, name):
+                    options.pop(name, None)
         try:
             recipe = Recipe(None, **options, key="prune-model")
         except ConfigError as err:
             raise _named(err, given) from None
-        return _checked(recipe, sparsity, options)
+        return check_runnable(recipe, sparsity, options)
 
 
 def _named(err: ConfigError, given: dict[str, Any]) -> OptionError:
@@ -219,14 +219,15 @@ def _named(err: ConfigError, given: dict[str, Any]) -> OptionError:
     return OptionError(Option(err.field, repr(value)), err.problem)
 
 
-def _checked(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Recipe:
-    """Refuse what a valid recipe still cannot run with from here: recovery of a depth recipe, a pattern
-    that prunes nothing, a block size or damping the method does not use."""
-    if recipe.sparsity.structure.whole_blocks and recipe.recover is not None:
+def check_runnable(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Recipe:
+    """Refuse what a valid recipe still cannot run with (``given``: the options its user gave, ``thanos
+    prune-model``'s and a workflow entry's alike): recovery of a depth or vocab recipe, a pattern that prunes
+    nothing, a block size or damping the method does not use."""
+    if not recipe.sparsity.structure.recovers and recipe.recover is not None:
         raise OptionError(
             (Option("recover"), Option("sparsity", str(sparsity))),
-            "removing whole blocks prunes no weight of the kept ones, so there is nothing to recover; "
-            "combine it with a width (depth:4+neurons:0.3 ",
+            f"removing {recipe.sparsity.structure.name} prunes no weight of the kept blocks, so there is "
+            "nothing to recover; combine it with a width (depth:4+neurons:0.3 ",
             Option("recover"),
             " recovers the neurons part)",
         )
