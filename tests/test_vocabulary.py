@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.models import stored_parameters
 from helpers.tools import (
     converted_to_gguf,
     run_llama_cpp_converter,
@@ -263,10 +264,27 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     )
     assert report["kept_ids"] == pruned["report"]["kept_ids"] and report["out"] == str(out)
     assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
+    # described as every recipe's model is: sparsity.json and pruning_report.json name the recipe and the
+    # input model, and count the written weights against the input model's
+    sidecar = json.loads((out / "sparsity.json").read_text())
+    written, dense = stored_parameters(out), stored_parameters(pruned["dense"])
+    assert (sidecar["sparsity"], sidecar["structure"], sidecar["method"]) == ("vocab:0.15", "vocab", "thanos")
+    assert sidecar["all_parameters"]["parameters"] == written
+    assert sidecar["compact"]["parameters"] == {"original": dense, "kept": written}
+    config = json.loads((out / "config.json").read_text())
+    assert sidecar["compact"]["kept_tokens"] == config["vocab_size"] == len(report["kept_ids"])
+    described = json.loads((out / "pruning_report.json").read_text())
+    assert described["recipe"]["sparsity"] == "vocab:0.15" and described["model"]["path"] == str(
+        pruned["dense"]
+    )
+    assert described["layers"] == [] and "model.safetensors" in described["files"]
+    card = (out / "README.md").read_text()
+    assert f"# {pruned['dense'].name}: vocabulary `vocab:0.15`" in card
+    assert f"{written:,} of {dense:,} parameters" in card and "## Vocabulary" in card
     grid = {"recipe_grid": [{"methods": ["thanos"], "sparsities": ["vocab:0.3"]}]}
     (name, recipe), *_ = expand(grid).items()  # a workflow recipe: one `thanos prune-model` job
     assert name == "thanos_v30" and recipe.flags() == ["--method", "thanos", "--sparsity", "vocab:0.3"]
-    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]\.recover: vocab:0\.3 recipes run as one"):
+    with pytest.raises(ConfigError, match=r"recipe_grid\[0\]: recover with sparsity=vocab:0\.3: removing"):
         expand({"recipe_grid": [grid["recipe_grid"][0] | {"recover": True}]})
 
 

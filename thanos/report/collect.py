@@ -228,8 +228,12 @@ def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             row = {"model": model, "recipe": variant, "method": recipe.method if recipe else "unknown"}
             row |= _sparsity_fields(recipe.sparsity if recipe else None)
             vocabulary = _read_json(path / "model" / "vocabulary.json")
-            if report is None and vocabulary is not None:  # a vocabulary alone: nothing else pruned
+            alone = vocabulary is not None and (
+                report is None or ("vocabulary" in report and not _combined(report))
+            )
+            if alone:  # a vocabulary alone: nothing else pruned (its report, where written, says so too)
                 row |= _vocabulary_fields(vocabulary)
+                report = None
             for key in ("alpha", "blocksize", "damp"):
                 row[key] = _float(getattr(recipe, key, None))
             row["chain"] = recipe.chain if recipe else None

@@ -54,7 +54,8 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
         return {"out": str(out), "workdir": None}
     device = str(resolve_device(request.resources.device))
     with quiet_libraries():
-        report = prune_vocabulary(model, out, pattern, documents, str(text), whole)
+        alone = request.recipes[0].to_dict() if request.part_of is None else None
+        report = prune_vocabulary(model, out, pattern, documents, str(text), whole, alone)
     say(stream, summary(report, out))
     if request.evaluation.kinds:
         with quiet_libraries():

@@ -237,9 +237,23 @@ def _width_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> 
     )
 
 
+def _tokens_text(compact: dict[str, Any], counted: str) -> str:
+    return (
+        f"The vocabulary keeps {compact['kept_tokens']:,} of its {compact['original_tokens']:,} tokens (the "
+        f"rows of the embedding and the output head of the others are gone, `vocab_size` in `config.json` "
+        f"follows, the tokenizer files are rewritten), {counted}; the model loads wherever the base model "
+        "loads, as a model of a smaller vocabulary."
+    )
+
+
+def _tokens_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
+    kept, before = compact["kept_tokens"], compact["original_tokens"]
+    return f"| removed | {before - kept:,} of the {before:,} tokens of the vocabulary: {gone:,} parameters |"
+
+
 # a compact record's paragraph and row of the card, by its structure (the structures' table's ``sidecar``)
-COMPACT_TEXTS = {"depth": _blocks_text, "heads": _heads_text, "neurons": _width_text}
-COMPACT_ROWS = {"depth": _blocks_row, "heads": _heads_row, "neurons": _width_row}
+COMPACT_TEXTS = {"depth": _blocks_text, "heads": _heads_text, "neurons": _width_text, "vocab": _tokens_text}
+COMPACT_ROWS = {"depth": _blocks_row, "heads": _heads_row, "neurons": _width_row, "vocab": _tokens_row}
 
 
 def evaluate_commands(model: str) -> str:
@@ -323,7 +337,7 @@ def model_card(
     )
     combined = combined_record(report).get("sparsity")
     lines = [
-        *_front_matter(base, recipe["method"]),
+        *front_matter(base, recipe["method"]),
         f"# {base}: {spec.label} {f'`{combined}`' if combined else pattern}",
         "",
         f"`{base}` pruned with **{spec.label}** ({pattern}) by thanos-prune, a pipeline and library for "
@@ -360,7 +374,7 @@ def model_card(
     return "\n".join(lines) + "\n"
 
 
-def _front_matter(base: str, method: str) -> list[str]:
+def front_matter(base: str, method: str) -> list[str]:
     """The card's YAML front matter: the library, the base model when it is a hub id, the tags."""
     front = ["---", "library_name: transformers"]
     if not base.startswith(("/", ".", "~")) and base.count("/") == 1:

@@ -71,10 +71,14 @@ def prune_vocabulary(
     documents: Sequence[str],
     text_name: str,
     recipe: str | None = None,
+    alone: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
     ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``).
-    ``recipe``: the whole recipe whose last part this is (default ``pattern``), recorded as ``recipe``."""
+    ``recipe``: the whole recipe whose last part this is (default ``pattern``), recorded as ``recipe``.
+    ``alone``: the recipe's record (``Recipe.to_dict``) of a vocabulary pruned on a model this tool has not
+    pruned: ``out`` then gets a ``pruning_report.json`` and a ``sparsity.json`` of its own
+    (``describe_alone``)."""
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -123,7 +127,7 @@ def prune_vocabulary(
         files["generation_config.json"] = prune_config(generation, kept, vocab_size=False)
     if (tokenizer_config := _read_optional(model_dir / "tokenizer_config.json")) is not None:
         files["tokenizer_config.json"] = prune_tokenizer_config(tokenizer_config, kept)
-    _write(model, model_dir, Path(out), files)
+    _write(model, model_dir, Path(out), files, alone)
     return report
 
 
@@ -196,7 +200,7 @@ def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any
     a pruned model (``pruning_report.json``, rewritten by ``describe_whole``), that model's card, named
     after the whole recipe, then the vocabulary's section; alone, the vocabulary's section. ``out``: where
     the model is published (the card's loading and reproduce commands)."""
-    from thanos.stages.achieved_sparsity import SIDECAR, read_sidecar
+    from thanos.stages.achieved_sparsity import SIDECAR, combined_record, read_sidecar
     from thanos.stages.card import evaluation_lines, model_card
 
     text = card(report)
@@ -205,7 +209,47 @@ def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any
     if not (model_dir / "pruning_report.json").is_file():
         return text
     pruned = json.loads((model_dir / "pruning_report.json").read_text(encoding="utf-8"))
+    if "vocabulary" in pruned and not combined_record(pruned):  # ``describe_alone``'s: the vocabulary alone
+        return _alone_card(pruned, report, out) + "\n" + text
     return model_card(pruned, read_sidecar(model_dir / SIDECAR, pruned), None, out) + "\n" + text
+
+
+def _alone_card(pruned: dict[str, Any], report: dict[str, Any], out: Path) -> str:
+    """The head of a card of a vocabulary pruned alone: front matter, title, what the model is, how to load
+    it and the command that writes it again; the vocabulary's section follows."""
+    from thanos.labels import public_name
+    from thanos.stages.card import front_matter
+
+    base, recipe = public_name(pruned["model"]["path"]), pruned["recipe"]
+    before, after = report["parameters_before"], report["parameters_after"]
+    text = recipe.get("vocab_text") or report["text"]
+    option = "--vocab-text" if recipe.get("vocab_text") else "--calibration"
+    command = (
+        f"thanos prune-model --model {base} --method {recipe['method']} --sparsity {report['sparsity']} "
+        f"{option} {public_name(text)} --out {public_name(out)}"
+    )
+    return "\n".join(
+        [
+            *front_matter(base, "vocabulary"),
+            f"# {base}: vocabulary `{report['sparsity']}`",
+            "",
+            f"`{base}` with its vocabulary pruned by thanos-prune: {report['tokens_kept']:,} of its "
+            f"{report['tokens_before']:,} tokens kept, {after:,} of {before:,} parameters "
+            f"({100 * (1 - after / before):.1f} % fewer); no weight of its blocks is changed. "
+            "`sparsity.json` counts every parameter on these weights; `vocabulary.json` lists the kept "
+            "tokens' old ids.",
+            "",
+            "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f'model = AutoModelForCausalLM.from_pretrained("{public_name(out)}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{public_name(out)}")',
+            "```",
+            "",
+            f"Written again by `{command}`.",
+            "",
+        ]
+    )
 
 
 def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
@@ -223,15 +267,7 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     if (pruned.get("recipe") or {}).get("sparsity") is None or "model" not in pruned:
         return  # not a report this tool wrote: left as it was
     earlier = combined_record(pruned)
-    part = {
-        "sparsity": report["sparsity"],
-        "compact": {
-            "structure": "vocab",
-            "original_tokens": report["tokens_before"],
-            "kept_tokens": report["tokens_kept"],
-            "parameters": {"original": report["parameters_before"], "kept": report["parameters_after"]},
-        },
-    }
+    part = vocabulary_part(report)
     pruned["workflow"] = (pruned.get("workflow") or {}) | {
         "combined": {
             "sparsity": f"{earlier.get('sparsity') or pruned['recipe']['sparsity']}+{report['sparsity']}",
@@ -242,6 +278,45 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     }
     write_json(path, pruned)
     write_sidecar(model_dir, pruned)
+
+
+def describe_alone(model_dir: Path, report: dict[str, Any], base: str, recipe: dict[str, Any]) -> None:
+    """A vocabulary pruned on a model this tool had not pruned (``base``): ``model_dir``'s
+    ``pruning_report.json`` and ``sparsity.json``, as every recipe's model has them: the recipe, the input
+    model, the vocabulary removed as the compact record (tokens and parameters before and after), every
+    parameter counted on the written weights. No layer is pruned."""
+    from thanos.stages.achieved_sparsity import write_sidecar
+    from thanos.stages.provenance import package_versions
+
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    described = {
+        "recipe": recipe,
+        "model": {
+            "path": base,
+            "model_type": config.get("model_type"),
+            "num_blocks": config.get("num_hidden_layers"),
+        },
+        "vocabulary": {key: report[key] for key in ("text", "tokenizer", "tokens_the_text_uses")},
+        "compact": vocabulary_part(report)["compact"],
+        "layers": [],
+        "versions": package_versions(),
+    }
+    write_json(model_dir / "pruning_report.json", described)
+    write_sidecar(model_dir, described)
+
+
+def vocabulary_part(report: dict[str, Any]) -> dict[str, Any]:
+    """What a pruning report records of a vocabulary (``vocabulary.json``'s ``report``): its pattern, and
+    the tokens and parameters before and after as a width part's ``compact`` says them."""
+    return {
+        "sparsity": report["sparsity"],
+        "compact": {
+            "structure": "vocab",
+            "original_tokens": report["tokens_before"],
+            "kept_tokens": report["tokens_kept"],
+            "parameters": {"original": report["parameters_before"], "kept": report["parameters_after"]},
+        },
+    }
 
 
 def check_vocab_out(out: Path, model_dir: str | Path) -> None:
@@ -269,9 +344,15 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, dict[str, Any]]) -> None:
+def _write(
+    model: torch.nn.Module,
+    model_dir: Path,
+    out: Path,
+    files: dict[str, dict[str, Any]],
+    alone: dict[str, Any] | None,
+) -> None:
     """The model's weights, ``files`` and every other file of ``model_dir`` (not its weights, not
-    ``STALE``), written to ``out`` at once."""
+    ``STALE``), written to ``out`` at once, described (``describe_whole``, ``describe_alone``)."""
     report = files["vocabulary.json"]
     with atomic_path(out, is_dir=True) as tmp:
         model.save_pretrained(tmp)
@@ -286,6 +367,8 @@ def _write(model: torch.nn.Module, model_dir: Path, out: Path, files: dict[str, 
             report["llama_cpp_hash"] = {"dense": _dense_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
         describe_whole(tmp, report)
+        if alone is not None and not (tmp / "pruning_report.json").is_file():
+            describe_alone(tmp, report, str(model_dir), alone)
         (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
         digests.record_again(tmp)  # a pruned model's report (a combined recipe's part) records these files
 
