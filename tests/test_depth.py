@@ -338,7 +338,7 @@ def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
         assert isinstance(one, OneCommand) and one.flags() == ["--method", "thanos", "--sparsity", sparsity]
     refused = {
         r"recipes\.c: sparsity='0\.5\+depth:1': unstructured:0\.5 cannot be combined": ("0.5+depth:1", {}),
-        r"recipes\.c\.profile: params:0\.3 recipes run as one `thanos prune-model` job": (
+        r"recipes\.c: profile=owl: OWL sets an unstructured sparsity per block, and params:0\.3 removes": (
             "params:0.3",
             {"profile": "owl"},
         ),

@@ -177,6 +177,7 @@ SAME_RECIPES = [  # accepted and refused alike by `thanos prune-model` and a wor
     {"method": "thanos", "sparsity": "0.5", "recover": True},
     {"method": "magnitude", "sparsity": "0.5", "recover": True},
     {"method": "thanos", "sparsity": "vocab:0.3", "recover": True},
+    {"method": "thanos", "sparsity": "vocab:0.3", "distill": {"tokens": 1000}},
     {"method": "thanos", "sparsity": "0.5", "exclude": ["lm_head"]},
     {"method": "nosuch", "sparsity": "0.5"},
 ]

@@ -405,7 +405,7 @@ def test_a_vocabulary_is_replaced_only_with_overwrite(inputs: dict[str, Any], tm
     widths = tmp_path / "widths"
     prune_model(model, "thanos", "depth:1+neurons:0.3", out=widths, **options)
     refused = {
-        (out, "depth:1+neurons:0.3"): "is not empty and is not a previous result",
+        (out, "depth:1+neurons:0.3"): "holds another pruned model (thanos_v30 of ",
         (widths, "depth:1+neurons:0.5"): "not this run's (recipe depth:1+neurons:0.3 -> depth:1+neurons:0.5)",
     }
     for (where, sparsity), message in refused.items():

@@ -298,8 +298,9 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     the same tokens and bytes, and the pruned model's loss is the dense loss with the removed tokens'
     probability taken out: total NLL = dense total NLL + sum of log(kept probability mass) over the
     predicted positions (so its bits per byte are lower, never higher). The fields are in
-    ``perplexity.json``, the bits per byte in the card and the closing lines, which are all the run shows:
-    no progress bar of transformers' loading and saving, no INFO record of the evaluation."""
+    ``perplexity.json``, the bits per byte in the card and the closing lines, which are all the run shows
+    besides its steps: no progress bar of transformers' loading and saving, no INFO record of the
+    evaluation. The same call again writes nothing and evaluates nothing."""
     import io
     import logging
 
@@ -335,7 +336,16 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     assert result["bits_per_byte"] == pytest.approx(result["total_nll"] / math.log(2) / result["bytes"])
     rate = f"{result['bits_per_byte']:.3f}** bits per byte (the dense model {dense['bits_per_byte']:.3f})"
     assert rate in (out / "README.md").read_text()
-    assert rate.replace("**", "") in stream.getvalue()
+    assert rate.replace("**", "") in stream.getvalue() and "done: perplexity (dense)" in stream.getvalue()
+    # the same call again writes and evaluates nothing: its record and the kept evaluations say so
+    weights, again = (out / "model.safetensors").stat().st_mtime_ns, io.StringIO()
+    prune_model(
+        pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
+        device="cpu", evaluate="ppl", ppl_source=text, ppl_seqlen=16, stream=again,
+    )  # fmt: skip
+    assert f"nothing to do: {out} holds vocab:0.15" in again.getvalue(), again.getvalue()
+    assert "done: perplexity" not in again.getvalue() and rate.replace("**", "") in again.getvalue()
+    assert (out / "model.safetensors").stat().st_mtime_ns == weights
 
 
 @pytest.mark.slow

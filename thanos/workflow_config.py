@@ -33,15 +33,13 @@ ONE_COMMAND_OPTIONS = (
     "vocab_text",
     "axes",
 )
-# what such a recipe cannot take in the workflow, and why
+# what such a recipe cannot take in the workflow, and why (after what ``thanos prune-model`` refuses too:
+# OWL's options, a vocabulary's recovery and distillation)
 ONE_COMMAND_REFUSED = {
-    "recover": "run `thanos prune-model ... --recover` for a recovered vocab: or params: recipe; the "
-    "workflow does not pass recovery to that job yet",
+    "recover": "run `thanos prune-model ... --recover` for a recovered params: recipe; the workflow does not "
+    "pass recovery to that job yet",
     "distill": "distil the written model with a recipe of its own, or run `thanos prune-model ... "
     "--distill-tokens N`",
-    "profile": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
-    "owl_m": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
-    "owl_lambda": "OWL sets an unstructured sparsity per block; vocab: and params: remove structures",
 }
 
 

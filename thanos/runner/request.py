@@ -221,8 +221,8 @@ def _named(err: ConfigError, given: dict[str, Any]) -> OptionError:
 
 def check_runnable(recipe: Recipe, sparsity: str | float, given: dict[str, Any]) -> Recipe:
     """Refuse what a valid recipe still cannot run with (``given``: the options its user gave, ``thanos
-    prune-model``'s and a workflow entry's alike): recovery of a depth or vocab recipe, a pattern that prunes
-    nothing, a block size or damping the method does not use."""
+    prune-model``'s and a workflow entry's alike): recovery of a depth or vocab recipe, a vocabulary's
+    distillation, a pattern that prunes nothing, a block size or damping the method does not use."""
     if not recipe.sparsity.structure.recovers and recipe.recover is not None:
         raise OptionError(
             (Option("recover"), Option("sparsity", str(sparsity))),
@@ -230,6 +230,11 @@ def check_runnable(recipe: Recipe, sparsity: str | float, given: dict[str, Any])
             "nothing to recover; combine it with a width (depth:4+neurons:0.3 ",
             Option("recover"),
             " recovers the neurons part)",
+        )
+    if recipe.sparsity.structure.tokens and recipe.distill is not None:
+        raise OptionError(
+            (Option("distill"), Option("sparsity", str(sparsity))),
+            "the vocabulary is not distilled; distil the written model with thanos distill",
         )
     if recipe.sparsity.structure.whole_blocks and given.get("compact") is False:
         raise OptionError(
@@ -492,6 +497,12 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
         return None
     if isinstance(method, Recipe):
         raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")
+    owl = [name for name in ("profile", "owl_m", "owl_lambda") if options.get(name) is not None]
+    if owl:
+        raise OptionError(
+            Option(owl[0], options[owl[0]]),
+            f"OWL sets an unstructured sparsity per block, and {sparsity} removes structures; leave it out",
+        )
     recipe = RecipeOptions(method, sparsity, **{name: options.get(name) for name in fields})  # type: ignore[arg-type]
     if recipe.vocab_text is not None and not any(takes(axis, "vocab_text") for axis in axes or AXES):
         raise OptionError(

@@ -5,14 +5,21 @@ pruned, the dense model is only sliced).
 The text is the recipe's ``vocab_text`` (``--vocab-text``), else the calibration source's documents, read
 with ``--text-field`` (``c4``: its first ``C4_DOCUMENTS``).
 
-``--evaluate ppl`` then scores the written and the dense model on ``--ppl-source`` (``eval/perplexity.json``
-and ``eval/dense/perplexity.json`` beside the model, computed again on every run: there is no working
-directory to keep them in), shown per original token and in bits per byte (the same text becomes more
-tokens: ``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it yet."""
+What was written is recorded in the ledger (``thanos.files.ledger``) in a working directory, as every
+recipe's steps are (``--workdir``, else the default one of the model and the calibration): a run whose model,
+recipe and text are those ``out`` was written from, and whose weights are still there, writes nothing again.
+
+``--evaluate ppl`` then scores the written and the dense model on ``--ppl-source`` (``runner.evaluations``:
+each result kept in the working directory while its model and options stay the same, the dense model's
+shared with every recipe there; copied to ``eval/perplexity.json`` and ``eval/dense/perplexity.json``
+beside the model), shown per original token and in bits per byte (the same text becomes more tokens:
+``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it yet."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -21,12 +28,18 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files import digests
+from thanos.files.layout import DENSE
+from thanos.files.ledger import Entry, model_identity
+from thanos.files.locks import exclusive_workdir
 from thanos.runner.checks import holds_another
 from thanos.runner.console import perplexity_lines, say
 from thanos.runner.request import PruneRequest
+from thanos.runner.workdirs import default_workdir, model_slug
 from thanos.stages.common import resolve_device
+from thanos.stages.publish import weight_files
 
 C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
+WRITTEN = ".vocabulary.inputs.json"  # the ledger's record of what ``out`` was written from
 
 
 def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None) -> dict[str, Any]:
@@ -53,18 +66,83 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(out), "workdir": None}
     device = str(resolve_device(request.resources.device))
-    with quiet_libraries():
+    workdir = _workdir(request)
+    recipe_dir = workdir / "results" / model_slug(request.model) / request.recipes[0].name
+    with exclusive_workdir(workdir), quiet_libraries():
         alone = request.recipes[0].to_dict() if request.part_of is None else None
-        report = prune_vocabulary(model, out, pattern, documents, str(text), whole, alone)
-    say(stream, summary(report, out))
-    if request.evaluation.kinds:
-        with quiet_libraries():
-            evaluation = evaluate(request, out, device, Path(dense or request.model))
-        write_card(out, report, evaluation)
-        digests.record_again(out)
-        for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
-            say(stream, f"  {line}")
+        entry, inputs = _written(out, recipe_dir, model, whole, alone, documents)
+        if entry.current(inputs | {"weights": weight_files(out)}, _complete):
+            report = json.loads((out / "vocabulary.json").read_text(encoding="utf-8"))
+            say(
+                stream,
+                f"nothing to do: {out} holds {whole}, written by an earlier run from this model and text",
+            )
+        else:
+            entry.discard()
+            report = prune_vocabulary(model, out, pattern, documents, str(text), whole, alone)
+            entry.write(inputs | {"weights": weight_files(out)})
+            say(stream, summary(report, out))
+        if request.evaluation.kinds:
+            evaluation = _evaluate(
+                request, out, device, dense or request.model, (workdir, recipe_dir), stream
+            )
+            write_card(out, report, evaluation)
+            digests.record_again(out)
+            for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
+                say(stream, f"  {line}")
     return report | {"out": str(out)}
+
+
+def _workdir(request: PruneRequest) -> Path:
+    """Where the vocabulary's record and evaluations are kept: ``--workdir``, else the default one of the
+    model and the calibration."""
+    if request.resources.workdir:
+        return Path(request.resources.workdir).expanduser().resolve()
+    return default_workdir(request.model, dataclasses.asdict(request.calibration))
+
+
+def _written(
+    out: Path, recipe_dir: Path, model: Path, whole: str, alone: Any, documents: list[str]
+) -> tuple[Entry, dict[str, Any]]:
+    """The ledger's entry of ``out`` as this vocabulary's output (its record in ``recipe_dir``) and what it
+    is written from: the model's files, the recipe, the documents that choose the tokens."""
+    text = hashlib.sha256(json.dumps(documents).encode()).hexdigest()
+    inputs = {"model": model_identity(model), "recipe": {"whole": whole, "alone": alone}, "text": text}
+    return Entry(out, recipe_dir / WRITTEN), {**inputs, "out": str(out)}
+
+
+def _complete(out: Path) -> bool:
+    return (out / "vocabulary.json").is_file() and bool(weight_files(out))
+
+
+def _evaluate(
+    request: PruneRequest, out: Path, device: str, dense: str, where: tuple[Path, Path], stream: TextIO
+) -> dict[str, Any]:
+    """The written model's and ``dense``'s evaluations (``runner.evaluations``: kept in the working
+    directory while their models and options stay the same), copied beside the model (``out/eval``)."""
+    from thanos.files.atomic import write_json
+    from thanos.runner.evaluations import Evaluations
+    from thanos.stages.engine import Steps
+
+    evaluation, (workdir, recipe_dir) = request.evaluation, where
+    evaluations = Evaluations(
+        out, out, recipe_dir / "eval", dense, workdir / "results" / model_slug(dense) / DENSE / "eval",
+        evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks, device, request.recipes[0].name,
+        request.resources.compute_dtype, evaluation.include_path, evaluation.ppl_seqlen,
+        identity=weight_files(out),
+    )  # fmt: skip
+    results = evaluations.current()
+    if results is None:
+        from thanos.runner.progress import StepProgress
+
+        with StepProgress(stream) as progress:  # each evaluation's step, as a pruning run shows it
+            results = evaluations.run(Steps(on_event=progress.on_event))
+    for name, result in (
+        ("perplexity.json", results["perplexity"]),
+        ("dense/perplexity.json", results["dense"]["perplexity"]),
+    ):
+        write_json(out / "eval" / name, result)
+    return results
 
 
 @contextlib.contextmanager
@@ -79,7 +157,10 @@ def quiet_libraries() -> Iterator[None]:
 
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
-    loggers = [logging.getLogger(name) for name in ("thanos.evaluation", "thanos.stages.vocab")]
+    loggers = [
+        logging.getLogger(name)
+        for name in ("thanos.evaluation", "thanos.stages.vocab", "thanos.stages.engine")
+    ]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.WARNING)
@@ -158,26 +239,3 @@ def check_vocab(request: PruneRequest) -> None:
     source = str(evaluation.ppl_source)
     if evaluation.kinds and source != WIKITEXT2 and not Path(source).exists():
         raise OptionError(Option("ppl_source", source), "does not exist; give the text to score")
-
-
-def evaluate(request: PruneRequest, out: Path, device: str, dense: Path) -> dict[str, Any]:
-    """The written model's and ``dense``'s perplexity on ``--ppl-source`` (written to ``out/eval``):
-    ``{"perplexity": ..., "dense": {"perplexity": ...}}``."""
-    from thanos.evaluation.loading import load_model
-    from thanos.evaluation.perplexity import evaluate_perplexity
-    from thanos.files.atomic import write_json
-
-    evaluation, results = request.evaluation, {}
-    for name, model in (("perplexity.json", out), ("dense/perplexity.json", dense)):
-        loaded = load_model(str(model), device=device, dtype=request.resources.compute_dtype)
-        result = evaluate_perplexity(
-            str(model), source=str(evaluation.ppl_source), seqlen=evaluation.ppl_seqlen, device=device,
-            progress=False, loaded=loaded, seqlen_option="--ppl-seqlen",
-        ).to_dict()  # fmt: skip
-        (out / "eval" / name).parent.mkdir(parents=True, exist_ok=True)
-        write_json(out / "eval" / name, result)
-        results[name] = result
-    return {
-        "perplexity": results["perplexity.json"],
-        "dense": {"perplexity": results["dense/perplexity.json"]},
-    }
