@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from helpers.models import stored_parameters
+from helpers.tasks import toy_task
 from helpers.tools import (
     converted_to_gguf,
     run_llama_cpp_converter,
@@ -20,6 +21,7 @@ from helpers.tools import (
 )
 from helpers.vocabulary import END, PROSE, SPECIAL, build_model
 
+from thanos.demo import tasks
 from thanos.demo.tiny import build_tokenizer
 from thanos.models.vocabulary import choose_tokens, closure, minimum_kept, read_bpe
 from thanos.models.vocabulary_files import prune_config, prune_tokenizer_config, renumbering
@@ -300,7 +302,8 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     predicted positions (so its bits per byte are lower, never higher). The fields are in
     ``perplexity.json``, the bits per byte in the card and the closing lines, which are all the run shows
     besides its steps: no progress bar of transformers' loading and saving, no INFO record of the
-    evaluation. The same call again writes nothing and evaluates nothing."""
+    evaluation. The same call again writes nothing and evaluates only what it had not (zero-shot accuracy,
+    kept in turn)."""
     import io
     import logging
 
@@ -337,15 +340,23 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     rate = f"{result['bits_per_byte']:.3f}** bits per byte (the dense model {dense['bits_per_byte']:.3f})"
     assert rate in (out / "README.md").read_text()
     assert rate.replace("**", "") in stream.getvalue() and "done: perplexity (dense)" in stream.getvalue()
-    # the same call again writes and evaluates nothing: its record and the kept evaluations say so
-    weights, again = (out / "model.safetensors").stat().st_mtime_ns, io.StringIO()
-    prune_model(
-        pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
-        device="cpu", evaluate="ppl", ppl_source=text, ppl_seqlen=16, stream=again,
-    )  # fmt: skip
-    assert f"nothing to do: {out} holds vocab:0.15" in again.getvalue(), again.getvalue()
-    assert "done: perplexity" not in again.getvalue() and rate.replace("**", "") in again.getvalue()
+    # the same call again writes nothing and evaluates only what it did not: zero-shot accuracy, kept too
+    weights, task_dir = (out / "model.safetensors").stat().st_mtime_ns, toy_task(tmp_path / "tasks", 6)[0]
+    for run in range(2):
+        again = io.StringIO()
+        prune_model(
+            pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
+            device="cpu", evaluate="ppl,zeroshot", ppl_source=text, ppl_seqlen=16, tasks=[tasks.TASK_NAME],
+            include_path=task_dir, stream=again,
+        )  # fmt: skip
+        shown = again.getvalue()
+        assert f"nothing to do: {out} holds vocab:0.15" in shown and "done: perplexity" not in shown, shown
+        assert ("done: zero-shot tasks (dense)" in shown) == (run == 0), shown
+        assert rate.replace("**", "") in shown and "zero-shot mean accuracy" in shown
     assert (out / "model.safetensors").stat().st_mtime_ns == weights
+    for name in ("zeroshot.json", "dense/zeroshot.json"):
+        assert json.loads((out / "eval" / name).read_text())["tasks"][tasks.TASK_NAME], name
+    assert tasks.TASK_NAME in (out / "README.md").read_text()
 
 
 @pytest.mark.slow

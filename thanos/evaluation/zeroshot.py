@@ -17,6 +17,7 @@ import contextlib
 import difflib
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,10 +43,12 @@ def parse_tasks(tasks: str | list[str] | tuple[str, ...] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _include_paths(include_path: str | list[str] | None) -> list[str]:
+def _include_paths(include_path: str | os.PathLike | list[str] | None) -> list[str]:
     if include_path is None:
         return []
-    paths = include_path.split(",") if isinstance(include_path, str) else list(include_path)
+    if isinstance(include_path, str | os.PathLike):  # one path, or several joined by commas
+        include_path = os.fspath(include_path).split(",")
+    paths = list(include_path)
     paths = [p for p in (s.strip() for s in paths) if p]
     for p in paths:
         if not Path(p).is_dir():

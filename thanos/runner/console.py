@@ -158,17 +158,26 @@ def print_summary(
         say(stream, f"  {recovery_text(recovery['blocks'])}")
     if distillation := report.get("distillation"):
         say(stream, f"  {distillation_text(distillation)}")
-    dense = (evaluation or {}).get("dense", {})
-    if evaluation and "perplexity" in evaluation:
-        for line in perplexity_lines(evaluation["perplexity"], dense.get("perplexity")):
-            say(stream, f"  {line}")
-    if evaluation and "zeroshot" in evaluation:
+    for line in evaluation_lines(evaluation):
+        say(stream, f"  {line}")
+    say(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
+    say(stream, f"  {disk_text(run_plan)}")
+
+
+def evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
+    """The closing lines on the evaluations (``runner.evaluations``' results), each beside the dense
+    model's."""
+    if not evaluation:
+        return []
+    dense, lines = evaluation.get("dense", {}), []
+    if "perplexity" in evaluation:
+        lines += perplexity_lines(evaluation["perplexity"], dense.get("perplexity"))
+    if "zeroshot" in evaluation:
         beside = (
             f" (the dense model {100 * dense['zeroshot']['mean_acc']:.2f} %)" if "zeroshot" in dense else ""
         )
-        say(stream, f"  zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
-    say(stream, f'  load it: AutoModelForCausalLM.from_pretrained("{out}")')
-    say(stream, f"  {disk_text(run_plan)}")
+        lines.append(f"zero-shot mean accuracy {100 * evaluation['zeroshot']['mean_acc']:.2f} %{beside}")
+    return lines
 
 
 def perplexity_lines(result: dict[str, Any], dense: dict[str, Any] | None) -> list[str]:

@@ -13,7 +13,7 @@ recipe and text are those ``out`` was written from, and whose weights are still 
 each result kept in the working directory while its model and options stay the same, the dense model's
 shared with every recipe there; copied to ``eval/perplexity.json`` and ``eval/dense/perplexity.json``
 beside the model), shown per original token and in bits per byte (the same text becomes more tokens:
-``thanos.evaluation.perplexity``); zero-shot accuracy is not run for it yet."""
+``thanos.evaluation.perplexity``); ``--evaluate zeroshot`` the same way (``eval/zeroshot.json``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from thanos.files.layout import DENSE
 from thanos.files.ledger import Entry, model_identity
 from thanos.files.locks import exclusive_workdir
 from thanos.runner.checks import holds_another
-from thanos.runner.console import perplexity_lines, say
+from thanos.runner.console import evaluation_lines, say
 from thanos.runner.request import PruneRequest
 from thanos.runner.workdirs import default_workdir, model_slug
 from thanos.stages.common import resolve_device
@@ -88,7 +88,7 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
             )
             write_card(out, report, evaluation)
             digests.record_again(out)
-            for line in perplexity_lines(evaluation["perplexity"], evaluation["dense"]["perplexity"]):
+            for line in evaluation_lines(evaluation):
                 say(stream, f"  {line}")
     return report | {"out": str(out)}
 
@@ -137,11 +137,9 @@ def _evaluate(
 
         with StepProgress(stream) as progress:  # each evaluation's step, as a pruning run shows it
             results = evaluations.run(Steps(on_event=progress.on_event))
-    for name, result in (
-        ("perplexity.json", results["perplexity"]),
-        ("dense/perplexity.json", results["dense"]["perplexity"]),
-    ):
-        write_json(out / "eval" / name, result)
+    for name in (n for n in results if n != "dense"):  # perplexity, zeroshot
+        write_json(out / "eval" / f"{name}.json", results[name])
+        write_json(out / "eval" / "dense" / f"{name}.json", results["dense"][name])
     return results
 
 
@@ -223,19 +221,12 @@ def check_vocab_model(model: str, pattern: Any) -> None:
 
 
 def check_vocab(request: PruneRequest) -> None:
-    """Refuse, before anything runs, an evaluation a vocab recipe does not run, or a missing text (the
-    vocabulary's, or the one scored)."""
+    """Refuse, before anything runs, a missing text (the vocabulary's, or the one scored)."""
     from thanos.evaluation.perplexity import WIKITEXT2
 
     if request.recipes[-1].vocab_text is not None:
         check_vocab_text(request.recipes[-1].vocab_text)
     evaluation = request.evaluation
-    if "zeroshot" in evaluation.kinds:
-        raise OptionError(
-            Option("evaluate", ",".join(evaluation.kinds)),
-            "zeroshot is not run for vocab recipes yet; use --evaluate ppl, and thanos zeroshot on the "
-            "written model",
-        )
     source = str(evaluation.ppl_source)
-    if evaluation.kinds and source != WIKITEXT2 and not Path(source).exists():
+    if "ppl" in evaluation.kinds and source != WIKITEXT2 and not Path(source).exists():
         raise OptionError(Option("ppl_source", source), "does not exist; give the text to score")
