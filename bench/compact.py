@@ -105,7 +105,7 @@ def perplexity_results(args: argparse.Namespace, models: dict[str, Path]) -> dic
     """``perplexities``' results in full (``perplexity.json``'s fields), ``ppl`` per original token, the
     model's own per token as ``ppl_own``; ``models`` starts with the dense one."""
     from thanos.evaluation.perplexity import evaluate_perplexity
-    from thanos.labels import per_original_token
+    from thanos.recipes.labels import per_original_token
 
     source = str(Path(args.data) / "test.jsonl")
     found: dict[str, dict] = {}

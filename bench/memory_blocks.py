@@ -62,7 +62,7 @@ def worker(model: Path, work: Path, nsamples: int, seqlen: int, method: str) -> 
 
     from thanos.data.storage import write_activations
     from thanos.models import get_adapter, load_config
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
     from thanos.stages.capture import capture, propagate
     from thanos.stages.prune import BlockInputs, prune
 

@@ -136,7 +136,7 @@ def main() -> None:
 
     import zarr
 
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
     from thanos.stages.owl_plan import compute
 
     plan = json.loads((args.results / args.model_name / args.recipe / "owl.json").read_text())

@@ -119,7 +119,7 @@ def other_metric(args: argparse.Namespace, outputs: dict[str, dict]) -> dict[str
     without maps is the ``@nomap`` row)."""
     from thanos.models import ModelHandle
     from thanos.pruning.sparsity import parse_sparsity
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
     from thanos.stages.assemble import assemble
     from thanos.stages.depth import depth_plan
 

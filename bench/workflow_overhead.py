@@ -62,7 +62,7 @@ def main() -> None:
     from thanos.cli import main as thanos_main
     from thanos.demo.tiny import build_tiny_model
     from thanos.pruning import methods
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
 
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)

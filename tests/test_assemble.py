@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from thanos.demo.tiny import build_tiny_model
 from thanos.models import Checkpoint
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
 from thanos.stages.provenance import RunRecord
 

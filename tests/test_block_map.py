@@ -25,7 +25,8 @@ from thanos.models.generic import find_layers
 from thanos.models.neurons import mlp_layout
 from thanos.pruning.block_map import MapFit, fold
 from thanos.pruning.sparsity import parse_sparsity
-from thanos.recipe import ConfigError, Recipe
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
 from thanos.stages.block_maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, REFIT_DAMP, runs
 from thanos.stages.depth import depth_plan

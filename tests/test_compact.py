@@ -31,10 +31,12 @@ from thanos.models import open_layout
 from thanos.models.neurons import NeuronsError, mlp_layout
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import neuron_count, parse_sparsity
-from thanos.recipe import ConfigError, Recipe, from_name
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
 from thanos.stages.prune import prune
-from thanos.workflow_config import expand
+from thanos.workflow.config import expand
 
 
 def test_neuron_count_keeps_the_multiple_nearest_the_asked_width() -> None:

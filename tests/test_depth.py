@@ -33,7 +33,8 @@ from thanos.data.storage import Activations
 from thanos.demo.tested_models import TESTED_MODELS
 from thanos.demo.tiny import build_tiny_model
 from thanos.pruning.sparsity import depth_count, parse_sparsity
-from thanos.recipe import Recipe, from_name
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
 from thanos.stages.card import reproduce_command
 from thanos.stages.depth import DepthError, check_depth, choose, shortened_config
@@ -316,9 +317,9 @@ def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
     the key, the reason and ``thanos prune-model``."""
     from dataclasses import replace
 
-    from thanos.recipe import ConfigError
+    from thanos.recipes.fields import ConfigError
     from thanos.runner.request import build_request
-    from thanos.workflow_config import Combined, OneCommand, expand
+    from thanos.workflow.config import Combined, OneCommand, expand
 
     depth = expand({"recipes": {"d": {"method": "thanos", "sparsity": "depth:4"}}})["d"]
     assert isinstance(depth, Recipe) and depth.sparsity.kind == "depth" and depth.block_map

@@ -19,7 +19,7 @@ import pytest
 from conftest import make_tiny_model, thanos_here, write_corpus
 
 from thanos.files.layout import Layout
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.runner.api import prune_model
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
 from thanos.stages.provenance import path_bytes

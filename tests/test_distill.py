@@ -211,7 +211,7 @@ def test_sharded_processes_stopped_and_resumed_give_the_one_process_weights(setu
 
 def test_bad_options_are_named_before_anything_runs(tmp_path: Path) -> None:
     from thanos.errors import OptionError
-    from thanos.recipe import Distillation
+    from thanos.recipes.training import Distillation
 
     for options, named in (
         ({"tokens": 0}, "--tokens 0"),

@@ -15,7 +15,7 @@ import pytest
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 
 from thanos.files.layout import Layout
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
 
 

@@ -13,8 +13,9 @@ from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
 from safetensors.torch import load_file
 
 from thanos.files.layout import Layout
-from thanos.recipe import ConfigError, Recipe, select_layers
-from thanos.workflow_config import expand
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import Recipe, select_layers
+from thanos.workflow.config import expand
 
 LAYERS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]  # fmt: skip

@@ -25,8 +25,8 @@ from safetensors.torch import load_file, save_file
 
 from thanos.demo.tiny import build_tiny_model
 from thanos.pruning.layer import prune_layer
-from thanos.recipe import ConfigError
-from thanos.workflow_config import expand
+from thanos.recipes.fields import ConfigError
+from thanos.workflow.config import expand
 
 TINY = {"hidden_size": 32, "num_blocks": 2, "num_heads": 4}
 LOCAL_MODEL = {

@@ -29,7 +29,8 @@ from thanos.models.heads import HeadsError, attention_layout, check_expressible
 from thanos.pruning.algorithms.masks import head_columns
 from thanos.pruning.layer import prune_layer
 from thanos.pruning.sparsity import head_count, parse_sparsity
-from thanos.recipe import Recipe, from_name
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
 from thanos.stages.model_info import model_info
 

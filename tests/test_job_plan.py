@@ -1,5 +1,5 @@
 """What the workflow decides while Snakemake parses it, as plain functions (``thanos.jobs.plan``,
-``thanos.workflow_config``): the models it builds, the device check, the granularity, each job's GPUs and
+``thanos.workflow.config``): the models it builds, the device check, the granularity, each job's GPUs and
 the environment every job reads. The Snakemake side is tested in test_workflow.py and test_granularity.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from thanos.jobs import plan
-from thanos.recipe import ConfigError
-from thanos.workflow_config import builds, built_models, check_model_names
+from thanos.recipes.fields import ConfigError
+from thanos.workflow.config import builds, built_models, check_model_names
 
 TINY = {"family": "llama", "hidden_size": 32}
 DEMO = {"enabled": True, "data_dir": "results/demo/data", "model_dir": "results/demo/model"}

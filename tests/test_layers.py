@@ -16,12 +16,9 @@ LAYERS = (
     "options",  # each option declared once (a field's metadata) and the command lines generated from it
     "pruning",  # the math of one layer
     "files",  # names, atomic writes, digests, fingerprints
-    "recipe",  # the Recipe: parsed, checked, defaults filled, named (torch-free; a module, not a room)
-    "reads",  # which stores a recipe reads: asked by the rules, the engine, the chain and the disk check
-    "labels",  # the words a method, a pattern, a recipe and a structure are shown in (torch-free; a module)
+    "recipes",  # the recipe and its words: parsed, checked, named, what it reads, how shown (torch-free)
     "events",  # what a run reports while it runs: typed progress events, stages -> display (a module)
     "data",  # calibration windows, text corpora, zarr stores, safetensors reading
-    "workflow_inputs",  # the config's inputs read for content before any job (a module)
     "models",  # the adapter (the generic one), the layout read by name, checkpoints
     "stages",  # one function per pipeline stage: assembly with its model card, publishing
     "evaluation",  # perplexity, zero-shot
@@ -29,7 +26,7 @@ LAYERS = (
     "jobs",  # what a job and the workflow's parse import: the job worker, GPU slots, granularity, job logs
     "report",  # results/ collected: the paper's tables, figures, orderings
     "runner",  # the Snakemake run in this process, its progress, one recipe in one call
-    "workflow_config",  # the workflow's config as recipes, built by the request's code (torch-free; a module)
+    "workflow",  # the workflow's config as recipes (built by the request's code) and its inputs (torch-free)
     "commands",  # one module per `python -m thanos` command
     "cli",
     "__main__",
@@ -82,7 +79,9 @@ def test_top_level_shows_the_layers() -> None:
     assert entries == set(FACE) | rooms | {
         f"{name}.py" for name in LAYERS if (PACKAGE / f"{name}.py").is_file()
     }
-    assert len(rooms) <= 11, sorted(rooms)
+    # a room per layer that holds more than one module; loose only the face and two one-module layers
+    assert len(rooms) <= 13, sorted(rooms)
+    assert sorted(entries - rooms) == sorted([*FACE, "events.py", "options.py"])
 
 
 def test_every_subpackage_opens_with_a_docstring() -> None:

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from thanos import METHODS, prune_layer
-from thanos.labels import LABELS
 from thanos.pruning import methods
 from thanos.pruning.kernels import Problem
 from thanos.pruning.sparsity import exact, neuron_count, parse_sparsity, structured_count
+from thanos.recipes.labels import LABELS
 
 C, B = 24, 32
 PATTERNS = {
@@ -113,8 +113,8 @@ def test_kernels_share_one_signature() -> None:
 def test_torch_free_modules() -> None:
     """What the workflow's config parsing and the CLI parsers import loads without torch."""
     code = (
-        "import sys; import thanos.pruning.methods, thanos.recipe, thanos.files.layout; "
-        "import thanos.commands._args, thanos.labels; "
+        "import sys; import thanos.pruning.methods, thanos.recipes.recipe, thanos.files.layout; "
+        "import thanos.commands._args, thanos.recipes.labels; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

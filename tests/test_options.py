@@ -18,10 +18,12 @@ from thanos.commands import distill, prune_model
 from thanos.errors import OptionError
 from thanos.options import command_line, declared, given, help_text
 from thanos.pruning.structures import AXES
-from thanos.recipe import ConfigError, Distillation, Recipe, Recovery
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import Recipe
+from thanos.recipes.training import Distillation, Recovery
 from thanos.runner import request
 from thanos.runner.api import prune_model as prune_model_function
-from thanos.workflow_config import expand, schema_problems
+from thanos.workflow.config import expand, schema_problems
 
 
 def parser_of(command) -> argparse.ArgumentParser:

@@ -14,8 +14,10 @@ import torch
 from conftest import calibrated, snakemake, workflow_config
 
 from thanos.pruning import owl
-from thanos.recipe import ConfigError, Recipe, from_name
-from thanos.workflow_config import expand
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
+from thanos.workflow.config import expand
 
 TINY = {"hidden_size": 32, "num_blocks": 3, "num_heads": 4}
 MODELS = {"llama": {"path": "models/llama", "tiny": {"family": "llama", **TINY}}}

@@ -166,7 +166,7 @@ def test_bits_per_byte_counts_the_bytes_of_the_predicted_tokens(tiny, tmp_path):
     in bits; the dense model's perplexity per original token, from its bits per byte, is its perplexity."""
     import re
 
-    from thanos.labels import per_original_token
+    from thanos.recipes.labels import per_original_token
 
     text = _raw_text().replace("w3", "naïve").replace("w4", "日本語 🙂")
     path = tmp_path / "text.raw"

@@ -1,12 +1,12 @@
-"""Which stores a recipe reads (thanos/reads.py): the one answer the workflow's recipe job, the engine,
-the chain stage and prune-model's disk check share."""
+"""Which stores a recipe reads (thanos/recipes/reads.py): the one answer the workflow's recipe job, the
+engine, the chain stage and prune-model's disk check share."""
 
 from __future__ import annotations
 
 import pytest
 
-from thanos.reads import recipe_reads
-from thanos.recipe import Recipe
+from thanos.recipes.reads import recipe_reads
+from thanos.recipes.recipe import Recipe
 
 BLOCK0 = (("inputs", 0), ("hessians", 0))
 HESSIANS = (("hessians", 0), ("hessians", 1), ("hessians", 2))

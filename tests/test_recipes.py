@@ -1,4 +1,4 @@
-"""Recipes (thanos/recipe.py): the config's recipes expanded, named, checked and carried as one
+"""Recipes (thanos/recipes/recipe.py): the config's recipes expanded, named, checked and carried as one
 object."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from thanos.cli import build_parser
 from thanos.commands import _args
 from thanos.pruning import methods
 from thanos.pruning.sparsity import parse_sparsity
-from thanos.recipe import ConfigError, Recipe, from_name
-from thanos.workflow_config import expand
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
+from thanos.workflow.config import expand
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,7 +129,7 @@ def test_expand_grid_then_named_recipes():
 def test_a_distilled_recipe_distils_the_recipe_that_prunes_the_same_way():
     """A recipe with `distill` is trained from the model of the config's recipe that prunes the same way;
     without one, that recipe is added (its default name, or the distilled one's + _pruned), just before."""
-    from thanos.workflow_config import distilled_from
+    from thanos.workflow.config import distilled_from
 
     kd = {"tokens": 4096, "source": "data/train.jsonl", "lr": 3e-4}
     grid = [{"methods": ["wanda"], "sparsities": [0.5], "distill": kd}]
@@ -278,7 +280,7 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     unquoted 2:4 is 124) says to quote it; a real Snakemake run of such a config stops with that line."""
     from conftest import snakemake
 
-    from thanos.workflow_config import schema_problems
+    from thanos.workflow.config import schema_problems
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     base = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -320,7 +322,7 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
 def test_vocabularies_and_sizes_are_workflow_recipes():
     """``vocab:`` (alone or as a combined pattern's last part) and ``params:P`` expand to ``OneCommand``
     recipes with ``thanos prune-model``'s options; what that job cannot take is refused naming the key."""
-    from thanos.workflow_config import OneCommand, expand
+    from thanos.workflow.config import OneCommand, expand
 
     grid = [{"methods": ["thanos"], "sparsities": ["params:0.25", "depth:2+vocab:0.3"], "damp": 0.02}]
     recipes = {"p": {"method": "thanos", "sparsity": "params:0.3", "axes": ["depth", "vocab"]}}
@@ -354,7 +356,7 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
     with pytest.raises(ConfigError, match=re.escape("recipes.r: axes=width")):
         expand({"recipes": {"r": {"method": "thanos", "sparsity": "params:0.3", "axes": ["width"]}}})
 
-    from thanos.workflow_config import check_size_models
+    from thanos.workflow.config import check_size_models
 
     models = {"hub": {"path": "HuggingFaceTB/SmolLM2-135M"}}
     with pytest.raises(

@@ -26,7 +26,8 @@ from transformers import AutoModelForCausalLM
 
 from thanos.jobs.granularity import choose_granularity
 from thanos.pruning.recovery import recover_block, split_windows
-from thanos.recipe import ConfigError, Recipe
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import Recipe
 from thanos.runner.api import prune_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from helpers.report import (
 from matplotlib.colors import LogNorm
 
 from thanos.cli import main
-from thanos.labels import pattern_label
+from thanos.recipes.labels import pattern_label
 from thanos.report.collect import collect, collect_layers
 from thanos.report.figures import (
     alpha_ablation_figures,

@@ -11,11 +11,13 @@ from typing import get_args
 
 import pytest
 
-from thanos.labels import STRUCTURE_NAMES, pattern_label, structure_label
 from thanos.pruning.sparsity import Kind, parse_sparsity
 from thanos.pruning.structures import AXES, COMBINING, EVERY_LAYER, STRUCTURES, TAGS, kind_of, of_sidecar
-from thanos.recipe import TAGS as RECIPE_TAGS
-from thanos.recipe import ConfigError, Recipe, from_name, pattern_tag
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.labels import STRUCTURE_NAMES, pattern_label, structure_label
+from thanos.recipes.names import TAGS as RECIPE_TAGS
+from thanos.recipes.names import from_name, pattern_tag
+from thanos.recipes.recipe import Recipe
 from thanos.report.collect import STRUCTURES as TABLE_STRUCTURES
 from thanos.runner.patterns import combined_parts
 from thanos.stages.achieved_sparsity import structure

@@ -248,8 +248,8 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     model the stage writes; the workflow's config makes a vocab recipe one ``thanos prune-model`` job, and
     refuses what that job cannot take (recovery) naming the key."""
     from thanos import prune_model
-    from thanos.recipe import ConfigError
-    from thanos.workflow_config import expand
+    from thanos.recipes.fields import ConfigError
+    from thanos.workflow.config import expand
 
     text = tmp_path / "calib.txt"
     text.write_text("\n\n".join(CHOOSING) + "\n")

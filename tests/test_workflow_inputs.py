@@ -1,4 +1,4 @@
-"""The config check of the inputs a workflow config names (thanos/workflow_inputs.py), in process: every
+"""The config check of the inputs a workflow config names (thanos/workflow/inputs.py), in process: every
 text and model directory read for content before any job runs, each problem one line naming the key."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import corpus_sentences, make_tiny_model, write_corpus
 
-from thanos.workflow_config import expand
-from thanos.workflow_inputs import input_problems
+from thanos.workflow.config import expand
+from thanos.workflow.inputs import input_problems
 
 THANOS = {"method": "thanos", "sparsity": 0.5}
 

@@ -168,7 +168,7 @@ def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
     assert float(achieved[size].split("%")[0]) == pytest.approx(100 * (1 - written / base), abs=0.051)
     # the vocabulary's perplexity is per token of the dense tokenization: its own per token compares with no
     # other row's (here it looked better than dense)
-    from thanos.labels import per_original_token
+    from thanos.recipes.labels import per_original_token
 
     evaluated = {
         variant: json.loads(

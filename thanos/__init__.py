@@ -7,7 +7,7 @@ SparseGPT baselines.
 >>> report = prune_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "thanos", "2:4", out="tinyllama-2of4")
 
 The names below are imported on first use, so that the torch-free modules (``thanos.pruning.methods``,
-``thanos.recipe``, ``thanos.files.layout``) load without torch (e.g. when Snakemake parses the
+``thanos.recipes.recipe``, ``thanos.files.layout``) load without torch (e.g. when Snakemake parses the
 workflow), and ``python -m thanos <command>`` does not load torch before it needs it.
 """
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the names __getattr__ provides, for type checkers and edito
     from thanos.pruning.hessian import HessianAccumulator  # noqa: F401
     from thanos.pruning.layer import METHODS, PruneResult, PruneStats, layer_objective, prune_layer  # noqa: F401
     from thanos.pruning.sparsity import Sparsity, parse_sparsity  # noqa: F401
-    from thanos.recipe import Recipe  # noqa: F401
+    from thanos.recipes.recipe import Recipe  # noqa: F401
     from thanos.runner.api import prune_model  # noqa: F401
 
 _HOMES = {
@@ -31,7 +31,7 @@ _HOMES = {
     "layer_objective": "thanos.pruning.layer",
     "prune_layer": "thanos.pruning.layer",
     "prune_model": "thanos.runner.api",
-    "Recipe": "thanos.recipe",
+    "Recipe": "thanos.recipes.recipe",
     "Sparsity": "thanos.pruning.sparsity",
     "parse_sparsity": "thanos.pruning.sparsity",
 }

@@ -14,7 +14,7 @@ from thanos.data.storage import write_activations
 from thanos.demo.tested_models import TESTED_MODELS
 from thanos.models import open_model
 from thanos.models.generic import find_layers
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.prune import prune
 
 # model_type -> tiny-model options: phi3's fused qkv_proj has 2 x 64 rows at the tiny default sizes, the

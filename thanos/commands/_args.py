@@ -10,7 +10,7 @@ from thanos import options
 from thanos.runner.request import DTYPES, RecipeOptions, positive  # noqa: F401 - positive: the commands' type
 
 if TYPE_CHECKING:
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
 
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
 DTYPE_CHOICES = DTYPES  # the dtypes a model is computed in, named without torch
@@ -21,9 +21,9 @@ DTYPE_AUTO = (
 
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:
-    """The recipe: ``--recipe JSON`` (``thanos.recipe.Recipe.to_json``, what the workflow's jobs pass), or
-    --method, --sparsity and the optional options by hand, as ``thanos prune-model`` takes them (the fields
-    of ``thanos.runner.request.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
+    """The recipe: ``--recipe JSON`` (``thanos.recipes.recipe.Recipe.to_json``, what the workflow's jobs
+    pass), or --method, --sparsity and the optional options by hand, as ``thanos prune-model`` takes them
+    (the fields of ``thanos.runner.request.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
     group = parser.add_argument_group("recipe (--recipe JSON, or --method and --sparsity with options)")
     group.add_argument(
         "--recipe", default=None, metavar="JSON", help='the recipe as JSON: {"method": ..., "sparsity": ...}'
@@ -52,7 +52,8 @@ RECIPE_OPTIONS = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")
 
 def recipe(args: argparse.Namespace) -> Recipe:
     """The ``Recipe`` of ``--recipe JSON``, or of --method, --sparsity and the options (not both)."""
-    from thanos.recipe import ConfigError, Recipe
+    from thanos.recipes.fields import ConfigError
+    from thanos.recipes.recipe import Recipe
 
     given = {name: getattr(args, name) for name in RECIPE_OPTIONS if getattr(args, name) is not None}
     if args.recipe is not None:

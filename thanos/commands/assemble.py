@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--recipe",
         required=True,
         metavar="JSON",
-        help="the recipe as JSON text {name, method, sparsity, ...} (thanos.recipe.Recipe.to_json)",
+        help="the recipe as JSON text {name, method, sparsity, ...} (thanos.recipes.recipe.Recipe.to_json)",
     )
     parser.add_argument("--calibration", default=None, help="tokens.zarr (provenance); omit for magnitude")
     parser.add_argument(
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
     from thanos.stages.assemble import assemble
     from thanos.stages.provenance import RunRecord
 

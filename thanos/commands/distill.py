@@ -21,7 +21,7 @@ from typing import Any
 
 from thanos import options
 from thanos.commands import _args
-from thanos.recipe import Distillation
+from thanos.recipes.training import Distillation
 from thanos.runner.disk import KEEP
 
 # its own errors (bad input, found before anything runs) name the fix: no traceback on a piped stderr (a
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, help="the distilled model's directory (written whole at the end)"
     )
-    # the options of the distillation itself, as prune-model's --distill-* (thanos.recipe.Distillation)
+    # the options of the distillation itself, as prune-model's --distill-*
+    # (thanos.recipes.training.Distillation)
     options.add_options(parser, Distillation)
     parser.add_argument(
         "--work",

@@ -77,7 +77,7 @@ def request_of(args: argparse.Namespace, skipped: tuple[str, ...] = ()) -> Prune
 def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--recover`` and its options as the request's ``recover``; an option without ``--recover`` is
     refused."""
-    from thanos.recipe import Recovery
+    from thanos.recipes.training import Recovery
 
     options = given(args, Recovery, "recover_")
     if options and not args.recover:
@@ -89,7 +89,7 @@ def _recover(args: argparse.Namespace) -> dict[str, Any] | None:
 def _distill(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``--distill-*`` options as the request's ``distill``; any of them without ``--distill-tokens`` is
     refused."""
-    from thanos.recipe import Distillation
+    from thanos.recipes.training import Distillation
 
     options = given(args, Distillation, "distill_")
     if options and "tokens" not in options:

@@ -11,7 +11,7 @@ tokens, so a perplexity per token is not comparable): ``bytes`` is the UTF-8 len
 predicted tokens cover, in each window from the end of its first token (which is not predicted) to the end
 of its last one (the tokenizer's offsets: a character split between tokens counts where its first piece
 ends), summed over the windows scored; ``bits_per_byte = total_nll / ln 2 / bytes``. Against the dense
-model's result on the same text, ``thanos.labels.per_original_token`` converts it back to a perplexity
+model's result on the same text, ``thanos.recipes.labels.per_original_token`` converts it back to a perplexity
 per dense token, ``exp(total_nll / bytes * dense bytes / dense tokens)``: both models' loss per byte of
 the text each scored, times the dense model's bytes per token, so the dense model's own is exactly its
 perplexity. A tokenizer without offsets (a slow, Python-only one) records no bytes (None).

@@ -13,7 +13,7 @@
 
 What drives a whole run (Snakemake's API, progress lines, one recipe in one call) is ``thanos.runner``.
 
-Imports: nothing of the package at import time but ``plan``'s ``thanos.recipe`` (torch-free); one edge
+Imports: nothing of the package at import time but ``plan``'s ``thanos.recipes.recipe`` (torch-free); one edge
 up: the worker runs ``thanos.cli`` in its forked children (and sets the evaluation's offline switches
 there, ``thanos.evaluation``). This ``__init__`` imports nothing.
 """

@@ -11,7 +11,7 @@ from typing import Any
 
 from thanos.jobs.devices import resolve_devices
 from thanos.jobs.granularity import choose_granularity
-from thanos.recipe import ConfigError
+from thanos.recipes.fields import ConfigError
 
 # the scheduling process's granularity and why, for the jobs Snakemake re-parses (cluster jobs)
 GRANULARITY_ENV = ("THANOS_WF_GRANULARITY", "THANOS_WF_GRANULARITY_REASON")

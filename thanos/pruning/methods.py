@@ -3,7 +3,7 @@
 ``prune_layer`` takes the defaults, the Hessian and factor requirements and the kernels from here; the
 commands take their ``--method`` choices, the workflow its config check and which recipes need
 calibration, the report its order; how a reader sees a method (label, colour, paper) is
-``thanos.labels``. Adding a method is one entry in ``METHODS``, a kernel module and its label.
+``thanos.recipes.labels``. Adding a method is one entry in ``METHODS``, a kernel module and its label.
 This module imports no torch: kernels are named as ``"module:function"`` and imported on first use, so
 building the CLI parser or parsing the workflow config stays fast.
 

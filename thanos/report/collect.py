@@ -17,7 +17,10 @@ from typing import Any
 import pandas as pd
 
 from thanos.files.layout import DENSE, NOT_MODELS
-from thanos.labels import (
+from thanos.pruning import methods
+from thanos.pruning.sparsity import Sparsity, parse_sparsity
+from thanos.pruning.structures import COMBINING
+from thanos.recipes.labels import (
     pattern_label,
     per_original_token,
     row_label,
@@ -25,10 +28,8 @@ from thanos.labels import (
     tokens_differ,
     variant_label,
 )
-from thanos.pruning import methods
-from thanos.pruning.sparsity import Sparsity, parse_sparsity
-from thanos.pruning.structures import COMBINING
-from thanos.recipe import Recipe, from_name
+from thanos.recipes.names import from_name
+from thanos.recipes.recipe import Recipe
 from thanos.stages.achieved_sparsity import combined_parameters, combined_parts
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,9 @@ def _float(value: Any) -> float:
 
 
 def _recipe(report: dict[str, Any] | None, variant: str) -> Recipe | None:
-    """The recipe of a variant: its pruning report's, or read from its name (``thanos.recipe.from_name``);
-    None when neither is a valid recipe (a report of another tool, a name of no known method)."""
+    """The recipe of a variant: its pruning report's, or read from its name
+    (``thanos.recipes.names.from_name``); None when neither is a valid recipe (a report of another tool, a
+    name of no known method)."""
     data = (report or {}).get("recipe") or from_name(variant)
     if not isinstance(data, dict):
         return None
@@ -172,8 +174,8 @@ def _vocabulary_removed(vocabulary: dict[str, Any], removed: float) -> dict[str,
 def _per_original_token(result: dict[str, Any] | None, dense: dict[str, Any] | None) -> dict[str, Any]:
     """``ppl`` of a model whose tokenizer cuts the perplexity text into other tokens than the dense model's
     (a pruned vocabulary): per token of the dense tokenization, from its bits per byte
-    (``thanos.labels.per_original_token``), its own per token kept as ``ppl_own_tokens``; NaN without the
-    dense model's result on the same text (a perplexity per token compares only models of one
+    (``thanos.recipes.labels.per_original_token``), its own per token kept as ``ppl_own_tokens``; NaN
+    without the dense model's result on the same text (a perplexity per token compares only models of one
     tokenization). {} where the tokens are the dense model's."""
     if not result or not dense or not tokens_differ(result, dense):
         return {}

@@ -5,9 +5,9 @@
 - ``layer_figures``: pruning time per layer vs layer size, the per-layer objective ||dW X||^2 as heatmaps;
 - ``plotting``: what they share (matplotlib's set-up, colours, markers, axes).
 
-Titles and labels are the tables' (``Unstructured 50%``, ``2:4``, ``Thanos (α=0.1)``: ``thanos.labels``).
-Each ``*_figures`` function yields ``(file stem, figure)`` pairs; ``write_figures`` draws them all, saves
-and closes them.
+Titles and labels are the tables' (``Unstructured 50%``, ``2:4``, ``Thanos (α=0.1)``:
+``thanos.recipes.labels``). Each ``*_figures`` function yields ``(file stem, figure)`` pairs;
+``write_figures`` draws them all, saves and closes them.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from thanos.labels import pattern_slug, pattern_title
+from thanos.recipes.labels import pattern_slug, pattern_title
 from thanos.report.collect import METHOD_ORDER, labelled_recipes
 from thanos.report.plotting import (
     LINESTYLES,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.labels import METHOD_NAMES, method_alpha_label, pattern_label, shown_alpha
 from thanos.pruning.structures import EVERY_LAYER
+from thanos.recipes.labels import METHOD_NAMES, method_alpha_label, pattern_label, shown_alpha
 from thanos.report.collect import collect, pattern_sort_key
 
 UNSTRUCTURED_CHAIN = ("thanos", "sparsegpt", "wanda", "magnitude")

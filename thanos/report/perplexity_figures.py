@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from thanos.labels import (
+from thanos.recipes.labels import (
     KIND_TITLES,
     is_n_of_m,
     method_alpha_label,

@@ -2,7 +2,7 @@
 markers, the dense model's line, and the axes' ticks, scales and legend.
 
 The figures are drawn by ``perplexity_figures`` and ``layer_figures`` and written by ``figures``; their
-words (titles, legends, labels) are ``thanos.labels``'.
+words (titles, legends, labels) are ``thanos.recipes.labels``'.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from thanos.labels import LABELS
+from thanos.recipes.labels import LABELS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.labels import pattern_slug, pattern_title
+from thanos.recipes.labels import pattern_slug, pattern_title
 from thanos.report.collect import TASK_LABELS, as_float, collect, labelled_recipes, tokenizers_differ
 
 log = logging.getLogger(__name__)

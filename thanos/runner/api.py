@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from thanos.errors import OptionError
 from thanos.files.locks import exclusive_out
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.runner.combined import prune_combined
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.progress import Console

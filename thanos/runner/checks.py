@@ -20,14 +20,16 @@ from thanos.errors import MissingOption, Option, OptionError
 from thanos.evaluation.zeroshot import task_manager
 from thanos.files.layout import Layout, store_name
 from thanos.files.ledger import difference
-from thanos.labels import recipe_label
 from thanos.models.checkpoint import Checkpoint
 from thanos.models.heads import attention_layout, check_expressible
 from thanos.models.layout import ModelLayout
 from thanos.models.neurons import mlp_layout
 from thanos.pruning.sparsity import depth_count
-from thanos.reads import recipe_reads
-from thanos.recipe import ConfigError, Distillation, Recipe, select_layers, streamed_dataset
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.labels import recipe_label
+from thanos.recipes.reads import recipe_reads
+from thanos.recipes.recipe import Recipe, select_layers
+from thanos.recipes.training import Distillation, streamed_dataset
 from thanos.runner.disk import DiskEstimate, check_free, estimate
 from thanos.runner.request import Evaluation, PruneRequest, Resources
 from thanos.runner.texts import check_texts

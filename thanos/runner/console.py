@@ -11,7 +11,7 @@ import torch
 
 from thanos.errors import describe
 from thanos.events import clock_text
-from thanos.labels import counted, nm_note, shape_text
+from thanos.recipes.labels import counted, nm_note, shape_text
 from thanos.runner.checks import Plan
 from thanos.runner.disk import free_bytes, size_text
 from thanos.stages.card import evaluate_commands
@@ -183,7 +183,7 @@ def evaluation_lines(evaluation: dict[str, Any] | None) -> list[str]:
 def perplexity_lines(result: dict[str, Any], dense: dict[str, Any] | None) -> list[str]:
     """The closing lines on the perplexity (a ``perplexity.json``'s content) beside the dense model's: per
     token (per original token where the two tokenize the text differently), then the bits per byte."""
-    from thanos.labels import bytes_text, shown_perplexity
+    from thanos.recipes.labels import bytes_text, shown_perplexity
 
     ppl, per = shown_perplexity(result, dense)
     beside = f"; the dense model {dense['ppl']:.2f}" if dense else ""

@@ -32,7 +32,7 @@ from thanos.errors import Option, OptionError
 if TYPE_CHECKING:
     from thanos.models.checkpoint import Checkpoint
     from thanos.models.layout import ModelLayout
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
 
 KEEP = ("needed", "all")
 GiB = 1024**3

@@ -28,7 +28,7 @@ from thanos.events import OnEvent, StepDone, StepStarted, clock_text
 from thanos.files.layout import DENSE
 from thanos.files.ledger import remove
 from thanos.files.locks import exclusive_workdir
-from thanos.labels import counted
+from thanos.recipes.labels import counted
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
 from thanos.runner.console import say

@@ -25,7 +25,9 @@ from thanos.options import flags, option
 from thanos.pruning import methods
 from thanos.pruning.sparsity import FRACTION_KINDS
 from thanos.pruning.structures import STRUCTURES, kind_of, takes
-from thanos.recipe import DEFAULT_DAMP, ConfigError, Distillation, Recipe, Recovery
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import DEFAULT_DAMP, Recipe
+from thanos.recipes.training import Distillation, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
 from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fraction
 
@@ -48,7 +50,7 @@ def positive(text: str) -> int:
 
 @dataclass(frozen=True)
 class RecipeOptions:
-    """How to prune: the method, the pattern and the method's options (``thanos.recipe.Recipe``)."""
+    """How to prune: the method, the pattern and the method's options (``thanos.recipes.recipe.Recipe``)."""
 
     method: str = field(metadata=option("pruning method", choices=list(methods.METHODS)))
     sparsity: str | float = field(
@@ -143,8 +145,8 @@ class RecipeOptions:
             action="store_true",
         ),
     )
-    # {tokens, source, lr, ...} (``thanos.recipe.Distillation``): the pruned model distilled toward the
-    # dense one (the --distill-* options; --distill-tokens turns it on)
+    # {tokens, source, lr, ...} (``thanos.recipes.training.Distillation``): the pruned model distilled
+    # toward the dense one (the --distill-* options; --distill-tokens turns it on)
     distill: dict[str, Any] | Distillation | None = None
 
     def recipes(self) -> tuple[Recipe, ...]:

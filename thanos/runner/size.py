@@ -48,9 +48,9 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
 from thanos.files.locks import shared_workdir
-from thanos.labels import counted
 from thanos.pruning.sparsity import parse_sparsity
 from thanos.pruning.structures import takes
+from thanos.recipes.labels import counted
 from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
 from thanos.runner.patterns import combined_parts

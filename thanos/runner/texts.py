@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.errors import Option, OptionError
-from thanos.recipe import Distillation, streamed_dataset
+from thanos.recipes.training import Distillation, streamed_dataset
 from thanos.runner.request import Evaluation
 
 PREFIX = 16  # characters per token needed read at first: a longer text is counted only that far

@@ -20,7 +20,7 @@
 - ``publish``: an assembled model -> a verified copy in the user's output directory (``thanos prune-model``)
 
 Import the stage you need (e.g. ``from thanos.stages.capture import capture``); modules are independent.
-Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.recipe``, ``thanos.labels`` (the words the model
+Imports: ``thanos.pruning``, ``thanos.files``, ``thanos.recipes`` (the recipe, and the words the model
 card says a method and a pattern in), ``thanos.events`` (what the stages report while they run, through an
 ``on_event`` parameter), ``thanos.data``, ``thanos.models`` and ``thanos.errors``.
 """

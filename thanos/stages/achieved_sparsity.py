@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thanos.labels import public_name
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
 from thanos.pruning.structures import STRUCTURES
-from thanos.recipe import Recipe
+from thanos.recipes.labels import public_name
+from thanos.recipes.recipe import Recipe
 
 SIDECAR = "sparsity.json"
 SIDECAR_FORMAT = 1  # the version of sparsity.json's layout

@@ -37,7 +37,7 @@ from thanos.files.pruned_layers import block_layers, describe, unfinished
 from thanos.models.checkpoint import INDEX_FILE
 from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.real import REPORT as REAL_REPORT
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
 from thanos.stages.depth import map_tensors, removal

@@ -20,7 +20,7 @@ from thanos.data.storage import Activations, dtype_name, read_tokens, write_acti
 from thanos.models import Checkpoint, ModelAdapter, ModelHandle, as_handle
 from thanos.models.experts import MIN_SHARE
 from thanos.pruning.hessian import HessianAccumulator, all_finite
-from thanos.recipe import select_layers
+from thanos.recipes.recipe import select_layers
 from thanos.stages.common import Compute, batches, check_finite
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from thanos.labels import (
+from thanos.pruning.sparsity import COMPACT_KINDS
+from thanos.recipes.labels import (
     LABELS,
     blocks_text,
     bytes_text,
@@ -35,8 +36,7 @@ from thanos.labels import (
     shape_text,
     shown_perplexity,
 )
-from thanos.pruning.sparsity import COMPACT_KINDS
-from thanos.recipe import DEFAULT_DAMP, Recipe
+from thanos.recipes.recipe import DEFAULT_DAMP, Recipe
 from thanos.stages.achieved_sparsity import (
     SIDECAR,
     SparsitySummary,

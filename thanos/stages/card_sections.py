@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from thanos.labels import counted, public_name
+from thanos.recipes.labels import counted, public_name
 
 EBFT_ARXIV = "Guo et al. 2024, arXiv:2402.12419"
 MINITRON_ARXIV = "Muralidharan et al. 2024, arXiv:2407.14679"

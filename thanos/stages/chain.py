@@ -41,8 +41,8 @@ from thanos.files.ledger import Entry, Upstream, remove
 from thanos.files.pruned_layers import mismatch
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
-from thanos.reads import recipe_reads
-from thanos.recipe import Recipe
+from thanos.recipes.reads import recipe_reads
+from thanos.recipes.recipe import Recipe
 from thanos.stages.capture import capture, propagate
 from thanos.stages.memory import peak_rss_mib, release_free_memory, rss_mib, single_arena
 from thanos.stages.outputs import store_complete
@@ -197,7 +197,7 @@ class _Chain:
 
     def upstream(self, num_blocks: int) -> list[str]:
         """The inputs this chain reads from other jobs (their modification times guard reuse): the model,
-        the OWL plan and the dense chain's stores it reads (``thanos.reads``)."""
+        the OWL plan and the dense chain's stores it reads (``thanos.recipes.reads``)."""
         owl = [str(self.owl)] if self.owl else []
         reads = recipe_reads(self.recipe, num_blocks, sequential=self.own is not None).chain
         dense = [str(self.dense / store_name(kind, block)) for kind, block in reads] if self.dense else []

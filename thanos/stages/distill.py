@@ -1,6 +1,6 @@
 """Distillation: a pruned model (the student) trained toward the dense model (the teacher) on real text.
 
-``distill(student, teacher, out, work, options)`` (``options``: a ``thanos.recipe.Distillation``) is
+``distill(student, teacher, out, work, options)`` (``options``: a ``thanos.recipes.training.Distillation``) is
 ``prepare`` (every input checked, the device and compute dtype resolved, the text read: what ``thanos
 distill`` says in its header, before any weight is read), then ``run`` (steps 2-4):
 
@@ -58,10 +58,10 @@ from thanos.events import DistillSharded, DistillWarning, OnEvent, ignore
 from thanos.files import digests
 from thanos.files.ledger import digest, model_identity
 from thanos.files.locks import exclusive_workdir
-from thanos.labels import public_name
 from thanos.pruning.distillation import hidden_pairs, zero_masks
 from thanos.pruning.structures import of_sidecar
-from thanos.recipe import Distillation
+from thanos.recipes.labels import public_name
+from thanos.recipes.training import Distillation
 from thanos.stages.achieved_sparsity import combined_record
 from thanos.stages.card import base_model
 from thanos.stages.common import compute_dtype

@@ -18,7 +18,7 @@ import torch
 
 from thanos.data.calibration import load_source
 from thanos.errors import PathError
-from thanos.recipe import streamed_dataset
+from thanos.recipes.training import streamed_dataset
 
 
 @dataclass

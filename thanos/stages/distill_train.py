@@ -38,7 +38,7 @@ from thanos.pruning.distillation import (
     mask_gradients,
     step_windows,
 )
-from thanos.recipe import Distillation
+from thanos.recipes.training import Distillation
 from thanos.stages.distill_files import Checkpoints, random_state, set_random_state
 from thanos.stages.distill_ranks import Ranks, local
 from thanos.stages.distill_text import Text

@@ -37,8 +37,8 @@ from thanos.events import OnEvent, StepDone, StepStarted, ignore
 from thanos.files.atomic import write_json
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, RECOVERED, Layout, StoreKind, store_name
 from thanos.files.ledger import MISSING, Entry, Upstream, remove, source_identity
-from thanos.reads import RecipeReads, recipe_reads
-from thanos.recipe import Recipe
+from thanos.recipes.reads import RecipeReads, recipe_reads
+from thanos.recipes.recipe import Recipe
 from thanos.stages.memory import release_free_memory, single_arena
 from thanos.stages.outputs import store_complete
 
@@ -273,7 +273,7 @@ class _Run:
         return output
 
     def reads(self) -> RecipeReads:
-        """The stores the recipe reads (``thanos.reads``): sequential when it has its own chain."""
+        """The stores the recipe reads (``thanos.recipes.reads``): sequential when it has its own chain."""
         return recipe_reads(self.recipe, self.num_blocks, sequential=self.files.chain_dir is not None)
 
     def chain_reads(self) -> list[Path]:

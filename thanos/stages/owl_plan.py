@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from thanos.files.atomic import write_json
 from thanos.pruning import owl as owl_rule
 from thanos.pruning.sparsity import Sparsity
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 
 if TYPE_CHECKING:
     from thanos.models import ModelHandle

@@ -24,7 +24,7 @@ from typing import Any
 
 from thanos.files.layout import CHAIN_SUMMARY, Layout, StoreKind
 from thanos.files.ledger import remove
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, Steps, run_recipe
 
 

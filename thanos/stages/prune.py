@@ -29,7 +29,7 @@ from thanos.models import ModelHandle, as_handle
 from thanos.pruning import methods
 from thanos.pruning.layer import PruneStats, prune_layer
 from thanos.pruning.sparsity import Sparsity
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.common import resolve_device
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from thanos.files.atomic import atomic_path
 from thanos.files.layout import RECOVERY_RECORD, pruned_layer_name
 from thanos.models import ModelHandle
 from thanos.pruning.recovery import batched, recover_block, split_windows
-from thanos.recipe import Recipe
+from thanos.recipes.recipe import Recipe
 from thanos.stages.capture import load_pruned, open_block
 from thanos.stages.common import Compute, batches, check_finite
 from thanos.stages.memory import peak_rss_mib

@@ -217,7 +217,7 @@ def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any
 def _alone_card(pruned: dict[str, Any], report: dict[str, Any], out: Path) -> str:
     """The head of a card of a vocabulary pruned alone: front matter, title, what the model is, how to load
     it and the command that writes it again; the vocabulary's section follows."""
-    from thanos.labels import public_name
+    from thanos.recipes.labels import public_name
     from thanos.stages.card import front_matter
 
     base, recipe = public_name(pruned["model"]["path"]), pruned["recipe"]

@@ -1,5 +1,5 @@
 # The config and the constants every rule reads: loaded, validated against the schema, then checked by
-# thanos.recipe for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
+# thanos.recipes.recipe for what a schema cannot say (method names, recipe names, n:m patterns). Every path is
 # built by thanos.files.layout (PATHS); every stage is a `python -m thanos <command>` call (docs/cli.md).
 
 import os
@@ -13,8 +13,8 @@ from snakemake.utils import validate
 
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, UNCALIBRATED, Layout, calibration_key
-from thanos.recipe import ConfigError
-from thanos.workflow_config import (
+from thanos.recipes.fields import ConfigError
+from thanos.workflow.config import (
     Combined,
     OneCommand,
     builds,
@@ -25,7 +25,7 @@ from thanos.workflow_config import (
     expand,
     schema_problems,
 )
-from thanos.workflow_inputs import input_problems
+from thanos.workflow.inputs import input_problems
 from thanos.jobs import plan
 from thanos.jobs.granularity import ALIASES
 

@@ -6,7 +6,7 @@ import shlex
 
 from thanos.files.fingerprint import model_fingerprint, record
 from thanos.options import command_line
-from thanos.recipe import streamed_dataset
+from thanos.recipes.training import streamed_dataset
 
 # --- models ---------------------------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ def distill_source_input(wildcards):
 
 
 def distill_options(wildcards):
-    """The recipe's `distill` options (the config's keys: the fields of thanos.recipe.Distillation) as the
+    """The recipe's `distill` options (the config's keys: the fields of thanos.recipes.training.Distillation) as the
     `thanos distill` flags declared by the same fields (--tokens 131072 --lr 0.0003 ...)."""
     return shlex.join(command_line(RECIPES[wildcards.distilled].distill))
 

@@ -4,7 +4,7 @@
 import functools
 
 from thanos.files.layout import RECOVERED, UNCALIBRATED
-from thanos.reads import recipe_reads
+from thanos.recipes.reads import recipe_reads
 from thanos.files.pruned_layers import block_layers as block_layers_of
 
 
@@ -144,7 +144,7 @@ def pruned_dir_option(wildcards):
 
 
 def dense_stores(model, stores):
-    """Paths of the dense chain's stores ``(kind, block)`` of ``thanos.reads``."""
+    """Paths of the dense chain's stores ``(kind, block)`` of ``thanos.recipes.reads``."""
     return [PATHS.store(model, DENSE, kind, block) for kind, block in stores]
 
 
@@ -260,7 +260,7 @@ def part_model(wildcards, i):
 
 def part_inputs(wildcards):
     """The first part: the input model, and what it reads of the workflow's calibration (the tokens and
-    the dense chain's stores its recipe reads, ``thanos.reads``); a later part: the part before's model
+    the dense chain's stores its recipe reads, ``thanos.recipes.reads``); a later part: the part before's model
     (and every earlier part's, whose reports the last one records: retention deletes them once it is
     written) and the calibration text it calibrates on."""
     _, i, part = combined_part(wildcards)

@@ -31,7 +31,8 @@ from typing import Any
 
 from thanos.data.textdata import check_files, read_documents, text_files
 from thanos.errors import PathError
-from thanos.recipe import Distillation, Recipe, streamed_dataset
+from thanos.recipes.recipe import Recipe
+from thanos.recipes.training import Distillation, streamed_dataset
 
 TOKEN_SLACK = 4  # tokens a tokenizer may add to a text beyond its count (BOS, EOS, a leading prefix)
 TOKENIZE_BYTES = 4 << 20  # texts up to this size are tokenized with the model's tokenizer when it is there

@@ -16,7 +16,8 @@ from thanos.errors import KeywordWords, OptionError
 from thanos.files.layout import NOT_MODELS
 from thanos.pruning import methods
 from thanos.pruning.structures import STRUCTURES, kind_of
-from thanos.recipe import OWL_DEFAULTS, ConfigError, Recipe, check_sparsity
+from thanos.recipes.fields import ConfigError
+from thanos.recipes.recipe import OWL_DEFAULTS, Recipe, check_sparsity
 from thanos.runner.request import RecipeOptions, check_runnable
 
 # a config entry's recipe options: ``thanos prune-model``'s (``RecipeOptions``' fields and a size's ``axes``)

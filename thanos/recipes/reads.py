@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from thanos.files.layout import StoreKind
 
 if TYPE_CHECKING:
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
 
 Store = tuple[StoreKind, int]  # a store of the dense chain: (kind, block)
 

@@ -19,7 +19,7 @@ a method computes is ``thanos.pruning.methods``, which has one entry here per me
 (the order of the paper's tables: baselines first, Thanos last).
 
 Imports: ``thanos.files.layout`` (the dense model's name), and for types only ``thanos.pruning.sparsity``
-and ``thanos.recipe``. Torch-free, pandas-free.
+and ``thanos.recipes.recipe``. Torch-free, pandas-free.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from thanos.pruning.sparsity import Sparsity
-    from thanos.recipe import Recipe
+    from thanos.recipes.recipe import Recipe
 
 
 @dataclass(frozen=True)
