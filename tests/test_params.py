@@ -148,9 +148,12 @@ def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     root, shared = tmp_path / "root", tmp_path / "shared"
     env = {"THANOS_WORKDIR": str(root)}
 
-    def search_lock() -> Path | None:
+    def search_lock() -> (
+        Path | None
+    ):  # once the search has recorded itself (a busy machine may stop it between)
         found = sorted(root.glob("*-search-*/.thanos-run.lock"))
-        return found[0] if found else None
+        record = found[0].parent / "workdir.json" if found else None
+        return found[0] if record and record.is_file() and "search_key" in record.read_text() else None
 
     proc = _popen(_command(inputs, "params:0.3", shared), env={**os.environ, **env})
     with stopped_holding(proc, search_lock):
