@@ -55,12 +55,12 @@ def main() -> None:
     import zarr
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import thanos.stages.block_maps as block_maps
+    import thanos.stages.depth.maps as block_maps
     from thanos.evaluation.perplexity import load_eval_text, tokenize_windows, window_nll
     from thanos.models import ModelHandle
     from thanos.models.generic import find_layers
     from thanos.pruning.block_map import fold
-    from thanos.stages.block_maps import fit_run, output_layer
+    from thanos.stages.depth.maps import fit_run, output_layer
 
     stores = sorted(
         (args.results / "chains" / "dense").glob("inputs_*.zarr"), key=lambda p: int(p.stem.split("_")[1])

@@ -121,7 +121,7 @@ def other_metric(args: argparse.Namespace, outputs: dict[str, dict]) -> dict[str
     from thanos.pruning.sparsity import parse_sparsity
     from thanos.recipes.recipe import Recipe
     from thanos.stages.assemble import assemble
-    from thanos.stages.depth import depth_plan
+    from thanos.stages.depth.blocks import depth_plan
 
     depth = next((s for s in args.recipes if s.startswith("depth") and "+" not in s and "@" not in s), None)
     if depth is None:

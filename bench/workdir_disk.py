@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from thanos.runner.disk import size_text
-from thanos.stages.provenance import path_bytes
+from thanos.stages.describe.provenance import path_bytes
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 

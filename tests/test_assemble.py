@@ -14,7 +14,7 @@ from thanos.demo.tiny import build_tiny_model
 from thanos.models import Checkpoint
 from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
-from thanos.stages.provenance import RunRecord
+from thanos.stages.describe.provenance import RunRecord
 
 LAYERS = ["self_attn.q_proj", "mlp.down_proj"]
 

@@ -28,8 +28,8 @@ from thanos.pruning.sparsity import parse_sparsity
 from thanos.recipes.fields import ConfigError
 from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
-from thanos.stages.block_maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, REFIT_DAMP, runs
-from thanos.stages.depth import depth_plan
+from thanos.stages.depth.blocks import depth_plan
+from thanos.stages.depth.maps import NO_BLOCK_BEFORE, NO_OUTPUT_PROJECTION, REFIT_DAMP, runs
 from thanos.stages.model_info import model_info
 
 POST_MLP_NORM = ("gemma2", "gemma3_text", "olmo2")  # a norm between the MLP and the residual: no fold
@@ -187,7 +187,7 @@ def test_the_written_model_is_the_model_with_the_map_between_its_kept_blocks(
 def test_a_run_from_block_0_and_the_option_on_other_recipes_are_named(tmp_path: Path) -> None:
     """A run that starts at block 0 has no block to fold a map into: left out, and depth.json says so; the
     option is refused, named, on recipes that remove no block and when not a boolean."""
-    from thanos.stages.block_maps import replace_runs
+    from thanos.stages.depth.maps import replace_runs
 
     model = build_tiny_model(tmp_path / "llama", num_blocks=3, max_position_embeddings=64, jitter=0.1)
     ids = torch.randint(4, 120, (8, 24), generator=torch.Generator().manual_seed(0))
@@ -228,7 +228,7 @@ def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
     """``replaced``: every run's map fitted alone on the first windows ranks the runs; the best few are
     fitted again on every window, their projections refitted, and the lowest of those errors wins, its map
     and projection the ones fitted on every window."""
-    import thanos.stages.block_maps as block_maps
+    import thanos.stages.depth.maps as block_maps
 
     monkeypatch.setattr(block_maps, "PRESELECT_SAMPLES", 3)
     monkeypatch.setattr(block_maps, "SHORTLIST", 2)

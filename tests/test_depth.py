@@ -36,8 +36,8 @@ from thanos.pruning.sparsity import depth_count, parse_sparsity
 from thanos.recipes.names import from_name
 from thanos.recipes.recipe import Recipe
 from thanos.stages.assemble import assemble
-from thanos.stages.card import reproduce_command
-from thanos.stages.depth import DepthError, check_depth, choose, shortened_config
+from thanos.stages.depth.blocks import DepthError, check_depth, choose, shortened_config
+from thanos.stages.describe.card import reproduce_command
 from thanos.stages.model_info import model_info
 
 
@@ -359,7 +359,7 @@ def test_llama_cpp_converts_a_model_with_fewer_blocks(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
     from thanos.models import ModelHandle
-    from thanos.stages.depth import depth_plan
+    from thanos.stages.depth.blocks import depth_plan
 
     model = build_tiny_model(tmp_path / "tiny-llama", hidden_size=64, num_blocks=3, tokenizer="llama")
     ids = torch.randint(4, 120, (8, 24), generator=torch.Generator().manual_seed(0))

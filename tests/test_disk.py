@@ -21,8 +21,8 @@ from conftest import make_tiny_model, thanos_here, write_corpus
 from thanos.files.layout import Layout
 from thanos.recipes.recipe import Recipe
 from thanos.runner.api import prune_model
+from thanos.stages.describe.provenance import path_bytes
 from thanos.stages.engine import Calibration, RecipeFiles, RunOptions, run_recipe
-from thanos.stages.provenance import path_bytes
 
 COMMON = {"nsamples": 16, "seqlen": 32, "device": "cpu", "cores": 2}
 
@@ -226,7 +226,7 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
         )
     small, large = (Path(r["workdir"]) for r in reports)
     # a distillation's checkpoints (thanos distill's default --work is under root/distill)
-    from thanos.stages.distill_files import prepare_work
+    from thanos.stages.distill.files import prepare_work
 
     checkpoints = root / "distill" / "n30-0123456789"
     about = {"student": str(tmp_path / "n30"), "teacher": str(model), "out": str(tmp_path / "n30-kd")}

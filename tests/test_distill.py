@@ -298,7 +298,7 @@ def test_a_hub_dataset_is_streamed_as_far_as_the_budget_needs(setup: dict[str, P
     import shutil
 
     from thanos.models import load_tokenizer
-    from thanos.stages.distill_text import load_text, stream_documents
+    from thanos.stages.distill.text import load_text, stream_documents
 
     dataset = tmp_path / "dataset"
     dataset.mkdir()
@@ -337,7 +337,7 @@ def test_a_checkpoint_of_an_earlier_version_resumes() -> None:
     as the one saved by name now (``get_optimizer_state_dict``)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-    from thanos.stages.distill_train import _by_name
+    from thanos.stages.distill.train import _by_name
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
@@ -359,7 +359,7 @@ def test_an_out_is_replaced_only_by_its_own_run(tmp_path: Path) -> None:
     """``check_previous``: an empty or new --out, or this run's own result, passes; another model, another
     run's distillation or an earlier version's are refused, each named."""
     from thanos.errors import OptionError
-    from thanos.stages.distill import check_previous
+    from thanos.stages.distill.distill import check_previous
 
     out = tmp_path / "out"
     check_previous(out, "mine")  # new
@@ -380,7 +380,7 @@ def test_an_out_is_replaced_only_by_its_own_run(tmp_path: Path) -> None:
 
 
 def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) -> None:
-    from thanos.stages.distill import other_teacher
+    from thanos.stages.distill.distill import other_teacher
 
     student, dense = str(setup["student"]), str(setup["dense"])
     assert other_teacher(student, dense) is None and "toward another model" not in setup["log"]

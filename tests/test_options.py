@@ -21,7 +21,7 @@ from thanos.pruning.structures import AXES
 from thanos.recipes.fields import ConfigError
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, Recovery
-from thanos.runner import request
+from thanos.runner import recipe_options, request
 from thanos.runner.api import prune_model as prune_model_function
 from thanos.workflow.config import expand, schema_problems
 
@@ -138,7 +138,7 @@ def test_a_config_recipe_takes_the_recipe_options() -> None:
     (``SizeOptions``': ``axes``)."""
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     recipe = schema["properties"]["recipes"]["additionalProperties"]
-    fields = [*dataclasses.fields(request.RecipeOptions), *dataclasses.fields(request.SizeOptions)]
+    fields = [*dataclasses.fields(recipe_options.RecipeOptions), *dataclasses.fields(request.SizeOptions)]
     assert sorted(recipe["properties"]) == sorted(f.name for f in fields)
     assert sorted(recipe["required"]) == ["method", "sparsity"]
     assert recipe["properties"]["axes"] == {"$ref": "#/definitions/axes"}
@@ -146,7 +146,10 @@ def test_a_config_recipe_takes_the_recipe_options() -> None:
     assert next(form for form in axes if form["type"] == "array")["items"]["enum"] == list(AXES)
     # the recipe's own fields are the same options, with the workflow's name and chain
     recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
-    assert recipe_fields - {f.name for f in dataclasses.fields(request.RecipeOptions)} == {"name", "chain"}
+    assert recipe_fields - {f.name for f in dataclasses.fields(recipe_options.RecipeOptions)} == {
+        "name",
+        "chain",
+    }
 
 
 SAME_RECIPES = [  # accepted and refused alike by `thanos prune-model` and a workflow's recipes: entry

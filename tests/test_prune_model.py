@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import thanos_here
 
-from thanos.runner.request import RecipeOptions
+from thanos.runner.recipe_options import RecipeOptions
 from thanos.runner.workdirs import default_workdir, model_slug
 from thanos.stages.outputs import store_complete
 
@@ -93,7 +93,7 @@ def first(inputs, tmp_path_factory) -> tuple[Path, Path, str]:
 def test_prune_model_writes_a_loadable_self_describing_model(first, inputs):
     from transformers import AutoModelForCausalLM
 
-    from thanos.stages.achieved_sparsity import summarize
+    from thanos.stages.describe.sparsity import summarize
 
     out, workdir, terminal = first
     for line in ("recipe thanos_2-4", "every row of every pruned layer is 2:4", "block 6/6 done"):

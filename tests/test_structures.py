@@ -20,7 +20,7 @@ from thanos.recipes.names import from_name, pattern_tag
 from thanos.recipes.recipe import Recipe
 from thanos.report.collect import STRUCTURES as TABLE_STRUCTURES
 from thanos.runner.patterns import combined_parts
-from thanos.stages.achieved_sparsity import structure
+from thanos.stages.describe.sparsity import structure
 
 DECLARED = {  # kind: (tag, order in a combined recipe, a size axis, sparsity.json's structure, label, name,
     # the recipe options only it takes)

@@ -9,9 +9,9 @@ the log file only: nothing reads a log line back, so a log line can be reworded 
   a block pruned (and recovered);
 - ``RecoveryEpoch``: an epoch of a block's recovery (``thanos.stages.recover``);
 - ``SearchCandidate``: a size search's candidate measured (``thanos.runner.size``);
-- ``DistillStep``: a distillation's step (``thanos.stages.distill``); its ``DistillNote``s, each a line of
-  its own: ``DistillCheckpoint``, ``DistillResumed``, ``DistillBefore`` (the held-out KL before training),
-  ``DistillSharded`` (FSDP); ``DistillWarning``: what it warns of.
+- ``DistillStep``: a distillation's step (``thanos.stages.distill.distill``); its ``DistillNote``s, each a
+  line of its own: ``DistillCheckpoint``, ``DistillResumed``, ``DistillBefore`` (the held-out KL before
+  training), ``DistillSharded`` (FSDP); ``DistillWarning``: what it warns of.
 
 An event's ``text`` is what the display says of it (most log lines say it too, in their own frame).
 Torch-free; imports nothing of the package.

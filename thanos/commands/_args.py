@@ -7,7 +7,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from thanos import options
-from thanos.runner.request import DTYPES, RecipeOptions, positive  # noqa: F401 - positive: the commands' type
+from thanos.runner.recipe_options import RecipeOptions, positive  # noqa: F401 - positive: the commands' type
+from thanos.runner.request import DTYPES
 
 if TYPE_CHECKING:
     from thanos.recipes.recipe import Recipe
@@ -23,7 +24,7 @@ DTYPE_AUTO = (
 def add_recipe(parser: argparse.ArgumentParser) -> None:
     """The recipe: ``--recipe JSON`` (``thanos.recipes.recipe.Recipe.to_json``, what the workflow's jobs
     pass), or --method, --sparsity and the optional options by hand, as ``thanos prune-model`` takes them
-    (the fields of ``thanos.runner.request.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
+    (the fields of ``thanos.runner.recipe_options.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
     group = parser.add_argument_group("recipe (--recipe JSON, or --method and --sparsity with options)")
     group.add_argument(
         "--recipe", default=None, metavar="JSON", help='the recipe as JSON: {"method": ..., "sparsity": ...}'

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
     from thanos.recipes.recipe import Recipe
     from thanos.stages.assemble import assemble
-    from thanos.stages.provenance import RunRecord
+    from thanos.stages.describe.provenance import RunRecord
 
     workflow = {"granularity": args.granularity, "granularity_reason": args.granularity_reason}
     record = RunRecord(

@@ -51,9 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
+    from thanos.stages.describe.provenance import RunRecord
     from thanos.stages.engine import Calibration, RunOptions
     from thanos.stages.parts import Given, combined_record, run_part
-    from thanos.stages.provenance import RunRecord
 
     first = args.model_info is not None
     optional = {name: getattr(args, name) for name in ("tokens", "dense_dir")}

@@ -28,7 +28,7 @@ from thanos.runner.disk import KEEP
 # failure once it runs is logged with its traceback in the run's log file)
 TRACEBACK = False
 
-log = logging.getLogger("thanos.stages.distill")
+log = logging.getLogger("thanos.stages.distill.distill")
 
 HELP = "train a pruned model toward the dense model's next-token distributions on text (resumable)"
 
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> None:
 def _distill(args: argparse.Namespace, distillation: Distillation, work: Path) -> None:
     """``prepare``, then the run; the first process says what runs and what was written."""
     from thanos.runner import console
-    from thanos.stages import distill as stage
-    from thanos.stages.distill_files import LOG
+    from thanos.stages.distill import distill as stage
+    from thanos.stages.distill.files import LOG
 
     prepared = stage.prepare(
         args.student,
@@ -145,7 +145,7 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
     from thanos.events import StepDone, StepStarted
     from thanos.runner.console import say, say_failure
     from thanos.runner.progress import Console, StepProgress, full_log
-    from thanos.stages import distill as stage
+    from thanos.stages.distill import distill as stage
 
     label = stage.step_label(prepared.options)
     stream = Console(sys.stderr)

@@ -174,9 +174,10 @@ class Layout:
         return f"{self.root}/{model}/{recipe}/owl.json"
 
     def depth(self, model: str, recipe: str, calibration: str = "") -> str:
-        """A ``depth:k`` recipe's choice of blocks (``thanos.stages.depth``; its maps in ``depth_maps/``
-        beside it), read by its assembly: ``{recipe}/pruned/{calibration}/depth.json`` with a calibration
-        (the workflow: computed from it, kept beside another's), ``{recipe}/depth.json`` without."""
+        """A ``depth:k`` recipe's choice of blocks (``thanos.stages.depth.blocks``; its maps in
+        ``depth_maps/`` beside it), read by its assembly: ``{recipe}/pruned/{calibration}/depth.json`` with a
+        calibration (the workflow: computed from it, kept beside another's), ``{recipe}/depth.json``
+        without."""
         if calibration:
             return f"{self.pruned(model, recipe, calibration)}/depth.json"
         return f"{self.root}/{model}/{recipe}/depth.json"
@@ -202,8 +203,8 @@ class Layout:
         return f"{self.root}/{model}/{recipe}/model"
 
     def distill_work(self, model: str, recipe: str) -> str:
-        """A distilled recipe's checkpoints (``thanos.stages.distill``): kept when its job fails, so that
-        the job started again continues from the last one."""
+        """A distilled recipe's checkpoints (``thanos.stages.distill.distill``): kept when its job fails, so
+        that the job started again continues from the last one."""
         return f"{self.root}/{model}/{recipe}/distill"
 
     def evaluation(self, model: str, variant: str, name: str) -> str:

@@ -6,7 +6,7 @@ Every resuming part of the package asks it, in one vocabulary:
 - the chain's per-block outputs (``thanos.stages.chain``): ``PRUNED/.chain.json``, what they were computed
   from (they are deleted when it changed);
 - a distillation's checkpoints (``WORK/run.json``) and the ``run_sha256`` its ``distillation.json`` keeps
-  (``thanos.stages.distill``);
+  (``thanos.stages.distill.distill``);
 - a finished combined recipe (``thanos.runner.combined``: ``done.json`` beside its intermediate models);
 - what ``--out`` already holds (``thanos.runner.checks``: compared with its pruning report).
 

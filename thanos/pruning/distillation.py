@@ -19,8 +19,8 @@ before each step (its Adam moments and update stay 0) and its weights after (``a
 Which windows a step trains on is a function of the step alone (``step_windows``: a seeded permutation per
 pass over the text), so a run resumed at step s continues on exactly the windows an uninterrupted run would.
 
-Pure tensors: no I/O, no models loaded, no config (``thanos.stages.distill`` reads the text and the models,
-checkpoints and writes the student).
+Pure tensors: no I/O, no models loaded, no config (``thanos.stages.distill.distill`` reads the text and the
+models, checkpoints and writes the student).
 """
 
 from __future__ import annotations

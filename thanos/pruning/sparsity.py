@@ -14,7 +14,7 @@ A pattern is one of
   head that reads them.
 
 - ``depth``: whole decoder blocks removed: ``depth:6`` six of them, ``depth:0.2`` ceil(0.2 L) of the L
-  (``thanos.stages.depth`` chooses which);
+  (``thanos.stages.depth.blocks`` chooses which);
 - ``vocab``: tokens removed from the vocabulary: ``vocab:8000`` keeps 8000 tokens, ``vocab:0.3`` removes
   ceil(0.3 V) of the V (``thanos.models.vocabulary`` chooses which).
 

@@ -74,7 +74,8 @@ STRUCTURES: dict[str, Structure] = {
         Structure("structured", "s", label="Structured", modules=(LAYER,)),
         Structure(
             "depth", "d", order=0, size_axis=True, sidecar="depth", name="whole blocks", by_method=False,
-            options=("block_map",), whole_blocks=True, modules=("thanos.stages.depth", "thanos.stages.parts"),
+            options=("block_map",), whole_blocks=True,
+            modules=("thanos.stages.depth.blocks", "thanos.stages.depth.maps", "thanos.stages.parts"),
         ),
         Structure(
             "heads", "h", order=1, size_axis=True, sidecar="heads", label="Heads", name="heads",

@@ -108,9 +108,9 @@ def streamed_dataset(source: str) -> tuple[str, str | None] | None:
 
 @dataclass(frozen=True)
 class Distillation:
-    """Distillation of the pruned model toward the dense one (``thanos.stages.distill``): ``tokens`` (the
-    budget: windows trained on x seqlen) of ``source`` (``c4``, ``hf:NAME[:CONFIG]`` streamed from the hub,
-    or a local text/jsonl/parquet file or directory; ``text_field`` of its records), ``seqlen``,
+    """Distillation of the pruned model toward the dense one (``thanos.stages.distill.distill``): ``tokens``
+    (the budget: windows trained on x seqlen) of ``source`` (``c4``, ``hf:NAME[:CONFIG]`` streamed from the
+    hub, or a local text/jsonl/parquet file or directory; ``text_field`` of its records), ``seqlen``,
     ``batch_size`` windows per optimizer step over every process, ``micro_batch`` windows per forward, ``lr``
     (AdamW's peak), ``warmup`` steps (None: a tenth of the steps), ``heldout`` windows of the text, a
     checkpoint every ``checkpoint_every`` steps, ``seed`` of the windows' order, ``hidden_weight`` (the

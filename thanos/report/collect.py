@@ -30,7 +30,7 @@ from thanos.recipes.labels import (
 )
 from thanos.recipes.names import from_name
 from thanos.recipes.recipe import Recipe
-from thanos.stages.achieved_sparsity import combined_parameters, combined_parts
+from thanos.stages.describe.sparsity import combined_parameters, combined_parts
 
 log = logging.getLogger(__name__)
 

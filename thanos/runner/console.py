@@ -14,9 +14,9 @@ from thanos.events import clock_text
 from thanos.recipes.labels import counted, nm_note, shape_text
 from thanos.runner.checks import Plan
 from thanos.runner.disk import free_bytes, size_text
-from thanos.stages.card import evaluate_commands
 from thanos.stages.common import resolve_device
-from thanos.stages.provenance import path_bytes
+from thanos.stages.describe.card import evaluate_commands
+from thanos.stages.describe.provenance import path_bytes
 
 
 def say(stream: TextIO, text: str = "") -> None:
@@ -212,12 +212,12 @@ WORK_STATES = {
 
 
 def announce_distill(prepared: Any, keep: str, log_file: Path, stream: TextIO) -> None:
-    """What a ``thanos distill`` run will do (``prepared``: a ``thanos.stages.distill.Prepared``), before
-    it reads the models' weights: the student, the teacher, the text and the budget, where and in which
+    """What a ``thanos distill`` run will do (``prepared``: a ``thanos.stages.distill.distill.Prepared``),
+    before it reads the models' weights: the student, the teacher, the text and the budget, where and in which
     dtype it computes, where its checkpoints go and what ``keep`` keeps of them, its log, its warnings."""
     import torch
 
-    from thanos.stages.distill_files import parameter_count
+    from thanos.stages.distill.files import parameter_count
 
     kd, text = prepared.options, prepared.text
     say(stream, f"thanos distill: {prepared.student} -> {prepared.out}")

@@ -36,10 +36,10 @@ from thanos.runner.evaluations import Evaluations
 from thanos.runner.progress import StepProgress, full_log
 from thanos.runner.request import PruneRequest
 from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unfinished, unfinished_note
-from thanos.stages.achieved_sparsity import summarize
-from thanos.stages.card import CARD, model_card
+from thanos.stages.describe.card import CARD, model_card
+from thanos.stages.describe.provenance import RunRecord
+from thanos.stages.describe.sparsity import summarize
 from thanos.stages.engine import RunOptions, run_recipe
-from thanos.stages.provenance import RunRecord
 from thanos.stages.publish import intact, publish, release, released, released_to, update_texts
 
 log = logging.getLogger(__name__)
@@ -197,11 +197,11 @@ def _run_steps(run_plan: Plan, on_event: OnEvent) -> Any:
 
 
 def _distill(run_plan: Plan, steps: Any, on_event: OnEvent) -> bool:
-    """The assembled model distilled toward the dense one (``thanos.stages.distill``) into
+    """The assembled model distilled toward the dense one (``thanos.stages.distill.distill``) into
     ``run_plan.published_dir``, from its last checkpoint when an earlier run stopped; nothing when an earlier
     run distilled this assembled model (a model assembled again is distilled again). Whether it trained."""
     from thanos.files import digests
-    from thanos.stages.distill import distill, step_label
+    from thanos.stages.distill.distill import distill, step_label
 
     out = run_plan.published_dir
     if steps.computed and out.exists():

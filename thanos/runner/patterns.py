@@ -76,7 +76,7 @@ class SizeOptions:
 class SizeGoal:
     """A size as the request: remove at least the fraction ``p`` of the parameters, with the mix of ``axes``
     that loses least (``thanos.runner.size``); ``options``: the recipe options every candidate takes
-    (``thanos.runner.request.RecipeOptions``, its ``sparsity`` each candidate's)."""
+    (``thanos.runner.recipe_options.RecipeOptions``, its ``sparsity`` each candidate's)."""
 
     p: Fraction
     axes: tuple[str, ...]

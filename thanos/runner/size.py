@@ -224,7 +224,7 @@ def _other_search(request: PruneRequest, root: Path) -> str | None:
     model under the working directory root, the option that differs and how to delete it; else None."""
     from thanos.files.ledger import difference
     from thanos.runner.disk import size_text
-    from thanos.stages.provenance import path_bytes
+    from thanos.stages.describe.provenance import path_bytes
 
     if request.resources.workdir or root.exists():
         return None

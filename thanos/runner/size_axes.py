@@ -111,7 +111,7 @@ class Knobs:
         return config
 
     def _fewer_blocks(self, config: dict[str, Any], pattern: Sparsity) -> dict[str, Any]:
-        from thanos.stages.depth import shortened_config
+        from thanos.stages.depth.blocks import shortened_config
 
         k = depth_count(pattern, self.blocks)
         return shortened_config(config.get("model_type", ""), config, list(range(self.blocks - k)))

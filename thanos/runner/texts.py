@@ -1,10 +1,10 @@
 """The texts a run reads, checked for content before its first step, so that a text too short for what
 it is read for is refused before any block is pruned, not found after: the perplexity text (one window of
 ``--ppl-seqlen`` tokens at least) and the distillation's (more windows than it holds out). Each is read as
-the step that needs it reads it (``thanos.evaluation.perplexity``, ``thanos.stages.distill_text``), with the
+the step that needs it reads it (``thanos.evaluation.perplexity``, ``thanos.stages.distill.text``), with the
 model's tokenizer, and only as far as the check needs. Hub sources (``wikitext2``, ``c4``, ``hf:NAME``)
 are the hub's: ``thanos.runner.checks`` checks that the hub can be reached. (``thanos distill`` reads its
-text before any model, ``thanos.stages.distill_text.load_text``, which refuses a text too short there.)"""
+text before any model, ``thanos.stages.distill.text.load_text``, which refuses a text too short there.)"""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def distill_windows(options: Distillation, tokenizer: Any) -> int:
     """The windows of ``options.seqlen`` tokens the distillation's local text gives, counted up to one more
     than it holds out (as many as a run needs at least)."""
     from thanos.data.calibration import load_source
-    from thanos.stages.distill_text import pack_windows
+    from thanos.stages.distill.text import pack_windows
 
     documents, _ = load_source(options.source, options.text_field)
     return int(pack_windows(documents, tokenizer, options.seqlen, options.heldout + 1).shape[0])

@@ -23,7 +23,7 @@ from thanos.files.layout import DISTILL_ABOUT as ABOUT
 from thanos.files.layout import DISTILL_RUN as RUN
 from thanos.files.locks import LOCK_NAME, deleting, holder
 from thanos.runner.disk import size_text
-from thanos.stages.provenance import path_bytes
+from thanos.stages.describe.provenance import path_bytes
 
 RECORD = "workdir.json"
 COMBINED = (

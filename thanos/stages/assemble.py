@@ -3,13 +3,13 @@
 The output directory holds the original config, generation config and tokenizer files (copied byte for byte),
 the weights as safetensors (one ``model.safetensors``, or shards with ``model.safetensors.index.json``; pruned
 layers taken from ``ROOT/block{l}/{layer}.safetensors``, every other tensor copied unchanged, original
-dtypes); ``thanos.stages.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and the model
-card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the calibration
-provenance, package versions and intermediates' disk use (``thanos.stages.provenance``) and the size and
-sha256 of every other file (``thanos.files.digests``: what later readers check the model against). A
-``neurons:p`` recipe's model is written compact by default (``thanos.stages.compact``: the removed MLP
-neurons cut out, ``config.json`` with the kept width); the layers such a recipe leaves unchanged are not
-listed as pruned. Tensors are
+dtypes); ``thanos.stages.describe.card.describe_model`` writes the achieved sparsity (``sparsity.json``) and
+the model card ``README.md`` (``config.json`` stays the input's); last, ``pruning_report.json``, with the
+calibration provenance, package versions and intermediates' disk use (``thanos.stages.describe.provenance``)
+and the size and sha256 of every other file (``thanos.files.digests``: what later readers check the model
+against). A ``neurons:p`` recipe's model is written compact by default (``thanos.stages.compact``: the
+removed MLP neurons cut out, ``config.json`` with the kept width); the layers such a recipe leaves unchanged
+are not listed as pruned. Tensors are
 streamed shard by shard (``safe_open`` + ``save_file``): peak memory is one output shard, never the whole
 model. The directory is written atomically and its bytes depend only on the inputs (no timestamps; tensors in
 a fixed order).
@@ -38,11 +38,11 @@ from thanos.models.checkpoint import INDEX_FILE
 from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.real import REPORT as REAL_REPORT
 from thanos.recipes.recipe import Recipe
-from thanos.stages.card import describe_model
 from thanos.stages.compact import Compaction, compaction
-from thanos.stages.depth import map_tensors, removal
+from thanos.stages.depth.blocks import map_tensors, removal
+from thanos.stages.describe.card import describe_model
+from thanos.stages.describe.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 from thanos.stages.owl_plan import owl_blocks
-from thanos.stages.provenance import RunRecord, calibration_provenance, disk_usage, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ def assemble(
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
 
-    ``depth``: a ``depth:k`` recipe's ``depth.json`` (``thanos.stages.depth``): the model is written without
-    the blocks it removes, the others renumbered; no layer is pruned (``pruned_root`` is not read).
+    ``depth``: a ``depth:k`` recipe's ``depth.json`` (``thanos.stages.depth.blocks``): the model is written
+    without the blocks it removes, the others renumbered; no layer is pruned (``pruned_root`` is not read).
 
     ``owl``: an OWL recipe's ``owl.json`` (``thanos.stages.owl_plan``): the report's ``owl`` holds it, with
     the sparsity of every block counted on the written weights beside the planned one.

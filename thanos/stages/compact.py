@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 class Compaction:
     """The plan: ``index`` maps a tensor name to (dimension, kept indices); ``rename`` (None: every tensor
     kept under its name) maps each kept tensor's name to the one it is written under, the tensors it leaves
-    out are not written (``thanos.stages.depth``: removed blocks); ``settings`` are the config values that
-    change; ``facts`` go to the report."""
+    out are not written (``thanos.stages.depth.blocks``: removed blocks); ``settings`` are the config values
+    that change; ``facts`` go to the report."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     index: dict[str, tuple[int, torch.Tensor]] = field(default_factory=dict)

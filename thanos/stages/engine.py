@@ -115,8 +115,8 @@ class RunOptions:
     """How the stages run: the device, samples per forward pass, the recipe's own stores deleted as each
     block is done and its pruned layers once the model is assembled (retention false), the largest
     assembled shard, what the pruning report records of the run
-    (``thanos.stages.provenance.RunRecord``; None: the engine's own) and the dtype the blocks are computed
-    in (``thanos.stages.common.compute_dtype``)."""
+    (``thanos.stages.describe.provenance.RunRecord``; None: the engine's own) and the dtype the blocks are
+    computed in (``thanos.stages.common.compute_dtype``)."""
 
     device: str = "auto"
     batch_size: int = 8
@@ -307,9 +307,9 @@ class _Run:
 
     def depth(self) -> None:
         """A ``depth:k`` recipe's choice of blocks, from the dense chain's inputs of every block and the
-        last block's output (``thanos.stages.depth``)."""
-        from thanos.stages.block_maps import REFIT_DAMP
-        from thanos.stages.depth import depth_plan, map_tensors
+        last block's output (``thanos.stages.depth.blocks``)."""
+        from thanos.stages.depth.blocks import depth_plan, map_tensors
+        from thanos.stages.depth.maps import REFIT_DAMP
 
         output = self.files.depth
         assert output is not None

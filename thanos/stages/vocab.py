@@ -200,8 +200,8 @@ def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any
     a pruned model (``pruning_report.json``, rewritten by ``describe_whole``), that model's card, named
     after the whole recipe, then the vocabulary's section; alone, the vocabulary's section. ``out``: where
     the model is published (the card's loading and reproduce commands)."""
-    from thanos.stages.achieved_sparsity import SIDECAR, combined_record, read_sidecar
-    from thanos.stages.card import evaluation_lines, model_card
+    from thanos.stages.describe.card import evaluation_lines, model_card
+    from thanos.stages.describe.sparsity import SIDECAR, combined_record, read_sidecar
 
     text = card(report)
     if evaluation:
@@ -218,7 +218,7 @@ def _alone_card(pruned: dict[str, Any], report: dict[str, Any], out: Path) -> st
     """The head of a card of a vocabulary pruned alone: front matter, title, what the model is, how to load
     it and the command that writes it again; the vocabulary's section follows."""
     from thanos.recipes.labels import public_name
-    from thanos.stages.card import front_matter
+    from thanos.stages.describe.card import front_matter
 
     base, recipe = public_name(pruned["model"]["path"]), pruned["recipe"]
     before, after = report["parameters_before"], report["parameters_after"]
@@ -258,7 +258,7 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     ``model_dir`` holds: the whole recipe, this vocabulary after the recipe of the report (``combined``'s
     ``then``), the base model, every parameter counted on the written weights. Nothing for a model that
     holds no pruning report (or one of another tool)."""
-    from thanos.stages.achieved_sparsity import combined_record, write_sidecar
+    from thanos.stages.describe.sparsity import combined_record, write_sidecar
 
     path = model_dir / "pruning_report.json"
     if not path.is_file():
@@ -285,8 +285,8 @@ def describe_alone(model_dir: Path, report: dict[str, Any], base: str, recipe: d
     ``pruning_report.json`` and ``sparsity.json``, as every recipe's model has them: the recipe, the input
     model, the vocabulary removed as the compact record (tokens and parameters before and after), every
     parameter counted on the written weights. No layer is pruned."""
-    from thanos.stages.achieved_sparsity import write_sidecar
-    from thanos.stages.provenance import package_versions
+    from thanos.stages.describe.provenance import package_versions
+    from thanos.stages.describe.sparsity import write_sidecar
 
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     described = {

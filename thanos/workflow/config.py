@@ -18,7 +18,7 @@ from thanos.pruning import methods
 from thanos.pruning.structures import STRUCTURES, kind_of
 from thanos.recipes.fields import ConfigError
 from thanos.recipes.recipe import OWL_DEFAULTS, Recipe, check_sparsity
-from thanos.runner.request import RecipeOptions, check_runnable
+from thanos.runner.recipe_options import RecipeOptions, check_runnable
 
 # a config entry's recipe options: ``thanos prune-model``'s (``RecipeOptions``' fields and a size's ``axes``)
 _RECIPE_OPTIONS = ({f.name for f in fields(RecipeOptions)} | {"axes"}) - {"method", "sparsity"}
@@ -130,8 +130,8 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
 @dataclass(frozen=True)
 class Combined:
     """A combined recipe of the workflow (``depth:4+neurons:0.3``): its ``parts`` in the order they run
-    (``thanos.runner.request.RecipeOptions.recipes``: the recipes ``thanos prune-model`` runs), each part
-    a job on the model the part before wrote (workflow/rules/combined.smk)."""
+    (``thanos.runner.recipe_options.RecipeOptions.recipes``: the recipes ``thanos prune-model`` runs), each
+    part a job on the model the part before wrote (workflow/rules/combined.smk)."""
 
     name: str
     parts: tuple[Recipe, ...]
@@ -265,7 +265,7 @@ def _runnable(key: str, recipe: Recipe, sparsity: Any, given: dict[str, Any]) ->
 def _one_command_name(recipe: OneCommand) -> str:
     """A grid's name of a ``OneCommand``: ``{method}_params0.25`` (``_`` and the axes when restricted), else
     the parts' default names joined as a combined recipe's (``thanos_d4+v30``)."""
-    from thanos.runner.request import RecipeOptions
+    from thanos.runner.recipe_options import RecipeOptions
 
     options = recipe.keywords()
     if recipe.is_size:

@@ -1,4 +1,4 @@
-# Per depth:K recipe: which whole blocks go, and the linear maps that replace them (thanos/stages/depth.py),
+# Per depth:K recipe: which whole blocks go, and the linear maps that replace them (thanos/stages/depth/blocks.py),
 # from the dense chain's inputs of every block and the last block's output, computed once per model and
 # shared with OWL and the other depth recipes (rules/capture.smk); rule assemble then writes the model
 # without those blocks. The same depth.json as `thanos prune-model` (the engine's step, given these stores).

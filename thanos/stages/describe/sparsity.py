@@ -7,7 +7,7 @@ content of ``sparsity.json`` (``SIDECAR``): the method, pattern, recipe and tool
 ``structure``: ``n:m`` when every row of every pruned layer holds the pattern (no outlier rows kept
 dense), else ``unstructured``; for an OWL recipe, ``profile`` and ``blocks`` (OWL's M, lambda and
 target, and per block the outlier ratio, OWL's sparsity and the sparsity written). ``read_sidecar`` reads
-the counts back instead of counting again. The model card (``thanos.stages.card``) states them.
+the counts back instead of counting again. The model card (``thanos.stages.describe.card``) states them.
 
 The file depends only on the report and the tensors (sorted keys): the same inputs give the same bytes.
 Torch-free to import (the results' tables read a combined recipe's parts here): the tensors are read by

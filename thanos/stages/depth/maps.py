@@ -14,8 +14,8 @@ projection (a mixture of experts), or a block whose output is not its MLP output
 after the MLP: checked on the first samples with the map folded in).
 
 ``run_candidates`` scores every run of k consecutive blocks by the relative error of its fitted map (the
-``replaced`` metric of ``thanos.stages.depth``): one pass of the kept block before each candidate over the
-first ``PRESELECT_SAMPLES`` windows (the map alone), then the ``SHORTLIST`` best fitted again on every
+``replaced`` metric of ``thanos.stages.depth.blocks``): one pass of the kept block before each candidate over
+the first ``PRESELECT_SAMPLES`` windows (the map alone), then the ``SHORTLIST`` best fitted again on every
 window, the projection refitted too, and ranked by that final error, so that the choice costs about a
 third of a pass over the model on 64 windows instead of a whole one.
 """

@@ -15,7 +15,7 @@ distill`` says in its header, before any weight is read), then ``run`` (steps 2-
    added); every zero pruning wrote stays zero. The teacher runs without gradients in the compute dtype
    (``auto``: bf16 on a GPU, float32 on a CPU without bf16 instructions); the student's forward is autocast
    to that dtype.
-3. **Checkpoints** (``thanos.stages.distill_train``) every ``checkpoint_every`` steps and at the last:
+3. **Checkpoints** (``thanos.stages.distill.train``) every ``checkpoint_every`` steps and at the last:
    ``WORK/checkpoint/`` (written whole, then renamed into place) holds ``state.pt`` (the weights, AdamW's
    moments, the step, the random state, the history) and ``best.pt`` (the weights with the lowest held-out
    KL so far). The held-out KL is measured at each checkpoint. The same call again continues from the last
@@ -62,10 +62,10 @@ from thanos.pruning.distillation import hidden_pairs, zero_masks
 from thanos.pruning.structures import of_sidecar
 from thanos.recipes.labels import public_name
 from thanos.recipes.training import Distillation
-from thanos.stages.achieved_sparsity import combined_record
-from thanos.stages.card import base_model
 from thanos.stages.common import compute_dtype
-from thanos.stages.distill_files import (
+from thanos.stages.describe.card import base_model
+from thanos.stages.describe.sparsity import combined_record
+from thanos.stages.distill.files import (
     RECORD,
     Checkpoints,
     check_work,
@@ -73,9 +73,9 @@ from thanos.stages.distill_files import (
     prepare_work,
     write_student,
 )
-from thanos.stages.distill_ranks import Ranks, device_mesh, shard, start_ranks
-from thanos.stages.distill_text import Text, load_text, passes_note
-from thanos.stages.distill_train import Models, Progress, train, zeros_held
+from thanos.stages.distill.ranks import Ranks, device_mesh, shard, start_ranks
+from thanos.stages.distill.text import Text, load_text, passes_note
+from thanos.stages.distill.train import Models, Progress, train, zeros_held
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class Prepared:
     """A distillation checked and ready to run (``prepare``): its inputs, this process among the
     data-parallel ones, the device and compute dtype resolved, the text read, what its checkpoints are of
     (``record``), and what the run should say before it starts (``warnings``; ``work_state``: what ``work``
-    holds, ``thanos.stages.distill_files.check_work``)."""
+    holds, ``thanos.stages.distill.files.check_work``)."""
 
     student: str
     teacher: str

@@ -1,6 +1,6 @@
-"""The training of a distillation (``thanos.stages.distill``'s steps 2 and 3): the student's steps toward the
-teacher's next-token distributions, the held-out scores and the checkpoints, from the last checkpoint (or the
-first step) to the last.
+"""The training of a distillation (``thanos.stages.distill.distill``'s steps 2 and 3): the student's steps
+toward the teacher's next-token distributions, the held-out scores and the checkpoints, from the last
+checkpoint (or the first step) to the last.
 
 Each step trains ``batch_size`` windows (``step_windows``: a function of the step alone, so a resumed run
 trains on the windows an uninterrupted run trains on) in micro-batches, AdamW on fp32 master weights, the
@@ -39,11 +39,11 @@ from thanos.pruning.distillation import (
     step_windows,
 )
 from thanos.recipes.training import Distillation
-from thanos.stages.distill_files import Checkpoints, random_state, set_random_state
-from thanos.stages.distill_ranks import Ranks, local
-from thanos.stages.distill_text import Text
+from thanos.stages.distill.files import Checkpoints, random_state, set_random_state
+from thanos.stages.distill.ranks import Ranks, local
+from thanos.stages.distill.text import Text
 
-log = logging.getLogger("thanos.stages.distill")
+log = logging.getLogger("thanos.stages.distill.distill")
 
 CLIP = 1.0  # gradient norm clipped to this (Minitron's setting)
 

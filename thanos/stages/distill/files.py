@@ -165,7 +165,7 @@ def write_student(
     student: Path, out: Path, weights: dict[str, torch.Tensor] | None, result: dict[str, Any]
 ) -> None:
     """``out``: the student with ``weights`` (None: its own: no checkpoint beat it), ``result`` recorded."""
-    from thanos.stages.card import describe_model
+    from thanos.stages.describe.card import describe_model
 
     with atomic_path(out, is_dir=True) as tmp:
         untrained: list[str] = []

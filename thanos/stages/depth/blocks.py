@@ -7,7 +7,7 @@ block l and of block l + 1 (its output), which the dense chain stores anyway (``
   the block turns the residual stream, averaged over every calibration token;
 - ``relative``: E_t[||x_l+1,t - x_l,t|| / ||x_l,t||], how much it changes its length;
 - ``replaced`` (with maps): every run of k consecutive blocks s .. s + k - 1 (s >= 1) by the relative error
-  of the linear map fitted in its place (``thanos.stages.block_maps``): how well the model without the run
+  of the linear map fitted in its place (``thanos.stages.depth.maps``): how well the model without the run
   still writes the run's output, as ReplaceMe replaces one run. Every run is ranked on the first windows,
   the best few fitted again on all of them (``replaced_on_every_window`` in depth.json).
 
@@ -103,10 +103,10 @@ def depth_plan(
 ) -> dict:
     """Score every block (``block_scores``), choose the removed ones by ``metric`` and write ``out``
     (depth.json): the scores, the metric, the removed and the kept blocks, and with ``block_map`` the
-    maps that replace each run of removed blocks (``thanos.stages.block_maps``, files in ``MAPS_DIR``
+    maps that replace each run of removed blocks (``thanos.stages.depth.maps``, files in ``MAPS_DIR``
     beside ``out``). ``metric`` defaults to ``DEFAULT_METRIC`` with maps, ``DEFAULT_BLOCKS`` without;
     ``replaced`` and ``block_map`` need the ``model``, whose blocks run on ``device`` to fit the maps."""
-    from thanos.stages.block_maps import replace_runs, run_candidates
+    from thanos.stages.depth.maps import replace_runs, run_candidates
 
     metric = metric or (DEFAULT_METRIC if block_map else DEFAULT_BLOCKS)
     if metric not in METRICS:

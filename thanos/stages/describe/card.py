@@ -8,7 +8,7 @@ request for sparse kernels and refuse it or need extra packages (docs/using-prun
 ``thanos prune-model`` on its output, with the evaluation and the command). It writes
 
 - ``sparsity.json``: the achieved sparsity, counted on the written weights
-  (``thanos.stages.achieved_sparsity``);
+  (``thanos.stages.describe.sparsity``);
 - ``README.md``: a model card with the base model, method, pattern, alpha and the outlier rows kept dense,
   the achieved sparsity overall and per layer type, the calibration provenance, the evaluation if any,
   the command that reproduces the model and the paper's BibTeX entry. It names models and files by their
@@ -27,7 +27,6 @@ from typing import Any
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipes.labels import (
     LABELS,
-    blocks_text,
     bytes_text,
     counted,
     nm_note,
@@ -37,7 +36,8 @@ from thanos.recipes.labels import (
     shown_perplexity,
 )
 from thanos.recipes.recipe import DEFAULT_DAMP, Recipe
-from thanos.stages.achieved_sparsity import (
+from thanos.stages.describe.sections import distillation_lines, recovery_lines
+from thanos.stages.describe.sparsity import (
     SIDECAR,
     SparsitySummary,
     combined_parameters,
@@ -46,7 +46,7 @@ from thanos.stages.achieved_sparsity import (
     hyper_parameter,
     write_sidecar,
 )
-from thanos.stages.card_sections import distillation_lines, recovery_lines
+from thanos.stages.describe.structures import compact_row, compact_text, percent
 
 CARD = "README.md"
 PAPER_ARXIV = "arXiv:2504.05346"
@@ -69,21 +69,17 @@ def owl_lines(report: dict[str, Any]) -> list[str]:
         "",
         f"{owl['citation']}: M {owl['owl_m']:g}, lambda "
         f"{owl['owl_lambda']:g}, from the dense model's activations; target {owl['target']}, written "
-        f"{_percent(owl['written_sparsity'])} of the pruned layers' weights.",
+        f"{percent(owl['written_sparsity'])} of the pruned layers' weights.",
         "",
         "| block | outlier ratio | OWL sparsity | written sparsity |",
         "| --: | --: | --: | --: |",
     ]
     for block in owl["blocks"]:
         lines.append(
-            f"| {block['block']} | {100 * block['outlier_ratio']:.3f} % | {_percent(block['sparsity'])} | "
-            f"{_percent(block['written_sparsity'])} |"
+            f"| {block['block']} | {100 * block['outlier_ratio']:.3f} % | {percent(block['sparsity'])} | "
+            f"{percent(block['written_sparsity'])} |"
         )
     return [*lines, ""]
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.2f} %"
 
 
 def base_model(report: dict[str, Any]) -> str:
@@ -131,129 +127,6 @@ DENSE_TEXT = (
     "The weights are stored dense, zeros included, and `config.json` is the base model's: the model "
     "loads wherever the base model loads, as a dense model."
 )
-
-
-CHOSEN_BY = {
-    "influence": "chosen by the lowest block influence on the calibration text",
-    "relative": "chosen by the lowest relative change on the calibration text",
-    "replaced": "chosen as the run of blocks a fitted linear map reproduces best on the calibration text",
-}
-
-
-def _maps_text(maps: list[dict[str, Any]]) -> str:
-    """The card's sentences on the maps that replace the removed runs of blocks."""
-    folded = [entry for entry in maps if "folded_into" in entry]
-    text = "".join(
-        f" Blocks {entry['blocks'][0]}-{entry['blocks'][1]} are replaced by a linear map fitted by least "
-        f"squares on the calibration activations, folded into the MLP output projection of block "
-        f"{entry['folded_into']}, which is then refitted by ridge least squares toward it on the same "
-        "activations (no parameter added)."
-        for entry in folded
-    )
-    return text + "".join(
-        f" Blocks {entry['blocks'][0]}-{entry['blocks'][1]} are left out without a map: {entry['why']}."
-        for entry in maps
-        if "folded_into" not in entry and entry.get("why")
-    )
-
-
-def _compact_text(compact: dict[str, Any]) -> str:
-    """What a compact (neurons or heads removed) model is, for the card."""
-    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
-    counted = f"{after:,} of {before:,} parameters ({100 * (1 - after / before):.1f} % fewer)"
-    return COMPACT_TEXTS.get(compact.get("structure"), _width_text)(compact, counted)
-
-
-def _blocks_text(compact: dict[str, Any], counted: str) -> str:
-    removed = compact["removed_blocks"]
-    gone = f"{blocks_text(removed)} of the base model {'is' if len(removed) == 1 else 'are'} gone"
-    return (
-        f"Whole blocks are removed: the model keeps {compact['kept_blocks']} of its "
-        f"{compact['original_blocks']} decoder blocks ({gone}, "
-        f"{CHOSEN_BY.get(compact['metric'], compact['metric'])}; the others renumbered; "
-        f"`num_hidden_layers` and every per-block setting in `config.json` follow), {counted}; the model "
-        "loads wherever the base model loads, as a shallower dense model of the same architecture."
-        + _maps_text(compact.get("maps") or [])
-    )
-
-
-def _heads_text(compact: dict[str, Any], counted: str) -> str:
-    return (
-        "The removed attention heads are cut out of the matrices: every block keeps "
-        f"{compact['kept_heads']} of its {compact['original_heads']} query heads and "
-        f"{compact['kept_kv_heads']} of its {compact['original_kv_heads']} key/value heads of "
-        f"{compact['head_dim']} (`num_attention_heads`, `num_key_value_heads` and `head_dim` in "
-        f"`config.json`; every other value the base model's), {counted}; the model loads wherever the base "
-        "model loads, as a smaller dense model of the same architecture."
-    )
-
-
-def _width_text(compact: dict[str, Any], counted: str) -> str:
-    return (
-        "The removed MLP neurons are cut out of the matrices: every block keeps "
-        f"{compact['kept_width']} of its {compact['original_width']} neurons"
-        + (f" (a multiple of {compact['multiple']})" if compact.get("multiple", 1) > 1 else "")
-        + f" (`{compact['width_key']}` in "
-        "`config.json` is "
-        f"{compact['kept_width']}, every other value the base model's), {counted}; the model loads wherever "
-        "the base model loads, as a smaller dense model of the same architecture."
-    )
-
-
-def _compact_row(compact: dict[str, Any], summary: SparsitySummary) -> str:
-    """The card's row of what a compact model removed (its written weights hold no removed neuron)."""
-    before, after = compact["parameters"]["original"], compact["parameters"]["kept"]
-    return COMPACT_ROWS.get(compact.get("structure"), _width_row)(compact, summary, before - after)
-
-
-def _blocks_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
-    blocks, removed_blocks = compact["original_blocks"], compact["removed_blocks"]
-    which = ", ".join(map(str, removed_blocks))
-    count, indices = len(removed_blocks), "index" if len(removed_blocks) == 1 else "indices"
-    return (
-        f"| removed | {count} of the {blocks} blocks ({indices} {which}, counted from 0): "
-        f"{gone:,} parameters |"
-    )
-
-
-def _heads_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
-    removed, heads = compact["removed_per_block"], compact["original_heads"]
-    groups = compact["original_kv_heads"] - compact["kept_kv_heads"]
-    return (
-        f"| removed | {removed} of the {heads} query heads of every block ({_percent(removed / heads)})"
-        + (f", {groups} key/value groups with them" if groups else "")
-        + f", with their columns of {compact['output_projection']} and rows of "
-        f"{', '.join(compact['projections'][: 3 if groups else 1])}: {gone:,} parameters; the "
-        f"written weights hold {_percent(summary.global_sparsity)} zeros |"
-    )
-
-
-def _width_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
-    removed, width = compact["removed_per_block"], compact["original_width"]
-    return (
-        f"| removed | {removed} of the {width} MLP neurons of every block ({_percent(removed / width)}), "
-        f"with their column of {compact['output_projection']} and rows of {', '.join(compact['feeders'])}: "
-        f"{gone:,} parameters; the written weights hold {_percent(summary.global_sparsity)} zeros |"
-    )
-
-
-def _tokens_text(compact: dict[str, Any], counted: str) -> str:
-    return (
-        f"The vocabulary keeps {compact['kept_tokens']:,} of its {compact['original_tokens']:,} tokens (the "
-        f"rows of the embedding and the output head of the others are gone, `vocab_size` in `config.json` "
-        f"follows, the tokenizer files are rewritten), {counted}; the model loads wherever the base model "
-        "loads, as a model of a smaller vocabulary."
-    )
-
-
-def _tokens_row(compact: dict[str, Any], summary: SparsitySummary, gone: int) -> str:
-    kept, before = compact["kept_tokens"], compact["original_tokens"]
-    return f"| removed | {before - kept:,} of the {before:,} tokens of the vocabulary: {gone:,} parameters |"
-
-
-# a compact record's paragraph and row of the card, by its structure (the structures' table's ``sidecar``)
-COMPACT_TEXTS = {"depth": _blocks_text, "heads": _heads_text, "neurons": _width_text, "vocab": _tokens_text}
-COMPACT_ROWS = {"depth": _blocks_row, "heads": _heads_row, "neurons": _width_row, "vocab": _tokens_row}
 
 
 def evaluate_commands(model: str) -> str:
@@ -343,7 +216,7 @@ def model_card(
         f"`{base}` pruned with **{spec.label}** ({pattern}) by thanos-prune, a pipeline and library for "
         "*Thanos: A Block-wise Pruning Algorithm for Efficient Large Language Model Compression* (Ilin and "
         f"Richtárik, 2025, {PAPER_ARXIV}). "
-        + (_compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
+        + (compact_text(report["compact"]) if report.get("compact") else DENSE_TEXT)
         + " "
         f"`{SIDECAR}` gives the sparsity of every pruned layer, counted on these weights.",
         *(["", f"{note[0].upper()}{note[1:]}."] if (note := nm_note(sparsity, alpha)) else []),
@@ -423,11 +296,11 @@ def _facts(
         f"| method | {method}{blocksize}, damping {recipe.get('damp', 0.01):g} (fraction of mean diag H) |",
         f"| pattern | {pattern} |",
         f"| alpha (outlier rows kept dense) | {alpha:g}: {rows} |",
-        _compact_row(report["compact"], summary)
+        compact_row(report["compact"], summary)
         if report.get("compact")
-        else f"| achieved sparsity | {_percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
+        else f"| achieved sparsity | {percent(summary.pruned_sparsity)} of the {summary.pruned_weights:,} "
         f"weights of the {len(report.get('layers') or [])} pruned linear layers; "
-        f"{_percent(summary.global_sparsity)} of all {summary.parameters:,} parameters |",
+        f"{percent(summary.global_sparsity)} of all {summary.parameters:,} parameters |",
         f"| left dense | embeddings, norms, {dense_text} |",
         f"| calibration | {calib} |",
     ]
@@ -446,7 +319,7 @@ def _per_type_lines(summary: SparsitySummary) -> list[str]:
     ]
     for name, kind in sorted(summary.per_type.items()):
         lines.append(
-            f"| {name} | {kind.layers} | {kind.weights:,} | {_percent(kind.sparsity)} | "
+            f"| {name} | {kind.layers} | {kind.weights:,} | {percent(kind.sparsity)} | "
             f"{kind.outlier_rows} of {kind.rows} |"
         )
     return [*lines, ""]

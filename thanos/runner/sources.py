@@ -1,0 +1,107 @@
+"""Where a run's model and texts come from, checked before anything runs: a local path or a hub name
+(``is_local``), the hub reachable when a source needs it (``check_hub``, one line at once when it is not),
+the calibration, perplexity and distillation sources resolved (``source_reference``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from thanos.data.textdata import check_files
+from thanos.errors import MissingOption, Option, OptionError
+
+HUB_SOURCES = {
+    "calibration": "c4",
+    "ppl_source": "wikitext2",
+    "distill.source": "c4",
+}  # the option: its hub dataset's name
+
+
+def is_local(path: str | Path) -> bool:
+    """A path the user means as a file or directory (exists, or is written like a path)."""
+    text = str(path)
+    return Path(text).expanduser().exists() or text.startswith((".", "/", "~"))
+
+
+def hub_config(reference: str) -> Any:
+    """A hub model's config (only config.json is downloaded): from the local cache when it is there, else
+    from the hub, after a probe of it (5 s) so that an unreachable hub is one line at once rather than the
+    hub client's retries (~25 s of warnings)."""
+    from transformers import AutoConfig
+
+    option = Option("model", reference)
+    try:
+        return AutoConfig.from_pretrained(reference, local_files_only=True)
+    except (OSError, ValueError):
+        pass
+    unreachable = unreachable_hub()
+    if unreachable is not None:
+        raise MissingOption(
+            option,
+            f"not in the local cache, and the hub cannot be reached ({unreachable}): pass a local model "
+            "directory, or run where the hub can be reached",
+        )
+    try:
+        return AutoConfig.from_pretrained(reference)
+    except (OSError, ValueError) as err:
+        raise MissingOption(option, f"cannot read its config.json ({err})") from err
+
+
+def unreachable_hub(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) cannot be reached, or None."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE=1"
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = (
+        endpoint.hostname or "huggingface.co",
+        endpoint.port or (80 if endpoint.scheme == "http" else 443),
+    )
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{host}:{port}: {err.strerror or err}"
+    return None
+
+
+def source_reference(source: str | Path, option: str, text_field: str = "text", check: bool = True) -> str:
+    """The hub's dataset of ``option`` (``c4``, ``wikitext2``) unchanged; a local file or directory as an
+    absolute path. A local source must exist and, with ``check``, pass ``thanos.data.textdata.check_files``
+    (types, encoding, first record): its problems are named now, not by a step after the pruning."""
+    hub_name = HUB_SOURCES[option]
+    if str(source) == hub_name:
+        if check:
+            check_hub(option)
+        return hub_name
+    path = Path(source).expanduser().resolve()
+    if not path.exists():
+        raise MissingOption(Option(option, str(source)), f"no such file or directory (or give {hub_name!r})")
+    if check:
+        check_files(path, text_field)
+    return str(path)
+
+
+def check_hub(option: str, given: str | None = None) -> None:
+    """Refuse a hub source (``c4``, ``wikitext2``, ``hf:NAME``: ``given``) when the hub cannot be reached from
+    here (offline mode, no network), naming the option that takes a local file instead, before anything
+    runs."""
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
+    why = f"{offline[0]}=1" if offline else None
+    if why is None:  # one HEAD request the way the download goes (HF_ENDPOINT, proxies)
+        from huggingface_hub import constants
+        from huggingface_hub.utils import get_session
+
+        try:
+            get_session().head(constants.ENDPOINT, timeout=10)
+        except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
+            why = f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
+    if why is not None:
+        raise OptionError(
+            Option(option, given or HUB_SOURCES[option]),
+            f"the hub is not available ({why}); give a local text, jsonl or parquet file or directory: ",
+            Option(option, "FILE"),
+        )
