@@ -217,9 +217,8 @@ def _part(
     if request.resources.workdir:
         workdir = Path(request.resources.workdir) / f"part{i + 1}-{parts[i].replace(':', '')}"
     elif i > 0:  # keyed by its model and calibration as any default working directory, named after the input
-        own = default_workdir(model, dataclasses.asdict(request.calibration))
         name = "+".join([model_slug(reference), *(p.replace(":", "") for p in parts[: i + 1])])
-        workdir = own.with_name(f"{name}-{own.name.rsplit('-', 1)[1]}")
+        workdir = default_workdir(model, dataclasses.asdict(request.calibration), name)
     if workdir is not None:
         changes["resources"] = dataclasses.replace(request.resources, workdir=workdir)
     if i > 0:  # its model's report records the recipe so far, on the input model (a vocab part adds itself)

@@ -52,10 +52,16 @@ def model_slug(reference: str) -> str:
     return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
 
 
-def default_workdir(model: str, calibration: dict[str, Any]) -> Path:
-    """``$THANOS_WORKDIR/<model>-<hash of model and calibration>`` (``~/.cache/thanos`` by default)."""
-    key = hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
-    return default_root() / f"{model_slug(model)}-{key}"
+def default_workdir(model: str, calibration: dict[str, Any], name: str | None = None) -> Path:
+    """``$THANOS_WORKDIR/<model>-<key>`` (``~/.cache/thanos`` by default): the key (``workdir_key``) of the
+    model and the calibration; ``name`` instead of the model's (a combined recipe's later part: named after
+    the input model and the parts so far, keyed by the model it reads)."""
+    return default_root() / f"{name or model_slug(model)}-{workdir_key(model, calibration)}"
+
+
+def workdir_key(model: str, calibration: dict[str, Any]) -> str:
+    """The hash of a model and a calibration that names their default working directory."""
+    return hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
 
 
 def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: str) -> None:
