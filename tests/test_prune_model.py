@@ -572,6 +572,19 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path, cli):
     assert "Retrying" not in run.stderr and not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("sparsity", ["params:0.3", "vocab:0.3"])
+def test_a_size_or_vocabulary_of_a_hub_id_names_how_to_get_a_local_copy(sparsity, tmp_path, cli):
+    """A size reads the model's files to plan its search, a vocabulary rewrites its tokenizer files: on a
+    hub id both are refused in one line before anything is written, giving the command that downloads it."""
+    args = ["prune-model", "--model", "someorg/some-model", "--method", "thanos", "--sparsity", sparsity]
+    run = cli(*args, "--out", "o", "--workdir", "w", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr[-2000:]
+    line = run.stderr.splitlines()[-1]
+    assert line.startswith("ERROR: --model someorg/some-model is not a local directory; "), line
+    assert "`hf download someorg/some-model --local-dir DIR`" in line, line
+    assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+
+
 def test_hub_sources_offline_are_refused_naming_the_flag_that_takes_a_file(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 

@@ -79,7 +79,11 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
 
     model = Path(request.model)
     if not model.is_dir():
-        raise OptionError(Option("model", request.model), " is not a local directory; params:P needs one")
+        raise OptionError(
+            Option("model", request.model),
+            f" is not a local directory; {request.sparsity} reads the model's files to plan its search: "
+            f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
+        )
     dense = knobs(model, goal.options.width_multiple)
     axes = _axes(goal, dense)
     parameters = stored_parameters(model)
