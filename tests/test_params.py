@@ -142,6 +142,7 @@ def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     search finished, with its calibration."""
     import itertools
     import os
+    import re
 
     from conftest import kill_once, stopped_holding, thanos_here
 
@@ -176,8 +177,11 @@ def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     again = thanos_here(*_command(inputs, "params:0.3", shared), cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     lines = [line for line in again.stderr.splitlines() if line.startswith("candidate ")]
-    earlier = {line.split(": ")[1] for line in lines if line.endswith("(measured in an earlier run)")}
-    measured = [line.split(": ")[1] for line in lines if not line.endswith("(measured in an earlier run)")]
+    earlier = {line.split(": ")[1] for line in lines if "(measured in an earlier run)" in line}
+    measured = [line.split(": ")[1] for line in lines if "(measured in an earlier run)" not in line]
+    # each line: its place among the most the search measures, the best so far, the time the rest may take
+    assert all(re.match(r"candidate \d+ of at most \d+: ", line) for line in lines), lines
+    assert "; best so far " in lines[-1] and any("left" in line for line in lines), lines
     recorded = json.loads((shared / "search.json").read_text())
     assert len(killed) >= 2 and {slug(p) for p in earlier} == killed, (killed, lines)
     assert sorted([*earlier, *measured]) == sorted(c["recipe"] for c in recorded["candidates"])

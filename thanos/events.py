@@ -219,9 +219,11 @@ def ignore(event: Event) -> None:
 
 @dataclass(frozen=True)
 class SearchCandidate:
-    """A size search's candidate (``thanos.runner.size``), the ``index``-th: its explicit ``recipe``, the
-    fraction of the parameters it removes, its held-out ``loss`` (nats per token), the ``seconds`` its
-    pruning and measurement took, ``reused`` when an earlier run measured it."""
+    """A size search's candidate (``thanos.runner.size``), the ``index``-th of at most ``bound``: its
+    explicit ``recipe``, the fraction of the parameters it removes, its held-out ``loss`` (nats per token),
+    the ``seconds`` its pruning and measurement took, ``reused`` when an earlier run measured it; ``best``:
+    the candidate of least loss so far among those that remove enough (None: none yet), ``left``: the
+    seconds the other candidates may take at this run's mean (None: nothing timed yet)."""
 
     index: int
     recipe: str
@@ -229,12 +231,22 @@ class SearchCandidate:
     loss: float
     seconds: float
     reused: bool
+    bound: int = 0
+    best: str | None = None
+    left: float | None = None
 
     @property
     def text(self) -> str:
-        """``candidate 3: depth:2+neurons:0.25: 21.4 % fewer parameters, held-out loss 0.1234 (1:05)``."""
+        """``candidate 3 of at most 8: depth:2+neurons:0.25: 21.4 % fewer parameters, held-out loss 0.1234
+        (1:05); best so far depth:2+neurons:0.25; at most 5:25 left``."""
         when = "measured in an earlier run" if self.reused else clock_text(self.seconds)
-        return (
-            f"candidate {self.index}: {self.recipe}: {100 * self.removed:.1f} % fewer parameters, held-out "
-            f"loss {self.loss:.4f} ({when})"
+        of = f" of at most {self.bound}" if self.bound >= self.index else ""
+        text = (
+            f"candidate {self.index}{of}: {self.recipe}: {100 * self.removed:.1f} % fewer parameters, "
+            f"held-out loss {self.loss:.4f} ({when})"
         )
+        if self.best is not None:
+            text += f"; best so far {self.best}"
+        if self.left:
+            text += f"; at most {clock_text(self.left)} left"
+        return text

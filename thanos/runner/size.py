@@ -106,6 +106,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, _key(request))
+        search.bound, search.target = len(first_round(dense, axes, target)) + TRIES, target
         chosen = choose(dense, axes, target, parameters, search.candidate)
         record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
@@ -263,6 +264,9 @@ class Search:
     work: Path | None = None  # where the candidates' stages run (None: the search's own ``work``)
     texts: list[str] = dataclasses.field(default_factory=list)
     measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    bound: int = 0  # the most candidates the search measures (its first round and ``TRIES`` mixes)
+    target: int = 0  # the parameters a candidate must remove to be chosen
+    timed: list[float] = dataclasses.field(default_factory=list)  # the seconds of those this run measured
 
     def place(self, pattern: str) -> Path:
         """The candidate's directory: its measurement, its log, its model while measured."""
@@ -357,11 +361,23 @@ class Search:
             result = self._measure(pattern, mix, place)
             write_json(entry.output, result)
             entry.write(inputs)
+            self.timed.append(result["seconds"])
         self.measured[pattern] = result
         event = SearchCandidate(len(self.measured), pattern, result["removed_fraction"], result["loss"],
-                                result["seconds"], reused)  # fmt: skip
+                                result["seconds"], reused, self.bound, *self._progress())  # fmt: skip
         say(self.stream, event.text)
         return result
+
+    def _progress(self) -> tuple[str | None, float | None]:
+        """(the measured candidate of least loss that removes enough, the seconds the rest of ``bound`` may
+        take at the mean of those measured in this run)."""
+        enough = [(m["loss"], recipe) for recipe, m in self.measured.items() if m["removed"] >= self.target]
+        left = (
+            max(0, self.bound - len(self.measured)) * sum(self.timed) / len(self.timed)
+            if self.timed
+            else None
+        )
+        return (min(enough)[1] if enough else None), left
 
     def _measure(self, pattern: str, mix: dict[str, str], place: Path) -> dict[str, Any]:
         """Prune ``pattern`` on the search's calibration into ``place``/model and measure it."""
