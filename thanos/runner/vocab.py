@@ -98,7 +98,8 @@ def _workdir(request: PruneRequest) -> Path:
     model and the calibration."""
     if request.resources.workdir:
         return Path(request.resources.workdir).expanduser().resolve()
-    return default_workdir(request.model, dataclasses.asdict(request.calibration))
+    model = str(Path(request.model).expanduser().resolve())  # the same model given as another path finds it
+    return default_workdir(model, dataclasses.asdict(request.calibration))
 
 
 def _written(
