@@ -116,12 +116,6 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
         (option, entry[option]) for option in ONE_COMMAND_OPTIONS if entry.get(option) is not None
     )
     recipe = OneCommand(name or "", entry["method"], str(sparsity).strip(), options)
-    try:
-        recipe.request("model")
-    except OptionError as err:
-        raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
-    except (ConfigError, ValueError) as err:
-        raise ConfigError(f"{key}: {err}") from None
     recipe = replace(recipe, name=name or _one_command_name(recipe))
     Recipe(recipe.name, recipe.method, 0.5, key=key)  # the name checked as any recipe's
     return recipe
