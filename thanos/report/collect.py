@@ -19,7 +19,7 @@ import pandas as pd
 from thanos.files.layout import DENSE, NOT_MODELS
 from thanos.pruning import methods
 from thanos.pruning.sparsity import Sparsity, parse_sparsity
-from thanos.pruning.structures import COMBINING
+from thanos.pruning.structures import COMBINING, kind_of
 from thanos.recipes.labels import (
     pattern_label,
     per_original_token,
@@ -288,7 +288,7 @@ def _structure_fields(report: dict[str, Any], row: dict[str, Any]) -> dict[str, 
     fields: dict[str, Any] = {}
     if (counts := combined_parameters(report)) is not None:
         fields["params_removed"] = 1 - counts[1] / counts[0]
-    kinds = [str(part.get("sparsity")).partition(":")[0] for part in parts]
+    kinds = [kind_of(str(part.get("sparsity"))) for part in parts]
     if all(kind in STRUCTURES for kind in kinds):
         fields["structure"] = "+".join(kinds)
     if combined:

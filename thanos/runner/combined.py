@@ -89,7 +89,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             "sparsity": parts[i],
             "model": str(model),
             "out": report["out"],
-            "compact": report.get("compact") or _vocab_parameters(report),
+            "compact": report.get("compact") or _vocab_compact(report),
         }
         if request.recipes[i].block_map is not None:  # a depth part: with or without its maps
             step["block_map"] = request.recipes[i].block_map
@@ -240,11 +240,12 @@ def _part(
     return dataclasses.replace(request, **changes)
 
 
-def _vocab_parameters(report: dict[str, Any]) -> dict[str, Any] | None:
-    """A vocab part's parameters before and after, as a width part's ``compact`` says them."""
-    if "parameters_after" not in report:
-        return None
-    return {"parameters": {"original": report["parameters_before"], "kept": report["parameters_after"]}}
+def _vocab_compact(report: dict[str, Any]) -> dict[str, Any] | None:
+    """A vocab part's ``compact`` record (``stages.vocab.vocabulary_part``: its tokens and parameters before
+    and after, as a width part's says them); None for a dry run's, which wrote nothing."""
+    from thanos.stages.vocab import vocabulary_part
+
+    return vocabulary_part(report)["compact"] if "parameters_after" in report else None
 
 
 def _say_parameters(steps: list[dict[str, Any]], parts: list[str], reference: str, stream: TextIO) -> None:

@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from thanos.evaluation.perplexity import DEFAULT_BATCH_SIZE
+from thanos.files.layout import DENSE
 from thanos.files.ledger import Entry, Upstream, source_identity
+from thanos.runner.workdirs import model_slug
 
 ZEROSHOT_BATCH_SIZE = 16  # the workflow's default (workflow/schemas/config.schema.yaml)
 NAMES = {"ppl": "perplexity", "zeroshot": "zeroshot"}  # --evaluate name: the file's and the card's
 LABELS = {"ppl": "perplexity", "zeroshot": "zero-shot tasks"}
+
+
+def dense_eval_dir(workdir: Path, model: str) -> Path:
+    """Where a working directory keeps ``model``'s own evaluations (``results/<its name>/dense/eval``): the
+    number beside every recipe's pruned model there, computed once."""
+    return workdir / "results" / model_slug(model) / DENSE / "eval"
 
 
 @dataclass(frozen=True)

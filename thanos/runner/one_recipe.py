@@ -25,14 +25,13 @@ import torch
 
 from thanos.errors import interruption
 from thanos.events import OnEvent, StepDone, StepStarted, clock_text
-from thanos.files.layout import DENSE
 from thanos.files.ledger import remove
 from thanos.files.locks import exclusive_workdir
 from thanos.recipes.labels import counted
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
 from thanos.runner.console import say
-from thanos.runner.evaluations import Evaluations
+from thanos.runner.evaluations import Evaluations, dense_eval_dir
 from thanos.runner.progress import StepProgress, full_log
 from thanos.runner.request import PruneRequest
 from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unfinished, unfinished_note
@@ -253,10 +252,9 @@ def _evaluations(run_plan: Plan) -> Any:
     model (a combined recipe's: the model its first part read, not the one this part read), evaluated in
     ``results/<its name>/dense/eval``."""
     evaluation, base = run_plan.evaluation, run_plan.teacher or run_plan.reference
-    dense = run_plan.workdir / "results" / model_slug(base) / DENSE / "eval"
     return Evaluations(
         run_plan.published_dir, run_plan.out, run_plan.model_root / "eval", base,
-        dense, evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks,
-        run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
+        dense_eval_dir(run_plan.workdir, base), evaluation.kinds, str(evaluation.ppl_source),
+        evaluation.tasks, run_plan.resources.device, run_plan.name, run_plan.resources.compute_dtype,
         evaluation.include_path, evaluation.ppl_seqlen,
     )  # fmt: skip

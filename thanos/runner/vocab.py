@@ -28,7 +28,6 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files import digests
-from thanos.files.layout import DENSE
 from thanos.files.ledger import Entry, model_identity
 from thanos.files.locks import exclusive_workdir
 from thanos.runner.checks import holds_another
@@ -122,12 +121,12 @@ def _evaluate(
     """The written model's and ``dense``'s evaluations (``runner.evaluations``: kept in the working
     directory while their models and options stay the same), copied beside the model (``out/eval``)."""
     from thanos.files.atomic import write_json
-    from thanos.runner.evaluations import Evaluations
+    from thanos.runner.evaluations import Evaluations, dense_eval_dir
     from thanos.stages.engine import Steps
 
     evaluation, (workdir, recipe_dir) = request.evaluation, where
     evaluations = Evaluations(
-        out, out, recipe_dir / "eval", dense, workdir / "results" / model_slug(dense) / DENSE / "eval",
+        out, out, recipe_dir / "eval", dense, dense_eval_dir(workdir, dense),
         evaluation.kinds, str(evaluation.ppl_source), evaluation.tasks, device, request.recipes[0].name,
         request.resources.compute_dtype, evaluation.include_path, evaluation.ppl_seqlen,
         identity=weight_files(out),
