@@ -10,13 +10,12 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import shared_worker
+from conftest import shared_worker, snakemake_command
 from safetensors import safe_open
 
 from thanos.errors import PathError
@@ -74,8 +73,7 @@ def results(tmp_path_factory) -> Path:
         "report": False,
     }
     (workdir / "real.yaml").write_text(yaml.safe_dump(config))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
-    cmd += ["--configfile", str(workdir / "real.yaml"), "--cores", "2", "--nocolor"]
+    cmd = snakemake_command(workdir, "--configfile", workdir / "real.yaml", "--cores", "2", "--nocolor")
     env = {**os.environ, **shared_worker()}  # its jobs in the pytest process's warm worker
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -5,8 +5,9 @@ Thanos recipe, sequential chain, perplexity of the pruned model).
 
 A cluster with (stand-in) GPUs, `device: auto`, in order:
 1. the reference config through `snakemake --profile workflow/profiles/slurm` with the squeue status command:
-   every rule job goes through sbatch (SLURM job ids in Snakemake's log, slurmctld's jobcomp record, the
-   plugin's per-job SLURM logs); GPU rules ask for `--gpus=1` and get a (stand-in) GPU;
+   every rule job but the local ones (the model's facts and tokens) goes through sbatch (SLURM job ids in
+   Snakemake's log, slurmctld's jobcomp record, the plugin's per-job SLURM logs); GPU rules ask for
+   `--gpus=1` and get a (stand-in) GPU;
    one running job (capture of block 1) is cancelled with `scancel`, so that run fails (--retries 0);
 2. the same command again finishes the run and resubmits none of the jobs that had finished (their
    outputs keep their mtimes; no new SLURM job for them);
@@ -38,7 +39,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import calibrated, shared_worker, thanos_here  # noqa: E402
+from conftest import calibrated, shared_worker, snakemake_command, thanos_here  # noqa: E402
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,8 @@ STRUCTURES = {
     "depth1": {"method": "thanos", "sparsity": "depth:1"},
     "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
 }
+# the rules that run where Snakemake runs (localrules), never through sbatch
+LOCAL_RULES = {"model_info", "calibrate", "tables", "figures"}
 DISTILL = {"tokens": 512, "seqlen": 32, "batch_size": 2, "heldout": 2, "checkpoint_every": 4}
 
 
@@ -92,7 +95,7 @@ def _write_config(tmp: Path, model: Path, results: Path, **overrides) -> Path:
 
 
 def _snakemake(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 480):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+    cmd = snakemake_command(cwd, *args)
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -158,7 +161,7 @@ class Background:
     it, fails the test if it failed, and returns its output."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+        cmd = snakemake_command(cwd, *args)
         self.log = log
         with open(log, "w") as out:
             self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
@@ -248,7 +251,7 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
     with slurm_cluster(tmp_path / "cluster") as cluster:
         env = _slurm_env(cluster.env)
         args = [*SLURM_ARGS, "--configfile", str(slurm_cfg)]
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *args]
+        cmd = snakemake_command(tmp_path, *args)
         first_log = tmp_path / "first_run.log"
         with open(first_log, "w") as log:
             proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
@@ -301,9 +304,10 @@ def test_pipeline_on_slurm_matches_local_run_and_resumes_after_scancel(reference
             tres = cluster.job(job_id).get("TresPerJob", "")
             gpu_rule = rule in ("embed", "capture", "propagate", "prune_block", "perplexity")
             assert ("gpu:1" in tres) == gpu_rule, (rule, tres)
-        assert {"model_info", "calibrate", "embed", "capture", "prune_block", "propagate"} <= set(
-            submitted_first.values()
-        )
+        assert {"embed", "capture", "prune_block", "propagate"} <= set(submitted_first.values())
+        # the model's facts and tokens ran where Snakemake runs (localrules), not through sbatch
+        assert not LOCAL_RULES & set(all_jobs.values()), all_jobs
+        assert "localcheckpoint model_info:" in first and "localrule calibrate:" in first, first[-3000:]
 
     # 3. Byte-identical assembled model.
     local = _local(local_run)
@@ -323,8 +327,6 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only, m
     assert "Invalid generic resource" not in log
     submitted = _submitted(log)
     rules = {
-        "model_info",
-        "calibrate",
         "embed",
         "capture",
         "prune_recipe",
@@ -335,7 +337,7 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only, m
         "combined_part",
         "combined_model",
     }
-    assert rules <= set(submitted.values()), submitted
+    assert rules <= set(submitted.values()) and not LOCAL_RULES & set(submitted.values()), submitted
     completed = {j["JobId"]: j for j in cluster.completed_jobs()}
     for job_id, rule in submitted.items():
         assert completed[job_id]["JobState"] == "COMPLETED", (rule, completed[job_id])

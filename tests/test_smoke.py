@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import shared_worker
+from conftest import shared_worker, snakemake_command
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "workflow" / "configs" / "smoke.yaml"
@@ -21,8 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _snakemake(workdir: Path, *extra: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
-    cmd += ["--configfile", str(SMOKE), "--cores", "2", "--nocolor", *extra]
+    cmd = snakemake_command(workdir, "--configfile", SMOKE, "--cores", "2", "--nocolor", *extra)
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 

@@ -1,5 +1,11 @@
 # Per model: model facts (a checkpoint), calibration tokens, block 0 inputs. Shared by all recipes.
 
+# The model's facts and its calibration tokens run where Snakemake runs (on a cluster: the login node, which
+# can reach the hub when compute nodes cannot): seconds of work each, not worth a job's queue wait.
+localrules:
+    model_info,
+    calibrate,
+
 
 checkpoint model_info:
     input:

@@ -4,6 +4,11 @@
 
 report: "../report/workflow.rst"
 
+# reading the results' JSON files and drawing them: where Snakemake runs, not a cluster job
+localrules:
+    tables,
+    figures,
+
 
 rule tables:
     input:
