@@ -107,22 +107,44 @@ def vllm_reads(*model_dirs: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in run.stdout.strip().splitlines()[-len(model_dirs) :]]
 
 
-def run_llama_cpp_converter(model_dir: Path, gguf_file: Path, *options: str) -> Any:
-    """llama.cpp's converter run on ``model_dir`` (its ``CompletedProcess``, text output captured)."""
+def run_llama_cpp_converter(model_dir: Path, gguf_file: Path, *options: str) -> subprocess.CompletedProcess:
+    """llama.cpp's converter run on ``model_dir`` as ``python convert_hf_to_gguf.py MODEL --outfile FILE
+    OPTIONS`` runs it, but in this process (its imports, torch's and transformers', are this process's: ~3
+    CPU-s a conversion less): its exit status, and its log and any error's traceback as its stderr. Its own
+    ``gguf`` and ``conversion`` packages are imported for the run and taken out after it, so this process's
+    other imports of them are not changed."""
+    import io
+    import logging
+    import runpy
+    import traceback
+
     converter = llama_cpp_converter()
-    return subprocess.run(
-        [
-            sys.executable,
-            str(converter / "convert_hf_to_gguf.py"),
-            str(model_dir),
-            "--outfile",
-            str(gguf_file),
-        ]
-        + list(options),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(converter / "gguf-py")},
-    )
+    argv = [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(gguf_file), *options]
+    ours = ("gguf", "conversion")
+    kept = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ours}
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    root, stderr = logging.getLogger(), io.StringIO()
+    handler, level = logging.StreamHandler(stderr), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # what its logging.basicConfig(level=INFO) gives a new process
+    status = 0
+    try:
+        sys.argv = argv
+        sys.path[:0] = [str(converter), str(converter / "gguf-py")]
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as end:
+        status = end.code if isinstance(end.code, int) else int(end.code is not None)
+    except Exception:
+        stderr.write(traceback.format_exc())
+        status = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for name in [name for name in sys.modules if name.split(".")[0] in ours]:
+            del sys.modules[name]
+        sys.modules.update(kept)
+    return subprocess.CompletedProcess(argv, status, "", stderr.getvalue())
 
 
 @contextlib.contextmanager
