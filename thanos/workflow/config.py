@@ -18,6 +18,7 @@ from thanos.pruning import methods
 from thanos.pruning.structures import STRUCTURES, kind_of
 from thanos.recipes.fields import ConfigError
 from thanos.recipes.recipe import OWL_DEFAULTS, Recipe, check_sparsity
+from thanos.runner.patterns import params_fraction
 from thanos.runner.recipe_options import RecipeOptions, check_runnable
 
 # a config entry's recipe options: ``thanos prune-model``'s (``RecipeOptions``' fields and a size's ``axes``)
@@ -59,8 +60,8 @@ class OneCommand:
 
     @property
     def is_size(self) -> bool:
-        """A size target (``params:P``): its mix is searched."""
-        return self.sparsity.strip().lower().startswith("params:")
+        """A size target (``params:P``, read by the one reader of that grammar): its mix is searched."""
+        return params_fraction(self.sparsity) is not None
 
     @property
     def needs_calibration(self) -> bool:
