@@ -54,14 +54,26 @@ def random_strings(count: int, seed: int = 0) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=["byte-level", "byte-fallback"])
+KINDS = ("byte-level", "byte-fallback")
+_PRUNED: dict[str, dict[str, Any]] = {}  # each kind's case, made once for the file (its directories stay)
+
+
+def pruned_case(kind: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A model of tokenizer ``kind`` and the same model with ``vocab:0.15``, chosen by ``CHOOSING`` (made on
+    first use, then the same for every test of the file)."""
+    if kind not in _PRUNED:
+        root = tmp_path_factory.mktemp(kind)
+        dense = build_model(root / "dense", kind)
+        out = root / "pruned"
+        report = prune_vocabulary(dense, out, parse_sparsity("vocab:0.15"), CHOOSING, "prose")
+        _PRUNED[kind] = {"kind": kind, "dense": dense, "out": out, "report": report}
+    return _PRUNED[kind]
+
+
+@pytest.fixture(scope="module", params=KINDS)
 def pruned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A model of each tokenizer kind and the same model with ``vocab:0.15``, chosen by ``CHOOSING``."""
-    root = tmp_path_factory.mktemp(request.param)
-    dense = build_model(root / "dense", request.param)
-    out = root / "pruned"
-    report = prune_vocabulary(dense, out, parse_sparsity("vocab:0.15"), CHOOSING, "prose")
-    return {"kind": request.param, "dense": dense, "out": out, "report": report}
+    return pruned_case(request.param, tmp_path_factory)
 
 
 def tokenizers_of(case: dict[str, Any]) -> tuple[Any, Any]:
@@ -360,21 +372,23 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
 
 
 @pytest.mark.slow
-def test_vllm_parses_the_config_and_tokenizer(pruned: dict[str, Any]) -> None:
-    """vLLM's config parser (``ModelConfig``) reads the pruned model as the dense one's architecture with the
-    kept vocabulary, and its tokenizer loader gives that many tokens and the renumbered eos id."""
-
-    report = pruned["report"]
-    config = json.loads((pruned["out"] / "config.json").read_text())
-    read, dense_read = vllm_reads(pruned["out"], pruned["dense"])
-    assert read == {
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": report["tokens_kept"],
-        "tokenizer": report["tokens_kept"],
-        "eos": config["eos_token_id"],
-    }
-    dense = json.loads((pruned["dense"] / "config.json").read_text())["vocab_size"]
-    assert dense_read["vocab_size"] == dense > report["tokens_kept"]
+def test_vllm_parses_the_config_and_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """vLLM's config parser (``ModelConfig``) reads each kind's pruned model as the dense one's architecture
+    with the kept vocabulary, and its tokenizer loader gives that many tokens and the renumbered eos id (one
+    vLLM process reads the four models: its import is most of its seconds)."""
+    cases = [pruned_case(kind, tmp_path_factory) for kind in KINDS]
+    reads = vllm_reads(*(case[name] for case in cases for name in ("out", "dense")))
+    for case, read, dense_read in zip(cases, reads[::2], reads[1::2], strict=True):
+        report = case["report"]
+        config = json.loads((case["out"] / "config.json").read_text())
+        assert read == {
+            "architectures": ["LlamaForCausalLM"],
+            "vocab_size": report["tokens_kept"],
+            "tokenizer": report["tokens_kept"],
+            "eos": config["eos_token_id"],
+        }, case["kind"]
+        dense = json.loads((case["dense"] / "config.json").read_text())["vocab_size"]
+        assert dense_read["vocab_size"] == dense > report["tokens_kept"], case["kind"]
 
 
 @pytest.mark.slow
