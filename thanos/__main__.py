@@ -1,3 +1,6 @@
+"""``python -m thanos <command>``: the command run by the job worker of a Snakemake run when one is there
+(``thanos.jobs.worker.forward``), else in this process (``thanos.cli.main``)."""
+
 import sys
 
 from thanos.jobs.worker import forward
