@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from thanos import options
 from thanos.runner.recipe_options import RecipeOptions, positive  # noqa: F401 - positive: the commands' type
-from thanos.runner.request import DTYPES
+from thanos.runner.request import DTYPES, CalibrationOptions
 
 if TYPE_CHECKING:
     from thanos.recipes.recipe import Recipe
@@ -152,3 +152,20 @@ def add_text_source(parser: argparse.ArgumentParser, default: str, hub: str) -> 
     parser.add_argument(
         "--text-field", default="text", help="jsonl/parquet field holding the text (default: text)"
     )
+
+
+WINDOWS = ("nsamples", "seqlen", "seed")  # the calibration windows' options a stage command takes
+
+
+def add_windows(parser: Any) -> None:
+    """--nsamples, --seqlen and --seed as ``thanos prune-model`` declares them (``CalibrationOptions``'
+    fields: their help, type and default, declared once)."""
+    for name in WINDOWS:
+        options.add_option(parser, options.named(CalibrationOptions, name))
+
+
+def windows(args: argparse.Namespace) -> CalibrationOptions:
+    """The calibration windows' options given (``add_windows``), the declared defaults for the others: a
+    ``CalibrationOptions``, checked as ``thanos prune-model`` checks them."""
+    given = {name: getattr(args, name) for name in WINDOWS if getattr(args, name) is not None}
+    return CalibrationOptions(**given)

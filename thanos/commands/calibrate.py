@@ -13,15 +13,12 @@ HELP = "calibration token windows from C4 or local files -> tokens.zarr"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id (its tokenizer is used)")
     _args.add_text_source(parser, "c4", "hub: allenai/c4, en/c4-train.00000-of-01024.json.gz")
-    parser.add_argument("--nsamples", type=int, default=128, help="number of windows (default: 128)")
-    parser.add_argument(
-        "--seqlen", type=int, default=None, help="tokens per window (default: min(2048, max positions))"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    _args.add_windows(parser)
     parser.add_argument("--out", required=True, help="output tokens.zarr")
 
 
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.calibrate import calibrate
 
-    calibrate(args.model, args.source, args.out, args.nsamples, args.seqlen, args.seed, args.text_field)
+    w = _args.windows(args)
+    calibrate(args.model, args.source, args.out, w.nsamples, w.seqlen, w.seed, args.text_field)

@@ -27,9 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     given.add_argument("--dense-dir", default=None, help="the dense chain's stores")
     own = parser.add_argument_group("a later part: its calibration (computed on the model it reads)")
     _args.add_text_source(own, "c4", "hub: allenai/c4")
-    own.add_argument("--nsamples", type=int, default=None, help="number of windows")
-    own.add_argument("--seqlen", type=int, default=None, help="tokens per window")
-    own.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    _args.add_windows(own)
     last = parser.add_argument_group("the last part: what its report records of the whole recipe")
     last.add_argument(
         "--combined", default=None, metavar="PATTERN", help="the whole pattern (depth:4+neurons:0.3)"
@@ -60,7 +58,8 @@ def run(args: argparse.Namespace) -> None:
     given = Given(Path(args.model_info), **{k: Path(v) for k, v in optional.items() if v}) if first else None
     calibration = None
     if not first:
-        calibration = Calibration(args.source, args.nsamples, args.seqlen, args.seed, args.text_field)
+        w = _args.windows(args)
+        calibration = Calibration(args.source, w.nsamples, w.seqlen, w.seed, args.text_field)
     how = {"granularity": args.granularity, "granularity_reason": args.granularity_reason}
     if args.combined:
         how["combined"] = combined_record(args.combined, args.base_model, [Path(m) for m in args.earlier])
