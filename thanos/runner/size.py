@@ -297,7 +297,10 @@ class Search:
         if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
             with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
                 tmp.write_text(kept)
-        seqlen = calibration.seqlen or min(2048, self.dense.config.get("max_position_embeddings", 2048))
+        from thanos.stages.calibrate import DEFAULT_SEQLEN  # the calibration's own window length
+
+        positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
+        seqlen = calibration.seqlen or min(DEFAULT_SEQLEN, positions)
         windows = max(1, calibration.nsamples // 4)
         self.texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
                                     calibration.seed)  # fmt: skip
