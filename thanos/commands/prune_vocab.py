@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.models import load_config
     from thanos.pruning.sparsity import parse_sparsity
     from thanos.runner.vocab import quiet_libraries
-    from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary
+    from thanos.stages.vocab import prune_vocabulary, summary, vocab_out_problem
 
     pattern = parse_sparsity(args.sparsity)
     if pattern.kind != "vocab":
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> None:
     load_config(args.model)  # a directory without a readable config.json is refused, named
     out = Path(args.out)
     with exclusive_out(out):  # one writer of --out, from its check to the last write
-        check_vocab_out(out, args.model)
+        if (problem := vocab_out_problem(out, args.model)) is not None:
+            raise ValueError(f"--out {out} {problem}")
         documents = read_documents(args.text, field=args.text_field)
         with quiet_libraries():
             report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))

@@ -45,15 +45,13 @@ def prune_vocab(request: PruneRequest, stream: TextIO, dense: str | None = None)
     """Check the request, choose the tokens and write ``out``; the report (``vocabulary.json``'s content)
     with ``out`` added. ``dense``: the model the evaluation compares with (default ``request.model``; the
     last part of a combined recipe: the model its first part read)."""
-    from thanos.stages.vocab import check_vocab_out, prune_vocabulary, summary, write_card
+    from thanos.stages.vocab import prune_vocabulary, summary, vocab_out_problem, write_card
 
     model, out = Path(request.model), Path(request.output.out)
     check_vocab_model(request.model, request.recipes[0].sparsity)
     check_vocab(request)
-    try:
-        check_vocab_out(out, model)
-    except ValueError as err:
-        raise OptionError(Option("out", str(out)), str(err).split(" ", 2)[2]) from None
+    if (problem := vocab_out_problem(out, model)) is not None:
+        raise OptionError(Option("out", str(out)), problem)
     text = request.recipes[0].vocab_text or request.calibration.calibration
     pattern = request.recipes[0].sparsity
     whole = request.part_of["sparsity"] if request.part_of is not None else str(pattern)

@@ -319,18 +319,17 @@ def vocabulary_part(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_vocab_out(out: Path, model_dir: str | Path) -> None:
-    """Refuse an output that is a file, the input model or inside it, or a non-empty directory that is not a
-    previous vocabulary result (``vocabulary.json``): it would be replaced."""
+def vocab_out_problem(out: Path, model_dir: str | Path) -> str | None:
+    """What is wrong with ``out`` as a vocabulary's output, in words that follow its name (a file, the input
+    model or inside it, or a non-empty directory that is not a previous vocabulary result,
+    ``vocabulary.json``: it would be replaced); None when it may be written."""
     if out.resolve() == Path(model_dir).resolve() or Path(model_dir).resolve() in out.resolve().parents:
-        raise ValueError(f"--out {out} is the input model or inside it; give another directory")
+        return "is the input model or inside it; give another directory"
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory")
+        return "is a file; give a directory"
     if out.is_dir() and any(out.iterdir()) and not (out / "vocabulary.json").is_file():
-        raise ValueError(
-            f"--out {out} is not empty and is not a previous result (no vocabulary.json); give a new or "
-            "empty directory"
-        )
+        return "is not empty and is not a previous result (no vocabulary.json); give a new or empty directory"
+    return None
 
 
 def _dense_hash(model_dir: Path) -> str:
