@@ -20,5 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.calibrate import calibrate
 
-    w = _args.windows(args)
-    calibrate(args.model, args.source, args.out, w.nsamples, w.seqlen, w.seed, args.text_field)
+    windows = _args.windows(args)
+    calibrate(
+        args.model, args.source, args.out, windows.nsamples, windows.seqlen, windows.seed, args.text_field
+    )

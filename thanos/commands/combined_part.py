@@ -58,8 +58,10 @@ def run(args: argparse.Namespace) -> None:
     given = Given(Path(args.model_info), **{k: Path(v) for k, v in optional.items() if v}) if first else None
     calibration = None
     if not first:
-        w = _args.windows(args)
-        calibration = Calibration(args.source, w.nsamples, w.seqlen, w.seed, args.text_field)
+        windows = _args.windows(args)
+        calibration = Calibration(
+            args.source, windows.nsamples, windows.seqlen, windows.seed, args.text_field
+        )
     how = {"granularity": args.granularity, "granularity_reason": args.granularity_reason}
     if args.combined:
         how["combined"] = combined_record(args.combined, args.base_model, [Path(m) for m in args.earlier])
