@@ -165,7 +165,7 @@ def add_windows(parser: Any) -> None:
 
 
 def windows(args: argparse.Namespace) -> CalibrationOptions:
-    """The calibration windows' options given (``add_windows``), the declared defaults for the others: a
-    ``CalibrationOptions``, checked as ``thanos prune-model`` checks them."""
-    given = {name: getattr(args, name) for name in WINDOWS if getattr(args, name) is not None}
-    return CalibrationOptions(**given)
+    """The calibration options on the command line (``add_windows``'; ``--text-field``), the declared
+    defaults for the others (``options.given``): a ``CalibrationOptions``, checked as ``thanos prune-model``
+    checks them."""
+    return CalibrationOptions(**options.given(args, CalibrationOptions))

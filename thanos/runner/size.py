@@ -96,7 +96,8 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     search = Search(request, dense, _directory(request), stream, execute)
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
-    say(stream, f"{goal}: {search.plan(axes, target)}")
+    first = first_round(dense, axes, target)  # the candidates the search starts from
+    say(stream, f"{goal}: {search.plan(first)}")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
@@ -106,7 +107,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, _key(request))
-        search.bound, search.target = len(first_round(dense, axes, target)) + TRIES, target
+        search.bound, search.target = len(first) + TRIES, target
         chosen = choose(dense, axes, target, parameters, search.candidate)
         record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
@@ -305,10 +306,10 @@ class Search:
         self.texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
                                     calibration.seed)  # fmt: skip
 
-    def plan(self, axes: list[str], target: int) -> str:
-        """What the search will measure: its first candidates, those an earlier run measured here, and the
-        time they would take at the seconds a candidate took here (when any did)."""
-        first = [recipe_of(mix) for mix in first_round(self.dense, axes, target)]
+    def plan(self, first_mixes: list[dict[str, str]]) -> str:
+        """What the search will measure: its first candidates (``first_mixes``), those an earlier run
+        measured here, and the time they would take at the seconds a candidate took here (when any did)."""
+        first = [recipe_of(mix) for mix in first_mixes]
         earlier = []
         for pattern in first:
             try:
