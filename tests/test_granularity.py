@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import snakemake_command
 
 from thanos.jobs.granularity import choose_granularity
 
@@ -41,10 +41,8 @@ def test_unknown_granularity_is_refused_by_name():
 def _dry_run(tmp_path: Path, config: dict, *args: str) -> str:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n"]
-    res = subprocess.run(
-        [*cmd, "--configfile", str(cfg), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    cmd = snakemake_command(tmp_path, "-n", "--configfile", cfg, *args)
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout + res.stderr
 

@@ -14,13 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import calibrated, snakemake, workflow_config
+from conftest import calibrated, snakemake, snakemake_command, workflow_config
 
 from thanos.files.layout import UNCALIBRATED, calibration_key
 
@@ -389,12 +388,9 @@ def test_recipe_change_reruns_only_that_recipe(e2e, text):
 
 @pytest.mark.slow
 def test_dry_run_default_config(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
-        + ["--configfile", str(REPO / "config.yaml"), "-n", "--cores", "2", "--nocolor"],
-        capture_output=True,
-        text=True,
-    )
+    config = REPO / "config.yaml"
+    command = snakemake_command(tmp_path, "--configfile", config, "-n", "--cores", "2", "--nocolor")
+    proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo_data" in proc.stdout and "train_demo" in proc.stdout
 
