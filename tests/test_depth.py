@@ -312,7 +312,8 @@ def test_renumbered_blocks_never_overwrite_each_other(tmp_path: Path) -> None:
 
 def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
     """A ``depth:K`` recipe is a recipe of the workflow, a combined pattern a ``Combined`` whose parts are the
-    recipes ``thanos prune-model`` runs, in their order; a vocabulary and a size are ``OneCommand`` recipes
+    recipes ``thanos prune-model`` runs, in their order (a vocabulary its last part); a vocabulary alone and a
+    size are ``OneCommand`` recipes
     (one ``thanos prune-model`` job); what the workflow still cannot run is refused at the config check naming
     the key, the reason and ``thanos prune-model``."""
     from dataclasses import replace
@@ -333,10 +334,16 @@ def test_the_workflow_config_takes_depth_and_combined_recipes() -> None:
     ]
     named = {"c": {"method": "thanos", "sparsity": "depth:1+heads:0.25", "block_map": False}}
     assert expand({"recipes": named})["c"].parts[0].block_map is False
-    # a vocabulary ending a combined pattern and a size: one `thanos prune-model` job each
-    for sparsity in ("depth:1+vocab:100", "params:0.3"):
+    # a vocabulary alone and a size: one `thanos prune-model` job each; a vocabulary ending a combined
+    # pattern is its last part job
+    for sparsity in ("vocab:100", "params:0.3"):
         one = expand({"recipes": {"c": {"method": "thanos", "sparsity": sparsity}}})["c"]
         assert isinstance(one, OneCommand) and one.flags() == ["--method", "thanos", "--sparsity", sparsity]
+    ending = expand({"recipes": {"c": {"method": "thanos", "sparsity": "depth:1+vocab:100"}}})["c"]
+    assert isinstance(ending, Combined) and [str(part.sparsity) for part in ending.parts] == [
+        "depth:1",
+        "vocab:100",
+    ]
     refused = {
         r"recipes\.c: sparsity='0\.5\+depth:1': unstructured:0\.5 cannot be combined": ("0.5+depth:1", {}),
         r"recipes\.c: profile=owl: OWL sets an unstructured sparsity per block, and params:0\.3 removes": (

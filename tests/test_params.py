@@ -44,11 +44,14 @@ def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: 
     report = prune_model(model, "thanos", "vocab:0.3+depth:1+neurons:0.3", out=tmp_path / "out", **options)
     assert [part["sparsity"] for part in report["parts"]] == ["depth:1", "neurons:0.3", "vocab:0.3"]
     widths = prune_model(model, "thanos", "depth:1+neurons:0.3", out=tmp_path / "widths", **options)
-    by_hand = prune_model(widths["out"], "thanos", "vocab:0.3", out=tmp_path / "by-hand", **options)
+    prune_model(widths["out"], "thanos", "vocab:0.3", out=tmp_path / "by-hand", **options)
     assert weights(tmp_path / "out") == weights(tmp_path / "by-hand")
-    assert report["kept_ids"] == by_hand["kept_ids"]
+    kept = [json.loads((tmp_path / d / "vocabulary.json").read_text()) for d in ("out", "by-hand")]
+    assert kept[0]["kept_ids"] == kept[1]["kept_ids"] and report["parts"][-1]["compact"][
+        "kept_tokens"
+    ] == len(kept[1]["kept_ids"])
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == by_hand["tokens_kept"]
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == kept[1]["tokens_kept"]
     card = (tmp_path / "out" / "README.md").read_text()
     assert "It is the combined recipe `depth:1+neurons:0.3+vocab:0.3` on `dense`" in card
     assert card.startswith("---\n") and "\n# dense: Thanos `depth:1+neurons:0.3+vocab:0.3`\n" in card
@@ -248,9 +251,10 @@ def test_vocab_text_chooses_the_tokens(
     other = tmp_path / "other.txt"
     numbers = (f"{n} {n * 7} {n * 13} figures, digits and numbers" for n in range(60))
     other.write_text("\n\n".join(numbers) + "\n")
-    plain = prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "plain", **options)
-    chosen = prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "t", vocab_text=other, **options)
+    prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "plain", **options)
+    prune_model(model, "thanos", "vocab:0.3", out=tmp_path / "t", vocab_text=other, **options)
     by_text = prune_vocabulary(model, tmp_path / "cmd", parse_sparsity("vocab:0.3"), [other.read_text()], "x")
+    plain, chosen = (json.loads((tmp_path / d / "vocabulary.json").read_text()) for d in ("plain", "t"))
     assert chosen["kept_ids"] == by_text["kept_ids"] != plain["kept_ids"]
     assert weights(tmp_path / "t") == weights(tmp_path / "cmd")
     assert str(other) in (tmp_path / "t" / "README.md").read_text()
@@ -400,13 +404,14 @@ def test_a_vocabulary_is_replaced_only_with_overwrite(inputs: dict[str, Any], tm
     before = weights(out)
     for sparsity in ("vocab:0.3", "depth:1+vocab:0.2"):
         said = io.StringIO()
-        held = r"out=.* holds another pruned vocabulary \(vocab:0.2 chosen by "
+        held = r"out=.* holds another pruned model \(thanos_v20 of .*dense\), not this run's \(recipe "
         with pytest.raises(ValueError, match=held):
             prune_model(model, "thanos", sparsity, out=out, stream=said, **options)
         assert weights(out) == before and "part 1/2" not in said.getvalue()  # refused before any part
     prune_model(model, "thanos", "vocab:0.2", out=out, **options)  # its own: written again
     report = prune_model(model, "thanos", "vocab:0.3", out=out, overwrite=True, **options)
-    assert json.loads((out / "vocabulary.json").read_text())["recipe"] == report["recipe"] == "vocab:0.3"
+    assert json.loads((out / "vocabulary.json").read_text())["recipe"] == report["recipe"]["sparsity"]
+    assert report["recipe"]["sparsity"] == "vocab:0.3"
     assert weights(out) != before
     # a combined recipe's --out is checked before its first part, whatever its last part
     widths = tmp_path / "widths"

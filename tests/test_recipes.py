@@ -320,16 +320,17 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
 
 
 def test_vocabularies_and_sizes_are_workflow_recipes():
-    """``vocab:`` (alone or as a combined pattern's last part) and ``params:P`` expand to ``OneCommand``
-    recipes with ``thanos prune-model``'s options; what that job cannot take is refused naming the key."""
-    from thanos.workflow.config import OneCommand, expand
+    """``vocab:`` alone and ``params:P`` expand to ``OneCommand`` recipes with ``thanos prune-model``'s
+    options (a combined pattern's vocabulary is its last part, a ``Combined``'s); what that job cannot take
+    is refused naming the key."""
+    from thanos.workflow.config import Combined, OneCommand, expand
 
-    grid = [{"methods": ["thanos"], "sparsities": ["params:0.25", "depth:2+vocab:0.3"], "damp": 0.02}]
+    grid = [{"methods": ["thanos"], "sparsities": ["params:0.25", "vocab:0.3"], "damp": 0.02}]
     recipes = {"p": {"method": "thanos", "sparsity": "params:0.3", "axes": ["depth", "vocab"]}}
     expanded = expand({"recipes": recipes, "recipe_grid": grid})
     assert all(isinstance(recipe, OneCommand) for recipe in expanded.values())
-    assert list(expanded) == ["thanos_params0.25_damp0.02", "thanos_depth2_damp0.02+v30_damp0.02", "p"]
-    assert expanded["p"].is_size and not expanded["thanos_depth2_damp0.02+v30_damp0.02"].is_size
+    assert list(expanded) == ["thanos_params0.25_damp0.02", "thanos_v30_damp0.02", "p"]
+    assert expanded["p"].is_size and not expanded["thanos_v30_damp0.02"].is_size
     assert expanded["p"].flags() == [
         "--method",
         "thanos",
@@ -339,8 +340,10 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
         "depth,vocab",
     ]
     assert expanded["thanos_params0.25_damp0.02"].flags()[-2:] == ["--damp", "0.02"]
-    texts = {"v": {"method": "thanos", "sparsity": "depth:2+vocab:0.3", "vocab_text": "prose.jsonl"}}
+    texts = {"v": {"method": "thanos", "sparsity": "vocab:0.3", "vocab_text": "prose.jsonl"}}
     assert expand({"recipes": texts})["v"].flags()[-2:] == ["--vocab-text", "prose.jsonl"]
+    combined = expand({"recipes": {"v": texts["v"] | {"sparsity": "depth:2+vocab:0.3"}}})["v"]
+    assert isinstance(combined, Combined) and combined.parts[-1].vocab_text == "prose.jsonl"
     refused = {
         "recover": ("recipes.r.recover: params:0.3 recipes run as one `thanos prune-model` job", True),
         "axes": ("recipes.r: axes=depth: is for params:P; vocab:0.3 names its mix", ["depth"]),

@@ -276,7 +276,8 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
         seqlen=32,
         device="cpu",
     )
-    assert report["kept_ids"] == pruned["report"]["kept_ids"] and report["out"] == str(out)
+    kept = json.loads((out / "vocabulary.json").read_text())["kept_ids"]
+    assert kept == pruned["report"]["kept_ids"] and report["out"] == str(out)
     assert (out / "model.safetensors").read_bytes() == (pruned["out"] / "model.safetensors").read_bytes()
     # described as every recipe's model is: sparsity.json and pruning_report.json name the recipe and the
     # input model, and count the written weights against the input model's
@@ -286,7 +287,7 @@ def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:
     assert sidecar["all_parameters"]["parameters"] == written
     assert sidecar["compact"]["parameters"] == {"original": dense, "kept": written}
     config = json.loads((out / "config.json").read_text())
-    assert sidecar["compact"]["kept_tokens"] == config["vocab_size"] == len(report["kept_ids"])
+    assert sidecar["compact"]["kept_tokens"] == config["vocab_size"] == len(kept)
     described = json.loads((out / "pruning_report.json").read_text())
     assert described["recipe"]["sparsity"] == "vocab:0.15" and described["model"]["path"] == str(
         pruned["dense"]
@@ -327,15 +328,15 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     text.write_text("\n\n".join(CHOOSING * 3) + "\n")
     out, stream = tmp_path / "out", io.StringIO()
     caplog.set_level(logging.INFO)
-    kept = prune_model(
+    evaluation = prune_model(
         pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
         device="cpu", evaluate="ppl", ppl_source=text, ppl_seqlen=16, stream=stream,
-    )["kept_ids"]  # fmt: skip
+    )["evaluation"]  # fmt: skip
+    kept = json.loads((out / "vocabulary.json").read_text())["kept_ids"]
     shown = capsys.readouterr().err
     assert "Loading weights" not in shown and "Writing model shards" not in shown, shown
-    assert not [r.getMessage() for r in caplog.records if r.levelno < logging.WARNING and "thanos" in r.name]
-    result = json.loads((out / "eval" / "perplexity.json").read_text())
-    dense = json.loads((out / "eval" / "dense" / "perplexity.json").read_text())
+    assert "INFO" not in shown and "INFO" not in stream.getvalue(), shown  # the records go to the run's log
+    result, dense = evaluation["perplexity"], evaluation["dense"]["perplexity"]
     assert (result["text_tokens"], result["bytes"]) == (dense["text_tokens"], dense["bytes"]) and dense[
         "bytes"
     ]
@@ -356,18 +357,18 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     weights, task_dir = (out / "model.safetensors").stat().st_mtime_ns, toy_task(tmp_path / "tasks", 6)[0]
     for run in range(2):
         again = io.StringIO()
-        prune_model(
+        evaluation = prune_model(
             pruned["dense"], "thanos", "vocab:0.15", out=out, calibration=text, nsamples=4, seqlen=32,
             device="cpu", evaluate="ppl,zeroshot", ppl_source=text, ppl_seqlen=16, tasks=[tasks.TASK_NAME],
             include_path=task_dir, stream=again,
-        )  # fmt: skip
+        )["evaluation"]  # fmt: skip
         shown = again.getvalue()
-        assert f"nothing to do: {out} holds vocab:0.15" in shown and "done: perplexity" not in shown, shown
+        assert "done: choose the tokens" not in shown and "done: perplexity" not in shown, shown
+        assert ("nothing to do: every step finished in an earlier run" in shown) == (run == 1), shown
         assert ("done: zero-shot tasks (dense)" in shown) == (run == 0), shown
         assert rate.replace("**", "") in shown and "zero-shot mean accuracy" in shown
     assert (out / "model.safetensors").stat().st_mtime_ns == weights
-    for name in ("zeroshot.json", "dense/zeroshot.json"):
-        assert json.loads((out / "eval" / name).read_text())["tasks"][tasks.TASK_NAME], name
+    assert evaluation["zeroshot"]["tasks"][tasks.TASK_NAME] and evaluation["dense"]["zeroshot"]["tasks"]
     assert tasks.TASK_NAME in (out / "README.md").read_text()
 
 

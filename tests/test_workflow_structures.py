@@ -1,6 +1,7 @@
 """The recipes ``thanos prune-model`` runs in one call, as workflow jobs: a ``depth:1`` recipe (rule depth:
-the block choice and maps on the dense chain's stores, then assemble), a combined ``depth:1+neurons:0.3``
-(one ``combined-part`` job per part), a vocabulary ``vocab:0.3`` and a size ``params:0.3`` (one
+the block choice and maps on the dense chain's stores, then assemble), a combined
+``depth:1+neurons:0.3+vocab:0.3`` (one ``combined-part`` job per part, the vocabulary's too), a vocabulary
+``vocab:0.3`` and a size ``params:0.3`` (one
 ``prune-model`` job each, the size's first candidates measured by ``search_candidate`` jobs of their own).
 One real Snakemake run on a tiny Llama with a trained BPE tokenizer serves every assertion: it is killed
 (SIGKILL) during the combined recipe's second part, then resumed as documented; the finished run is compared
@@ -23,13 +24,13 @@ from thanos.runner.patterns import AXES
 
 RECIPES = {
     "depth1": {"method": "thanos", "sparsity": "depth:1"},
-    "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3"},
+    "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3+vocab:0.3"},
     "v30": {"method": "thanos", "sparsity": "vocab:0.3"},
     "p30": {"method": "thanos", "sparsity": "params:0.3"},
 }
 
 
-def _killed_during_the_last_part(workdir: Path, config: dict) -> tuple[dict[Path, int], str]:
+def _killed_during_the_second_part(workdir: Path, config: dict) -> tuple[dict[Path, int], str]:
     """Start the run, SIGKILL it once the combined recipe's second part has computed its first steps (its
     model's facts and calibration tokens); return the mtimes of what the first part and the killed second
     part had finished, and what the killed run printed (the jobs it saw finish)."""
@@ -58,7 +59,7 @@ def run(tmp_path_factory) -> dict:
     config = workflow_config(text, models, recipes, perplexity=evaluation, evaluate_dense=True, report=True)
     snakemake(workdir, config, "--until", "model_info")  # the model's facts: the size's candidates known
     planned = snakemake(workdir, config, "--dry-run")
-    finished, killed = _killed_during_the_last_part(workdir, config)
+    finished, killed = _killed_during_the_second_part(workdir, config)
     snakemake(workdir, config, "--unlock")  # the documented resume after SIGKILL
     resumed = snakemake(workdir, config, "--rerun-incomplete", "--quiet", "rules")
     return {
@@ -90,12 +91,13 @@ def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
 
 @pytest.mark.slow
 def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
-    """The resume reruns the combined recipe's last part alone (not its first part, not the depth recipe's
-    job if the killed run had finished it), and that part keeps the steps it had finished; the first part's
-    model, which only the last part read, is deleted once the last part is written (retention.combined_parts
-    false)."""
+    """The resume reruns the combined recipe's killed second part and its last (vocabulary) part, not its
+    first part, not the depth recipe's job if the killed run had finished it, and the killed part keeps the
+    steps it had finished; the earlier parts' models, which only the parts after them read, are deleted once
+    the last part is written (retention.combined_parts false)."""
     rules = run["resumed"]
-    assert "combined_model" in rules and "combined_part" not in rules, rules[-2000:]
+    assert re.search(r"^\s*combined_part\s+1\s*$", rules, flags=re.M), rules[-2000:]
+    assert re.search(r"^\s*combined_model\s+1\s*$", rules, flags=re.M), rules[-2000:]
     assert "calibrate" not in rules, rules[-2000:]
     # the depth recipe's job runs beside the combined recipe's (two cores): again only if the kill caught it
     if "(Rule: depth)" in run["killed"]:
@@ -103,13 +105,15 @@ def test_the_resume_runs_only_the_killed_part(run: dict) -> None:
     for path, mtime in run["finished"].items():
         if "parts/0" not in str(path):
             assert path.stat().st_mtime_ns == mtime, f"a finished step of the killed part recomputed: {path}"
-    assert not (run["dir"] / "results" / "llama" / "combo" / "parts" / "0" / "model").exists()
+    for part in ("0", "1"):
+        assert not (run["dir"] / "results" / "llama" / "combo" / "parts" / part / "model").exists()
     assert (run["dir"] / "results" / "llama" / "combo" / "model" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow
 def test_the_models_are_prune_models(run: dict) -> None:
-    """Every recipe's model (depth, combined, vocabulary, size) is ``thanos prune-model``'s, byte for byte,
+    """Every recipe's model (depth, combined with its vocabulary part, vocabulary, size) is ``thanos
+    prune-model``'s, byte for byte,
     given the same calibration and threads (the workflow's jobs run on ``threads: 1``): the size's search,
     its candidates measured by jobs of their own, chose what the one command chooses; the vocabulary's
     tokens are those its own text (``vocab_text``) chooses, which the calibration does not."""
@@ -135,11 +139,13 @@ def test_the_models_are_prune_models(run: dict) -> None:
             assert (results / recipe / "model" / shard.name).read_bytes() == shard.read_bytes(), recipe
         for name in ("config.json", "tokenizer.json"):
             assert (results / recipe / "model" / name).read_text() == (out / name).read_text(), (recipe, name)
-    by_calibration = prune_model(
-        str(work / "models" / "llama"), "thanos", "vocab:0.3", out=work / "v30-calibration", **options
+    model = str(work / "models" / "llama")
+    prune_model(model, "thanos", "vocab:0.3", out=work / "v30-calibration", **options)
+    chosen, by_calibration = (
+        json.loads((where / "vocabulary.json").read_text())["kept_ids"]
+        for where in (results / "v30" / "model", work / "v30-calibration")
     )
-    chosen = json.loads((results / "v30" / "model" / "vocabulary.json").read_text())["kept_ids"]
-    assert chosen != by_calibration["kept_ids"]
+    assert chosen != by_calibration
 
 
 @pytest.mark.slow
@@ -149,11 +155,10 @@ def test_tables_and_the_quality_against_size_figure(run: dict) -> None:
     the vocabulary; the quality-against-size figure is written."""
     table = pd.read_csv(run["dir"] / "results" / "tables" / "perplexity.csv")
     achieved = dict(zip(table["Sparsity"], table["Achieved"], strict=True))
-    assert achieved["depth:1+neurons:0.3"].endswith("% params")
-    removed = {
-        pattern: float(achieved[pattern].split("%")[0]) for pattern in ("depth:1", "depth:1+neurons:0.3")
-    }
-    assert 0 < removed["depth:1"] < removed["depth:1+neurons:0.3"] < 100
+    whole = RECIPES["combo"]["sparsity"]
+    assert achieved[whole].endswith("% params")
+    removed = {pattern: float(achieved[pattern].split("%")[0]) for pattern in ("depth:1", whole)}
+    assert 0 < removed["depth:1"] < removed[whole] < 100
     figure = run["dir"] / "results" / "figures" / "ppl_vs_params_removed_llama.png"
     assert figure.is_file() and figure.stat().st_size > 0
     # the size under its request and the recipe chosen; the vocabulary beside them in bits per byte (its

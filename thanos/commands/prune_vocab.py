@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+from collections.abc import Iterator
 
 # its own errors (a tokenizer it cannot prune, a text too short) name the fix: one line, whatever stderr is
 TRACEBACK = False
@@ -36,7 +39,6 @@ def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
     from thanos.models import load_config
     from thanos.pruning.sparsity import parse_sparsity
-    from thanos.runner.vocab import quiet_libraries
     from thanos.stages.vocab import prune_vocabulary, summary, vocab_out_problem
 
     pattern = parse_sparsity(args.sparsity)
@@ -51,6 +53,28 @@ def run(args: argparse.Namespace) -> None:
         if (problem := vocab_out_problem(out, args.model)) is not None:
             raise ValueError(f"--out {out} {problem}")
         documents = read_documents(args.text, field=args.text_field)
-        with quiet_libraries():
+        with _quiet_libraries():
             report = prune_vocabulary(args.model, out, pattern, documents, str(args.text))
     print(summary(report, out))
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """For the duration, unless debug logging is on (``-v``): transformers' progress bars off and the
+    stage's INFO records kept off the terminal (the command prints what they say in its own lines)."""
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        yield
+        return
+    from transformers.utils import logging as transformers_logging
+
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    logger = logging.getLogger("thanos.stages.vocab")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            transformers_logging.enable_progress_bar()

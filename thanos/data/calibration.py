@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 C4_DATASET = "allenai/c4"
 C4_TRAIN_FILE = "en/c4-train.00000-of-01024.json.gz"
+C4_DOCUMENTS = 2000  # C4's documents that choose a vocabulary (about 1 M words)
 
 
 class _DatasetTexts(Sequence[str]):
@@ -64,6 +65,13 @@ def load_source(source: str | Path, text_field: str = "text") -> tuple[Sequence[
         return load_c4(text_field)
     docs = read_documents(source, field=text_field)
     return docs, {"source": str(source), "checksum": corpus_checksum(source), "documents": len(docs)}
+
+
+def text_documents(text: str, text_field: str = "text") -> list[str]:
+    """The documents of a text that chooses a vocabulary's tokens (``c4``: its first ``C4_DOCUMENTS``)."""
+    documents, _ = load_source(text, text_field)
+    count = min(C4_DOCUMENTS, len(documents)) if text.lower() == "c4" else len(documents)
+    return [documents[i] for i in range(count)]
 
 
 def too_short(documents: Sequence[str], tokenizer: Any, seqlen: int) -> tuple[str, str]:

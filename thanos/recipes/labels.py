@@ -82,6 +82,12 @@ def _blocks_text(pattern: Sparsity) -> str:
     return f"whole blocks {100 * float(pattern.p):g} %"
 
 
+def _tokens_text(pattern: Sparsity) -> str:
+    if pattern.n:
+        return f"{pattern.n:,} tokens kept"
+    return f"{100 * float(pattern.p):g} % of the tokens removed"
+
+
 # a pattern in a sentence, per kind (``pattern_text``); any other kind: unstructured
 PATTERN_TEXTS: dict[str, Callable[[Sparsity], str]] = {
     "nm": lambda pattern: f"{pattern.n}:{pattern.m}",
@@ -95,6 +101,7 @@ PATTERN_TEXTS: dict[str, Callable[[Sparsity], str]] = {
     ),
     "depth": _blocks_text,
     "kv_heads": lambda pattern: f"key/value groups {_percent(pattern)} (with their query heads)",
+    "vocab": _tokens_text,
 }
 
 
@@ -122,6 +129,8 @@ def recipe_label(recipe: Recipe) -> str:
         )
     if recipe.sparsity.structure.whole_blocks:
         return f"Depth: {pattern} removed (the lowest block influence on the calibration text)"
+    if recipe.sparsity.structure.tokens:  # the tokens are chosen by their use on a text, not by the method
+        return f"Vocabulary: {pattern} (the tokens the text uses most kept, then the earliest merges)"
     label = f"{LABELS[recipe.method].label} {pattern}"
     if recipe.owl:
         label += f" (OWL per block: M {recipe.owl_m:g}, lambda {recipe.owl_lambda:g})"

@@ -233,8 +233,11 @@ class Recipe:
 
     @property
     def needs_calibration(self) -> bool:
-        """Whether the recipe needs calibration (Hessians for the method, or the dense model's for OWL's
-        outlier ratios, or its activations for a ``depth:k`` recipe's block scores, for magnitude too)."""
+        """Whether the recipe needs calibration windows (Hessians for the method, or the dense model's for
+        OWL's outlier ratios, or its activations for a ``depth:k`` recipe's block scores, for magnitude too);
+        a vocabulary reads its text's documents, not windows, whatever the method."""
+        if self.sparsity.structure.tokens:
+            return False
         return self.needs_hessian or self.owl or self.sparsity.structure.whole_blocks
 
     @property

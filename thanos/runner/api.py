@@ -16,7 +16,6 @@ from thanos.runner.combined import prune_combined
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.progress import Console
 from thanos.runner.request import DEFAULT_NSAMPLES, PYTHON, PruneRequest, build_request
-from thanos.runner.vocab import prune_vocab
 
 
 def prune_model(
@@ -100,8 +99,9 @@ def prune_model(
 
 
 def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
-    """Run a request: one recipe (``thanos.runner.one_recipe``), or each part of a combined one on the
-    previous part's model (``thanos.runner.combined``), or a size (``thanos.runner.size``), holding ``out``
+    """Run a request: one recipe (``thanos.runner.one_recipe``: the engine's steps, a vocabulary's too), or
+    each part of a combined one on the previous part's model (``thanos.runner.combined``), or a size
+    (``thanos.runner.size``), holding ``out``
     (``thanos.files.locks``: another process writing it is refused at once); a closed ``stream`` stops the
     lines, not the run."""
     console = Console(stream)
@@ -111,6 +111,4 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
             from thanos.runner.size import prune_to_size
 
             return prune_to_size(request, console, execute)
-        if request.recipes[0].sparsity.structure.tokens and not request.combined:
-            return prune_vocab(request, console)
         return prune_combined(request, console) if request.combined else prune_one(request, console)

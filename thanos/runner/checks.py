@@ -132,6 +132,8 @@ def plan(request: PruneRequest) -> Plan:
     if given is not None:  # the default one (named after the calibration) is checked once it is known
         check_directory("workdir", given)
     check_device(resources.device)
+    if recipe.sparsity.structure.tokens:  # its tokenizer files: a hub id is refused before the hub is asked
+        check_vocab_model(reference, recipe.sparsity)
     model = open_model(reference)
     try:
         layers = select_layers(model.layers, recipe.exclude)
@@ -245,9 +247,12 @@ def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recip
                 Option("nsamples", str(options.nsamples)),
             )
             raise OptionError(given, str(err)) from None
+    chooses = recipe.sparsity.structure.tokens and recipe.vocab_text is None  # the text of a vocabulary
     source = source_reference(
-        options.calibration, "calibration", options.text_field, recipe.needs_calibration
+        options.calibration, "calibration", options.text_field, recipe.needs_calibration or chooses
     )
+    if recipe.vocab_text is not None:
+        check_vocab_text(recipe.vocab_text)
     return {
         "source": source,
         "nsamples": options.nsamples,
@@ -305,8 +310,11 @@ def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Eva
 
 def check_structure(model: Model, recipe: Recipe) -> None:
     """Refuse, before any step runs, a model whose neurons (``neurons:p``), heads (``heads:p``,
-    ``kv_heads:p``) or blocks (``depth:k``) cannot be removed, or whose code cannot hold what is left,
-    naming the model type and why."""
+    ``kv_heads:p``), blocks (``depth:k``) or tokens (``vocab:``) cannot be removed, or whose code cannot hold
+    what is left, naming the model type and why."""
+    if recipe.sparsity.structure.tokens:
+        check_vocab_model(model.reference, recipe.sparsity)
+        return
     layout, checkpoint, model_dir = model.layout, model.checkpoint, model.reference
     assert layout is not None
     try:
@@ -324,6 +332,31 @@ def check_structure(model: Model, recipe: Recipe) -> None:
         raise
     except ValueError as err:
         raise OptionError(Option("model", model.reference), str(err)) from None
+
+
+def check_vocab_model(model: str, pattern: Any) -> None:
+    """Refuse a vocab ``pattern`` the model cannot take: not a local directory, a tokenizer that cannot lose
+    tokens, a count that removes none or keeps fewer than the tokens every vocabulary keeps."""
+    from thanos.models.vocabulary_files import check_vocab_pattern
+
+    if not Path(model).is_dir():
+        raise OptionError(
+            Option("model", model),
+            f" is not a local directory; {pattern} rewrites its tokenizer files: download it first (`hf "
+            f"download {model} --local-dir DIR`) and give that directory",
+        )
+    try:
+        check_vocab_pattern(model, pattern)
+    except ValueError as err:
+        raise OptionError(Option("sparsity", str(pattern)), str(err).removeprefix("vocab: ")) from None
+
+
+def check_vocab_text(text: str | Path) -> None:
+    """Refuse a ``vocab_text`` that is neither ``c4`` nor an existing path, before anything runs."""
+    if str(text).lower() != "c4" and not Path(text).exists():
+        raise OptionError(
+            Option("vocab_text", text), "does not exist; give a text/jsonl/parquet file or directory, or c4"
+        )
 
 
 def _count(recipe: Recipe, count: Any) -> None:

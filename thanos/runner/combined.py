@@ -9,7 +9,7 @@ written:
    width is pruned in a block that then goes, and every later part calibrates on the model it is part of;
 2. ``heads`` (or ``kv_heads``) next, then ``neurons``: within a block the attention feeds the MLP, so the
    MLP's neurons are chosen, and corrected, on the inputs the pruned attention gives it;
-3. ``vocab`` last (``thanos.runner.vocab``): the tokens are scored by the model the width parts wrote, and
+3. ``vocab`` last (``thanos.stages.vocab``): the tokens are scored by the model the width parts wrote, and
    no width part calibrates through a tokenizer other than the input model's.
 
 The parts are the request's recipes, built and checked with it (``thanos.runner.request``). The
@@ -34,8 +34,10 @@ from typing import Any, TextIO
 from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
 from thanos.files.ledger import Entry, difference, model_identity, remove
+from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
     check_structure,
+    check_vocab_text,
     checked_distillation,
     checked_evaluation,
     holds_another,
@@ -46,7 +48,6 @@ from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
-from thanos.runner.vocab import check_same_vocabulary, check_vocab, check_vocab_model, prune_vocab
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.publish import check_out, weight_files
 
@@ -82,14 +83,12 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     model, steps = reference, []
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
-        part = _part(request, i, model, intermediates, reference, steps)
-        vocab = request.recipes[i].sparsity.structure.tokens
-        report = prune_vocab(part, stream, dense=reference) if vocab else prune_one(part, stream)
+        report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
         step = {
             "sparsity": parts[i],
             "model": str(model),
             "out": report["out"],
-            "compact": report.get("compact") or _vocab_compact(report),
+            "compact": _compact(request.recipes[i], report),
         }
         if request.recipes[i].block_map is not None:  # a depth part: with or without its maps
             step["block_map"] = request.recipes[i].block_map
@@ -119,18 +118,15 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
     for recipe in request.recipes:
         try:
-            if recipe.sparsity.structure.tokens:
-                check_vocab_model(reference, recipe.sparsity)
-            else:
-                check_structure(model, recipe)
+            check_structure(model, recipe)
         except OptionError as err:  # said of the whole recipe, in the part's words
             first, *rest = err.problem or ("",)
             if not isinstance(first, str):
                 first, rest = "", [first, *rest]
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
-    if request.recipes[-1].sparsity.structure.tokens:
-        check_vocab(request)
+    if request.recipes[-1].vocab_text is not None:
+        check_vocab_text(request.recipes[-1].vocab_text)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
@@ -145,10 +141,6 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
     would come after the others ran): a foreign directory, or the model of another recipe, input model or
     distillation (this recipe's own is written again)."""
     out, last = Path(request.output.out), request.recipes[-1]
-    if last.sparsity.structure.tokens:
-        text = last.vocab_text or request.calibration.calibration
-        check_same_vocabulary(out, whole, str(last.sparsity), str(text))
-        return
     check_out(out)
     try:
         report = json.loads((out / "pruning_report.json").read_text())
@@ -156,7 +148,7 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
         holds = {
             "recipe": combined.get("sparsity", report["recipe"]["name"]),
             "model": combined.get("base_model", report["model"]["path"]),
-            "last part": report["recipe"]["name"],
+            "last part": (combined.get("then") or [report["recipe"]])[-1].get("name"),
             "distilled": bool(report.get("distillation")),
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -237,15 +229,21 @@ def _part(
         out = intermediates / digest / name
         changes["output"] = Output(out, overwrite=True)
         changes["evaluation"] = Evaluation()  # only the last part's model is evaluated
+    else:  # what --out holds was checked at the door, against the whole recipe (``_check_out``)
+        changes["output"] = dataclasses.replace(request.output, overwrite=True)
     return dataclasses.replace(request, **changes)
 
 
-def _vocab_compact(report: dict[str, Any]) -> dict[str, Any] | None:
-    """A vocab part's ``compact`` record (``stages.vocab.vocabulary_part``: its tokens and parameters before
-    and after, as a width part's says them); None for a dry run's, which wrote nothing."""
+def _compact(recipe: Recipe, report: dict[str, Any]) -> dict[str, Any] | None:
+    """A part's ``compact`` record (its shape and parameters before and after): its report's; a
+    vocabulary's from its ``vocabulary.json`` (``stages.vocab.vocabulary_part``: its report describes the
+    whole model, the part before's record with the vocabulary after it)."""
     from thanos.stages.vocab import vocabulary_part
 
-    return vocabulary_part(report)["compact"] if "parameters_after" in report else None
+    if not recipe.sparsity.structure.tokens:
+        return report.get("compact")
+    written = json.loads((Path(report["out"]) / "vocabulary.json").read_text(encoding="utf-8"))
+    return vocabulary_part(written)["compact"]
 
 
 def _say_parameters(steps: list[dict[str, Any]], parts: list[str], reference: str, stream: TextIO) -> None:

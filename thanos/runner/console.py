@@ -3,6 +3,7 @@ failed, and what it wrote (after). Progress lines while it runs are ``thanos.run
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -55,7 +56,9 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
         more = f", ... ({len(dense)} in all)" if len(dense) > 6 else ""
         say(stream, f"  --exclude {shown}: left dense in every block: {', '.join(dense[:6])}{more}")
     data = f"{calib.nsamples} x {calib.seqlen} tokens of {calib.source}"
-    data = data if recipe.needs_hessian else "no calibration"
+    data = data if recipe.needs_calibration else "no calibration"
+    if recipe.sparsity.structure.tokens:
+        data = f"the tokens chosen by {recipe.vocab_text or calib.source}"
     evaluate = ", ".join(run_plan.evaluation.kinds) or "no"
     resources = run_plan.resources
     say(
@@ -139,7 +142,13 @@ def print_summary(
         say(stream, f"written: {out} ({took})")
     else:
         say(stream, f"written again: {out} ({took}); what was there had changed: {'; '.join(before)}")
-    if compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
+    if run_plan.recipe.sparsity.structure.tokens:  # its own report: the tokens kept, the text's length
+        from thanos.stages.vocab import summary_lines
+
+        vocabulary = json.loads((run_plan.published_dir / "vocabulary.json").read_text(encoding="utf-8"))
+        for line in summary_lines(vocabulary, out):
+            say(stream, f"  {line}")
+    elif compact := report.get("compact"):  # the neurons are gone, not zeros: the width says what was pruned
         original, kept = compact["parameters"]["original"], compact["parameters"]["kept"]
         say(stream, f"  {run_plan.label}")
         shape = shape_text(compact)

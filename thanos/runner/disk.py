@@ -117,6 +117,10 @@ def _pruning_estimate(
         return sum(4 * c**2 for c in cols)
 
     shared = own_blocks = block_stores = 0
+    if recipe.sparsity.structure.tokens:  # the model sliced: at most the dense model, no store, no layer
+        small = _other_files(model_dir) + LOG_BYTES
+        weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+        return DiskEstimate(0, 0, 0, 0, 0, weights + small, small)
     if recipe.sparsity.structure.whole_blocks:  # the dense inputs of every block and the last one's output
         return _depth_estimate(
             layout, checkpoint, model_dir, recipe, nsamples * seqlen * 4 + activations * (blocks + 1)

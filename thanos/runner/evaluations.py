@@ -47,9 +47,6 @@ class Evaluations:
     dtype: str = "auto"  # the dtype the models are run in (``thanos.stages.common.compute_dtype``)
     include_path: str | None = None  # a directory of local lm-eval task YAMLs
     ppl_seqlen: int | None = None  # the perplexity window (None: min(2048, the model's positions))
-    # what identifies the pruned model (None: its pruning report's modification time, which assembly sets;
-    # a vocabulary's: its published weight files, since its card and report are written again after)
-    identity: Any = None
 
     @functools.cached_property
     def _runs_in(self) -> str:
@@ -68,9 +65,7 @@ class Evaluations:
 
     def _variants(self) -> list[tuple[str, str, Path, Any]]:
         """(name, model, eval directory, the model's identity) of the pruned and the dense model."""
-        pruned = (
-            self.identity if self.identity is not None else Upstream(self.model_dir / "pruning_report.json")
-        )
+        pruned = Upstream(self.model_dir / "pruning_report.json")  # its modification time: assembly sets it
         return [
             (self.recipe, str(self.published), self.eval_dir, pruned),
             ("dense", self.reference, self.dense_eval_dir, self._dense_identity),

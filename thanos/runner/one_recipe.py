@@ -227,6 +227,11 @@ def _card(run_plan: Plan, evaluation: dict[str, Any] | None) -> tuple[dict[str, 
     model_dir = run_plan.published_dir
     report = json.loads((model_dir / "pruning_report.json").read_text())
     summary = summarize(model_dir, report, described=True)  # assemble wrote its sparsity.json
+    if run_plan.recipe.sparsity.structure.tokens:  # the model's card, then the vocabulary's section
+        from thanos.stages.vocab import card_text
+
+        vocabulary = json.loads((model_dir / "vocabulary.json").read_text(encoding="utf-8"))
+        return report, summary, card_text(model_dir, vocabulary, evaluation, run_plan.out)
     return report, summary, model_card(report, summary, evaluation, run_plan.out)
 
 

@@ -90,7 +90,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     target = math.ceil(goal.p * parameters)
     check_reachable(goal, dense, axes, parameters, target)
     if goal.options.vocab_text is not None:
-        from thanos.runner.vocab import check_vocab_text
+        from thanos.runner.checks import check_vocab_text
 
         check_vocab_text(goal.options.vocab_text)
     search = Search(request, dense, _directory(request), stream, execute)
@@ -279,8 +279,8 @@ class Search:
 
     def prepare(self) -> None:
         """Split the calibration documents: the candidates' calibration file, the held-out texts."""
+        from thanos.data.calibration import text_documents
         from thanos.evaluation.heldout import held_out_texts
-        from thanos.runner.vocab import text_documents
 
         calibration = self.request.calibration
         documents = text_documents(calibration.calibration, calibration.text_field)

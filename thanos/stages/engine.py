@@ -6,6 +6,9 @@
     for ``chain: dense`` and OWL, with the dense propagate between) -> OWL's per-block sparsities ->
     the chain (per block: capture -> prune -> propagate, ``thanos.stages.chain``) -> assemble
 
+(a ``depth:k`` recipe chooses its blocks instead of the chain; a ``vocab:`` recipe's one step after the
+model's info writes the model with the tokens its text chose, ``thanos.stages.vocab``)
+
 at the workflow's paths (``thanos.files.layout``), so its files are the workflow's, byte for byte.
 
 Out of date is decided as Snakemake decides it, by what each output was computed from, and the ledger
@@ -91,7 +94,7 @@ class RecipeFiles:
     def of(cls, layout: Layout, model: str, recipe: Recipe) -> RecipeFiles:
         """The workflow's paths of ``recipe`` on the model named ``model`` under ``layout``."""
         calibrated = recipe.needs_calibration
-        sequential = layout.sequential and recipe.needs_hessian
+        sequential = layout.sequential and calibrated and recipe.needs_hessian
 
         def path(text: str, wanted: bool = True) -> Path | None:
             return Path(text) if wanted else None
@@ -336,6 +339,37 @@ class _Run:
             lambda plan: plan.exists() and all(file.is_file() for file in map_tensors(plan).values()),
         )
 
+    def vocabulary(self) -> None:
+        """A ``vocab:`` recipe's model: the tokens its text uses most kept, the dense model sliced and
+        written with its tokenizer (``thanos.stages.vocab``); the text is the recipe's ``vocab_text``, else
+        the calibration source's documents."""
+        from thanos.data.calibration import text_documents
+        from thanos.stages.vocab import prune_vocabulary
+
+        output, calib = self.files.model_dir, self.calibration
+        if output is None or calib is None:
+            raise ValueError(f"{self.recipe.name}: a vocabulary is chosen by a text: give its calibration")
+        text = str(self.recipe.vocab_text or calib.source)
+        # a combined recipe's last part: the whole recipe, its base model and earlier parts (its report's)
+        combined = ((self.options.record and self.options.record.workflow) or {}).get("combined")
+        inputs = {
+            "model": self.model_files,
+            "recipe": self.recipe.to_dict(),
+            "text": [source_identity(text), calib.text_field],
+            "combined": combined,
+            "format": MODEL_DIR_FORMAT,
+        }
+
+        def compute() -> None:
+            documents = text_documents(text, calib.text_field)
+            prune_vocabulary(
+                self.model.reference, output, self.recipe.sparsity, documents, text, combined,
+                self.recipe.to_dict(),
+            )  # fmt: skip
+
+        label = f"choose the tokens and write the model ({self.recipe.name})"
+        self.steps.run(label, output, inputs, compute, _has_report)
+
     def chain(self, reads: list[Path]) -> None:
         """Capture, prune and propagate every block (``thanos.stages.chain``: it resumes by itself)."""
         from thanos.stages.chain import ChainPaths, chain
@@ -457,6 +491,9 @@ def run_recipe(
     layout = handle.layout
     run.num_blocks, run.compute_dtype = layout.num_blocks, resolved_compute_dtype(layout.dtype, options)
     run.owl()
+    if recipe.sparsity.structure.tokens:  # the model sliced, no block pruned: its one step writes it
+        run.vocabulary()
+        return steps
     if files.depth is not None:  # whole blocks removed: scored on the dense chain, nothing pruned
         run.depth()
         steps.owned = True

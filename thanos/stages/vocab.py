@@ -70,15 +70,16 @@ def prune_vocabulary(
     pattern: Sparsity,
     documents: Sequence[str],
     text_name: str,
-    recipe: str | None = None,
+    combined: dict[str, Any] | None = None,
     alone: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
     ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``).
-    ``recipe``: the whole recipe whose last part this is (default ``pattern``), recorded as ``recipe``.
-    ``alone``: the recipe's record (``Recipe.to_dict``) of a vocabulary pruned on a model this tool has not
-    pruned: ``out`` then gets a ``pruning_report.json`` and a ``sparsity.json`` of its own
-    (``describe_alone``)."""
+    ``combined``: the run's record of the combined recipe whose last part this is (its ``sparsity``, the
+    whole recipe, recorded as ``recipe``; its ``base_model``; its earlier ``parts``); None: ``pattern`` alone.
+    ``alone``: the recipe's record (``Recipe.to_dict``): on a model this tool has not pruned, ``out`` gets
+    a ``pruning_report.json`` and a ``sparsity.json`` of its own (``describe_alone``); over a pruned model,
+    the vocabulary's part is recorded with its name (``describe_whole``)."""
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -105,7 +106,7 @@ def prune_vocabulary(
     report = {
         "structure": "vocab",
         "sparsity": str(pattern),
-        "recipe": recipe or str(pattern),
+        "recipe": (combined or {}).get("sparsity") or str(pattern),
         "text": text_name,
         "tokenizer": vocab.kind,
         "tokens_before": vocab.size,
@@ -127,25 +128,32 @@ def prune_vocabulary(
         files["generation_config.json"] = prune_config(generation, kept, vocab_size=False)
     if (tokenizer_config := _read_optional(model_dir / "tokenizer_config.json")) is not None:
         files["tokenizer_config.json"] = prune_tokenizer_config(tokenizer_config, kept)
-    _write(model, model_dir, Path(out), files, alone)
+    _write(model, model_dir, Path(out), files, alone, combined)
     return report
 
 
 def summary(report: dict[str, Any], out: Path) -> str:
-    """What was written: tokens kept, parameters, how much longer the choosing text became, and for
-    byte-level BPE that llama.cpp's converter needs a line added (the card says which)."""
+    """What was written to ``out``, as ``summary_lines`` say it."""
+    first, *rest = summary_lines(report, out)
+    return "\n".join([f"wrote {out}: {first}", *rest])
+
+
+def summary_lines(report: dict[str, Any], out: Path) -> list[str]:
+    """What a vocabulary's model holds: tokens kept, parameters, how much longer the choosing text became,
+    and for byte-level BPE that llama.cpp's converter needs a line added (``out``'s card says which)."""
     before, after = report["parameters_before"], report["parameters_after"]
     text_before, text_after = report["text_tokens_before"], report["text_tokens_after"]
     kept, total, used = report["tokens_kept"], report["tokens_before"], report["used_tokens_kept"]
-    lines = (
-        f"wrote {out}: {report['sparsity']} kept {kept:,} of {total:,} tokens ({used:,} "
-        f"of the {report['tokens_the_text_uses']:,} the text uses), {after:,} of {before:,} parameters "
-        f"({100 * (1 - after / before):.1f} % fewer)\n{report['text']}: {text_after:,} tokens instead of "
-        f"{text_before:,} ({100 * (text_after / text_before - 1):+.1f} %)"
-    )
+    lines = [
+        f"{report['sparsity']} kept {kept:,} of {total:,} tokens ({used:,} of the "
+        f"{report['tokens_the_text_uses']:,} the text uses), {after:,} of {before:,} parameters "
+        f"({100 * (1 - after / before):.1f} % fewer)",
+        f"{report['text']}: {text_after:,} tokens instead of {text_before:,} "
+        f"({100 * (text_after / text_before - 1):+.1f} %)",
+    ]
     if "llama_cpp_hash" in report:
-        lines += (
-            "\nllama.cpp: convert_hf_to_gguf.py stops with 'BPE pre-tokenizer was not recognized' (the "
+        lines.append(
+            "llama.cpp: convert_hf_to_gguf.py stops with 'BPE pre-tokenizer was not recognized' (the "
             f"token ids of its check text changed: chkhsh {report['llama_cpp_hash']['pruned']}); "
             f"{out / 'README.md'} gives the line that converts it"
         )
@@ -188,11 +196,6 @@ def llama_cpp_note(report: dict[str, Any]) -> str:
         f'`if chkhsh == "{hashes["pruned"]}": res = NAME`, with the `NAME` given there to the dense '
         f"model's hash `{hashes['dense']}`.\n"
     )
-
-
-def write_card(out: Path, report: dict[str, Any], evaluation: dict[str, Any]) -> None:
-    """Rewrite the card of the model written to ``out`` with ``evaluation`` (``--evaluate``'s results)."""
-    (out / "README.md").write_text(card_text(out, report, evaluation, out), encoding="utf-8")
 
 
 def card_text(model_dir: Path, report: dict[str, Any], evaluation: dict[str, Any] | None, out: Path) -> str:
@@ -252,12 +255,16 @@ def _alone_card(pruned: dict[str, Any], report: dict[str, Any], out: Path) -> st
     )
 
 
-def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
+def describe_whole(
+    model_dir: Path, report: dict[str, Any], name: str | None = None, combined: dict[str, Any] | None = None
+) -> None:
     """A vocabulary written over a pruned model (an earlier part of a combined recipe, or a model pruned
     before): the ``pruning_report.json`` and ``sparsity.json`` it copied are rewritten to describe what
-    ``model_dir`` holds: the whole recipe, this vocabulary after the recipe of the report (``combined``'s
-    ``then``), the base model, every parameter counted on the written weights. Nothing for a model that
-    holds no pruning report (or one of another tool)."""
+    ``model_dir`` holds: the whole recipe, this vocabulary (its recipe's ``name``) after the recipe of the
+    report (``combined``'s ``then``), the base model, every parameter counted on the written weights.
+    ``combined``: the run's record of the whole recipe (its last earlier part is the report's own); None:
+    the report's record, this vocabulary added. Nothing for a model that holds no pruning report (or one of
+    another tool)."""
     from thanos.stages.describe.sparsity import combined_record, write_sidecar
 
     path = model_dir / "pruning_report.json"
@@ -267,14 +274,16 @@ def describe_whole(model_dir: Path, report: dict[str, Any]) -> None:
     if (pruned.get("recipe") or {}).get("sparsity") is None or "model" not in pruned:
         return  # not a report this tool wrote: left as it was
     earlier = combined_record(pruned)
-    part = vocabulary_part(report)
+    part = vocabulary_part(report) | ({"name": name} if name else {})
+    whole = {
+        "sparsity": f"{earlier.get('sparsity') or pruned['recipe']['sparsity']}+{report['sparsity']}",
+        "base_model": earlier.get("base_model") or pruned["model"]["path"],
+        "parts": earlier.get("parts") or [],
+    }
+    if combined:  # the run's record: the parts before the one whose model this vocabulary read
+        whole = {key: combined[key] for key in ("sparsity", "base_model")} | {"parts": combined["parts"][:-1]}
     pruned["workflow"] = (pruned.get("workflow") or {}) | {
-        "combined": {
-            "sparsity": f"{earlier.get('sparsity') or pruned['recipe']['sparsity']}+{report['sparsity']}",
-            "base_model": earlier.get("base_model") or pruned["model"]["path"],
-            "parts": earlier.get("parts") or [],
-            "then": [*(earlier.get("then") or []), part],
-        }
+        "combined": whole | {"then": [*(earlier.get("then") or []), part]}
     }
     write_json(path, pruned)
     write_sidecar(model_dir, pruned)
@@ -349,6 +358,7 @@ def _write(
     out: Path,
     files: dict[str, dict[str, Any]],
     alone: dict[str, Any] | None,
+    combined: dict[str, Any] | None,
 ) -> None:
     """The model's weights, ``files`` and every other file of ``model_dir`` (not its weights, not
     ``STALE``), written to ``out`` at once, described (``describe_whole``, ``describe_alone``)."""
@@ -365,7 +375,7 @@ def _write(
         if report["tokenizer"] == "byte-level":
             report["llama_cpp_hash"] = {"dense": _dense_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
-        describe_whole(tmp, report)
+        describe_whole(tmp, report, (alone or {}).get("name"), combined)
         if alone is not None and not (tmp / "pruning_report.json").is_file():
             describe_alone(tmp, report, str(model_dir), alone)
         (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")

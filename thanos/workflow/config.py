@@ -143,10 +143,11 @@ class Combined:
 
 
 def _one_command_kind(sparsity: Any) -> bool:
-    """Whether ``sparsity`` runs as one ``thanos prune-model`` job: it names a vocabulary (alone or as a
-    part) or a size."""
-    kinds = {kind_of(part) for part in str(sparsity).split("+")}
-    return any(kind == "params" or (kind in STRUCTURES and STRUCTURES[kind].tokens) for kind in kinds)
+    """Whether ``sparsity`` runs as one ``thanos prune-model`` job: a size, or a vocabulary alone (one step
+    of the engine; a combined recipe's vocabulary is a part job like its other parts)."""
+    kinds = [kind_of(part) for part in str(sparsity).split("+")]
+    alone = len(kinds) == 1 and kinds[0] in STRUCTURES and STRUCTURES[kinds[0]].tokens
+    return "params" in kinds or alone
 
 
 def _combined(key: str, name: str | None, entry: dict[str, Any], sparsity: str, chain: str) -> Combined:

@@ -1,6 +1,7 @@
 # Per combined recipe (depth:4+neurons:0.3): one job per part, in the order the parts run (blocks, then
-# heads, then neurons), each every stage of its part on the model the part before wrote (`python -m thanos
-# combined-part`: the engine, as `thanos prune-model` runs each part), in its own working directory
+# heads, then neurons, then the vocabulary), each every stage of its part on the model the part before
+# wrote (`python -m thanos combined-part`: the engine, as `thanos prune-model` runs each part), in its own
+# working directory
 # results/{model}/{recipe}/parts/{i}, which a killed job resumes from. The first part reads the workflow's
 # tokens and dense chain of the input model; a later part calibrates on the model it reads. The earlier
 # parts' models (parts/{i}/model) are deleted once the last part is written, unless retention.combined_parts

@@ -48,8 +48,8 @@ CHAIN = config["chain"]
 PATHS = Layout(R, sequential=CHAIN == "sequential", calibration=calibration_key(config["calibration"]))
 DEMO = config["demo"]
 MODELS = config["models"]
-# every recipe of the config, in its order: a combined one (depth:4+neurons:0.3) runs as one job per part
-# (rules/combined.smk), a vocabulary or a size (vocab:0.3, params:0.25) as one `thanos prune-model` job, a
+# every recipe of the config, in its order: a combined one (depth:4+neurons:0.3+vocab:0.3) runs as one job per
+# part (rules/combined.smk), a vocabulary alone or a size (vocab:0.3, params:0.25) as one `thanos prune-model` job, a
 # size's first candidates measured by jobs of their own (rules/search.smk), the others as the stages of the
 # rules below
 EVERY_RECIPE = expand(config)

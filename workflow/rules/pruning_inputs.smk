@@ -262,11 +262,15 @@ def part_inputs(wildcards):
     """The first part: the input model, and what it reads of the workflow's calibration (the tokens and
     the dense chain's stores its recipe reads, ``thanos.recipes.reads``); a later part: the part before's model
     (and every earlier part's, whose reports the last one records: retention deletes them once it is
-    written) and the calibration text it calibrates on."""
+    written) and the calibration text it calibrates on (a vocabulary: its tokens are chosen by it, or by its
+    own local ``vocab_text``)."""
     _, i, part = combined_part(wildcards)
     if i > 0:
         earlier = [part_model(wildcards, j) for j in range(i)]
-        return {"model": earlier[-1], "earlier": earlier, "source": calibration_source_input(wildcards)}
+        inputs = {"model": earlier[-1], "earlier": earlier, "source": calibration_source_input(wildcards)}
+        if part.vocab_text is not None and str(part.vocab_text).lower() != "c4":  # a vocabulary's own text
+            inputs["vocab_text"] = part.vocab_text
+        return inputs
     model = wildcards.model
     inputs = {"info": info_path(wildcards), "model": model_dir_input(wildcards)}
     if part.needs_calibration:
@@ -331,7 +335,7 @@ def part_options(wildcards, input, output):
     return " ".join(quoted(option) for option in options)
 
 
-# --- recipes one `thanos prune-model` job writes (a vocabulary, a size: rules/search.smk) ---------------
+# --- recipes one `thanos prune-model` job writes (a vocabulary alone, a size: rules/search.smk) ---------
 
 
 def one_command_recipe(wildcards):

@@ -1,4 +1,5 @@
-# Per vocabulary recipe (vocab:0.3, or a combined pattern ending with one) and per size (params:0.25): one job
+# Per vocabulary recipe alone (vocab:0.3; a combined recipe's vocabulary is a part job, rules/combined.smk)
+# and per size (params:0.25): one job
 # runs `thanos prune-model` on the input model with the workflow's calibration, in the recipe's working
 # directory results/{model}/{recipe}/work/{calibration key} (the command resumes from it), and writes the
 # recipe's model: the same command a user runs, so the same model. A size's search first measures its
