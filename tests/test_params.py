@@ -465,6 +465,29 @@ def test_an_interrupted_candidate_says_how_to_resume(inputs: dict[str, Any], tmp
     assert "Traceback" not in terminal
 
 
+def test_a_failed_candidate_is_one_error_line(
+    inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step failing inside a size's candidate (the blocks' choice, made to fail here) ends the command
+    with one ERROR line on the terminal naming the candidate, the cause and the candidate's log (its full
+    account is there); exit status 1, no traceback."""
+    from conftest import thanos_here
+
+    import thanos.stages.depth.blocks as blocks
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("the block scores are not finite (injected)")
+
+    monkeypatch.setattr(blocks, "depth_plan", broken)
+    extra = ("--workdir", tmp_path / "work", "--axes", "depth,neurons")
+    run = thanos_here(*_command(inputs, "params:0.3", tmp_path / "out", *extra), cwd=tmp_path)
+    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("ERROR: the candidate depth:"), run.stderr[-3000:]
+    assert "the block scores are not finite (injected)" in errors[0] and errors[0].endswith("run.log)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path) -> None:
     """The dry run of a size (and its run) says what it will measure: its first candidates, each axis
     alone; in the working directory of a finished search, that an earlier run measured them all, and the

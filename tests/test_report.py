@@ -470,3 +470,16 @@ def test_bits_per_byte_table_where_the_tokens_differ(tmp_path):
     (table,) = [t for t in build_tables(root) if t.name == "bits_per_byte"]
     assert [row.values["tiny"] for row in table.rows] == [0.9, 1.1]
     assert "Bits per byte on wiki.test.raw" in table.caption
+
+
+def test_a_model_is_named_by_its_hub_id_where_its_path_gives_one(tmp_path: Path) -> None:
+    """Cards and ``sparsity.json`` name a model by its hub id: given as one, or a snapshot of the hub's cache
+    (``huggingface_hub``'s layout: ``models--ORG--NAME/snapshots/REVISION``); any other directory by its
+    name."""
+    from thanos.recipes.labels import public_name
+
+    snapshot = tmp_path / "hub" / "models--HuggingFaceTB--SmolLM2-135M" / "snapshots" / "93efa2f097d58c2a"
+    snapshot.mkdir(parents=True)
+    assert public_name(snapshot) == "HuggingFaceTB/SmolLM2-135M"
+    assert public_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+    assert public_name(tmp_path / "hf") == "hf" and public_name(tmp_path / "snapshots" / "x") == "x"

@@ -314,9 +314,9 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     probability taken out: total NLL = dense total NLL + sum of log(kept probability mass) over the
     predicted positions (so its bits per byte are lower, never higher). The fields are in
     ``perplexity.json``, the bits per byte in the card and the closing lines, which are all the run shows
-    besides its steps: no progress bar of transformers' loading and saving, no INFO record of the
-    evaluation. The same call again writes nothing and evaluates only what it had not (zero-shot accuracy,
-    kept in turn)."""
+    besides its steps, as every recipe's run shows them: no progress bar of transformers' loading and
+    saving, no INFO record of the evaluation. The same call again writes nothing and evaluates only what it
+    had not (zero-shot accuracy, kept in turn)."""
     import io
     import logging
 
@@ -336,6 +336,9 @@ def test_prune_model_vocab_evaluates_in_bits_per_byte(
     shown = capsys.readouterr().err
     assert "Loading weights" not in shown and "Writing model shards" not in shown, shown
     assert "INFO" not in shown and "INFO" not in stream.getvalue(), shown  # the records go to the run's log
+    display = stream.getvalue()  # every recipe's: the plan, the steps, what was written
+    assert display.startswith("thanos prune-model: ") and "  recipe thanos_v15: Vocabulary: " in display
+    assert f"written: {out} (" in display and "vocab:0.15 kept " in display, display
     result, dense = evaluation["perplexity"], evaluation["dense"]["perplexity"]
     assert (result["text_tokens"], result["bytes"]) == (dense["text_tokens"], dense["bytes"]) and dense[
         "bytes"

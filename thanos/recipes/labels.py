@@ -310,11 +310,15 @@ def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
 
 
 def public_name(path: str | Path) -> str:
-    """How a model card or ``sparsity.json`` names a model or a file: a hub id as it is, a local path by its
+    """How a model card or ``sparsity.json`` names a model or a file: a hub id as it is, a snapshot of the
+    hub's cache (``.../models--ORG--NAME/snapshots/REVISION``) by its hub id, any other local path by its
     last part (they are meant to be uploaded: no local directory in them)."""
     text = str(path)
     if not text.startswith(("/", ".", "~")) and text.count("/") <= 1 and not Path(text).exists():
         return text
+    parts = Path(text).expanduser().parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3].removeprefix("models--").replace("--", "/")  # the cache's "/" (ids hold no "--")
     return Path(text).name or text
 
 

@@ -49,6 +49,7 @@ from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
+from thanos.stages.parts import combined_record
 from thanos.stages.publish import check_out, weight_files
 
 DONE = "done.json"  # the ledger's record of a finished combined recipe (--keep needed)
@@ -213,12 +214,9 @@ def _part(
         workdir = default_workdir(model, dataclasses.asdict(request.calibration), name)
     if workdir is not None:
         changes["resources"] = dataclasses.replace(request.resources, workdir=workdir)
-    if i > 0:  # its model's report records the recipe so far, on the input model (a vocab part adds itself)
-        changes["part_of"] = {
-            "sparsity": "+".join(parts[: i + 1]),
-            "base_model": reference,
-            "parts": list(steps),
-        }
+    if i > 0:  # its model's report records the recipe so far on the input model, as the workflow's part does
+        earlier = [Path(step["out"]) for step in steps]
+        changes["part_of"] = combined_record("+".join(parts[: i + 1]), reference, earlier)
     if not last:
         # keyed by every option of the parts so far (a depth part with and without its maps: two models)
         calibration = dataclasses.astuple(request.calibration)

@@ -6,8 +6,7 @@
     for ``chain: dense`` and OWL, with the dense propagate between) -> OWL's per-block sparsities ->
     the chain (per block: capture -> prune -> propagate, ``thanos.stages.chain``) -> assemble
 
-(a ``depth:k`` recipe chooses its blocks instead of the chain; a ``vocab:`` recipe's one step after the
-model's info writes the model with the tokens its text chose, ``thanos.stages.vocab``)
+(``depth:k`` chooses its blocks instead of the chain; ``vocab:`` has one step after the model's info)
 
 at the workflow's paths (``thanos.files.layout``), so its files are the workflow's, byte for byte.
 
@@ -340,35 +339,22 @@ class _Run:
         )
 
     def vocabulary(self) -> None:
-        """A ``vocab:`` recipe's model: the tokens its text uses most kept, the dense model sliced and
-        written with its tokenizer (``thanos.stages.vocab``); the text is the recipe's ``vocab_text``, else
-        the calibration source's documents."""
-        from thanos.data.calibration import text_documents
-        from thanos.stages.vocab import prune_vocabulary
+        """A ``vocab:`` recipe's model (``thanos.stages.vocab.write_vocabulary``): the tokens its text (the
+        recipe's ``vocab_text``, else the calibration source) uses most kept, the dense model sliced."""
+        from thanos.stages.vocab import write_vocabulary
 
         output, calib = self.files.model_dir, self.calibration
         if output is None or calib is None:
             raise ValueError(f"{self.recipe.name}: a vocabulary is chosen by a text: give its calibration")
-        text = str(self.recipe.vocab_text or calib.source)
+        text = (str(self.recipe.vocab_text or calib.source), calib.text_field)
         # a combined recipe's last part: the whole recipe, its base model and earlier parts (its report's)
         combined = ((self.options.record and self.options.record.workflow) or {}).get("combined")
-        inputs = {
-            "model": self.model_files,
-            "recipe": self.recipe.to_dict(),
-            "text": [source_identity(text), calib.text_field],
-            "combined": combined,
-            "format": MODEL_DIR_FORMAT,
-        }
-
-        def compute() -> None:
-            documents = text_documents(text, calib.text_field)
-            prune_vocabulary(
-                self.model.reference, output, self.recipe.sparsity, documents, text, combined,
-                self.recipe.to_dict(),
-            )  # fmt: skip
-
-        label = f"choose the tokens and write the model ({self.recipe.name})"
-        self.steps.run(label, output, inputs, compute, _has_report)
+        inputs = {"model": self.model_files, "recipe": self.recipe.to_dict(), "combined": combined}
+        inputs |= {"text": [source_identity(text[0]), text[1]], "format": MODEL_DIR_FORMAT}
+        self.steps.run(
+            f"choose the tokens and write the model ({self.recipe.name})", output, inputs,
+            lambda: write_vocabulary(self.model.reference, output, self.recipe, text, combined), _has_report,
+        )  # fmt: skip
 
     def chain(self, reads: list[Path]) -> None:
         """Capture, prune and propagate every block (``thanos.stages.chain``: it resumes by itself)."""

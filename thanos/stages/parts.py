@@ -100,10 +100,10 @@ def _drop(chain_dir: Path, kinds: tuple[StoreKind, ...]) -> None:
 
 
 def combined_record(sparsity: str, base_model: str, earlier: list[Path]) -> dict[str, Any]:
-    """What the last part's report records of the whole combined recipe (``workflow.combined``, as
-    ``thanos prune-model``'s last part records it): the pattern, the model the first part read and each
-    earlier part (``earlier``: the models they wrote, in order): the model it read, its model, its pattern
-    and shape change read from its model's report."""
+    """What a later part's report records of the combined recipe so far (``workflow.combined``; the last
+    part's: the whole), built here for ``thanos prune-model``'s parts and the workflow's alike: the pattern,
+    the model the first part read and each earlier part (``earlier``: the models they wrote, in order): the
+    model it read, its model, its pattern and shape change read from its model's report."""
     parts = []
     for read, written in zip([base_model, *map(str, earlier)], earlier, strict=False):
         report = json.loads((written / "pruning_report.json").read_text())

@@ -132,6 +132,22 @@ def prune_vocabulary(
     return report
 
 
+def write_vocabulary(
+    model_dir: str | Path,
+    out: Path,
+    recipe: Any,
+    text: tuple[str, str],
+    combined: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The engine's step of a ``vocab:`` ``recipe`` (a ``thanos.recipes.Recipe``): ``model_dir`` written to
+    ``out`` with the tokens ``text`` (its source and field: ``c4``'s first ``C4_DOCUMENTS``) chooses, the
+    recipe recorded (``prune_vocabulary``)."""
+    from thanos.data.calibration import text_documents
+
+    documents = text_documents(*text)
+    return prune_vocabulary(model_dir, out, recipe.sparsity, documents, text[0], combined, recipe.to_dict())
+
+
 def summary(report: dict[str, Any], out: Path) -> str:
     """What was written to ``out``, as ``summary_lines`` say it."""
     first, *rest = summary_lines(report, out)
