@@ -108,7 +108,9 @@ def searched(inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
     return {"root": root, "runs": runs, "report": report, "out": root / "out"}
 
 
-def test_params_removes_at_least_p_counted_on_the_written_model(searched: dict[str, Any]) -> None:
+def test_params_removes_at_least_p_counted_on_the_written_model(
+    searched: dict[str, Any], inputs: dict[str, Any]
+) -> None:
     """The chosen recipe removes at least 30 % of the parameters, counted on the written model as
     ``search.json`` says; every candidate's predicted count is its written count; the card lists them."""
     from thanos.evaluation.heldout import stored_parameters
@@ -129,6 +131,22 @@ def test_params_removes_at_least_p_counted_on_the_written_model(searched: dict[s
     assert f"Chosen: `{search['chosen']}`" in card and card.count("## The size search") == 1
     assert all(f"| `{c['recipe']}` | {c['parameters']:,} |" in card for c in search["candidates"])
     digests.verify(searched["out"])  # search.json and the card's section recorded: evaluations load it
+    # described as what was written: the chosen recipe whole, the input model as the base, every parameter
+    # counted on the written weights against the input model's
+    written, base = stored_parameters(searched["out"]), search["parameters"]
+    sidecar = json.loads((searched["out"] / "sparsity.json").read_text())
+    assert sidecar["all_parameters"]["parameters"] == written
+    if "+" in search["chosen"]:
+        combined = sidecar["combined"]
+        assert (combined["sparsity"], combined["base_model"]) == (search["chosen"], "dense")
+        assert combined["parameters"] == {"base_model": base, "written": written}
+    else:
+        assert sidecar["sparsity"] == search["chosen"]
+        assert sidecar["compact"]["parameters"] == {"original": base, "kept": written}
+    report = json.loads((searched["out"] / "pruning_report.json").read_text())
+    combined_record = (report.get("workflow") or {}).get("combined", {})
+    described = combined_record.get("base_model") or report["model"]["path"]
+    assert described == str(inputs["model"]) and f"{written:,} of {base:,} parameters" in card
 
 
 @pytest.mark.slow
