@@ -276,10 +276,13 @@ def test_combined_parts_with_other_options_write_other_intermediate_models(tmp_p
     the other's; the same request twice, one."""
     from thanos.runner.combined import _part
     from thanos.runner.request import build_request
+    from thanos.stages.engine import Calibration
+
+    calibration = Calibration("c4", 128, 2048)
 
     def intermediate(**options) -> Path:
         request = build_request("base", "thanos", "depth:1+neurons:0.3", options | {"out": "out"})
-        return Path(_part(request, 0, "base", tmp_path, "base", []).output.out)
+        return Path(_part(request, 0, "base", (tmp_path, calibration), "base", []).output.out)
 
     assert intermediate() == intermediate(block_map=True)
     assert intermediate(block_map=False) != intermediate()

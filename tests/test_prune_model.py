@@ -798,11 +798,19 @@ def test_the_recipe_is_built_once_and_named_by_what_differs_from_the_defaults():
 
 def test_workdir_is_keyed_by_model_and_calibration(tmp_path, monkeypatch):
     monkeypatch.setenv("THANOS_WORKDIR", str(tmp_path))
-    calib = {"source": "c4", "nsamples": 128, "seqlen": 2048, "seed": 0, "text_field": "text"}
+    from dataclasses import replace
+
+    from thanos.runner.workdirs import workdir_key
+    from thanos.stages.engine import Calibration
+
+    calib = Calibration("c4", 128, 2048)
     a = default_workdir("meta-llama/Llama-2-7b-hf", calib)
     assert a.parent == tmp_path and a.name.startswith("meta-llama--Llama-2-7b-hf-")
     assert default_workdir("meta-llama/Llama-2-7b-hf", calib) == a
-    assert default_workdir("meta-llama/Llama-2-7b-hf", calib | {"nsamples": 64}) != a
+    assert default_workdir("meta-llama/Llama-2-7b-hf", replace(calib, nsamples=64)) != a
+    # the key of earlier versions (the checked calibration as a dict): their working directories are found
+    record = {"source": "c4", "nsamples": 128, "seqlen": 2048, "seed": 0, "text_field": "text"}
+    assert a.name.endswith(workdir_key("meta-llama/Llama-2-7b-hf", record))
     assert default_workdir("/models/llama", calib).name.startswith("llama-")
     assert model_slug("/models/my model") == "my-model"
 

@@ -158,7 +158,7 @@ def plan(request: PruneRequest) -> Plan:
         model.model_type,
         out,
         workdir,
-        Calibration(**calibration),
+        calibration,
         evaluation,
         resources,
         [layer for layer in model.layers if layer not in layers],
@@ -226,8 +226,9 @@ def check_device(device: str) -> None:
         resolve_device(device)
 
 
-def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recipe) -> dict[str, Any]:
-    """The calibration as the engine takes it: a checked source (when the recipe uses one), the window
+def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recipe) -> Calibration:
+    """The calibration, the one value every step after the door takes (the engine's, the working
+    directory's key and record, the ledger's): a checked source (when the recipe uses one), the window
     length within the model's, room for recovery's held-out windows."""
     options = request.calibration
     seqlen = min(MAX_SEQLEN, max_positions) if options.seqlen is None else options.seqlen
@@ -253,13 +254,7 @@ def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recip
     )
     if recipe.vocab_text is not None:
         check_vocab_text(recipe.vocab_text)
-    return {
-        "source": source,
-        "nsamples": options.nsamples,
-        "seqlen": seqlen,
-        "seed": options.seed,
-        "text_field": options.text_field,
-    }
+    return Calibration(source, options.nsamples, seqlen, options.seed, options.text_field)
 
 
 def checked_distillation(distill: Distillation, max_positions: int) -> Distillation:
@@ -368,12 +363,12 @@ def _count(recipe: Recipe, count: Any) -> None:
         raise OptionError(Option("sparsity", str(recipe.sparsity)), str(err)) from err
 
 
-def disk_estimate(model: Model, recipe: Recipe, calibration: dict[str, Any]) -> DiskEstimate | None:
+def disk_estimate(model: Model, recipe: Recipe, calibration: Calibration) -> DiskEstimate | None:
     """The run's disk use (``thanos.runner.disk``) for a local model; None for a hub id (its files are not
     here yet)."""
     if model.layout is None:
         return None
-    nsamples, seqlen = calibration["nsamples"], calibration["seqlen"]
+    nsamples, seqlen = calibration.nsamples, calibration.seqlen
     return estimate(model.layout, model.checkpoint, Path(model.reference), recipe, nsamples, seqlen)
 
 

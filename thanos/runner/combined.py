@@ -38,6 +38,7 @@ from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
     check_structure,
     check_vocab_text,
+    checked_calibration,
     checked_distillation,
     checked_evaluation,
     holds_another,
@@ -49,6 +50,7 @@ from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
+from thanos.stages.engine import Calibration
 from thanos.stages.parts import combined_record
 from thanos.stages.publish import check_out, weight_files
 
@@ -60,7 +62,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run every part of a combined request (``request.recipes``, in the order they run), each on the
     previous part's model; the last writes ``out`` and evaluates, its report recording the whole."""
     reference = model_reference(request.model)
-    _check_at_the_door(request, reference)
+    calibration = _check_at_the_door(request, reference)  # the one value every part's keys are made of
     given = request.resources.workdir
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
@@ -68,14 +70,8 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     intermediates = root / f"{model_slug(reference)}{COMBINED}"
     if not request.dry_run:  # the intermediate models: listed and deleted by ``thanos workdirs``
         intermediates.mkdir(parents=True, exist_ok=True)
-        calibration = request.calibration
-        record = {
-            "source": calibration.calibration,
-            "nsamples": calibration.nsamples,
-            "seqlen": calibration.seqlen,
-        }
-        record_run(intermediates, reference, record, "+".join(parts))
-    inputs = _inputs(request, reference)
+        record_run(intermediates, reference, dataclasses.asdict(calibration), "+".join(parts))
+    inputs = _inputs(request, reference, calibration)
     if not request.dry_run and (finished := _finished(intermediates, inputs, request.output.out)) is not None:
         say(
             stream, "nothing to do: this combined recipe finished in an earlier run and --out holds its model"
@@ -84,7 +80,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     model, steps = reference, []
     for i in range(len(parts)):
         say(stream, f"--- part {i + 1}/{len(parts)}: {parts[i]} on {model}")
-        report = prune_one(_part(request, i, model, intermediates, reference, steps), stream)
+        report = prune_one(_part(request, i, model, (intermediates, calibration), reference, steps), stream)
         step = {
             "sparsity": parts[i],
             "model": str(model),
@@ -110,11 +106,12 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     return result
 
 
-def _check_at_the_door(request: PruneRequest, reference: str) -> None:
+def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
     """The whole recipe checked on the input model before the first part runs: every part's structure
     (each part changes only its own dimension, so the input model answers for the model it will read: its
-    blocks, head counts its config accepts, MLP, tokenizer and vocabulary), and what only the last part
-    reads: the evaluation's options and texts and the distillation's."""
+    blocks, head counts its config accepts, MLP, tokenizer and vocabulary) and calibration, and what only
+    the last part reads: the evaluation's options and texts and the distillation's. Returns the checked
+    calibration."""
     model = open_model(reference)
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
     for recipe in request.recipes:
@@ -126,6 +123,8 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
                 first, rest = "", [first, *rest]
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
+    for recipe in request.recipes:  # each part's own checks of it (a source it reads, recovery's windows)
+        calibration = checked_calibration(request, model.max_positions, recipe)
     if request.recipes[-1].vocab_text is not None:
         check_vocab_text(request.recipes[-1].vocab_text)
     if not request.output.overwrite:
@@ -135,6 +134,7 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> None:
     if distill is not None:
         distill = checked_distillation(distill, model.max_positions)
     check_texts(reference, evaluation, distill, model.max_positions)
+    return calibration
 
 
 def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
@@ -160,7 +160,7 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
         raise holds_another(out, f"pruned model ({holds['recipe']} of {holds['model']})", why)
 
 
-def _inputs(request: PruneRequest, reference: str) -> dict[str, Any]:
+def _inputs(request: PruneRequest, reference: str, calibration: Calibration) -> dict[str, Any]:
     """What a finished combined recipe was computed from, as the ledger records it
     (``thanos.files.ledger``): the model (its files), the parts' recipes, the calibration, the evaluation
     and ``--out`` (its weights are added once it holds them)."""
@@ -168,7 +168,7 @@ def _inputs(request: PruneRequest, reference: str) -> dict[str, Any]:
         "model": reference,
         "model_files": model_identity(reference),
         "recipes": [recipe.to_dict() for recipe in request.recipes],
-        "calibration": dataclasses.asdict(request.calibration),
+        "calibration": dataclasses.asdict(calibration),
         "evaluation": dataclasses.asdict(request.evaluation),
         "out": str(Path(request.output.out).resolve()),
     }
@@ -195,14 +195,16 @@ def _part(
     request: PruneRequest,
     i: int,
     model: str,
-    intermediates: Path,
+    where: tuple[Path, Calibration],
     reference: str,
     steps: list[dict[str, Any]],
 ) -> PruneRequest:
     """The request of part ``i``: on ``model`` (the previous part's), in a working directory of its own
     (under ``--workdir``, else the default one of ``model`` named after the input model); every part but the
     last writes its model under ``intermediates`` and evaluates nothing; every part after the first records
-    the recipe so far on the input model (the last: the whole recipe)."""
+    the recipe so far on the input model (the last: the whole recipe). ``where``: the intermediate models'
+    directory and the checked calibration (the key of the working directories and models)."""
+    intermediates, calibration = where
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     part, last = request.recipes[i], i == len(parts) - 1
     changes: dict[str, Any] = {"model": model, "recipes": (part,), "sparsity": parts[i]}
@@ -211,7 +213,7 @@ def _part(
         workdir = Path(request.resources.workdir) / f"part{i + 1}-{parts[i].replace(':', '')}"
     elif i > 0:  # keyed by its model and calibration as any default working directory, named after the input
         name = "+".join([model_slug(reference), *(p.replace(":", "") for p in parts[: i + 1])])
-        workdir = default_workdir(model, dataclasses.asdict(request.calibration), name)
+        workdir = default_workdir(model, calibration, name)
     if workdir is not None:
         changes["resources"] = dataclasses.replace(request.resources, workdir=workdir)
     if i > 0:  # its model's report records the recipe so far on the input model, as the workflow's part does
@@ -219,9 +221,8 @@ def _part(
         changes["part_of"] = combined_record("+".join(parts[: i + 1]), reference, earlier)
     if not last:
         # keyed by every option of the parts so far (a depth part with and without its maps: two models)
-        calibration = dataclasses.astuple(request.calibration)
         so_far = [recipe.to_dict() for recipe in request.recipes[: i + 1]]
-        key = json.dumps([reference, so_far, list(calibration)], default=str)
+        key = json.dumps([reference, so_far, dataclasses.asdict(calibration)], default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         name = "+".join(parts[: i + 1]).replace(":", "")
         out = intermediates / digest / name

@@ -8,6 +8,7 @@ version) is listed by what its ``results/`` holds.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thanos.files.atomic import write_json
 from thanos.files.layout import DISTILL_ABOUT as ABOUT
@@ -24,6 +25,9 @@ from thanos.files.layout import DISTILL_RUN as RUN
 from thanos.files.locks import LOCK_NAME, deleting, holder
 from thanos.runner.disk import size_text
 from thanos.stages.describe.provenance import path_bytes
+
+if TYPE_CHECKING:
+    from thanos.stages.engine import Calibration
 
 RECORD = "workdir.json"
 COMBINED = (
@@ -52,11 +56,12 @@ def model_slug(reference: str) -> str:
     return slug(Path(reference).name if reference.startswith("/") else reference.replace("/", "--"))
 
 
-def default_workdir(model: str, calibration: dict[str, Any], name: str | None = None) -> Path:
+def default_workdir(model: str, calibration: Calibration, name: str | None = None) -> Path:
     """``$THANOS_WORKDIR/<model>-<key>`` (``~/.cache/thanos`` by default): the key (``workdir_key``) of the
-    model and the calibration; ``name`` instead of the model's (a combined recipe's later part: named after
-    the input model and the parts so far, keyed by the model it reads)."""
-    return default_root() / f"{name or model_slug(model)}-{workdir_key(model, calibration)}"
+    model and the calibration (the value the door checked); ``name`` instead of the model's (a combined
+    recipe's later part: named after the input model and the parts so far, keyed by the model it reads)."""
+    key = workdir_key(model, dataclasses.asdict(calibration))
+    return default_root() / f"{name or model_slug(model)}-{key}"
 
 
 def workdir_key(model: str, calibration: dict[str, Any]) -> str:
