@@ -541,3 +541,53 @@ def test_a_new_search_names_the_option_that_changed(
     prune_model(inputs["model"], "thanos", "params:0.2", out=tmp_path / "b", **options)
     assert f"option damp null -> 0.02 since the search in {earlier} (" in said.getvalue(), said.getvalue()
     assert f"`thanos workdirs --delete {earlier}` deletes it" in said.getvalue()
+
+
+def test_several_sizes_share_one_search_and_draw_the_curve(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``params:0.3,0.2``: each size's model under ``out`` (``params0.3``: what ``params:0.3`` alone
+    chooses and writes), no candidate measured twice (the sizes share one search directory), the curve of
+    every candidate measured (``sizes.csv``, one row per candidate, each size's choice marked; ``sizes.png``)
+    and ``sizes.json``; the same call again measures nothing. A list with a size beyond reach is refused
+    before anything runs, naming it and the most; the workflow takes one size per recipe."""
+    import csv
+
+    import thanos.evaluation.heldout as heldout
+    from thanos.recipes.fields import ConfigError
+    from thanos.workflow.config import expand
+
+    options = inputs["options"] | {"workdir": tmp_path / "work"}
+    original, measured = heldout.measure, []
+
+    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+        measured.append(candidate.parent.name)
+        return original(dense, candidate, texts, device)
+
+    monkeypatch.setattr(heldout, "measure", counted)
+    out = tmp_path / "sizes"
+    report = prune_model(inputs["model"], "thanos", "params:0.3,0.2", out=out, **options)
+    assert measured and len(measured) == len(set(measured)), measured
+    searches = {size: json.loads((out / size.replace(":", "") / "search.json").read_text())
+                for size in ("params:0.2", "params:0.3")}  # fmt: skip
+    assert searches["params:0.3"]["chosen"] == searched["report"]["search"]["chosen"]
+    assert weights(out / "params0.3") == weights(searched["out"])
+    with (out / "sizes.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    every = {c["recipe"] for search in searches.values() for c in search["candidates"]}
+    assert sorted(row["recipe"] for row in rows) == sorted(every) and len(rows) == len(report["curve"])
+    for size, search in searches.items():
+        (row,) = [row for row in rows if row["recipe"] == search["chosen"]]
+        assert size in row["chosen_for"].split()
+    assert (out / "sizes.png").stat().st_size > 0
+    recorded = json.loads((out / "sizes.json").read_text())
+    assert recorded["request"] == "params:0.2,0.3" and set(recorded["sizes"]) == set(searches)
+    measured.clear()
+    prune_model(inputs["model"], "thanos", "params:0.2,0.3", out=out, **options)
+    assert measured == []
+    with pytest.raises(ValueError, match=r"sparsity=params:0\.99 asks for .* ask for params:0\.\d+ or less"):
+        prune_model(inputs["model"], "thanos", "params:0.2,0.99", out=tmp_path / "far", **options)
+    assert not (tmp_path / "far").exists() and measured == []
+    one_per_recipe = r"several sizes; the workflow takes one per recipe: give params:0\.2"
+    with pytest.raises(ConfigError, match=one_per_recipe):
+        expand({"recipes": {"s": {"method": "thanos", "sparsity": "params:0.2,0.3"}}})

@@ -65,8 +65,9 @@ def prune_model(
     "structured:0.3", "neurons:0.3", "heads:0.33", "kv_heads:0.25", "depth:6", "vocab:0.3" ("vocab:16000":
     tokens kept), structures joined with "+" ("depth:4+neurons:0.3+vocab:0.3"), or "params:0.25" (the mix
     of ``axes``, default "depth,heads,neurons,vocab", that removes that fraction of the parameters with the
-    least loss on held-out calibration windows: docs/structures.md); or a ``thanos.Recipe`` (then no
-    ``sparsity`` nor recipe keywords).
+    least loss on held-out calibration windows: docs/structures.md; "params:0.15,0.25,0.35": several sizes,
+    each written to ``out/params0.15`` and so on, with the quality-against-size curve in ``out/sizes.csv``
+    and ``out/sizes.png``); or a ``thanos.Recipe`` (then no ``sparsity`` nor recipe keywords).
     The recipe's keywords (None: the method's default): ``alpha``, ``blocksize``, ``damp``, ``profile``
     ("owl", with ``owl_m`` and ``owl_lambda``), ``exclude`` (regular expressions of layers left dense),
     ``compact``, ``block_map`` (depth:k: each run of removed blocks replaced by a fitted linear map, the
@@ -85,8 +86,9 @@ def prune_model(
     docs/library.md). Progress goes to ``stream`` (stderr).
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
-    added (a dry run: ``out``, ``workdir`` and ``disk``). Bad input raises ``thanos.errors.OptionError``
-    (a ValueError) naming the keyword; a failed or interrupted step raises
+    added (a dry run: ``out``, ``workdir`` and ``disk``; several sizes: ``out``, ``sizes``, each size's
+    report by its request, and ``curve``, the rows of ``sizes.csv``). Bad input raises
+    ``thanos.errors.OptionError`` (a ValueError) naming the keyword; a failed or interrupted step raises
     ``thanos.runner.one_recipe.RunFailed`` (finished steps are kept)."""
     options = dict(locals())  # every keyword, as given
     for name in ("model", "method", "sparsity", "stream"):
@@ -107,6 +109,10 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     console = Console(stream)
     # one writer of ``out`` from the check of what it holds to the last write (a dry run only checks)
     with exclusive_out(request.output.out, probe=request.dry_run):
+        if request.size is not None and request.size.sizes:  # params:P1,P2,...: a model per size
+            from thanos.runner.sizes import prune_sizes
+
+            return prune_sizes(request, console, execute)
         if request.size is not None:
             from thanos.runner.size import prune_to_size
 

@@ -6,7 +6,7 @@ the mix chosen by ``thanos.runner.size``). Torch-free: the command's ``--help`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -82,28 +82,46 @@ class SizeGoal:
     axes: tuple[str, ...]
     given: bool  # the axes named by --axes (else every axis the model has)
     options: Any
+    sizes: tuple[Fraction, ...] = ()  # params:P1,P2,...: every size asked, smallest first (``p`` the first)
 
     def __str__(self) -> str:
-        return f"params:{float(self.p):g}"
+        return "params:" + ",".join(f"{float(p):g}" for p in self.sizes or (self.p,))
+
+    def each(self) -> list[SizeGoal]:
+        """One goal per size asked (this one when it is one)."""
+        return [replace(self, p=p, sizes=()) for p in self.sizes] if self.sizes else [self]
 
 
 def params_fraction(sparsity: Any) -> Fraction | None:
-    """The fraction of ``params:P``; None for any other pattern. ``params:P`` is the whole request."""
+    """The fraction of ``params:P`` (the smallest of ``params:P1,P2,...``); None for any other pattern.
+    ``params:P`` is the whole request."""
+    fractions = params_fractions(sparsity)
+    return fractions[0] if fractions else None
+
+
+def params_fractions(sparsity: Any) -> tuple[Fraction, ...] | None:
+    """The fractions of ``params:P`` or ``params:P1,P2,...`` (several sizes), smallest first; None for any
+    other pattern."""
     if not isinstance(sparsity, str) or "params" not in sparsity.lower():
         return None
     text = sparsity.strip().lower()
     if "+" in text or not text.startswith("params:"):
         raise OptionError(
             Option("sparsity", repr(sparsity)),
-            "params:P asks for a size and the tool chooses the mix; give it alone (e.g. params:0.25)",
+            "params:P asks for a size and the tool chooses the mix; give it alone (e.g. params:0.25, or "
+            "several sizes params:0.15,0.25,0.35)",
         )
-    try:
-        p = exact(text.split(":", 1)[1])
-    except (ValueError, ZeroDivisionError):
-        p = Fraction(-1)
-    if not 0 < p < 1:
-        raise OptionError(
-            Option("sparsity", repr(sparsity)),
-            "params takes the fraction of the parameters removed, in (0, 1)",
-        )
-    return p
+    fractions = []
+    for word in text.split(":", 1)[1].split(","):
+        try:
+            p = exact(word.strip())
+        except (ValueError, ZeroDivisionError):
+            p = Fraction(-1)
+        if not 0 < p < 1:
+            raise OptionError(
+                Option("sparsity", repr(sparsity)),
+                "params takes the fraction of the parameters removed, in (0, 1), or several separated by "
+                "commas (params:0.15,0.25,0.35)",
+            )
+        fractions.append(p)
+    return tuple(sorted(set(fractions)))

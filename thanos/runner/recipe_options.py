@@ -43,7 +43,8 @@ class RecipeOptions:
             "vocab:16000 (tokens removed, or kept), structures joined with + (depth:4+neurons:0.3+vocab:0.3: "
             "blocks, then heads, then neurons, then the vocabulary, each on the model the previous part "
             "wrote), or params:0.25 (the mix of --axes that removes that fraction of the parameters with the "
-            "least loss on held-out calibration windows)"
+            "least loss on held-out calibration windows; params:0.15,0.25,0.35: each size to OUT/params0.15 "
+            "and so on, with the quality-against-size curve OUT/sizes.csv and OUT/sizes.png)"
         )
     )
     alpha: float | None = field(

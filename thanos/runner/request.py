@@ -25,7 +25,7 @@ from thanos.pruning.structures import takes
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
-from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, params_fraction
+from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, params_fractions
 from thanos.runner.recipe_options import RecipeOptions, positive
 
 EVALUATIONS = ("ppl", "zeroshot")
@@ -269,8 +269,8 @@ def build_request(
 def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[str]) -> SizeGoal | None:
     """The size asked by ``params:P`` (its recipe options checked on the mix of every axis), else None;
     ``axes`` without ``params:P`` is refused."""
-    p, axes = params_fraction(sparsity), _group(SizeOptions, options).axes
-    if p is None:
+    fractions, axes = params_fractions(sparsity), _group(SizeOptions, options).axes
+    if fractions is None:
         if axes is not None:
             raise OptionError(Option("axes", ",".join(axes)), f"is for params:P; {sparsity} names its mix")
         return None
@@ -291,7 +291,8 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
         )
     mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
     dataclasses.replace(recipe, sparsity="+".join(mix[axis] for axis in axes or AXES)).recipes()
-    return SizeGoal(p, tuple(axes or AXES), axes is not None, recipe)
+    several = fractions if len(fractions) > 1 else ()
+    return SizeGoal(fractions[0], tuple(axes or AXES), axes is not None, recipe, several)
 
 
 def _group(cls: type, options: dict[str, Any]) -> Any:

@@ -145,6 +145,19 @@ def planned_candidates(request: PruneRequest) -> list[str]:
     return [recipe_of(mix) for mix in first_round(dense, axes, target)]
 
 
+def check_sizes(request: PruneRequest, goals: list[Any]) -> None:
+    """Refuse, before any of ``goals`` runs, one beyond the most the axes can remove (a model that is not a
+    local directory: refused by the first one's search, naming how to get one)."""
+    from thanos.evaluation.heldout import stored_parameters
+
+    if not Path(request.model).is_dir():
+        return
+    dense = knobs(request.model, goals[0].options.width_multiple)
+    parameters = stored_parameters(request.model)
+    for goal in goals:
+        check_reachable(goal, dense, _axes(goal, dense), parameters, math.ceil(goal.p * parameters))
+
+
 def check_reachable(goal: Any, dense: Knobs, axes: list[str], parameters: int, target: int) -> None:
     """Refuse, before anything is pruned, a size beyond the most the axes can remove, naming that most."""
     most, mix = most_removed(dense, axes)

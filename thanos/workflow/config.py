@@ -102,11 +102,17 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
 
     given = {option: value for option, value in entry.items() if option in _RECIPE_OPTIONS}
     try:  # refused first as `thanos prune-model` refuses it, then what the workflow's job cannot pass on
-        build_request("model", entry["method"], sparsity, given | {"out": "out"})
+        request = build_request("model", entry["method"], sparsity, given | {"out": "out"})
     except OptionError as err:
         raise ConfigError(f"{key}: {err.words(KeywordWords())}") from None
     except (ConfigError, ValueError) as err:
         raise ConfigError(f"{key}: {err}") from None
+    if request.size is not None and request.size.sizes:
+        each = ", ".join(str(goal) for goal in request.size.each())
+        raise ConfigError(
+            f"{key}.sparsity: {sparsity} asks for several sizes; the workflow takes one per recipe: give "
+            f"{each} as recipes of their own (they share one search: a candidate is measured once)"
+        )
     refused = [option for option in ONE_COMMAND_REFUSED if entry.get(option) is not None]
     if refused:
         raise ConfigError(

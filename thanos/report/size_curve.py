@@ -1,0 +1,78 @@
+"""The quality-against-size curve of a size search (``params:0.15,0.25,0.35``): every candidate the search
+measured (each axis alone, and the mixes), the fraction of the parameters it removed against its held-out
+loss, and the recipe each size chose. ``curve_rows`` makes the table's rows from the searches' records
+(``search.json``), ``write_curve`` writes them as ``sizes.csv`` and draws ``sizes.png``."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("recipe", "parameters", "removed_fraction", "loss", "ppl_x_dense", "chosen_for")
+
+
+def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per candidate measured by any of ``searches`` (each size's ``search.json`` content, by its
+    request), fewest parameters removed first: its recipe, parameters, fraction removed, held-out loss
+    (nats per token of the dense tokenization over the dense model's), perplexity per original token over
+    the dense model's (exp of that loss) and the sizes that chose it."""
+    rows: dict[str, dict[str, Any]] = {}
+    for size, search in searches.items():
+        for candidate in search["candidates"]:
+            row = rows.setdefault(
+                candidate["recipe"],
+                {
+                    "recipe": candidate["recipe"],
+                    "parameters": candidate["parameters"],
+                    "removed_fraction": round(candidate["removed_fraction"], 6),
+                    "loss": round(candidate["loss"], 6),
+                    "ppl_x_dense": round(math.exp(min(candidate["loss"], 700.0)), 4),
+                    "chosen_for": "",
+                },
+            )
+            if candidate["recipe"] == search["chosen"]:
+                row["chosen_for"] = " ".join(filter(None, [row["chosen_for"], size]))
+    return sorted(rows.values(), key=lambda row: (row["removed_fraction"], row["loss"]))
+
+
+def write_curve(rows: list[dict[str, Any]], out: Path, title: str) -> tuple[Path, Path]:
+    """``sizes.csv`` (the rows) and ``sizes.png`` (every measured point, the chosen recipes marked and
+    joined, each named) in ``out``; their paths."""
+    from thanos.report.plotting import pyplot
+
+    table, figure = out / "sizes.csv", out / "sizes.png"
+    with table.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    alone = [row for row in rows if "+" not in row["recipe"]]
+    mixed = [row for row in rows if "+" in row["recipe"]]
+    for group, style in ((alone, {"marker": "o", "label": "one structure"}), (mixed, {"marker": "s",
+                         "label": "a mix"})):  # fmt: skip
+        xs = [100 * row["removed_fraction"] for row in group]
+        ax.scatter(xs, [row["loss"] for row in group], s=22, alpha=0.55, **style)
+    chosen = [row for row in rows if row["chosen_for"]]
+    ax.plot(
+        [100 * row["removed_fraction"] for row in chosen], [row["loss"] for row in chosen],
+        color="black", marker="*", markersize=12, linewidth=1.2, label="chosen for a size",
+    )  # fmt: skip
+    middle = 50 * (rows[0]["removed_fraction"] + rows[-1]["removed_fraction"]) if rows else 0.0
+    for i, row in enumerate(chosen):  # on the side of the point that has room, staggered
+        right = 100 * row["removed_fraction"] > middle
+        ax.annotate(
+            f"{row['chosen_for']}: {row['recipe']}", (100 * row["removed_fraction"], row["loss"]),
+            textcoords="offset points", xytext=(-6 if right else 6, 8 + 12 * (i % 3)), fontsize=7,
+            ha="right" if right else "left",
+        )  # fmt: skip
+    ax.set_xlabel("parameters removed (%)")
+    ax.set_ylabel("held-out loss over the dense model (nats per token)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(figure)
+    plt.close(fig)
+    return table, figure

@@ -1,0 +1,77 @@
+"""Several sizes in one call (``--sparsity params:0.15,0.25,0.35``): every size checked reachable before
+anything runs, then each searched in turn, smallest first, in one search directory (``thanos.runner.size``:
+a candidate one size measured is read, not measured again, by the others), its chosen recipe written to
+``out/params0.15`` (and so on: each the model ``params:P`` alone writes), then the quality-against-size
+curve of every candidate measured (``thanos.report.size_curve``): ``out/sizes.csv``, ``out/sizes.png``, and
+``out/sizes.json`` (the request, each size's choice, the curve's rows), which marks ``out`` as a result of
+several sizes (a rerun writes it again; any other non-empty directory is refused)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, TextIO
+
+from thanos.errors import Option, OptionError
+from thanos.files.atomic import write_json
+from thanos.runner.console import say
+from thanos.runner.request import PruneRequest
+from thanos.runner.size import Execute, check_sizes, prune_to_size
+
+SIZES = "sizes.json"
+
+
+def size_dir(goal: Any) -> str:
+    """A size's model directory under ``out``: ``params0.25``."""
+    return str(goal).replace(":", "")
+
+
+def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict[str, Any]:
+    """Every size of ``request.size`` (``SizeGoal.sizes``) searched and written under ``out``, then the
+    curve; ``{"out", "sizes": {size: its report}, "curve": the rows}`` (a dry run: the sizes' plans)."""
+    goal = request.size
+    assert goal is not None and goal.sizes
+    out = Path(request.output.out).expanduser().resolve()
+    check_sizes_out(out)
+    each = goal.each()
+    check_sizes(request, each)  # the largest beyond reach is refused before the smallest is pruned
+    if not request.dry_run:  # ``out`` is this command's from now on: a rerun after an interruption resumes
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / SIZES).is_file():
+            write_json(out / SIZES, {"request": str(goal), "model": request.model, "sizes": {}})
+    say(stream, f"{goal}: {len(each)} sizes, each to {out}/{size_dir(each[0])} and so on, then the curve")
+    reports: dict[str, dict[str, Any]] = {}
+    for i, one in enumerate(each):
+        say(stream, f"--- size {i + 1}/{len(each)}: {one}")
+        output = dataclasses.replace(request.output, out=out / size_dir(one))
+        part = dataclasses.replace(request, size=one, sparsity=str(one), output=output)
+        reports[str(one)] = prune_to_size(part, stream, execute)
+    if request.dry_run:
+        return {"out": str(out), "sizes": reports}
+    from thanos.report.size_curve import curve_rows, write_curve
+
+    rows = curve_rows({size: report["search"] for size, report in reports.items()})
+    table, figure = write_curve(rows, out, f"{Path(request.model).name}: {goal}")
+    chosen = {
+        size: {"chosen": search["chosen"], "out": r["out"], "parameters": search["chosen_parameters"]}
+        for size, r in reports.items()
+        for search in [r["search"]]
+    }
+    write_json(out / SIZES, {"request": str(goal), "model": request.model, "sizes": chosen, "curve": rows})
+    say(stream, f"{goal}: the quality against size of {len(rows)} measured candidates: {table}, {figure}")
+    for size, record in chosen.items():
+        say(stream, f"  {size}: {record['chosen']} ({record['parameters']:,} parameters) in {record['out']}")
+    return {"out": str(out), "sizes": reports, "curve": rows}
+
+
+def check_sizes_out(out: Path) -> None:
+    """Refuse an ``out`` that cannot hold the sizes: a file, or a non-empty directory that is not a previous
+    result of several sizes (``sizes.json``)."""
+    if out.exists() and not out.is_dir():
+        raise OptionError(Option("out", str(out)), " is a file; give a directory (it gets a model per size)")
+    if out.is_dir() and any(out.iterdir()) and not (out / SIZES).is_file():
+        raise OptionError(
+            Option("out", str(out)),
+            f" is not empty and is not a previous result of several sizes (no {SIZES}); give a new or "
+            "empty directory (it gets a model per size: params0.15/, ...)",
+        )
