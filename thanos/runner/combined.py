@@ -37,7 +37,6 @@ from thanos.files.ledger import Entry, difference, model_identity, remove
 from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
     check_structure,
-    check_vocab_text,
     checked_calibration,
     checked_distillation,
     checked_evaluation,
@@ -123,10 +122,8 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
                 first, rest = "", [first, *rest]
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
-    for recipe in request.recipes:  # each part's own checks of it (a source it reads, recovery's windows)
+    for recipe in request.recipes:  # each part's own checks of it (a text it reads, recovery's windows)
         calibration = checked_calibration(request, model.max_positions, recipe)
-    if request.recipes[-1].vocab_text is not None:
-        check_vocab_text(request.recipes[-1].vocab_text)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
     evaluation = checked_evaluation(request.evaluation, model.max_positions)
