@@ -54,7 +54,9 @@ def run(tmp_path_factory) -> dict:
     vocab_text = workdir / "numbers.txt"  # the vocabulary's own text (--vocab-text): not the calibration
     vocab_text.write_text("\n\n".join(f"{n} {n * 7} {n * 13} figures and numbers" for n in range(60)) + "\n")
     recipes = RECIPES | {"v30": RECIPES["v30"] | {"vocab_text": str(vocab_text)}}
-    models = {"llama": {"path": str(bpe_model(workdir / "models" / "llama"))}}
+    # 4 blocks, hidden size 64, 4 heads: the shape whose size search once tried a head count transformers
+    # refuses (its search_candidate job died); every setting it tries now is one the config accepts
+    models = {"llama": {"path": str(bpe_model(workdir / "models" / "llama", num_blocks=4))}}
     evaluation = {"enabled": True, "source": str(text), "seqlen": 32, "max_windows": 4}
     config = workflow_config(text, models, recipes, perplexity=evaluation, evaluate_dense=True, report=True)
     snakemake(workdir, config, "--until", "model_info")  # the model's facts: the size's candidates known

@@ -97,14 +97,15 @@ def build_model(directory: Path, kind: str, intermediate: int = 64) -> Path:
     return directory
 
 
-def bpe_model(directory: Path) -> Path:
-    """A tiny random Llama (3 blocks, 4 query heads in 2 groups) over a trained byte-level BPE tokenizer."""
+def bpe_model(directory: Path, num_blocks: int = 3) -> Path:
+    """A tiny random Llama (``num_blocks`` blocks, hidden size 64, 4 query heads in 2 groups) over a trained
+    byte-level BPE tokenizer."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = train_tokenizer("byte-level")
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=num_blocks,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
         bos_token_id=1, eos_token_id=tokenizer.convert_tokens_to_ids(END), pad_token_id=3,
     )  # fmt: skip
