@@ -48,10 +48,9 @@ ONE_COMMAND_REFUSED = {
 @dataclass(frozen=True)
 class OneCommand:
     """A recipe of the workflow that one ``thanos prune-model`` job writes (workflow/rules/search.smk): a
-    vocabulary (``vocab:0.3``, or a combined pattern with a vocab part, whose tokens are scored by the model
-    the parts before wrote) or a size (``params:0.25``), whose candidates are measured first, each as a job
-    of its own. ``options``: the entry's recipe options (``ONE_COMMAND_OPTIONS``) as the command takes
-    them."""
+    vocabulary alone (``vocab:0.3``; a combined pattern's vocab part is a ``Combined``'s last part job) or a
+    size (``params:0.25``), whose candidates are measured first, each as a job of its own. ``options``: the
+    entry's recipe options (``ONE_COMMAND_OPTIONS``) as the command takes them."""
 
     name: str
     method: str
@@ -95,9 +94,9 @@ class OneCommand:
 
 
 def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: str) -> OneCommand:
-    """The ``OneCommand`` of a config entry with a vocab or params pattern, checked as ``thanos prune-model``
-    checks it (``build_request``: the pattern, the options, the mix of every axis a size may take); ``name``
-    None: the grid's name (``_one_command_name``)."""
+    """The ``OneCommand`` of a config entry with a vocab pattern alone or a size, checked as ``thanos
+    prune-model`` checks it (``build_request``: the pattern, the options, the mix of every axis a size may
+    take); ``name`` None: the grid's name (``_one_command_name``)."""
     from thanos.runner.request import build_request
 
     given = {option: value for option, value in entry.items() if option in _RECIPE_OPTIONS}
