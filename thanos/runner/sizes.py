@@ -32,7 +32,7 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     goal = request.size
     assert goal is not None and goal.sizes
     out = Path(request.output.out).expanduser().resolve()
-    check_sizes_out(out)
+    check_sizes_out(out, request.model)
     each = goal.each()
     check_sizes(request, each)  # the largest beyond reach is refused before the smallest is pruned
     if not request.dry_run:  # ``out`` is this command's from now on: a rerun after an interruption resumes
@@ -64,9 +64,16 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     return {"out": str(out), "sizes": reports, "curve": rows}
 
 
-def check_sizes_out(out: Path) -> None:
-    """Refuse an ``out`` that cannot hold the sizes: a file, or a non-empty directory that is not a previous
-    result of several sizes (``sizes.json``)."""
+def check_sizes_out(out: Path, model: str) -> None:
+    """Refuse, before anything is written, an ``out`` that cannot hold the sizes: the input model, inside it
+    or holding it, a file, or a non-empty directory that is not a previous result of several sizes
+    (``sizes.json``)."""
+    local = Path(model).expanduser().resolve()
+    if Path(model).expanduser().is_dir() and (out == local or local in out.parents or out in local.parents):
+        raise OptionError(
+            Option("out", str(out)),
+            f" is, is inside or holds the input model {local}; give a directory outside it",
+        )
     if out.exists() and not out.is_dir():
         raise OptionError(Option("out", str(out)), " is a file; give a directory (it gets a model per size)")
     if out.is_dir() and any(out.iterdir()) and not (out / SIZES).is_file():
