@@ -394,15 +394,11 @@ def check_disk(run_plan: Plan, num_blocks: int) -> None:
 
 
 def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:
-    """Refuse an ``out`` that is the input model, inside it or holding it, and, unless ``overwrite``, one
-    that holds another model's or another recipe's result (the same recipe's is written again)."""
+    """Refuse an ``out`` that is the input model, inside it or holding it (``check_outside``), and, unless
+    ``overwrite``, one that holds another model's or another recipe's result (the same recipe's is written
+    again)."""
+    check_outside(out, reference)
     local = Path(reference).is_dir()  # a hub model's report names its snapshot: the recipe alone is compared
-    model = Path(reference).resolve()
-    if local and (out == model or model in out.parents or out in model.parents):
-        where = "is" if out == model else "is inside" if model in out.parents else "holds"
-        raise OptionError(
-            Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
-        )
     report = out / "pruning_report.json"
     if overwrite or not report.is_file():
         return
@@ -421,6 +417,16 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
     if why is not None:
         what = f"{holds['recipe']}{' distilled' * holds['distilled']} of {holds['model']}"
         raise holds_another(out, f"pruned model ({what})", why)
+
+
+def check_outside(out: Path, reference: str) -> None:
+    """Refuse an ``out`` (absolute) that is the local input model ``reference``, inside it or holding it."""
+    model = Path(reference).resolve()
+    if Path(reference).is_dir() and (out == model or model in out.parents or out in model.parents):
+        where = "is" if out == model else "is inside" if model in out.parents else "holds"
+        raise OptionError(
+            Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
+        )
 
 
 def holds_another(out: Path, what: str, why: str) -> OptionError:

@@ -75,8 +75,6 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     report of that run with ``search`` (``search.json``'s content) added."""
     goal, started = request.size, time.monotonic()
     assert goal is not None
-    from thanos.evaluation.heldout import stored_parameters
-
     model = Path(request.model)
     if not model.is_dir():
         raise OptionError(
@@ -84,11 +82,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
             f" is not a local directory; {request.sparsity} reads the model's files to plan its search: "
             f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
         )
-    dense = knobs(model, goal.options.width_multiple)
-    axes = _axes(goal, dense)
-    parameters = stored_parameters(model)
-    target = math.ceil(goal.p * parameters)
-    check_reachable(goal, dense, axes, parameters, target)
+    dense, axes, parameters, target = reachable(model, goal)
     if goal.options.vocab_text is not None:
         from thanos.runner.checks import check_vocab_text
 
@@ -136,26 +130,21 @@ def planned_candidates(request: PruneRequest) -> list[str]:
     workflow measures each as a job of its own (``measure_candidate``), then the search finds them."""
     goal = request.size
     assert goal is not None
-    from thanos.evaluation.heldout import stored_parameters
-
-    dense = knobs(request.model, goal.options.width_multiple)
-    parameters = stored_parameters(request.model)
-    target, axes = math.ceil(goal.p * parameters), _axes(goal, dense)
-    check_reachable(goal, dense, axes, parameters, target)
+    dense, axes, _, target = reachable(request.model, goal)
     return [recipe_of(mix) for mix in first_round(dense, axes, target)]
 
 
-def check_sizes(request: PruneRequest, goals: list[Any]) -> None:
-    """Refuse, before any of ``goals`` runs, one beyond the most the axes can remove (a model that is not a
-    local directory: refused by the first one's search, naming how to get one)."""
+def reachable(model: str | Path, goal: Any, dense: Knobs | None = None) -> tuple[Knobs, list[str], int, int]:
+    """(the dense model's knobs, the axes, its parameters, the parameters to remove) of ``goal`` on the
+    local ``model``, the target refused before anything is pruned when the axes cannot reach it
+    (``check_reachable``); ``dense``: the knobs when already read."""
     from thanos.evaluation.heldout import stored_parameters
 
-    if not Path(request.model).is_dir():
-        return
-    dense = knobs(request.model, goals[0].options.width_multiple)
-    parameters = stored_parameters(request.model)
-    for goal in goals:
-        check_reachable(goal, dense, _axes(goal, dense), parameters, math.ceil(goal.p * parameters))
+    dense = dense or knobs(model, goal.options.width_multiple)
+    axes, parameters = _axes(goal, dense), stored_parameters(model)
+    target = math.ceil(goal.p * parameters)
+    check_reachable(goal, dense, axes, parameters, target)
+    return dense, axes, parameters, target
 
 
 def check_reachable(goal: Any, dense: Knobs, axes: list[str], parameters: int, target: int) -> None:

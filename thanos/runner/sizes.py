@@ -14,9 +14,12 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
+from thanos.runner.checks import check_outside, model_reference
 from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
-from thanos.runner.size import Execute, check_sizes, prune_to_size
+from thanos.runner.size import Execute, prune_to_size, reachable
+from thanos.runner.size_axes import knobs
+from thanos.stages.publish import check_directory
 
 SIZES = "sizes.json"
 
@@ -32,9 +35,12 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     goal = request.size
     assert goal is not None and goal.sizes
     out = Path(request.output.out).expanduser().resolve()
-    check_sizes_out(out, request.model)
+    check_sizes_out(out, model_reference(request.model))
     each = goal.each()
-    check_sizes(request, each)  # the largest beyond reach is refused before the smallest is pruned
+    if Path(request.model).is_dir():  # the largest beyond reach refused before the smallest is pruned
+        dense = knobs(request.model, goal.options.width_multiple)  # (a hub id: the first size refuses it)
+        for one in each:
+            reachable(request.model, one, dense)
     if not request.dry_run:  # ``out`` is this command's from now on: a rerun after an interruption resumes
         out.mkdir(parents=True, exist_ok=True)
         if not (out / SIZES).is_file():
@@ -64,18 +70,12 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     return {"out": str(out), "sizes": reports, "curve": rows}
 
 
-def check_sizes_out(out: Path, model: str) -> None:
-    """Refuse, before anything is written, an ``out`` that cannot hold the sizes: the input model, inside it
-    or holding it, a file, or a non-empty directory that is not a previous result of several sizes
-    (``sizes.json``)."""
-    local = Path(model).expanduser().resolve()
-    if Path(model).expanduser().is_dir() and (out == local or local in out.parents or out in local.parents):
-        raise OptionError(
-            Option("out", str(out)),
-            f" is, is inside or holds the input model {local}; give a directory outside it",
-        )
-    if out.exists() and not out.is_dir():
-        raise OptionError(Option("out", str(out)), " is a file; give a directory (it gets a model per size)")
+def check_sizes_out(out: Path, reference: str) -> None:
+    """Refuse, before anything is written, an ``out`` that cannot hold the sizes: the input model
+    ``reference``, inside it or holding it, a file or a path that cannot be a directory, or a non-empty
+    directory that is not a previous result of several sizes (``sizes.json``)."""
+    check_outside(out, reference)
+    check_directory("out", out)
     if out.is_dir() and any(out.iterdir()) and not (out / SIZES).is_file():
         raise OptionError(
             Option("out", str(out)),

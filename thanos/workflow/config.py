@@ -110,7 +110,7 @@ def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: st
         each = ", ".join(str(goal) for goal in request.size.each())
         raise ConfigError(
             f"{key}.sparsity: {sparsity} asks for several sizes; the workflow takes one per recipe: give "
-            f"{each} as recipes of their own (they share one search: a candidate is measured once)"
+            f"{each} as recipes of their own"
         )
     refused = [option for option in ONE_COMMAND_REFUSED if entry.get(option) is not None]
     if refused:
