@@ -25,6 +25,14 @@ from typing import TYPE_CHECKING, Any
 # seconds). Set before torch is imported (the OpenMP runtime reads it when it loads); the processes the
 # tests start inherit it. Only how idle threads wait: the same results.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The README's test command installs without bytecode (`pip install --no-compile`: pip would compile the
+# 17,600 modules installed, ~45 CPU-s, where the suite imports a few thousand of them). The suite's
+# processes write the bytecode of what they import, so each module is compiled once, by the first process
+# that imports it, even where PYTHONDONTWRITEBYTECODE is set (as on CI; without this, every Snakemake
+# start and `python -m thanos` compiled torch, transformers and the package from source again). Set
+# before torch is imported here; the workers and the processes the tests start inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
@@ -145,23 +153,9 @@ _CPU: list[Recorder] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With ``THANOS_TEST_CPU=FILE`` (``bench/suite_cpu.py``), record each test's CPU seconds into FILE.
-    Before the workers start: the package's bytecode, as a regular install compiles it (see below)."""
-    controller = not hasattr(config, "workerinput")
+    """With ``THANOS_TEST_CPU=FILE`` (``bench/suite_cpu.py``), record each test's CPU seconds into FILE."""
     if path := os.environ.get("THANOS_TEST_CPU"):
-        _CPU.append(Recorder(Path(path), controller=controller))
-    if controller:
-        _compile_the_package()
-
-
-def _compile_the_package() -> None:
-    """Write the bytecode of ``thanos/`` once (what is already current is left): an editable install
-    (``pip install -e``) compiles none of it, and where ``PYTHONDONTWRITEBYTECODE`` is set (as on CI) no
-    process writes it either, so every process of the suite (each Snakemake start, each ``python -m thanos``)
-    compiled the modules it imports from source again (~0.2 CPU-s a process)."""
-    import compileall
-
-    compileall.compile_dir(REPO / "thanos", quiet=2, workers=1)
+        _CPU.append(Recorder(Path(path), controller=not hasattr(config, "workerinput")))
 
 
 @pytest.hookimpl(wrapper=True)
