@@ -13,8 +13,10 @@ import gc
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # before torch is imported here; the workers and the processes the tests start inherit it.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# The default working directories of the runs that name none (`$THANOS_WORKDIR/<model>-<key>`, else under
+# ~/.cache/thanos): under one directory of this session, made by the controller and inherited by its workers
+# and every process they start, deleted at its end. A run never resumes what an earlier session of the suite
+# left there (the same tiny model and options give the same key), nor fills the user's cache.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["THANOS_WORKDIR"] = tempfile.mkdtemp(prefix="thanos-test-workdirs-")
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
@@ -156,6 +164,11 @@ def pytest_configure(config: pytest.Config) -> None:
     """With ``THANOS_TEST_CPU=FILE`` (``bench/suite_cpu.py``), record each test's CPU seconds into FILE."""
     if path := os.environ.get("THANOS_TEST_CPU"):
         _CPU.append(Recorder(Path(path), controller=not hasattr(config, "workerinput")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller: the session's default working directories
+        shutil.rmtree(os.environ["THANOS_WORKDIR"], ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -152,3 +152,19 @@ def test_each_step_computed_again_says_the_one_input_that_changed(setup, tmp_pat
     steps = _run(model, corpus, recipe, root)[1]
     assert set(steps.reruns.values()) == {"model file config.json changed"}
     assert list(steps.reruns) == steps.computed and len(steps.computed) == 6
+
+
+def test_a_source_directory_is_its_files_not_the_bytecode_python_writes_there(tmp_path):
+    """An lm-eval task directory's ``utils.py`` is compiled into ``__pycache__`` when the task is first
+    loaded: that leaves the directory's identity (what a rerun compares) as it was; an edited file does
+    not."""
+    from thanos.files.ledger import source_identity
+
+    (tmp_path / "task.yaml").write_text("task: toy\n")
+    (tmp_path / "utils.py").write_text("def doc_to_text(doc):\n    return doc['text']\n")
+    before = source_identity(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"\x00" * 64)
+    assert source_identity(tmp_path) == before and set(before) == {"task.yaml", "utils.py"}
+    (tmp_path / "utils.py").write_text("def doc_to_text(doc):\n    return doc['title']\n")
+    assert source_identity(tmp_path) != before

@@ -68,15 +68,20 @@ def mtime(path: str | os.PathLike | None) -> int | None:
 
 def source_identity(source: str | os.PathLike) -> Any:
     """A calibration or evaluation source: a hub name as is, a local file or directory as its files'
-    relative names, sizes and modification times."""
+    relative names, sizes and modification times; not the bytecode Python writes beside a directory's
+    modules (``__pycache__``: an lm-eval task's ``utils.py``, compiled when the task is first loaded)."""
     path = Path(source)
     if not path.exists():
         return str(source)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if _source_file(p, path))
     return {
         str(f.relative_to(path) if f != path else f.name): [f.stat().st_size, f.stat().st_mtime_ns]
         for f in files
     }
+
+
+def _source_file(file: Path, root: Path) -> bool:
+    return file.is_file() and "__pycache__" not in file.relative_to(root).parts
 
 
 def model_identity(model: str | os.PathLike) -> Any:
