@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import snakemake_command
+from helpers.tools import with_slurm_plugin
 
 from thanos.jobs.granularity import choose_granularity
 
@@ -42,7 +44,8 @@ def _dry_run(tmp_path: Path, config: dict, *args: str) -> str:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
     cmd = snakemake_command(tmp_path, "-n", "--configfile", cfg, *args)
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    env = with_slurm_plugin(dict(os.environ)) if "slurm" in args else None  # its executor: tests/helpers
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout + res.stderr
 
@@ -59,8 +62,6 @@ def _dry_run(tmp_path: Path, config: dict, *args: str) -> str:
     ],
 )
 def test_auto_is_resolved_when_the_workflow_is_parsed(tmp_path, device, args, expected):
-    if "slurm" in args:
-        pytest.importorskip("snakemake_executor_plugin_slurm")
     config = {
         "models": {"tiny": {"path": "models/tiny", "tiny": {}}},
         "recipes": {"m": {"method": "magnitude", "sparsity": 0.5}},

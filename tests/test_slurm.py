@@ -25,7 +25,6 @@ test (module fixtures), and each test waits for them only where it needs their r
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -40,6 +39,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import calibrated, shared_worker, snakemake_command, thanos_here  # noqa: E402
+from helpers.tools import SLURM_PLUGIN, slurm_plugin, with_slurm_plugin  # noqa: E402
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def _submitted(log: str) -> dict[str, str]:
 
 def _slurm_env(cluster_env: dict[str, str]) -> dict[str, str]:
     return dict(
-        cluster_env,
+        with_slurm_plugin(cluster_env),
         THANOS_SLURM_PARTITION="debug",
         THANOS_SLURM_ACCOUNT="",  # the test cluster has no accounts
         THANOS_MODEL_B="0.001",  # smallest requests: the tiny model
@@ -146,14 +146,10 @@ SLURM_ARGS = [
 
 
 def _require_slurm() -> None:
-    # In CI (root, slurm extra installed by .ci/run) a missing prerequisite is a failure, not a skip.
-    missing = None
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        missing = 'needs the slurm extra: pip install -e ".[test]" (or ".[slurm]")'
-    elif os.geteuid() != 0:
-        missing = "starting slurmd needs root (CI runs as root)"
-    if missing:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
+    # In CI (root, PyPI reachable) a missing prerequisite is a failure, not a skip.
+    if os.geteuid() != 0:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("starting slurmd needs root (CI runs as root)")
+    slurm_plugin()  # the plugin, installed once per machine (fails on CI, skips here without PyPI)
 
 
 class Background:
@@ -361,6 +357,26 @@ def test_cpu_only_cluster_with_device_cpu_requests_no_gpu(reference, cpu_only, m
         assert written["num_hidden_layers"] == 1, recipe
         assert (root / "slurm" / MODEL / recipe / "eval" / "perplexity.json").is_file(), recipe
     assert written["intermediate_size"] < json.loads((model / "config.json").read_text())["intermediate_size"]
+
+
+def test_the_plugin_tested_is_one_the_slurm_extra_installs():
+    """The SLURM executor plugin the runs above use (``SLURM_PLUGIN``) is in the range of the project's
+    ``slurm`` extra, which users install; the jobstep plugin in the range the SLURM plugin asks for."""
+    import tomllib
+    from importlib.metadata import Distribution
+
+    from packaging.requirements import Requirement
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["slurm"]
+    pinned = {Requirement(pin).name: Requirement(pin) for pin in SLURM_PLUGIN}
+    (wanted,) = [Requirement(r) for r in extra]
+    version = next(iter(pinned[wanted.name].specifier)).version
+    assert wanted.specifier.contains(version), (wanted, version)
+    (found,) = Distribution.discover(name=wanted.name, path=[str(slurm_plugin())])
+    assert found.version == version
+    requires = [Requirement(r) for r in found.requires or []]
+    (needed,) = [r for r in requires if r.name.startswith("snakemake-executor-plugin-slurm-")]
+    assert needed.specifier.contains(next(iter(pinned[needed.name].specifier)).version), needed
 
 
 def _tree_mtimes(path: Path) -> dict[str, int]:

@@ -69,7 +69,9 @@ class Recorder:
         yield
         after = tree_seconds(os.getpid())
         cpu = sum(after.values()) - sum(before.values())
-        self.write({"test": nodeid, "cpu_s": round(cpu, 2), "wall_s": round(time.monotonic() - wall, 2)})
+        ended, worker = round(time.time(), 1), os.environ.get("PYTEST_XDIST_WORKER", "")
+        record = {"test": nodeid, "cpu_s": round(cpu, 2), "wall_s": round(time.monotonic() - wall, 2)}
+        self.write(record | {"ended": ended, "worker": worker})  # when and where: the run's timeline
 
     def finish(self, tests: int) -> None:
         if self.controller:
@@ -78,6 +80,7 @@ class Recorder:
                 {
                     "run": True,
                     "tests": tests,
+                    "ended": round(time.time(), 1),
                     "wall_s": round(time.monotonic() - wall, 1),
                     "busy_cpu_s": round(busy_seconds() - busy, 1),
                 }

@@ -1,5 +1,6 @@
-"""The outside tools a published model must satisfy, installed once per machine into the cache: llama.cpp's
-converter (from llama-cpp-python's source package) and vLLM's config parser."""
+"""The outside tools the suite runs, installed once per machine into the cache: llama.cpp's converter (from
+llama-cpp-python's source package) and vLLM's config parser, which a published model must satisfy, and
+Snakemake's SLURM executor plugin."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ VLLM = (
     "fastapi==0.165.0", "starlette==1.10.0", "opentelemetry-api==1.45.2", "llguidance==1.9.1",
     "partial-json-parser==0.2.1.1.post7", "einops==0.8.2",
 )  # fmt: skip
+
+
+# Snakemake's SLURM executor plugin (the `slurm` extra: users who run on a cluster install it with the
+# project) and the jobstep plugin a SLURM job runs Snakemake with, installed without their dependencies (the
+# project's own: pandas, throttler, the Snakemake interfaces) and put on PYTHONPATH only where a test runs
+# Snakemake with it. Installed into the suite's environment, every Snakemake start of the suite imported it,
+# and with it pandas: 0.3 of the ~1.4 CPU-s a start takes, ~40 CPU-s a run of the suite.
+SLURM_PLUGIN = ("snakemake-executor-plugin-slurm==2.8.0", "snakemake-executor-plugin-slurm-jobstep==0.6.1")
 
 
 def cached_tool(name: str, marker: str, fetch: Callable[[Path], Path]) -> Path:
@@ -87,6 +96,28 @@ def vllm_config_parser() -> Path:
         return site
 
     return cached_tool(f"vllm-config-{VLLM[0].split('==')[1]}", "complete", fetch)
+
+
+def slurm_plugin() -> Path:
+    """A directory holding Snakemake's SLURM executor plugins (``SLURM_PLUGIN``), installed once per machine
+    into the cache; ``with_slurm_plugin`` puts it on a process's ``PYTHONPATH``."""
+
+    def fetch(work: Path) -> Path:
+        site = work / "site"
+        pip = ["install", "--no-deps", "--no-compile", "--target", str(site), *SLURM_PLUGIN]
+        pip_or_skip(pip, f"install {SLURM_PLUGIN[0]}")
+        (site / "complete").write_text("\n".join(SLURM_PLUGIN) + "\n")
+        return site
+
+    return cached_tool(f"snakemake-slurm-{SLURM_PLUGIN[0].split('==')[1]}", "complete", fetch)
+
+
+def with_slurm_plugin(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the SLURM executor plugins (``slurm_plugin``) first on its ``PYTHONPATH``: a Snakemake
+    process started with it can run ``--executor slurm``, and so can its SLURM jobs (sbatch
+    ``--export=ALL``)."""
+    paths = [str(slurm_plugin()), *filter(None, [env.get("PYTHONPATH")])]
+    return env | {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def vllm_reads(*model_dirs: Path) -> list[dict[str, Any]]:
