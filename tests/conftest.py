@@ -113,41 +113,48 @@ def wheel(tmp_path_factory) -> Path:
     return wikidump.fetch_wheel(tmp_path_factory.mktemp("wheel-cache"))
 
 
-# The files of more than ~20 s, longest first (their seconds alone on 2 cores). pytest-xdist's loadfile
-# scheduling hands files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by
-# default it would start the files with the most tests first, leaving the SLURM file, two tests,
-# latency-bound, to run alone at the end): starting these first lets the short files fill in at the end.
+# The files of more than ~15 s, longest first (their tests' seconds in a run of the suite: `python
+# bench/suite_cpu.py`; a file missing here starts after every file listed, as test_params.py and
+# test_distill.py did, in the run's last 90 s, which they ended alone). pytest-xdist's loadfile scheduling
+# hands files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by default it
+# would start the files with the most tests first, leaving the SLURM file, three tests, latency-bound, to run
+# alone at the end): starting these first lets the short files fill in at the end.
 # A worker is handed its next file while it still runs the last two tests of its current one: the SLURM
 # file's worker holds the fifth file until the SLURM file ends (~5 min, mostly waiting), so the fifth is a
 # short one (test_recipes.py, seconds) and the long ones go to the workers that free up first.
 LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
-    "test_prune_model.py",
-    "test_faults.py",
-    "test_recipes.py",
     "test_workflow_structures.py",
+    "test_prune_model.py",
+    "test_recipes.py",
     "test_matrix.py",
+    "test_faults.py",
+    "test_params.py",
     "test_recovery.py",
     "test_real_model.py",
+    "test_distill.py",
     "test_smoke.py",
-    "test_owl.py",
-    "test_exclude.py",
-    "test_readme_commands.py",
-    "test_packaging.py",
-    "test_cli_errors.py",
-    "test_output.py",
-    "test_demo.py",
-    "test_compact.py",
-    "test_heads.py",
-    "test_engine.py",
     "test_memory.py",
+    "test_readme_commands.py",
+    "test_demo.py",
+    "test_engine.py",
     "test_disk.py",
-    "test_depth.py",
+    "test_packaging.py",
     "test_report.py",
-    "test_user_data.py",
-    "test_worker.py",
+    "test_owl.py",
+    "test_depth.py",
+    "test_exclude.py",
     "test_zeroshot.py",
+    "test_compact.py",
+    "test_cli_errors.py",
+    "test_worker.py",
+    "test_heads.py",
+    "test_block_map.py",
+    "test_vocabulary.py",
+    "test_granularity.py",
+    "test_user_data.py",
+    "test_output.py",
     "test_evaluate.py",
 )
 
