@@ -825,9 +825,9 @@ def test_importing_thanos_does_not_import_snakemake():
 
 @pytest.mark.slow
 def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs, tmp_path):
-    # 256 windows: the blocks after the signal take seconds, so that a busy machine delivering it late
-    # still finds the run in them (with 16, the run could end before the signal arrived)
-    longer = ("--nsamples", "256")
+    # 64 windows, as the SIGTERM test: the blocks after the signal take seconds, so that a busy machine
+    # delivering it late still finds the run in them (with 16, the run could end before the signal arrived)
+    longer = ("--nsamples", "64")
     model, calib = inputs
     args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4",
             "--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2",
