@@ -249,3 +249,39 @@ def test_a_mistyped_option_is_one_line_without_the_usage(args: list[str], line: 
     assert line in run.stderr and "usage:" not in run.stderr
     if "prune-modle" in args:
         assert "did you mean 'prune-model'?" in run.stderr
+
+
+ABANDONED_WRITE = """
+import asyncio, gc, logging, sys, threading
+logging.basicConfig(stream=sys.stderr)  # as the command's: its records on stderr
+loop, started = asyncio.new_event_loop(), threading.Event()
+thread = threading.Thread(target=loop.run_forever, daemon=True)
+thread.start()
+
+async def write():  # a store's write, as zarr runs it in its event loop
+    started.set()
+    await asyncio.sleep(100)
+
+future = asyncio.run_coroutine_threadsafe(write(), loop)
+started.wait()
+if sys.argv[1] == "handled":  # the interruption, handled as every command handles one
+    from thanos.errors import interruption
+    interruption(KeyboardInterrupt())
+print("interrupted after 0:03: finished steps are kept; run the same command to resume", file=sys.stderr)
+loop.call_soon_threadsafe(loop.stop)  # the exit: zarr's atexit stops and closes its loop
+thread.join()
+loop.close()
+del future
+gc.collect()
+"""
+
+
+def test_an_interruption_mid_write_ends_with_the_resume_line():
+    """Ctrl-C during a zarr store's write leaves the write's task pending in zarr's event loop, and closing
+    the loop at exit had asyncio report it ("Task was destroyed but it is pending!") after the resume line,
+    the command's last. Once the interruption is handled (``thanos.errors.interruption``), nothing follows
+    that line; unhandled, the same process says it."""
+    for handled, reported in (("handled", False), ("unhandled", True)):
+        run = subprocess.run([sys.executable, "-c", ABANDONED_WRITE, handled], capture_output=True, text=True)
+        assert ("Task was destroyed but it is pending!" in run.stderr) == reported, run.stderr
+        assert run.stderr.rstrip().endswith("run the same command to resume") != reported, run.stderr

@@ -4,6 +4,7 @@ the one line the CLI and ``thanos prune-model`` print after ``ERROR:``."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,11 @@ class Terminated(KeyboardInterrupt):
 
 def interruption(err: KeyboardInterrupt) -> tuple[str, int]:
     """How an interruption is said and the exit status it ends with: Ctrl-C's (``interrupted``, 130) or a
-    ``Terminated``'s."""
+    ``Terminated``'s. What asyncio would say after it is not said: an interruption during a store's write
+    leaves zarr's write task pending in zarr's event loop, and the loop's close at exit reported it ("Task
+    was destroyed but it is pending!", through the ``asyncio`` logger) after the resume line, the command's
+    last; that store is unfinished, and the rerun computes it again."""
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     return getattr(err, "word", "interrupted"), getattr(err, "status", 130)
 
 
