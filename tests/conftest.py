@@ -119,9 +119,10 @@ def wheel(tmp_path_factory) -> Path:
 # hands files to the workers in collection order (`--no-loadscope-reorder` in pyproject.toml: by default it
 # would start the files with the most tests first, leaving the SLURM file, three tests, latency-bound, to run
 # alone at the end): starting these first lets the short files fill in at the end.
-# A worker is handed its next file while it still runs the last two tests of its current one: the SLURM
-# file's worker holds the fifth file until the SLURM file ends (~5 min, mostly waiting), so the fifth is a
-# short one (test_recipes.py, seconds) and the long ones go to the workers that free up first.
+# A worker is handed its next file while it still runs the last two tests of its current one: when the
+# SLURM file had two tests, its worker held the fifth file until the SLURM file ended (~5 min, mostly
+# waiting); the fifth stays a short one (test_recipes.py, seconds), so that it delays nothing wherever it
+# goes, and the long ones go to the workers that free up first.
 LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
