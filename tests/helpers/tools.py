@@ -66,6 +66,21 @@ def pip_or_skip(args: list[str], what: str) -> None:
         pytest.skip(message)
 
 
+def installed_packages(name: str, packages: tuple[str, ...]) -> Path:
+    """A directory (``name``-the first package's version, in the cache) holding ``packages`` (``pip``
+    requirements, the first pinned with ``==``), installed once per machine without their dependencies or
+    bytecode; put it on ``PYTHONPATH`` of a subprocess."""
+
+    def fetch(work: Path) -> Path:
+        site = work / "site"
+        pip_or_skip(["install", "--no-deps", "--no-compile", "--target", str(site), *packages],
+                    f"install {packages[0]}")  # fmt: skip
+        (site / "complete").write_text("\n".join(packages) + "\n")
+        return site
+
+    return cached_tool(f"{name}-{packages[0].split('==')[1]}", "complete", fetch)
+
+
 def llama_cpp_converter() -> Path:
     """llama.cpp's converter (``convert_hf_to_gguf.py``, ``conversion/``, ``gguf-py/``) from the source
     package of llama-cpp-python, downloaded once per machine into the cache."""
@@ -88,28 +103,14 @@ def vllm_config_parser() -> Path:
     """A directory holding vLLM and what its config parser imports (``VLLM``), installed once per machine
     into the cache; put it on ``PYTHONPATH`` of a subprocess."""
 
-    def fetch(work: Path) -> Path:
-        site = work / "site"
-        pip = ["install", "--no-deps", "--no-compile", "--target", str(site), *VLLM]
-        pip_or_skip(pip, f"install {VLLM[0]}")
-        (site / "complete").write_text("\n".join(VLLM) + "\n")
-        return site
-
-    return cached_tool(f"vllm-config-{VLLM[0].split('==')[1]}", "complete", fetch)
+    return installed_packages("vllm-config", VLLM)
 
 
 def slurm_plugin() -> Path:
     """A directory holding Snakemake's SLURM executor plugins (``SLURM_PLUGIN``), installed once per machine
     into the cache; ``with_slurm_plugin`` puts it on a process's ``PYTHONPATH``."""
 
-    def fetch(work: Path) -> Path:
-        site = work / "site"
-        pip = ["install", "--no-deps", "--no-compile", "--target", str(site), *SLURM_PLUGIN]
-        pip_or_skip(pip, f"install {SLURM_PLUGIN[0]}")
-        (site / "complete").write_text("\n".join(SLURM_PLUGIN) + "\n")
-        return site
-
-    return cached_tool(f"snakemake-slurm-{SLURM_PLUGIN[0].split('==')[1]}", "complete", fetch)
+    return installed_packages("snakemake-slurm", SLURM_PLUGIN)
 
 
 def with_slurm_plugin(env: dict[str, str]) -> dict[str, str]:
