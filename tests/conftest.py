@@ -45,6 +45,7 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 from helpers.cpu import Recorder  # noqa: E402
+from helpers.warm_snakemake import WarmSnakemake  # noqa: E402
 
 from thanos.demo.tiny import FAMILIES, build_tiny_model  # noqa: E402
 
@@ -259,6 +260,18 @@ def snakemake_command(workdir: Path, *args: str | Path) -> list[str]:
     return [*command, *SCHEDULER, *map(str, args)]
 
 
+_WARM: list[WarmSnakemake] = []
+
+
+def run_snakemake(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None):
+    """``subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)`` for a ``python -m snakemake``
+    command that no test signals, run in a fork of this pytest process's warm Snakemake
+    (``tests/helpers/warm_snakemake.py``): Snakemake is imported once per pytest worker, not per run."""
+    if not _WARM:
+        _WARM.append(WarmSnakemake())
+    return _WARM[0].run(cmd, dict(os.environ) if env is None else env, cwd)
+
+
 def snakemake(
     workdir: Path,
     config: dict,
@@ -281,7 +294,7 @@ def snakemake(
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = run_snakemake(cmd, env)
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc

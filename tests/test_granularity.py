@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import snakemake_command
+from conftest import run_snakemake, snakemake_command
 from helpers.tools import with_slurm_plugin
 
 from thanos.jobs.granularity import choose_granularity
@@ -45,7 +44,7 @@ def _dry_run(tmp_path: Path, config: dict, *args: str) -> str:
     cfg.write_text(json.dumps(config))
     cmd = snakemake_command(tmp_path, "-n", "--configfile", cfg, *args)
     env = with_slurm_plugin(dict(os.environ)) if "slurm" in args else None  # its executor: tests/helpers
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+    res = run_snakemake(cmd, env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout + res.stderr
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import kill_once
+from conftest import kill_once, run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # every page a command may be shown on
@@ -62,7 +62,7 @@ def run(argv: list[str], workdir: Path, config: Path, cwd: Path | None = None, p
         return subprocess.Popen(
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    return run_snakemake(cmd, cwd=cwd)
 
 
 def tiny_config(root: Path) -> Path:

@@ -9,13 +9,12 @@ import importlib.util
 import json
 import os
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import shared_worker, snakemake_command
+from conftest import run_snakemake, shared_worker, snakemake_command
 from safetensors import safe_open
 
 from thanos.errors import PathError
@@ -75,7 +74,7 @@ def results(tmp_path_factory) -> Path:
     (workdir / "real.yaml").write_text(yaml.safe_dump(config))
     cmd = snakemake_command(workdir, "--configfile", workdir / "real.yaml", "--cores", "2", "--nocolor")
     env = {**os.environ, **shared_worker()}  # its jobs in the pytest process's warm worker
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = run_snakemake(cmd, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return workdir / "results" / "real"
 

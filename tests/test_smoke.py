@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import shared_worker, snakemake_command
+from conftest import run_snakemake, shared_worker, snakemake_command
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "workflow" / "configs" / "smoke.yaml"
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _snakemake(workdir: Path, *extra: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     cmd = snakemake_command(workdir, "--configfile", SMOKE, "--cores", "2", "--nocolor", *extra)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return run_snakemake(cmd, env)
 
 
 @pytest.fixture(scope="module")

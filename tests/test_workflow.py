@@ -13,13 +13,12 @@ import math
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import calibrated, snakemake, snakemake_command, workflow_config
+from conftest import calibrated, run_snakemake, snakemake, snakemake_command, workflow_config
 
 from thanos.files.layout import UNCALIBRATED, calibration_key
 
@@ -391,7 +390,7 @@ def test_recipe_change_reruns_only_that_recipe(e2e, text):
 def test_dry_run_default_config(tmp_path):
     config = REPO / "config.yaml"
     command = snakemake_command(tmp_path, "--configfile", config, "-n", "--cores", "2", "--nocolor")
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = run_snakemake(command)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo_data" in proc.stdout and "train_demo" in proc.stdout
 
