@@ -89,15 +89,15 @@ def searched(inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
     root, original, runs = tmp_path_factory.mktemp("searched"), heldout.measure, [[], []]
     options = inputs["options"] | {"out": root / "out", "workdir": root / "work"}
 
-    def failing(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+    def failing(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
         if len(runs[0]) == 2:
             raise RuntimeError("stopped during the search")
         runs[0].append(candidate.parent.name)
-        return original(dense, candidate, texts, device)
+        return original(dense, candidate, *args)
 
-    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+    def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
         runs[1].append(candidate.parent.name)
-        return original(dense, candidate, texts, device)
+        return original(dense, candidate, *args)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(heldout, "measure", failing)
@@ -130,6 +130,15 @@ def test_params_removes_at_least_p_counted_on_the_written_model(
     card = (searched["out"] / "README.md").read_text()
     assert f"Chosen: `{search['chosen']}`" in card and card.count("## The size search") == 1
     assert all(f"| `{c['recipe']}` | {c['parameters']:,} |" in card for c in search["candidates"])
+    # the cost table first (each axis alone, marked `table` on the card), then the mixes it predicted, each
+    # with its prediction and the measurement's error beside it
+    mixes = [c for c in search["candidates"] if "predicted_loss" in c]
+    assert mixes and search["candidates"][-len(mixes) :] == mixes
+    assert all("+" not in c["recipe"] for c in search["candidates"][: -len(mixes)])
+    for mix in mixes:
+        error = mix["loss"] - mix["predicted_loss"]
+        assert f"| {mix['loss']:.4f} | {mix['predicted_loss']:.4f} ({error:+.4f}) |" in card
+    assert card.count(" | table | ") == len(search["candidates"]) - len(mixes)
     digests.verify(searched["out"])  # search.json and the card's section recorded: evaluations load it
     # described as what was written: the chosen recipe whole, the input model as the base, every parameter
     # counted on the written weights against the input model's
@@ -287,9 +296,9 @@ def test_vocab_text_chooses_the_tokens(
     measured: list[str] = []
     original = heldout.measure
 
-    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+    def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
         measured.append(candidate.parent.name)
-        return original(dense, candidate, texts, device)
+        return original(dense, candidate, *args)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(heldout, "measure", counted)
@@ -518,7 +527,8 @@ def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], 
                     dry_run=True, stream=said, **inputs["options"])  # fmt: skip
         plan = said.getvalue().splitlines()[1]
         count = int(plan.split("measures ")[1].split(" ")[0])
-        assert plan.startswith(f"params:0.3: measures {count} candidates first, each axis alone (depth:1, ")
+        first = f"params:0.3: measures {count} candidates first, the cost table of every size: each axis"
+        assert plan.startswith(first + " alone (depth:1, "), plan
         assert count > 1
         assert (f"; {count} of the {count} were measured by an earlier run in " in plan) == earlier, plan
         assert ("the rest takes up to about" in plan) == earlier, plan
@@ -547,7 +557,8 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``params:0.3,0.2``: each size's model under ``out`` (``params0.3``: what ``params:0.3`` alone
-    chooses and writes), no candidate measured twice (the sizes share one search directory), the curve of
+    chooses and writes), no candidate measured twice (the sizes share one search directory and its cost
+    table), the curve of
     every candidate measured (``sizes.csv``, one row per candidate, each size's choice marked; ``sizes.png``)
     and ``sizes.json``; the same call again measures nothing. A list with a size beyond reach is refused
     before anything runs, naming it and the most; the workflow takes one size per recipe."""
@@ -555,14 +566,16 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
 
     import thanos.evaluation.heldout as heldout
     from thanos.recipes.fields import ConfigError
+    from thanos.runner.size_axes import knobs, recipe_of
+    from thanos.runner.size_choice import table_points
     from thanos.workflow.config import expand
 
     options = inputs["options"] | {"workdir": tmp_path / "work"}
     original, measured = heldout.measure, []
 
-    def counted(dense: Any, candidate: Path, texts: Any, device: str = "cpu") -> dict[str, Any]:
+    def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
         measured.append(candidate.parent.name)
-        return original(dense, candidate, texts, device)
+        return original(dense, candidate, *args)
 
     monkeypatch.setattr(heldout, "measure", counted)
     out = tmp_path / "sizes"
@@ -570,6 +583,12 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     assert measured and len(measured) == len(set(measured)), measured
     searches = {size: json.loads((out / size.replace(":", "") / "search.json").read_text())
                 for size in ("params:0.2", "params:0.3")}  # fmt: skip
+    # one cost table: both sizes start from it; the first size searched (the smaller) measured it, the
+    # second read it and measured only the mixes it led to
+    table = [recipe_of(m) for m in table_points(knobs(inputs["model"]), searches["params:0.2"]["axes"])]
+    for search in searches.values():
+        assert [c["recipe"] for c in search["candidates"]][: len(table)] == table
+    assert measured[: len(table)] == [slug(recipe) for recipe in table], measured
     assert searches["params:0.3"]["chosen"] == searched["report"]["search"]["chosen"]
     assert weights(out / "params0.3") == weights(searched["out"])
     with (out / "sizes.csv").open() as handle:
@@ -597,3 +616,23 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     one_per_recipe = r"several sizes; the workflow takes one per recipe: give params:0\.2"
     with pytest.raises(ConfigError, match=one_per_recipe):
         expand({"recipes": {"s": {"method": "thanos", "sparsity": "params:0.2,0.3"}}})
+
+
+def test_the_dense_side_of_a_measurement_is_computed_once(tmp_path: Path) -> None:
+    """``heldout.measure`` with the dense model's side kept by the caller (``Reference``: once for every
+    candidate) gives what measuring each candidate from nothing gives, bit for bit, with the log-probabilities
+    kept and beyond the budget (the dense model run again for the KL)."""
+    from conftest import corpus_sentences, make_tiny_model
+
+    from thanos.evaluation.heldout import Reference, measure
+
+    dense = make_tiny_model(tmp_path / "dense", "llama")
+    candidates = [make_tiny_model(tmp_path / f"c{seed}", "llama", seed=seed) for seed in (1, 2)]
+    texts = [" ".join(corpus_sentences(3, seed=i)) for i in range(3)]
+    kept, recomputed = Reference(dense, texts, "cpu"), Reference(dense, texts, "cpu", budget=0)
+    for candidate in candidates:
+        alone = measure(dense, candidate, texts)
+        assert alone["kl"] is not None and alone["loss"] != 0
+        assert measure(dense, candidate, texts, "cpu", kept) == alone
+        assert measure(dense, candidate, texts, "cpu", recomputed) == alone
+    assert kept._kept is not None and recomputed._kept is None and recomputed._model is None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from thanos.runner.size_axes import recipe_of
-from thanos.runner.size_choice import POINTS, choose, cost, first_round, most_removed
+from thanos.runner.size_choice import GRID, choose, cost, most_removed, table_points
 
 # each axis's settings and the parameters each removes (of 1,000): depth removes big steps, neurons small
 REMOVES = {
@@ -50,17 +50,38 @@ def measured_by(loss_per_parameter: dict[str, float], short: int = 0) -> tuple[A
     return measure, seen
 
 
-def test_first_round_measures_each_axis_near_fractions_of_the_target() -> None:
-    mixes = first_round(Sizes(), ["depth", "neurons"], target=200)
-    assert POINTS == (0.25, 0.5, 1.0)
-    # depth: 50 -> depth:1 (100, the smaller on the tie with nothing nearer), 100 -> depth:1, 200 -> depth:2
+def test_the_table_measures_each_axis_near_fractions_of_the_parameters() -> None:
+    mixes = table_points(Sizes(), ["depth", "neurons"])
+    assert GRID == (0.05, 0.1, 0.2, 0.3)
+    # depth: 50 -> depth:1 (100, the smaller on the tie with nothing nearer), 100 -> depth:1, 200 -> depth:2,
+    # 300 -> depth:3; neurons: 300 -> neurons:0.5 (200, its largest), already there
     assert mixes == [
         {"depth": "depth:1"},
         {"depth": "depth:2"},
+        {"depth": "depth:3"},
         {"neurons": "neurons:0.1"},  # 40, nearest 50
         {"neurons": "neurons:0.2"},  # 80, nearest 100
         {"neurons": "neurons:0.5"},  # 200
     ]
+
+
+def test_every_size_reads_one_table() -> None:
+    """Sizes of 100, 160 and 250 parameters start from the same points; with the measurements kept (as the
+    search's ledger keeps them), the second and third sizes measure only their mixes."""
+    measure, seen = measured_by({"depth": 0.01, "neurons": 0.002, "vocab": 0.004})
+    kept: dict[str, dict[str, Any]] = {}
+
+    def once(mix: dict[str, str]) -> dict[str, Any]:
+        recipe = recipe_of(mix)
+        return kept[recipe] if recipe in kept else kept.setdefault(recipe, measure(mix))
+
+    table = [recipe_of(mix) for mix in table_points(Sizes(), ["depth", "neurons", "vocab"])]
+    for target in (160, 100, 250):
+        before = len(seen)
+        recipe = choose(Sizes(), ["depth", "neurons", "vocab"], target, PARAMETERS, once)
+        assert PARAMETERS - Sizes().predicted(mix_of(recipe)) >= target
+        new = seen[before:]
+        assert new[: len(table)] == table if target == 160 else not set(new) & set(table), (target, new)
 
 
 def mix_of(recipe: str) -> dict[str, str]:
@@ -71,11 +92,11 @@ def test_the_cheap_axis_takes_the_whole_target() -> None:
     measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05})
     recipe = choose(Sizes(), ["depth", "neurons", "vocab"], 200, PARAMETERS, measure)
     assert recipe == "neurons:0.5"
-    first = [recipe_of(mix) for mix in first_round(Sizes(), ["depth", "neurons", "vocab"], 200)]
+    first = [recipe_of(mix) for mix in table_points(Sizes(), ["depth", "neurons", "vocab"])]
     assert seen == [
         *first,
         "neurons:0.5",
-    ]  # the first round, then the greedy mix (measured: it was predicted)
+    ]  # the table, then the greedy mix (measured: it was predicted)
 
 
 def test_a_spread_mix_wins_when_losses_grow_faster_than_removals() -> None:
@@ -89,7 +110,7 @@ def test_a_spread_mix_wins_when_losses_grow_faster_than_removals() -> None:
 def test_a_mix_that_removes_too_little_on_the_written_model_is_followed_by_a_larger_one() -> None:
     measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05}, short=10)
     recipe = choose(Sizes(), ["depth", "neurons"], 160, PARAMETERS, measure)
-    first = first_round(Sizes(), ["depth", "neurons"], 160)
+    first = table_points(Sizes(), ["depth", "neurons"])
     assert len(seen) > len(first) + 1  # the greedy mix fell 10 short: at least one more was measured
     assert PARAMETERS - Sizes().predicted(mix_of(recipe)) - 10 >= 160
 

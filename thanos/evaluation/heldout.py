@@ -51,27 +51,87 @@ def _log_probs(model: Any, ids: list[int], device: str) -> torch.Tensor:
     return logits.log_softmax(-1)
 
 
+# the dense model's next-token log-probabilities kept for the KL of every candidate up to this many bytes
+# (SmolLM2-135M, 16 windows of 256 tokens: 0.8 GB); beyond it they are computed again for each candidate
+KEPT_BYTES = 1 << 30
+
+
+class Reference:
+    """The dense model's side of ``measure`` on ``texts``, computed once (on first use) and read by every
+    candidate of a search: each text's token ids and summed negative log-likelihood, and its next-token
+    log-probabilities (the KL's) while they fit in ``budget`` bytes. Beyond the budget, a candidate whose
+    tokens are the dense model's runs the dense model again, as every candidate did before (the dense model
+    is not kept between candidates: a candidate's pruning needs the memory)."""
+
+    def __init__(
+        self, dense: str | Path, texts: Sequence[str], device: str, budget: int = KEPT_BYTES
+    ) -> None:
+        self.dense, self.texts, self.device, self.budget = dense, list(texts), device, budget
+        self.ids: list[list[int]] = []
+        self.nll: list[float] = []
+        self.vocab = 0
+        self._kept: list[torch.Tensor] | None = None
+        self._model: Any = None
+
+    def compute(self) -> None:
+        """The ids and NLL of every text (and the log-probabilities within the budget), once."""
+        if self.ids:
+            return
+        model, tokenizer = _load(self.dense, self.device)
+        self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
+        self.vocab = model.get_output_embeddings().weight.shape[0]
+        keep = sum(len(ids) - 1 for ids in self.ids) * self.vocab * 4 <= self.budget
+        kept = []
+        for ids in self.ids:
+            p = _log_probs(model, ids, self.device)
+            self.nll.append(-p.gather(-1, torch.tensor(ids[1:], device=self.device)[:, None]).sum().item())
+            if keep:
+                kept.append(p.cpu())
+        self._kept = kept if keep else None
+
+    def log_probs(self, i: int) -> torch.Tensor:
+        """Text ``i``'s next-token log-probabilities under the dense model."""
+        if self._kept is not None:
+            return self._kept[i].to(self.device)
+        if self._model is None:
+            self._model = _load(self.dense, self.device)[0]
+        return _log_probs(self._model, self.ids[i], self.device)
+
+    def release(self) -> None:
+        """Drop the dense model loaded for ``log_probs`` beyond the budget."""
+        self._model = None
+
+
 def measure(
-    dense: str | Path, candidate: str | Path, texts: Sequence[str], device: str = "cpu"
+    dense: str | Path,
+    candidate: str | Path,
+    texts: Sequence[str],
+    device: str = "cpu",
+    reference: Reference | None = None,
 ) -> dict[str, Any]:
     """The candidate's loss (and KL, where the tokens are the dense model's) against the dense model on
-    ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens"}``."""
-    dense_model, dense_tokenizer = _load(dense, device)
+    ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens"}``; ``reference``: the dense model's side, kept
+    by the caller for the candidates after this one (else computed for this one)."""
+    reference = reference or Reference(dense, texts, device)
+    reference.compute()
     model, tokenizer = _load(candidate, device)
     nll_dense = nll = kl = 0.0
     tokens = candidate_tokens = 0
     same = True
-    for text in texts:
-        ids = dense_tokenizer(text, add_special_tokens=False)["input_ids"]
-        own = tokenizer(text, add_special_tokens=False)["input_ids"]
-        p = _log_probs(dense_model, ids, device)
-        q = _log_probs(model, own, device)
-        nll_dense -= p.gather(-1, torch.tensor(ids[1:], device=device)[:, None]).sum().item()
-        nll -= q.gather(-1, torch.tensor(own[1:], device=device)[:, None]).sum().item()
-        tokens, candidate_tokens = tokens + len(ids) - 1, candidate_tokens + len(own) - 1
-        same = same and own == ids and q.shape == p.shape
-        if same:
-            kl += (p.exp() * (p - q)).sum().item()
+    try:
+        for i, text in enumerate(texts):
+            ids = reference.ids[i]
+            own = tokenizer(text, add_special_tokens=False)["input_ids"]
+            q = _log_probs(model, own, device)
+            nll_dense += reference.nll[i]
+            nll -= q.gather(-1, torch.tensor(own[1:], device=device)[:, None]).sum().item()
+            tokens, candidate_tokens = tokens + len(ids) - 1, candidate_tokens + len(own) - 1
+            same = same and own == ids and q.shape == (len(ids) - 1, reference.vocab)
+            if same:
+                p = reference.log_probs(i)
+                kl += (p.exp() * (p - q)).sum().item()
+    finally:
+        reference.release()
     return {
         "loss": (nll - nll_dense) / tokens,
         "kl": kl / tokens if same else None,

@@ -4,15 +4,18 @@ the mix of depth, heads, neurons and vocabulary (``--axes``) that loses least, a
 **Held out.** The calibration documents are split: the last quarter (at least one document) is held out,
 never calibrated on, and ``nsamples // 4`` windows of it (at least one, the calibration's length and seed)
 are the text every candidate is measured on (``thanos.evaluation.heldout``: its excess cross-entropy over
-the dense model's per original token, and the KL where the tokens are the same); the candidates calibrate
-(and a vocab part chooses its tokens) on the other documents, ``nsamples`` minus the held-out windows of
-them, written once to ``calibration.jsonl`` in the search's directory (``--vocab-text``: a vocab part chooses
-its tokens by that text instead, and its measurement's inputs name it). The evaluation text is never read.
+the dense model's per original token, and the KL where the tokens are the same; the dense model's side
+computed once per search); the candidates calibrate (and a vocab part chooses its tokens) on the other
+documents, ``nsamples // 4`` windows of them (``CANDIDATE_SHARE``: a candidate ranks, the chosen recipe is
+then written with all ``nsamples``), written once to ``calibration.jsonl`` in the search's directory
+(``--vocab-text``: a vocab part chooses its tokens by that text instead, and its measurement's inputs name
+it). The evaluation text is never read.
 
 **The search** (``choose``), with ``T = ceil(p x the dense model's parameters)``:
 
-1. each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing T/4, T/2 and T,
-   each pruned alone and measured;
+1. the cost table, each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing
+   5, 10, 20 and 30 % of the parameters, whatever ``p``, each pruned alone and measured (every size of the
+   same model, calibration and options reads the same table: a second size measures none of it again);
 2. the mix: from nothing, the axis whose next setting adds the least cost (the axis's measured curve,
    piecewise linear through zero, the last slope beyond) per parameter removed (predicted on the meta
    device) is advanced, until the predicted parameters removed reach T; then any axis stepped back that
@@ -56,7 +59,7 @@ from thanos.runner.one_recipe import RunFailed
 from thanos.runner.patterns import combined_parts
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_choice import TRIES, choose, first_round, most_removed
+from thanos.runner.size_choice import TRIES, choose, most_removed, table_points
 from thanos.runner.workdirs import (
     default_root,
     model_slug,
@@ -67,6 +70,10 @@ from thanos.runner.workdirs import (
 )
 
 SEARCH = "search.json"
+# a candidate calibrates on this fraction of the request's windows (1/4: as many as it is measured on): its
+# pruning's time is mostly the calibration windows passed through every block (SmolLM2-135M, neurons:0.2:
+# 59 s on 48 windows, 32 s on 16); how it ranks the candidates against 48: docs/structures.md
+CANDIDATE_SHARE = 4
 Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
 
 
@@ -90,7 +97,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     search = Search(request, dense, _directory(request), stream, execute)
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
-    first = first_round(dense, axes, target)  # the candidates the search starts from
+    first = table_points(dense, axes)  # the candidates the search starts from: the cost table
     say(stream, f"{goal}: {search.plan(first)}")
     if request.dry_run:
         say(stream, "dry run: everything above was checked; nothing was run or written")
@@ -126,12 +133,12 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
 
 
 def planned_candidates(request: PruneRequest) -> list[str]:
-    """The candidates a search measures before any other, whatever they measure (``first_round``): the
+    """The candidates a search measures before any other, whatever they measure (``table_points``): the
     workflow measures each as a job of its own (``measure_candidate``), then the search finds them."""
     goal = request.size
     assert goal is not None
-    dense, axes, _, target = reachable(request.model, goal)
-    return [recipe_of(mix) for mix in first_round(dense, axes, target)]
+    dense, axes, _, _ = reachable(request.model, goal)
+    return [recipe_of(mix) for mix in table_points(dense, axes)]
 
 
 def reachable(model: str | Path, goal: Any, dense: Knobs | None = None) -> tuple[Knobs, list[str], int, int]:
@@ -270,6 +277,7 @@ class Search:
     bound: int = 0  # the most candidates the search measures (its first round and ``TRIES`` mixes)
     target: int = 0  # the parameters a candidate must remove to be chosen
     timed: list[float] = dataclasses.field(default_factory=list)  # the seconds of those this run measured
+    reference: Any = None  # the dense model's side of every measurement (``heldout.Reference``), once
 
     def place(self, pattern: str) -> Path:
         """The candidate's directory: its measurement, its log, its model while measured."""
@@ -320,8 +328,8 @@ class Search:
                 continue
         candidates = counted(len(first), "candidate")
         text = (
-            f"measures {candidates} first, each axis alone ({', '.join(first)}), then up to {TRIES} mixes "
-            "they lead to"
+            f"measures {candidates} first, the cost table of every size: each axis alone "
+            f"({', '.join(first)}), then up to {TRIES} mixes they lead to"
         )
         if earlier:
             left = len(first) - len(earlier) + TRIES
@@ -347,8 +355,10 @@ class Search:
         return inputs | ({"vocab_text": source_identity(texts[0])} if texts else {})
 
     def _calibration(self) -> Any:
+        """The candidates' calibration: ``CANDIDATE_SHARE`` of the request's windows, from the documents
+        not held out (the chosen recipe is then written with all of them)."""
         calibration = self.request.calibration
-        windows = calibration.nsamples - max(1, calibration.nsamples // 4)
+        windows = max(1, calibration.nsamples // CANDIDATE_SHARE)
         return dataclasses.replace(
             calibration, calibration=str(self.calibration_file), nsamples=windows, text_field="text"
         )
@@ -387,7 +397,7 @@ class Search:
 
     def _measure(self, pattern: str, mix: dict[str, str], place: Path) -> dict[str, Any]:
         """Prune ``pattern`` on the search's calibration into ``place``/model and measure it."""
-        from thanos.evaluation.heldout import measure, stored_parameters
+        from thanos.evaluation.heldout import Reference, measure, stored_parameters
 
         began = time.monotonic()
         request = self.request
@@ -408,7 +418,9 @@ class Search:
         except RunFailed as err:  # said in the candidate's log: said here too, in one line
             raise self._said(pattern, place, err)  # noqa: B904 - its own cause kept
         device = "cuda" if request.resources.device.startswith("cuda") else "cpu"
-        measured = measure(request.model, model, self.texts, device)
+        if self.reference is None:
+            self.reference = Reference(request.model, self.texts, device)
+        measured = measure(request.model, model, self.texts, device, self.reference)
         counted, dense = stored_parameters(model), stored_parameters(request.model)
         if request.resources.keep == "needed":
             remove(model)
@@ -459,11 +471,18 @@ def _measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
     return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
 
 
+def _predicted_text(candidate: dict[str, Any]) -> str:
+    """A candidate's predicted loss: a mix's (and the prediction's error), or ``table`` for a point of it."""
+    if "predicted_loss" not in candidate:
+        return "table" if "+" not in candidate["recipe"] else ""
+    return f"{candidate['predicted_loss']:.4f} ({candidate['loss'] - candidate['predicted_loss']:+.4f})"
+
+
 def _card(out: Path, record: dict[str, Any]) -> None:
     """The card's section on the search: every candidate, the chosen recipe."""
     rows = [
         f"| `{c['recipe']}` | {c['parameters']:,} | {100 * c['removed_fraction']:.1f} % | {c['loss']:.4f} | "
-        f"{'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
+        f"{_predicted_text(c)} | {'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
         for c in record["candidates"]
     ]
     section = [
@@ -472,10 +491,13 @@ def _card(out: Path, record: dict[str, Any]) -> None:
         f"parameters removed), mixing {', '.join(record['axes'])}. Chosen: `{record['chosen']}` "
         f"({record['chosen_parameters']:,} parameters), the candidate of least held-out loss among those "
         f"that remove enough; run alone it writes this model. Loss: the {record['loss']}, on "
-        f"{record['held_out']['windows']} held-out calibration windows. Searched in "
-        f"{clock_text(record['seconds'])}; `search.json` has it all.", "",
-        "| candidate | parameters | removed | held-out loss | KL | seconds |",
-        "| --- | --: | --: | --: | --: | --: |", *rows,
+        f"{record['held_out']['windows']} held-out calibration windows; the candidates calibrated on "
+        f"{record['calibration']['windows']} windows. `table`: a point of the cost table (an axis alone, the "
+        "same for every size); a mix's prediction is the sum of its parts' costs on the table's curves, "
+        f"measured error in brackets. Searched in {clock_text(record['seconds'])}; `search.json` has it all.",
+        "",
+        "| candidate | parameters | removed | held-out loss | predicted by the table | KL | seconds |",
+        "| --- | --: | --: | --: | --: | --: | --: |", *rows,
     ]  # fmt: skip
     card = out / "README.md"
     text = card.read_text(encoding="utf-8").split("\n## The size search\n")[0]  # a rerun's: written anew

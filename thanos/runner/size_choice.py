@@ -1,7 +1,9 @@
 """How a size search (``thanos.runner.size``) chooses its mix from measured candidates: each axis's cost
-curve from its settings pruned alone, a greedy mix on the marginal cost per parameter removed, that mix
-measured, and the measured candidate of least loss that removes enough. ``measure(mix)`` prunes and
-measures a mix (or returns its measurement of an earlier run): ``{"removed": counted, "loss": ...}``."""
+curve from its settings pruned alone (the cost table: the same settings whatever the size asked, so that
+every size of a model, calibration and method reads one table), a greedy mix on the marginal cost per
+parameter removed, that mix measured, and the measured candidate of least loss that removes enough.
+``measure(mix)`` prunes and measures a mix (or returns its measurement of an earlier run):
+``{"removed": counted, "loss": ...}``."""
 
 from __future__ import annotations
 
@@ -11,17 +13,20 @@ from typing import Any
 from thanos.runner.size_axes import Knobs, recipe_of
 
 Measure = Callable[[dict[str, str]], dict[str, Any]]
-# each axis measured at its settings nearest these fractions of the target: a quarter too, because every
-# axis's loss grows faster than its parameters (SmolLM2: vocab:0.3 removes 6.3 % for 0.15 nats, vocab:0.6
-# 12.6 % for 0.56), so the least loss spreads a target over several axes, which a curve known only at T/2
-# and T cannot show
-POINTS = (0.25, 0.5, 1.0)
+# the cost table: each axis measured alone at its settings nearest these fractions of the model's parameters,
+# whatever the size asked (a second size measures none of them again). Small points, because every axis's
+# loss grows faster than its parameters (SmolLM2: vocab:0.3 removes 6.3 % for 0.15 nats, vocab:0.6 12.6 % for
+# 0.56), so the least loss spreads a size over several axes; a large one, because a curve extended past its
+# last point underestimates it (SmolLM2: depth:10 measured 2.0 nats with a mix where the curve through 21 %
+# gave 1.4; ``cost`` goes on at the steepest slope so far, which the 30 % point makes steep where it is).
+GRID = (0.05, 0.1, 0.2, 0.3)
 TRIES = 3  # mixes measured after the first when it removes too little
 
 
 def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure: Measure) -> str:
     """The explicit recipe that removes at least ``target`` of the dense model's ``parameters`` with the
-    least measured loss."""
+    least measured loss. A mix measured after the table gets ``predicted_loss``: the sum of its parts' costs
+    on the table's curves, before it was measured."""
     results: list[dict[str, Any]] = []
 
     def measured(mix: dict[str, str]) -> dict[str, Any]:
@@ -32,17 +37,21 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
     settings = {axis: dense.settings(axis) for axis in axes}
     alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
     curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
-    for axis, i in _points(alone, target):
-        loss = measured({axis: settings[axis][i]})["loss"]
-        curves[axis].append((alone[axis][i], max(0.0, loss)))
+    table = table_points(dense, axes)
+    for point in table:
+        ((axis, setting),) = point.items()
+        loss = measured(point)["loss"]
+        curves[axis].append((alone[axis][settings[axis].index(setting)], max(0.0, loss)))
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = _mix(settings, state)
-        if (
-            not mix
-            or measured(mix)["removed"] >= target
-            or not _advance(dense, settings, alone, curves, state)
-        ):
+        if not mix:
+            break
+        predicted = sum(cost(curves[axis], alone[axis][i]) for axis, i in state.items() if i >= 0)
+        result = measured(mix)
+        if mix not in table:  # what the table predicted, beside what was measured (search.json, the card)
+            result["predicted_loss"] = predicted
+        if result["removed"] >= target or not _advance(dense, settings, alone, curves, state):
             break
     found = [m for m in results if m["removed"] >= target]
     if not found:
@@ -60,22 +69,22 @@ def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
     return dense.predicted({}) - dense.predicted(mix), recipe_of(mix)
 
 
-def first_round(dense: Knobs, axes: list[str], target: int) -> list[dict[str, str]]:
-    """The mixes ``choose`` measures before any other, whatever they measure: each axis alone at its
-    settings nearest ``POINTS`` of the target (independent of each other: the workflow measures them as
-    separate jobs, workflow/rules/search.smk)."""
+def table_points(dense: Knobs, axes: list[str]) -> list[dict[str, str]]:
+    """The cost table's points, which ``choose`` measures before any other, whatever they measure: each
+    axis alone at its settings nearest ``GRID`` of the model's parameters (independent of each other and
+    of the size: the workflow measures them as separate jobs, workflow/rules/search.smk)."""
     base = dense.predicted({})
     settings = {axis: dense.settings(axis) for axis in axes}
     alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
-    return [{axis: settings[axis][i]} for axis, i in _points(alone, target)]
+    return [{axis: settings[axis][i]} for axis, i in _points(alone, base)]
 
 
-def _points(alone: dict[str, list[int]], target: int) -> list[tuple[str, int]]:
-    """(axis, index of its setting) of each first-round measurement, axis by axis."""
+def _points(alone: dict[str, list[int]], parameters: int) -> list[tuple[str, int]]:
+    """(axis, index of its setting) of each point of the cost table, axis by axis."""
     return [
         (axis, i)
         for axis, removals in alone.items()
-        for i in sorted({_nearest(removals, share * target) for share in POINTS})
+        for i in sorted({_nearest(removals, share * parameters) for share in GRID})
     ]
 
 
