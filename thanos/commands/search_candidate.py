@@ -2,7 +2,7 @@
 prune-model``'s search, and ``--candidate`` (an explicit mix, ``depth:2+neurons:0.25``) pruned and measured
 on the search's held-out calibration windows, its stages in ``--candidate-work``; the measurement is recorded
 in the search's directory (``--workdir``/search/candidates/), where ``thanos prune-model`` with the same
-options finds it and measures it no more. The workflow runs each first-round candidate so, side by side
+options finds it and measures it no more. The workflow runs each point of the cost table so, side by side
 (workflow/rules/search.smk)."""
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class Search:
     work: Path | None = None  # where the candidates' stages run (None: the search's own ``work``)
     texts: list[str] = dataclasses.field(default_factory=list)
     measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    bound: int = 0  # the most candidates the search measures (its first round and ``TRIES`` mixes)
+    bound: int = 0  # the most candidates the search measures (its cost table and ``TRIES`` mixes)
     target: int = 0  # the parameters a candidate must remove to be chosen
     timed: list[float] = dataclasses.field(default_factory=list)  # the seconds of those this run measured
     reference: Any = None  # the dense model's side of every measurement (``heldout.Reference``), once
