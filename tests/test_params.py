@@ -560,9 +560,12 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     chooses and writes), no candidate measured twice (the sizes share one search directory and its cost
     table), the curve of
     every candidate measured (``sizes.csv``, one row per candidate, each size's choice marked; ``sizes.png``)
-    and ``sizes.json``; the same call again measures nothing. A list with a size beyond reach is refused
+    and ``sizes.json``; the same call again measures nothing, and its dry run names the mix the table
+    predicts for each size. A list with a size beyond reach is refused
     before anything runs, naming it and the most; the workflow takes one size per recipe."""
     import csv
+    import io
+    import re
 
     import thanos.evaluation.heldout as heldout
     from thanos.recipes.fields import ConfigError
@@ -604,6 +607,20 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     measured.clear()
     prune_model(inputs["model"], "thanos", "params:0.2,0.3", out=out, **options)
     assert measured == []
+    # the dry run reads the table: for each size, the mix it predicts, the first its search measured after
+    # the table (or a point of the table, when that was the greedy mix: nothing measured after it)
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.2,0.3", out=out, dry_run=True, stream=said, **options)
+    assert measured == []
+    for size, search in searches.items():
+        (line,) = [row for row in said.getvalue().splitlines() if row.startswith(f"{size}: the cost table")]
+        predicted = re.search(r" predicts (\S+): [0-9.]+ % fewer parameters", line).group(1)
+        after = search["candidates"][len(table) :]
+        if after:
+            assert predicted == after[0]["recipe"], line
+            assert f"about {after[0]['predicted_loss']:.4f} (" in line, line
+        else:
+            assert predicted in table, line
     with pytest.raises(ValueError, match=r"sparsity=params:0\.99 asks for .* ask for params:0\.\d+ or less"):
         prune_model(inputs["model"], "thanos", "params:0.2,0.99", out=tmp_path / "far", **options)
     assert not (tmp_path / "far").exists() and measured == []

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from thanos.runner.size_axes import recipe_of
-from thanos.runner.size_choice import GRID, choose, cost, most_removed, table_points
+from thanos.runner.size_choice import GRID, choose, cost, most_removed, predict, table_points
 
 # each axis's settings and the parameters each removes (of 1,000): depth removes big steps, neurons small
 REMOVES = {
@@ -97,6 +97,24 @@ def test_the_cheap_axis_takes_the_whole_target() -> None:
         *first,
         "neurons:0.5",
     ]  # the table, then the greedy mix (measured: it was predicted)
+
+
+def test_the_prediction_is_the_first_mix_the_search_measures() -> None:
+    """``predict`` (a dry run's, from the table alone) names the mix ``choose`` measures first after the
+    table, with the parameters it removes and the loss recorded beside that mix's measurement."""
+    measure, seen = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 0.002})
+    kept: dict[str, dict[str, Any]] = {}
+
+    def once(mix: dict[str, str]) -> dict[str, Any]:
+        recipe = recipe_of(mix)
+        return kept[recipe] if recipe in kept else kept.setdefault(recipe, measure(mix))
+
+    axes = ["depth", "neurons", "vocab"]
+    choose(Sizes(), axes, 200, PARAMETERS, once)
+    table = len(table_points(Sizes(), axes))
+    recipe, removed, loss = predict(Sizes(), axes, 200, once)
+    assert seen[table] == recipe and "+" in recipe and removed >= 200
+    assert kept[recipe]["predicted_loss"] == loss and len(seen) == len(kept)  # nothing measured again
 
 
 def test_a_spread_mix_wins_when_losses_grow_faster_than_removals() -> None:

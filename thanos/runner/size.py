@@ -59,7 +59,7 @@ from thanos.runner.one_recipe import RunFailed
 from thanos.runner.patterns import combined_parts
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_choice import TRIES, choose, most_removed, table_points
+from thanos.runner.size_choice import TRIES, choose, most_removed, predict, table_points
 from thanos.runner.workdirs import (
     default_root,
     model_slug,
@@ -100,6 +100,8 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     first = table_points(dense, axes)  # the candidates the search starts from: the cost table
     say(stream, f"{goal}: {search.plan(first)}")
     if request.dry_run:
+        if (predicted := search.prediction(axes, target, parameters)) is not None:
+            say(stream, f"{goal}: {predicted}")
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
     if (note := _other_search(request, search.root)) is not None:
@@ -287,10 +289,12 @@ class Search:
     def calibration_file(self) -> Path:
         return self.root / "calibration.jsonl"
 
-    def prepare(self) -> None:
-        """Split the calibration documents: the candidates' calibration file, the held-out texts."""
+    def _split(self) -> tuple[str, list[str]]:
+        """The calibration documents split: (the candidates' calibration file's content, the held-out
+        texts every candidate is measured on)."""
         from thanos.data.calibration import text_documents
         from thanos.evaluation.heldout import held_out_texts
+        from thanos.stages.calibrate import DEFAULT_SEQLEN  # the calibration's own window length
 
         calibration = self.request.calibration
         documents = text_documents(calibration.calibration, calibration.text_field)
@@ -302,19 +306,47 @@ class Search:
                 f"documents and --nsamples 2 (found {len(documents)} documents, "
                 f"{calibration.nsamples} windows)",
             )
-        self.root.mkdir(parents=True, exist_ok=True)
-        record_run(self.root, self.request.model, dataclasses.asdict(calibration), str(self.request.sparsity))
         kept = "".join(json.dumps({"text": text}) + "\n" for text in documents[: len(documents) - held])
-        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
-            with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
-                tmp.write_text(kept)
-        from thanos.stages.calibrate import DEFAULT_SEQLEN  # the calibration's own window length
-
         positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
         seqlen = calibration.seqlen or min(DEFAULT_SEQLEN, positions)
         windows = max(1, calibration.nsamples // 4)
-        self.texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
-                                    calibration.seed)  # fmt: skip
+        texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
+                               calibration.seed)  # fmt: skip
+        return kept, texts
+
+    def prepare(self) -> None:
+        """Split the calibration documents: the candidates' calibration file, the held-out texts."""
+        kept, self.texts = self._split()
+        self.root.mkdir(parents=True, exist_ok=True)
+        calibration = self.request.calibration
+        record_run(self.root, self.request.model, dataclasses.asdict(calibration), str(self.request.sparsity))
+        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
+            with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
+                tmp.write_text(kept)
+
+    def prediction(self, axes: list[str], target: int, parameters: int) -> str | None:
+        """The line naming the mix the cost table predicts for ``target`` when an earlier run measured
+        every point of the table here and its inputs are unchanged (read: nothing is run or written);
+        else None."""
+        kept, self.texts = self._split()
+        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
+            return None
+        try:
+            recipe, removed, loss = predict(self.dense, axes, target, self._recorded)
+        except LookupError:  # a point not measured here, or measured from other inputs
+            return None
+        return (
+            f"the cost table measured in {self.root} predicts {recipe}: {100 * removed / parameters:.1f} % "
+            f"fewer parameters, held-out loss about {loss:.4f} (a run prunes and measures it to decide)"
+        )
+
+    def _recorded(self, mix: dict[str, str]) -> dict[str, Any]:
+        """The mix's measurement by an earlier run, current for its inputs; LookupError without one."""
+        pattern = recipe_of(mix)
+        entry = Entry.beside(self.place(pattern) / "measurement.json")
+        if not entry.current(self._inputs(pattern)):
+            raise LookupError(pattern)
+        return json.loads(entry.output.read_text())
 
     def plan(self, first_mixes: list[dict[str, str]]) -> str:
         """What the search will measure: its first candidates (``first_mixes``), those an earlier run

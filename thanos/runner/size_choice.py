@@ -33,21 +33,14 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
         results.append(measure(mix))
         return results[-1]
 
-    base = dense.predicted({})
-    settings = {axis: dense.settings(axis) for axis in axes}
-    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
-    curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
+    settings, alone, curves = _table(dense, axes, measured)
     table = table_points(dense, axes)
-    for point in table:
-        ((axis, setting),) = point.items()
-        loss = measured(point)["loss"]
-        curves[axis].append((alone[axis][settings[axis].index(setting)], max(0.0, loss)))
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = _mix(settings, state)
         if not mix:
             break
-        predicted = sum(cost(curves[axis], alone[axis][i]) for axis, i in state.items() if i >= 0)
+        predicted = _predicted_loss(curves, alone, state)
         result = measured(mix)
         if mix not in table:  # what the table predicted, beside what was measured (search.json, the card)
             result["predicted_loss"] = predicted
@@ -60,6 +53,36 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
             "or allow more axes (--axes)"
         )
     return min(found, key=lambda m: (m["loss"], m["removed"]))["recipe"]
+
+
+def predict(dense: Knobs, axes: list[str], target: int, measure: Measure) -> tuple[str, int, float]:
+    """The mix the cost table predicts for ``target``, the first ``choose`` measures after the table: (its
+    recipe, the parameters it removes, predicted on the meta device, its loss predicted by the curves);
+    ``measure`` gives the table's points (a search's earlier measurements: nothing is pruned here)."""
+    settings, alone, curves = _table(dense, axes, measure)
+    state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
+    mix = _mix(settings, state)
+    removed = dense.predicted({}) - dense.predicted(mix)
+    return recipe_of(mix), removed, _predicted_loss(curves, alone, state)
+
+
+def _table(dense: Knobs, axes: list[str], measure: Measure) -> tuple[dict, dict, dict]:
+    """(each axis's settings, the parameters each removes alone, its cost curve through the table's points
+    as ``measure`` gives them)."""
+    base = dense.predicted({})
+    settings = {axis: dense.settings(axis) for axis in axes}
+    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
+    curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
+    for point in table_points(dense, axes):
+        ((axis, setting),) = point.items()
+        loss = measure(point)["loss"]
+        curves[axis].append((alone[axis][settings[axis].index(setting)], max(0.0, loss)))
+    return settings, alone, curves
+
+
+def _predicted_loss(curves: dict, alone: dict, state: dict[str, int]) -> float:
+    """A mix's loss predicted by the table: the sum of its parts' costs on their axes' curves."""
+    return sum(cost(curves[axis], alone[axis][i]) for axis, i in state.items() if i >= 0)
 
 
 def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
