@@ -327,9 +327,11 @@ class Search:
     def prediction(self, axes: list[str], target: int, parameters: int) -> str | None:
         """The line naming the mix the cost table predicts for ``target`` when an earlier run measured
         every point of the table here and its inputs are unchanged (read: nothing is run or written);
-        else None."""
+        else None. Without an earlier search here it reads nothing (not even the calibration documents)."""
+        if not self.calibration_file.is_file():
+            return None
         kept, self.texts = self._split()
-        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
+        if self.calibration_file.read_text() != kept:
             return None
         try:
             recipe, removed, loss = predict(self.dense, axes, target, self._recorded)
