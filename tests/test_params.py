@@ -202,8 +202,10 @@ def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     _refused_by(second, shared, proc)
 
     candidates = search / "candidates"
-    kill_once(proc, lambda: len(list(candidates.glob("*/measurement.json"))) >= 2)
-    killed = {path.parent.name for path in candidates.glob("*/measurement.json")}
+    # a measurement is finished once its ledger record is written (the record is last: a run killed
+    # between the two measures that candidate again)
+    kill_once(proc, lambda: len(list(candidates.glob("*/.measurement.json.inputs.json"))) >= 2)
+    killed = {path.parent.name for path in candidates.glob("*/.measurement.json.inputs.json")}
     again = thanos_here(*_command(inputs, "params:0.3", shared), cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     lines = [line for line in again.stderr.splitlines() if line.startswith("candidate ")]
