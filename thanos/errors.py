@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,11 @@ def interruption(err: KeyboardInterrupt) -> tuple[str, int]:
     ``Terminated``'s. What asyncio would say after it is not said: an interruption during a store's write
     leaves zarr's write task pending in zarr's event loop, and the loop's close at exit reported it ("Task
     was destroyed but it is pending!", through the ``asyncio`` logger) after the resume line, the command's
-    last; that store is unfinished, and the rerun computes it again."""
+    last; that store is unfinished, and the rerun computes it again. Nor is the warning of a zarr call's
+    coroutine the interruption dropped before it was scheduled ("coroutine ... was never awaited", with
+    "Enable tracemalloc ..."), printed when it is collected, at exit."""
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
     return getattr(err, "word", "interrupted"), getattr(err, "status", 130)
 
 
