@@ -362,6 +362,24 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
     return problems
 
 
+def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Fill in ``config`` the schema's defaults: each property's ``default`` where the object holding it
+    lacks it, at every level the schema validates (as ``snakemake.utils.validate`` does, without loading and
+    compiling the schema a second time). ``config`` is valid (``schema_problems`` found nothing)."""
+    from jsonschema import Draft202012Validator, validators
+
+    properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator: Any, given: dict, instance: Any, subschema: dict) -> Any:
+        if isinstance(instance, dict):
+            for name, property_schema in given.items():
+                if "default" in property_schema:
+                    instance.setdefault(name, property_schema["default"])
+        yield from properties(validator, given, instance, subschema)
+
+    validators.extend(Draft202012Validator, {"properties": set_defaults})(schema).validate(config)
+
+
 def built_models(models: dict[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
     """The models the workflow builds, by normalised path: the tiny ones' specs (rule make_tiny_model) and
     the real ones' (rule real_model); two models building different tiny models at one path are refused."""
