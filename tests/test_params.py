@@ -655,3 +655,24 @@ def test_the_dense_side_of_a_measurement_is_computed_once(tmp_path: Path) -> Non
         assert measure(dense, candidate, texts, "cpu", kept) == alone
         assert measure(dense, candidate, texts, "cpu", recomputed) == alone
     assert kept._kept is not None and recomputed._kept is None and recomputed._model is None
+
+
+def test_workflow_sizes_differing_only_in_the_target_share_one_search() -> None:
+    """The workflow's size recipes share a search (its cost table) with the first earlier size of the same
+    method and options: another method or other axes is a search of its own; a vocabulary is none."""
+    from thanos.workflow.config import expand, search_owners
+
+    recipes = expand(
+        {
+            "recipes": {
+                "p15": {"method": "thanos", "sparsity": "params:0.15"},
+                "w25": {"method": "wanda", "sparsity": "params:0.25"},
+                "p25": {"method": "thanos", "sparsity": "params:0.25"},
+                "d25": {"method": "thanos", "sparsity": "params:0.25", "axes": "depth,neurons"},
+                "d35": {"method": "thanos", "sparsity": "params:0.35", "axes": "depth,neurons"},
+                "v30": {"method": "thanos", "sparsity": "vocab:0.3"},
+            }
+        }
+    )
+    owners = search_owners(recipes)
+    assert owners == {"p15": "p15", "w25": "w25", "p25": "p15", "d25": "d25", "d35": "d25"}

@@ -1,8 +1,8 @@
 """The recipes ``thanos prune-model`` runs in one call, as workflow jobs: a ``depth:1`` recipe (rule depth:
 the block choice and maps on the dense chain's stores, then assemble), a combined
 ``depth:1+neurons:0.3+vocab:0.3`` (one ``combined-part`` job per part, the vocabulary's too), a vocabulary
-``vocab:0.3`` and a size ``params:0.3`` (one
-``prune-model`` job each, the size's first candidates measured by ``search_candidate`` jobs of their own).
+``vocab:0.3`` and two sizes ``params:0.3`` and ``params:0.2`` (one ``prune-model`` job each, the sizes' cost
+table measured once, by ``search_candidate`` jobs of their own).
 One real Snakemake run on a tiny Llama with a trained BPE tokenizer serves every assertion: it is killed
 (SIGKILL) during the combined recipe's second part, then resumed as documented; the finished run is compared
 with ``thanos prune-model``'s models and its tables and figures are read."""
@@ -27,6 +27,7 @@ RECIPES = {
     "combo": {"method": "thanos", "sparsity": "depth:1+neurons:0.3+vocab:0.3"},
     "v30": {"method": "thanos", "sparsity": "vocab:0.3"},
     "p30": {"method": "thanos", "sparsity": "params:0.3"},
+    "p20": {"method": "thanos", "sparsity": "params:0.2"},  # the same search: p30's cost table
 }
 
 
@@ -77,8 +78,10 @@ def run(tmp_path_factory) -> dict:
 
 @pytest.mark.slow
 def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
-    """A dry run lists every candidate the size's search starts from as a ``search_candidate`` job of its
-    own (side by side on a cluster), and one ``one_command`` job each for the size and the vocabulary."""
+    """A dry run lists every candidate the sizes' search starts from (its cost table) as a
+    ``search_candidate`` job of its own (side by side on a cluster), once for both sizes, and one
+    ``one_command`` job each for the sizes and the vocabulary; the second size's job measured none of them
+    again."""
     from thanos.runner.request import build_request
     from thanos.runner.size import candidate_name, planned_candidates
 
@@ -87,8 +90,14 @@ def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
     planned = planned_candidates(request)
     assert len(planned) >= 3 and len({p.partition(":")[0] for p in planned}) >= 3, planned
     jobs = re.findall(r"rule search_candidate:.*?output: (\S+)", run["planned"], flags=re.S)
+    # each point of the cost table once, in the first size's directory: the second size reads it
     assert sorted(Path(job).parent.name for job in jobs) == sorted(map(candidate_name, planned))
-    assert len(re.findall(r"rule one_command:", run["planned"])) == 2
+    assert all("/p30/work/" in job for job in jobs), jobs
+    assert len(re.findall(r"rule one_command:", run["planned"])) == 3
+    log = run["dir"] / "results" / "logs" / "llama" / "p20" / "prune-model.log"
+    lines = [line for line in log.read_text().splitlines() if line.startswith("candidate ")]
+    earlier = [line for line in lines if "(measured in an earlier run)" in line]
+    assert {line.split(": ")[1] for line in earlier} >= set(planned), lines
 
 
 @pytest.mark.slow
@@ -126,7 +135,7 @@ def test_the_models_are_prune_models(run: dict) -> None:
     options |= {"stream": io.StringIO()}
     # the depth recipe in the working directory the combined recipe's first part takes: that part reuses it
     workdirs = {"depth1": work / "prune-model" / "part1-depth1", "combo": work / "prune-model"}
-    workdirs |= {"v30": work / "prune-model-v", "p30": work / "prune-model-p"}
+    workdirs |= {"v30": work / "prune-model-v", "p30": work / "prune-model-p", "p20": work / "prune-model-p"}
     patterns = {recipe: entry["sparsity"] for recipe, entry in RECIPES.items()}
     texts = {"v30": {"vocab_text": run["vocab_text"]}}
     for recipe, sparsity in patterns.items():

@@ -93,6 +93,20 @@ class OneCommand:
         return build_request(model, self.method, self.sparsity, self.keywords() | {"out": out})
 
 
+def search_owners(recipes: dict[str, Any]) -> dict[str, str]:
+    """{size recipe: the size recipe whose working directory its search uses}: the first, in the config's
+    order, of the sizes that differ from it only in the parameters asked for (the method and every option
+    the same). Their searches share one cost table: its points are measured once, by the first one's
+    ``search_candidate`` jobs, and every size of the group reads them (thanos.runner.size)."""
+    owners: dict[str, str] = {}
+    first: dict[str, str] = {}
+    for name, recipe in recipes.items():
+        if isinstance(recipe, OneCommand) and recipe.is_size:
+            key = repr((recipe.method, sorted(recipe.options, key=lambda option: option[0])))
+            owners[name] = first.setdefault(key, name)
+    return owners
+
+
 def _one_command(key: str, name: str | None, entry: dict[str, Any], sparsity: str) -> OneCommand:
     """The ``OneCommand`` of a config entry with a vocab pattern alone or a size, checked as ``thanos
     prune-model`` checks it (``build_request``: the pattern, the options, the mix of every axis a size may

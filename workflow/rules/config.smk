@@ -23,6 +23,7 @@ from thanos.workflow.config import (
     distilled_from,
     expand,
     schema_problems,
+    search_owners,
     with_defaults,
 )
 from thanos.workflow.inputs import input_problems
@@ -59,6 +60,9 @@ EVERY_RECIPE = expand(config)
 COMBINED = {name: recipe for name, recipe in EVERY_RECIPE.items() if isinstance(recipe, Combined)}
 ONE_COMMAND = {name: recipe for name, recipe in EVERY_RECIPE.items() if isinstance(recipe, OneCommand)}
 SEARCHES = [name for name, recipe in ONE_COMMAND.items() if recipe.is_size]
+# sizes that differ only in the parameters asked for share one search (its cost table), in the working
+# directory of the first of them; they run one after another
+SEARCH_OWNER = search_owners(ONE_COMMAND)
 RECIPES = {
     name: recipe for name, recipe in EVERY_RECIPE.items() if name not in COMBINED and name not in ONE_COMMAND
 }

@@ -357,8 +357,12 @@ def one_command_inputs(wildcards):
     if text is not None and str(text).lower() != "c4":  # missing: Snakemake names it; changed: reruns
         inputs["vocab_text"] = text
     if "one" in wildcards.keys() and recipe.is_size:
-        planned = first_candidates(wildcards.model, recipe.name)
-        inputs["candidates"] = [PATHS.candidate(wildcards.model, recipe.name, name) for name in planned]
+        owner = SEARCH_OWNER[recipe.name]
+        planned = first_candidates(wildcards.model, owner)
+        inputs["candidates"] = [PATHS.candidate(wildcards.model, owner, name) for name in planned]
+        group = [name for name in SEARCHES if SEARCH_OWNER[name] == owner]
+        if recipe.name != owner:  # after the size before it in the group: one search at a time in its directory
+            inputs["after"] = PATHS.model_dir(wildcards.model, group[group.index(recipe.name) - 1])
     return inputs
 
 
@@ -383,8 +387,10 @@ def one_command_calibration(wildcards):
 
 
 def one_command_work(wildcards, output):
-    """The recipe's working directory (takes ``output``: not recorded, see compute_dtype)."""
-    return PATHS.one_command(wildcards.model, one_command_recipe(wildcards).name)
+    """The recipe's working directory, a size's that of the first size of its search (SEARCH_OWNER; takes
+    ``output``: not recorded, see compute_dtype)."""
+    name = one_command_recipe(wildcards).name
+    return PATHS.one_command(wildcards.model, SEARCH_OWNER.get(name, name))
 
 
 def one_command_out(wildcards, output):

@@ -6,7 +6,9 @@
 # candidates, each axis alone at the settings the search starts from (thanos.runner.size.planned_candidates,
 # known once the model's facts are: the model_info checkpoint), as jobs of their own side by side (rule
 # search_candidate: `thanos search-candidate`); the prune-model job then finds their measurements where its
-# search looks (the ledger), measures the mixes they lead to, and writes the chosen recipe.
+# search looks (the ledger), measures the mixes they lead to, and writes the chosen recipe. Sizes that differ
+# only in the parameters asked for (params:0.15, params:0.25) share one search: the first one's working
+# directory and candidate jobs (SEARCH_OWNER); each later one runs after the one before it and reads the table.
 
 ONE_COMMAND_LINE = (
     "OMP_NUM_THREADS={threads} $THANOS_WF_GPU python -m thanos {params.command} --model {params.model:q}"
