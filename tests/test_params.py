@@ -244,8 +244,8 @@ def test_the_chosen_recipe_alone_writes_the_same_bytes(
 
 
 def test_axes_restrict_the_search(inputs: dict[str, Any], tmp_path: Path) -> None:
-    """``axes="depth"``: the only candidate is a depth recipe; --axes without params:P, an unknown axis,
-    a fraction out of range and params combined are refused in one line."""
+    """``axes="depth"``: the only candidate is a depth recipe; --axes or table_only without params:P, an
+    unknown axis, a fraction out of range and params combined are refused in one line."""
     options = inputs["options"] | {"workdir": tmp_path / "work"}
     report = prune_model(
         inputs["model"], "thanos", "params:0.2", out=tmp_path / "out", axes="depth", **options
@@ -261,6 +261,9 @@ def test_axes_restrict_the_search(inputs: dict[str, Any], tmp_path: Path) -> Non
     for (sparsity, axes), message in refusals.items():
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             prune_model(inputs["model"], "thanos", sparsity, out=tmp_path / "x", axes=axes, **options)
+    table_only = r"table_only: is for params:P \(it measures a size's cost table\); 2:4 names its mix"
+    with pytest.raises(ValueError, match=table_only):
+        prune_model(inputs["model"], "thanos", "2:4", out=tmp_path / "x", table_only=True, **options)
     assert not (tmp_path / "x").exists()
 
 
@@ -558,9 +561,10 @@ def test_a_new_search_names_the_option_that_changed(
 def test_several_sizes_share_one_search_and_draw_the_curve(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``params:0.3,0.2``: each size's model under ``out`` (``params0.3``: what ``params:0.3`` alone
-    chooses and writes), no candidate measured twice (the sizes share one search directory and its cost
-    table), the curve of
+    """``params:0.3,0.2`` with ``table_only`` first: the cost table measured and each size's predicted mix
+    said, nothing written; then each size's model under ``out`` (``params0.3``: what ``params:0.3`` alone
+    chooses and writes), no candidate measured twice (the sizes read the table-only run's cost table, and
+    each measured first the mix it predicted), the curve of
     every candidate measured (``sizes.csv``, one row per candidate, each size's choice marked; ``sizes.png``)
     and ``sizes.json``; the same call again measures nothing, and its dry run names the mix the table
     predicts for each size. A list with a size beyond reach is refused
@@ -584,16 +588,33 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
 
     monkeypatch.setattr(heldout, "measure", counted)
     out = tmp_path / "sizes"
+    # --table-only: the cost table measured, the mix it predicts for each size said; no model, no out
+    said = io.StringIO()
+    frontier = prune_model(
+        inputs["model"], "thanos", "params:0.3,0.2", out=out, table_only=True, stream=said, **options
+    )
+    assert not out.exists()
+    tabled, predicted = list(measured), frontier["predicted"]
+    assert set(predicted) == {"params:0.2", "params:0.3"}
+    for size, mix in predicted.items():
+        line = f"  {size}: {mix['recipe']}, {100 * mix['removed_fraction']:.1f} % fewer parameters, "
+        assert line + f"held-out loss about {mix['loss']:.4f}" in said.getvalue(), said.getvalue()
+        assert mix["removed_fraction"] >= float(size.partition(":")[2])
+    measured.clear()
     report = prune_model(inputs["model"], "thanos", "params:0.3,0.2", out=out, **options)
-    assert measured and len(measured) == len(set(measured)), measured
+    assert len(measured) == len(set(measured)), measured
     searches = {size: json.loads((out / size.replace(":", "") / "search.json").read_text())
                 for size in ("params:0.2", "params:0.3")}  # fmt: skip
-    # one cost table: both sizes start from it; the first size searched (the smaller) measured it, the
-    # second read it and measured only the mixes it led to
+    # one cost table: both sizes start from it; the table-only run measured it, each size read it and
+    # measured only the mixes it led to, the first of them the mix the table-only run predicted
     table = [recipe_of(m) for m in table_points(knobs(inputs["model"]), searches["params:0.2"]["axes"])]
     for search in searches.values():
         assert [c["recipe"] for c in search["candidates"]][: len(table)] == table
-    assert measured[: len(table)] == [slug(recipe) for recipe in table], measured
+    assert tabled == [slug(recipe) for recipe in table], tabled
+    assert not set(measured) & set(tabled), measured
+    for size, search in searches.items():  # (or a point of the table, when that was the greedy mix)
+        after = search["candidates"][len(table) :]
+        assert predicted[size]["recipe"] in ([after[0]["recipe"]] if after else table), size
     assert searches["params:0.3"]["chosen"] == searched["report"]["search"]["chosen"]
     assert weights(out / "params0.3") == weights(searched["out"])
     with (out / "sizes.csv").open() as handle:
@@ -611,7 +632,8 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     assert measured == []
     # the dry run reads the table: for each size, the mix it predicts, the first its search measured after
     # the table (or a point of the table, when that was the greedy mix: nothing measured after it)
-    said = io.StringIO()
+    said.seek(0)
+    said.truncate()
     prune_model(inputs["model"], "thanos", "params:0.2,0.3", out=out, dry_run=True, stream=said, **options)
     assert measured == []
     for size, search in searches.items():

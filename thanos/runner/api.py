@@ -57,6 +57,7 @@ def prune_model(
     keep: str = "needed",
     disk_check: bool = True,
     dry_run: bool = False,
+    table_only: bool = False,
 ) -> dict[str, Any]:
     """Prune ``model`` (a Hugging Face directory or hub id) with one recipe and write the pruned model,
     loadable with ``AutoModelForCausalLM.from_pretrained``, to ``out``; rerunning the same call resumes.
@@ -82,11 +83,13 @@ def prune_model(
     The evaluation: ``evaluate`` ("ppl" and/or "zeroshot"), ``ppl_source``, ``ppl_seqlen`` (the perplexity
     window, default min(2048, the model's positions)), ``tasks``, ``include_path``.
     ``overwrite`` replaces an ``out`` holding another result; ``dry_run`` checks everything and returns
-    without running. Each keyword is the same-named option of ``thanos prune-model`` (``--help`` says more;
-    docs/library.md). Progress goes to ``stream`` (stderr).
+    without running; ``table_only`` (params:P) measures the size's cost table and returns the mix it
+    predicts for each size, writing no model. Each keyword is the same-named option of ``thanos
+    prune-model`` (``--help`` says more; docs/library.md). Progress goes to ``stream`` (stderr).
 
     Returns the pruning report (``pruning_report.json``) with ``out``, ``workdir`` and ``evaluation``
-    added (a dry run: ``out``, ``workdir`` and ``disk``; several sizes: ``out``, ``sizes``, each size's
+    added (a dry run: ``out``, ``workdir`` and ``disk``; ``table_only``: ``out``, ``workdir`` and
+    ``predicted``, by size; several sizes: ``out``, ``sizes``, each size's
     report by its request, and ``curve``, the rows of ``sizes.csv``). Bad input raises
     ``thanos.errors.OptionError`` (a ValueError) naming the keyword; a failed or interrupted step raises
     ``thanos.runner.one_recipe.RunFailed`` (finished steps are kept)."""
@@ -108,7 +111,7 @@ def execute(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     lines, not the run."""
     console = Console(stream)
     # one writer of ``out`` from the check of what it holds to the last write (a dry run only checks)
-    with exclusive_out(request.output.out, probe=request.dry_run):
+    with exclusive_out(request.output.out, probe=request.dry_run or request.table_only):
         if request.size is not None and request.size.sizes:  # params:P1,P2,...: a model per size
             from thanos.runner.sizes import prune_sizes
 

@@ -189,6 +189,14 @@ class PruneRequest:
             action="store_true",
         ),
     )
+    table_only: bool = field(
+        default=False,
+        metadata=option(
+            "params:P only: measure the cost table of the size's search and print the mix it predicts for "
+            "each size, its parameters and loss; write no model (a later run of the size reads the table)",
+            action="store_true",
+        ),
+    )
     part_of: dict[str, Any] | None = None
     size: SizeGoal | None = None  # params:P: the recipes are chosen by ``thanos.runner.size``
 
@@ -262,6 +270,7 @@ def build_request(
         _group(Evaluation, options),
         _group(Output, options),
         bool(options.get("dry_run", False)),
+        table_only=bool(options.get("table_only", False)),
         size=size,
     )
 
@@ -273,6 +282,9 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
     if fractions is None:
         if axes is not None:
             raise OptionError(Option("axes", ",".join(axes)), f"is for params:P; {sparsity} names its mix")
+        if options.get("table_only"):
+            why = f"is for params:P (it measures a size's cost table); {sparsity} names its mix"
+            raise OptionError(Option("table_only"), why)
         return None
     if isinstance(method, Recipe):
         raise OptionError(Option("sparsity", str(sparsity)), "give params:P with a method name, not a Recipe")

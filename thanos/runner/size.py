@@ -37,7 +37,6 @@ gets the table.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
@@ -59,10 +58,10 @@ from thanos.runner.one_recipe import RunFailed
 from thanos.runner.patterns import combined_parts
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
+from thanos.runner.size_card import measured_text, write_card
 from thanos.runner.size_choice import TRIES, choose, most_removed, predict, table_points
+from thanos.runner.size_dirs import other_search, search_directory, search_key
 from thanos.runner.workdirs import (
-    default_root,
-    model_slug,
     record_finished,
     record_run,
     record_search_key,
@@ -94,7 +93,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         from thanos.runner.checks import check_vocab_text
 
         check_vocab_text(goal.options.vocab_text)
-    search = Search(request, dense, _directory(request), stream, execute)
+    search = Search(request, dense, search_directory(request), stream, execute)
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
     first = table_points(dense, axes)  # the candidates the search starts from: the cost table
@@ -104,17 +103,19 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
             say(stream, f"{goal}: {predicted}")
         say(stream, "dry run: everything above was checked; nothing was run or written")
         return {"out": str(request.output.out), "workdir": str(search.root)}
-    if (note := _other_search(request, search.root)) is not None:
+    if (note := other_search(request, search.root)) is not None:
         say(stream, f"{goal}: {note}")
     with shared_workdir(search.root):  # in use: ``thanos workdirs`` deletes it not
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
-            record_search_key(search.root, _key(request))
+            record_search_key(search.root, search_key(request))
+        if request.table_only:
+            return _table_only(search, goal, axes, target, parameters, len(first))
         search.bound, search.target = len(first) + TRIES, target
         chosen = choose(dense, axes, target, parameters, search.candidate)
         record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
-    say(stream, f"{goal}: chose {chosen} ({_measured_text(record['candidates'], chosen)}); writing it")
+    say(stream, f"{goal}: chose {chosen} ({measured_text(record['candidates'], chosen)}); writing it")
     began = time.monotonic()
     options = goal.options
     report = execute(
@@ -124,7 +125,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
     out = Path(request.output.out)
     for place in (out / SEARCH, search.root / SEARCH):
         write_json(place, record)
-    _card(out, record)
+    write_card(out, record)
     digests.record_again(out)  # search.json and the card's section are part of what was computed
     say(
         stream,
@@ -132,6 +133,23 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         f"candidates), written in {clock_text(record['write_seconds'])}; {out / SEARCH} lists them",
     )
     return report | {"search": record}
+
+
+def _table_only(
+    search: Search, goal: Any, axes: list[str], target: int, parameters: int, points: int
+) -> dict[str, Any]:
+    """``--table-only``: the cost table measured (the points an earlier run measured are read), then the mix
+    it predicts for ``goal``, said and returned; no model written."""
+    search.bound, search.target = points, target
+    recipe, removed, loss = predict(search.dense, axes, target, search.candidate)
+    record_finished(search.root, search.label)
+    predicted = {"recipe": recipe, "removed": removed, "removed_fraction": removed / parameters, "loss": loss}
+    say(
+        search.stream,
+        f"{goal}: the cost table predicts {recipe}: {100 * removed / parameters:.1f} % fewer parameters, "
+        f"held-out loss about {loss:.4f}; no model written (the size's run reads the table in {search.root})",
+    )
+    return {"out": str(search.request.output.out), "workdir": str(search.root), "predicted": predicted}
 
 
 def planned_candidates(request: PruneRequest) -> list[str]:
@@ -181,8 +199,8 @@ def measure_candidate(
     recorded where the search finds it (a search run later measures it no more); its measurement's path."""
     goal = request.size
     assert goal is not None
-    search = Search(request, knobs(request.model, goal.options.width_multiple), _directory(request), stream,
-                    execute, work=work)  # fmt: skip
+    dense = knobs(request.model, goal.options.width_multiple)
+    search = Search(request, dense, search_directory(request), stream, execute, work=work)
     with shared_workdir(search.root):  # beside the other candidates' jobs, not beside its deletion
         search.prepare()
         search.candidate({part.partition(":")[0]: part for part in pattern.split("+")})
@@ -215,53 +233,6 @@ def _recipes(options: Any, pattern: str) -> tuple[Any, ...]:
     parts = [parse_sparsity(part) for part in combined_parts(pattern) or [pattern]]
     text = options.vocab_text if any(takes(part.kind, "vocab_text") for part in parts) else None
     return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
-
-
-def _directory(request: PruneRequest) -> Path:
-    """The search's directory: ``--workdir``/search, else one under the working directory root keyed by
-    the model, the calibration and the recipe options."""
-    if request.resources.workdir:
-        return Path(request.resources.workdir).expanduser().resolve() / "search"
-    key = _key(request)
-    listed = [request.model, key["calibration"], key["options"]]
-    name = hashlib.sha256(json.dumps(listed, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return default_root() / f"{model_slug(request.model)}-search-{name}"
-
-
-def _key(request: PruneRequest) -> dict[str, Any]:
-    """What a search's default directory is keyed by, besides the model: the calibration and the recipe
-    options (not ``vocab_text``: a vocabulary candidate's inputs name its text, the others serve any)."""
-    options = dataclasses.asdict(dataclasses.replace(request.size.options, sparsity=""))  # type: ignore[union-attr]
-    options.pop("vocab_text")
-    return {"calibration": dataclasses.asdict(request.calibration), "options": options}
-
-
-def _other_search(request: PruneRequest, root: Path) -> str | None:
-    """When ``root`` is a new default search directory: the line naming the latest other search of the same
-    model under the working directory root, the option that differs and how to delete it; else None."""
-    from thanos.files.ledger import difference
-    from thanos.runner.disk import size_text
-    from thanos.stages.describe.provenance import path_bytes
-
-    if request.resources.workdir or root.exists():
-        return None
-    found = []
-    for other in root.parent.glob(f"{model_slug(request.model)}-search-*"):
-        try:
-            record = json.loads((other / "workdir.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("model") == request.model and "search_key" in record:
-            found.append((record.get("last_run", ""), other, record["search_key"]))
-    if not found:
-        return None
-    _, other, recorded = max(found, key=lambda item: item[0])
-    why = difference(recorded, _key(request)) or "another key"
-    size = size_text(path_bytes(other))
-    return (
-        f"a new search in {root.name}: {why} since the search in {other.name} ({size}; its candidates serve "
-        f"only its options: `thanos workdirs --delete {other.name}` deletes it)"
-    )
 
 
 @dataclasses.dataclass
@@ -314,12 +285,17 @@ class Search:
                                calibration.seed)  # fmt: skip
         return kept, texts
 
+    @property
+    def label(self) -> str:
+        """What ``thanos workdirs`` lists this run as: the size, or its cost table alone (--table-only)."""
+        return str(self.request.sparsity) + (" (cost table only)" if self.request.table_only else "")
+
     def prepare(self) -> None:
         """Split the calibration documents: the candidates' calibration file, the held-out texts."""
         kept, self.texts = self._split()
         self.root.mkdir(parents=True, exist_ok=True)
         calibration = self.request.calibration
-        record_run(self.root, self.request.model, dataclasses.asdict(calibration), str(self.request.sparsity))
+        record_run(self.root, self.request.model, dataclasses.asdict(calibration), self.label)
         if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
             with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
                 tmp.write_text(kept)
@@ -498,41 +474,3 @@ class Search:
             "chosen_parameters": self.measured[chosen]["parameters"],
             "seconds": round(seconds, 1),
         }
-
-
-def _measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
-    found = next(c for c in candidates if c["recipe"] == chosen)
-    return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
-
-
-def _predicted_text(candidate: dict[str, Any]) -> str:
-    """A candidate's predicted loss: a mix's (and the prediction's error), or ``table`` for a point of it."""
-    if "predicted_loss" not in candidate:
-        return "table" if "+" not in candidate["recipe"] else ""
-    return f"{candidate['predicted_loss']:.4f} ({candidate['loss'] - candidate['predicted_loss']:+.4f})"
-
-
-def _card(out: Path, record: dict[str, Any]) -> None:
-    """The card's section on the search: every candidate, the chosen recipe."""
-    rows = [
-        f"| `{c['recipe']}` | {c['parameters']:,} | {100 * c['removed_fraction']:.1f} % | {c['loss']:.4f} | "
-        f"{_predicted_text(c)} | {'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
-        for c in record["candidates"]
-    ]
-    section = [
-        "", "## The size search", "",
-        f"Asked: `{record['request']}` (at least {record['target_removed']:,} of {record['parameters']:,} "
-        f"parameters removed), mixing {', '.join(record['axes'])}. Chosen: `{record['chosen']}` "
-        f"({record['chosen_parameters']:,} parameters), the candidate of least held-out loss among those "
-        f"that remove enough; run alone it writes this model. Loss: the {record['loss']}, on "
-        f"{record['held_out']['windows']} held-out calibration windows; the candidates calibrated on "
-        f"{record['calibration']['windows']} windows. `table`: a point of the cost table (an axis alone, the "
-        "same for every size); a mix's prediction is the sum of its parts' costs on the table's curves, "
-        f"measured error in brackets. Searched in {clock_text(record['seconds'])}; `search.json` has it all.",
-        "",
-        "| candidate | parameters | removed | held-out loss | predicted by the table | KL | seconds |",
-        "| --- | --: | --: | --: | --: | --: | --: |", *rows,
-    ]  # fmt: skip
-    card = out / "README.md"
-    text = card.read_text(encoding="utf-8").split("\n## The size search\n")[0]  # a rerun's: written anew
-    card.write_text(text.rstrip("\n") + "\n" + "\n".join(section) + "\n")

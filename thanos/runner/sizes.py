@@ -41,7 +41,7 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
         dense = knobs(request.model, goal.options.width_multiple)  # (a hub id: the first size refuses it)
         for one in each:
             reachable(request.model, one, dense)
-    if not request.dry_run:  # ``out`` is this command's from now on: a rerun after an interruption resumes
+    if not (request.dry_run or request.table_only):  # ``out`` is this command's from now on: a rerun resumes
         out.mkdir(parents=True, exist_ok=True)
         if not (out / SIZES).is_file():
             write_json(out / SIZES, {"request": str(goal), "model": request.model, "sizes": {}})
@@ -54,6 +54,14 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
         reports[str(one)] = prune_to_size(part, stream, execute)
     if request.dry_run:
         return {"out": str(out), "sizes": reports}
+    if request.table_only:  # the predicted frontier, nothing written
+        predicted = {size: report["predicted"] for size, report in reports.items()}
+        say(stream, f"{goal}: the frontier the cost table predicts (the sizes' run measures and writes it):")
+        for size, mix in predicted.items():
+            share, loss = 100 * mix["removed_fraction"], mix["loss"]
+            text = f"{share:.1f} % fewer parameters, held-out loss about {loss:.4f}"
+            say(stream, f"  {size}: {mix['recipe']}, {text}")
+        return {"out": str(out), "predicted": predicted}
     from thanos.report.size_curve import curve_rows, write_curve
 
     rows = curve_rows({size: report["search"] for size, report in reports.items()})

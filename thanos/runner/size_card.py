@@ -1,0 +1,47 @@
+"""What a size's search says in the written model's card (README.md): every candidate measured, its
+parameters, loss, the table's prediction and its error, and the chosen recipe; and the chosen one in words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from thanos.events import clock_text
+
+
+def measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
+    found = next(c for c in candidates if c["recipe"] == chosen)
+    return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
+
+
+def _predicted_text(candidate: dict[str, Any]) -> str:
+    """A candidate's predicted loss: a mix's (and the prediction's error), or ``table`` for a point of it."""
+    if "predicted_loss" not in candidate:
+        return "table" if "+" not in candidate["recipe"] else ""
+    return f"{candidate['predicted_loss']:.4f} ({candidate['loss'] - candidate['predicted_loss']:+.4f})"
+
+
+def write_card(out: Path, record: dict[str, Any]) -> None:
+    """The card's section on the search: every candidate, the chosen recipe."""
+    rows = [
+        f"| `{c['recipe']}` | {c['parameters']:,} | {100 * c['removed_fraction']:.1f} % | {c['loss']:.4f} | "
+        f"{_predicted_text(c)} | {'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
+        for c in record["candidates"]
+    ]
+    section = [
+        "", "## The size search", "",
+        f"Asked: `{record['request']}` (at least {record['target_removed']:,} of {record['parameters']:,} "
+        f"parameters removed), mixing {', '.join(record['axes'])}. Chosen: `{record['chosen']}` "
+        f"({record['chosen_parameters']:,} parameters), the candidate of least held-out loss among those "
+        f"that remove enough; run alone it writes this model. Loss: the {record['loss']}, on "
+        f"{record['held_out']['windows']} held-out calibration windows; the candidates calibrated on "
+        f"{record['calibration']['windows']} windows. `table`: a point of the cost table (an axis alone, the "
+        "same for every size); a mix's prediction is the sum of its parts' costs on the table's curves, "
+        f"measured error in brackets. Searched in {clock_text(record['seconds'])}; `search.json` has it all.",
+        "",
+        "| candidate | parameters | removed | held-out loss | predicted by the table | KL | seconds |",
+        "| --- | --: | --: | --: | --: | --: | --: |", *rows,
+    ]  # fmt: skip
+    card = out / "README.md"
+    text = card.read_text(encoding="utf-8").split("\n## The size search\n")[0]  # a rerun's: written anew
+    card.write_text(text.rstrip("\n") + "\n" + "\n".join(section) + "\n")
