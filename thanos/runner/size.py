@@ -58,7 +58,7 @@ from thanos.runner.one_recipe import RunFailed
 from thanos.runner.patterns import combined_parts
 from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
-from thanos.runner.size_card import measured_text, write_card
+from thanos.runner.size_card import measured_text, predicted_text, write_card
 from thanos.runner.size_choice import TRIES, choose, most_removed, predict, table_points
 from thanos.runner.size_dirs import other_search, search_directory, search_key
 from thanos.runner.workdirs import (
@@ -146,8 +146,8 @@ def _table_only(
     predicted = {"recipe": recipe, "removed": removed, "removed_fraction": removed / parameters, "loss": loss}
     say(
         search.stream,
-        f"{goal}: the cost table predicts {recipe}: {100 * removed / parameters:.1f} % fewer parameters, "
-        f"held-out loss about {loss:.4f}; no model written (the size's run reads the table in {search.root})",
+        f"{goal}: the cost table predicts {recipe}: {predicted_text(removed / parameters, loss)}; no model "
+        f"written (the size's run reads the table in {search.root})",
     )
     return {"out": str(search.request.output.out), "workdir": str(search.root), "predicted": predicted}
 
@@ -314,8 +314,8 @@ class Search:
         except LookupError:  # a point not measured here, or measured from other inputs
             return None
         return (
-            f"the cost table measured in {self.root} predicts {recipe}: {100 * removed / parameters:.1f} % "
-            f"fewer parameters, held-out loss about {loss:.4f} (a run prunes and measures it to decide)"
+            f"the cost table measured in {self.root} predicts {recipe}: "
+            f"{predicted_text(removed / parameters, loss)} (a run prunes and measures it to decide)"
         )
 
     def _recorded(self, mix: dict[str, str]) -> dict[str, Any]:

@@ -14,6 +14,11 @@ def measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
     return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
 
 
+def predicted_text(removed_fraction: float, loss: float) -> str:
+    """A mix the cost table predicts, in words: the share of parameters it removes, its predicted loss."""
+    return f"{100 * removed_fraction:.1f} % fewer parameters, held-out loss about {loss:.4f}"
+
+
 def _predicted_text(candidate: dict[str, Any]) -> str:
     """A candidate's predicted loss: a mix's (and the prediction's error), or ``table`` for a point of it."""
     if "predicted_loss" not in candidate:

@@ -33,8 +33,7 @@ def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure:
         results.append(measure(mix))
         return results[-1]
 
-    settings, alone, curves = _table(dense, axes, measured)
-    table = table_points(dense, axes)
+    settings, alone, curves, table = _table(dense, axes, measured)
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = _mix(settings, state)
@@ -59,25 +58,31 @@ def predict(dense: Knobs, axes: list[str], target: int, measure: Measure) -> tup
     """The mix the cost table predicts for ``target``, the first ``choose`` measures after the table: (its
     recipe, the parameters it removes, predicted on the meta device, its loss predicted by the curves);
     ``measure`` gives the table's points (a search's earlier measurements: nothing is pruned here)."""
-    settings, alone, curves = _table(dense, axes, measure)
+    settings, alone, curves, _ = _table(dense, axes, measure)
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     mix = _mix(settings, state)
     removed = dense.predicted({}) - dense.predicted(mix)
     return recipe_of(mix), removed, _predicted_loss(curves, alone, state)
 
 
-def _table(dense: Knobs, axes: list[str], measure: Measure) -> tuple[dict, dict, dict]:
+def _table(dense: Knobs, axes: list[str], measure: Measure) -> tuple[dict, dict, dict, list]:
     """(each axis's settings, the parameters each removes alone, its cost curve through the table's points
-    as ``measure`` gives them)."""
-    base = dense.predicted({})
-    settings = {axis: dense.settings(axis) for axis in axes}
-    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
+    as ``measure`` gives them, those points)."""
+    settings, alone = _alone(dense, axes)
+    points = table_points(dense, axes)
     curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
-    for point in table_points(dense, axes):
+    for point in points:
         ((axis, setting),) = point.items()
         loss = measure(point)["loss"]
         curves[axis].append((alone[axis][settings[axis].index(setting)], max(0.0, loss)))
-    return settings, alone, curves
+    return settings, alone, curves, points
+
+
+def _alone(dense: Knobs, axes: list[str]) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
+    """(each axis's settings, the parameters each setting removes alone), predicted on the meta device."""
+    base = dense.predicted({})
+    settings = {axis: dense.settings(axis) for axis in axes}
+    return settings, {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
 
 
 def _predicted_loss(curves: dict, alone: dict, state: dict[str, int]) -> float:
@@ -96,10 +101,8 @@ def table_points(dense: Knobs, axes: list[str]) -> list[dict[str, str]]:
     """The cost table's points, which ``choose`` measures before any other, whatever they measure: each
     axis alone at its settings nearest ``GRID`` of the model's parameters (independent of each other and
     of the size: the workflow measures them as separate jobs, workflow/rules/search.smk)."""
-    base = dense.predicted({})
-    settings = {axis: dense.settings(axis) for axis in axes}
-    alone = {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
-    return [{axis: settings[axis][i]} for axis, i in _points(alone, base)]
+    settings, alone = _alone(dense, axes)
+    return [{axis: settings[axis][i]} for axis, i in _points(alone, dense.predicted({}))]
 
 
 def _points(alone: dict[str, list[int]], parameters: int) -> list[tuple[str, int]]:

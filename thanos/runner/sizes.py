@@ -19,6 +19,7 @@ from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
 from thanos.runner.size import Execute, prune_to_size, reachable
 from thanos.runner.size_axes import knobs
+from thanos.runner.size_card import predicted_text
 from thanos.stages.publish import check_directory
 
 SIZES = "sizes.json"
@@ -58,9 +59,7 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
         predicted = {size: report["predicted"] for size, report in reports.items()}
         say(stream, f"{goal}: the frontier the cost table predicts (the sizes' run measures and writes it):")
         for size, mix in predicted.items():
-            share, loss = 100 * mix["removed_fraction"], mix["loss"]
-            text = f"{share:.1f} % fewer parameters, held-out loss about {loss:.4f}"
-            say(stream, f"  {size}: {mix['recipe']}, {text}")
+            say(stream, f"  {size}: {mix['recipe']}, {predicted_text(mix['removed_fraction'], mix['loss'])}")
         return {"out": str(out), "predicted": predicted}
     from thanos.report.size_curve import curve_rows, write_curve
 
