@@ -133,6 +133,22 @@ def test_a_mix_that_removes_too_little_on_the_written_model_is_followed_by_a_lar
     assert PARAMETERS - Sizes().predicted(mix_of(recipe)) - 10 >= 160
 
 
+def test_the_mix_is_measured_by_verify_and_chosen_over_a_point_measured_otherwise() -> None:
+    """``verify`` measures the mixes (a size writes each as its model), ``measure`` the table's points; the
+    chosen is the mix that removes enough, even where a point of the table that removes enough measured a
+    lower loss on its own footing (fewer calibration windows)."""
+    measure, points = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 1.0})
+    verified: list[str] = []
+
+    def verify(mix: dict[str, str]) -> dict[str, Any]:
+        verified.append(recipe_of(mix))
+        return measure(mix) | {"loss": 99.0}  # measured on the written model: another scale
+
+    recipe = choose(Sizes(), ["depth", "neurons"], 200, PARAMETERS, measure, verify)
+    assert verified == [recipe] and "+" in recipe and recipe not in points[: len(points) - 1]
+    assert any(REMOVES["depth"].get(p, 0) >= 200 for p in points)  # a point of the table removed enough
+
+
 def test_an_unreachable_target_names_the_axes_and_the_fix() -> None:
     measure, _ = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 0.01})
     with pytest.raises(ValueError, match=r"no mix of depth, vocab removes 500 of the 1,000 .*--axes"):

@@ -83,7 +83,8 @@ def test_the_search_candidates_are_jobs_of_their_own(run: dict) -> None:
     ``one_command`` job each for the sizes and the vocabulary; the second size's job measured none of them
     again."""
     from thanos.runner.request import build_request
-    from thanos.runner.size import candidate_name, planned_candidates
+    from thanos.runner.size import planned_candidates
+    from thanos.runner.size_search import candidate_name
 
     model = str(run["dir"] / "models" / "llama")
     request = build_request(model, "thanos", "params:0.3", {"out": "out"})

@@ -80,17 +80,35 @@ class Reference:
         model, tokenizer = _load(self.dense, self.device)
         self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
         self.vocab = model.get_output_embeddings().weight.shape[0]
-        keep = sum(len(ids) - 1 for ids in self.ids) * self.vocab * 4 <= self.budget
         kept = []
         for ids in self.ids:
             p = _log_probs(model, ids, self.device)
             self.nll.append(-p.gather(-1, torch.tensor(ids[1:], device=self.device)[:, None]).sum().item())
-            if keep:
+            if self._fits():
                 kept.append(p.cpu())
-        self._kept = kept if keep else None
+        self._kept = kept if self._fits() else None
+
+    def _fits(self) -> bool:
+        """Whether every text's log-probabilities fit in the budget."""
+        return sum(len(ids) - 1 for ids in self.ids) * self.vocab * 4 <= self.budget
+
+    def record(self) -> dict[str, Any]:
+        """What ``restore`` reads back: the token ids, the losses and the vocabulary's size (not the
+        log-probabilities: computed again on the first ``log_probs`` after ``restore``)."""
+        self.compute()
+        return {"ids": self.ids, "nll": self.nll, "vocab": self.vocab}
+
+    def restore(self, record: dict[str, Any]) -> None:
+        """The ids, losses and vocabulary's size of an earlier ``record`` of the same model and texts."""
+        self.ids, self.nll, self.vocab = record["ids"], record["nll"], record["vocab"]
+        self._kept = None
 
     def log_probs(self, i: int) -> torch.Tensor:
-        """Text ``i``'s next-token log-probabilities under the dense model."""
+        """Text ``i``'s next-token log-probabilities under the dense model (after ``restore``: every
+        text's computed on the first call, kept within the budget)."""
+        if self._kept is None and self._fits():
+            model = _load(self.dense, self.device)[0]
+            self._kept = [_log_probs(model, ids, self.device).cpu() for ids in self.ids]
         if self._kept is not None:
             return self._kept[i].to(self.device)
         if self._model is None:

@@ -33,16 +33,24 @@ def write_card(out: Path, record: dict[str, Any]) -> None:
         f"{_predicted_text(c)} | {'' if c['kl'] is None else format(c['kl'], '.4f')} | {c['seconds']:.0f} |"
         for c in record["candidates"]
     ]
+    written = next((c["windows"] for c in record["candidates"] if "windows" in c), None)
+    footing = (
+        f"; a mix is measured on the model written (calibrated on all {written} windows of every document, "
+        "the held-out ones included: its loss is lower than on the table's footing)"
+        if written
+        else ""
+    )
     section = [
         "", "## The size search", "",
         f"Asked: `{record['request']}` (at least {record['target_removed']:,} of {record['parameters']:,} "
         f"parameters removed), mixing {', '.join(record['axes'])}. Chosen: `{record['chosen']}` "
-        f"({record['chosen_parameters']:,} parameters), the candidate of least held-out loss among those "
-        f"that remove enough; run alone it writes this model. Loss: the {record['loss']}, on "
-        f"{record['held_out']['windows']} held-out calibration windows; the candidates calibrated on "
-        f"{record['calibration']['windows']} windows. `table`: a point of the cost table (an axis alone, the "
-        "same for every size); a mix's prediction is the sum of its parts' costs on the table's curves, "
-        f"measured error in brackets. Searched in {clock_text(record['seconds'])}; `search.json` has it all.",
+        f"({record['chosen_parameters']:,} parameters), the mix the cost table predicts, written as this "
+        "model (run alone, its recipe writes the same) and measured. Loss: the "
+        f"{record['loss']}, on {record['held_out']['windows']} held-out calibration windows; the table's "
+        f"points calibrated on {record['calibration']['windows']} windows{footing}. `table`: a point of the "
+        "cost table (an axis alone, the same for every size); a mix's prediction is the sum of its parts' "
+        "costs on the table's curves, the measured difference in brackets. Searched in "
+        f"{clock_text(record['seconds'])}; `search.json` has it all.",
         "",
         "| candidate | parameters | removed | held-out loss | predicted by the table | KL | seconds |",
         "| --- | --: | --: | --: | --: | --: | --: |", *rows,

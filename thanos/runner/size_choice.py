@@ -23,29 +23,42 @@ GRID = (0.05, 0.1, 0.2, 0.3)
 TRIES = 3  # mixes measured after the first when it removes too little
 
 
-def choose(dense: Knobs, axes: list[str], target: int, parameters: int, measure: Measure) -> str:
-    """The explicit recipe that removes at least ``target`` of the dense model's ``parameters`` with the
-    least measured loss. A mix measured after the table gets ``predicted_loss``: the sum of its parts' costs
-    on the table's curves, before it was measured."""
+def choose(
+    dense: Knobs,
+    axes: list[str],
+    target: int,
+    parameters: int,
+    measure: Measure,
+    verify: Measure | None = None,
+) -> str:
+    """The explicit recipe that removes at least ``target`` of the dense model's ``parameters``: the table's
+    points measured by ``measure``, then the mix they predict measured by ``verify`` (the size's search
+    writes a mix as its model and measures that; default ``measure``), one more step while it removes too
+    little. The chosen: the mix of least measured loss among those that remove enough (measured alike),
+    else the point of the table of least loss that does. Each mix's result gets ``predicted_loss``: the sum
+    of its parts' costs on the table's curves, before it was measured."""
     results: list[dict[str, Any]] = []
+    mixes: list[dict[str, Any]] = []
 
-    def measured(mix: dict[str, str]) -> dict[str, Any]:
-        results.append(measure(mix))
+    def measured(mix: dict[str, str], how: Measure) -> dict[str, Any]:
+        results.append(how(mix))
         return results[-1]
 
-    settings, alone, curves, table = _table(dense, axes, measured)
+    settings, alone, curves, table = _table(dense, axes, lambda point: measured(point, measure))
     state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = _mix(settings, state)
         if not mix:
             break
         predicted = _predicted_loss(curves, alone, state)
-        result = measured(mix)
-        if mix not in table:  # what the table predicted, beside what was measured (search.json, the card)
+        result = measured(mix, verify or measure)
+        mixes.append(result)
+        if verify is not None or mix not in table:  # beside what was measured (search.json, the card)
             result["predicted_loss"] = predicted
         if result["removed"] >= target or not _advance(dense, settings, alone, curves, state):
             break
-    found = [m for m in results if m["removed"] >= target]
+    enough = lambda found: [m for m in found if m["removed"] >= target]  # noqa: E731
+    found = enough(mixes) or enough(results)
     if not found:
         raise ValueError(
             f"no mix of {', '.join(axes)} removes {target:,} of the {parameters:,} parameters; ask for less, "

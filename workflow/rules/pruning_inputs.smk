@@ -370,7 +370,8 @@ def one_command_inputs(wildcards):
 def first_candidates(model, name):
     """{candidate name: explicit mix} a size's search measures first (read from the model's config and
     tokenizer once its facts are known: thanos.runner.size.planned_candidates)."""
-    from thanos.runner.size import candidate_name, planned_candidates
+    from thanos.runner.size import planned_candidates
+    from thanos.runner.size_search import candidate_name
 
     request = ONE_COMMAND[name].request(MODELS[model]["path"])
     return {candidate_name(pattern): pattern for pattern in planned_candidates(request)}

@@ -1,0 +1,370 @@
+"""One size search's candidates (``thanos.runner.size``): where each is kept, what it is measured on, how it
+runs. A point of the cost table is pruned on the search's calibration (``CANDIDATE_SHARE`` of the windows)
+into its own directory and measured; a mix the table predicts is written as the size's model (``--out``,
+the request's calibration and working directory) and that model is measured, so that the mix chosen is
+the model written, not a proxy of it. Every measurement is recorded by the ledger
+(``thanos.files.ledger``): a search run again measures nothing twice; the dense model's side of the
+measurements is recorded too (``reference.json``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from thanos.errors import Option, OptionError, interruption
+from thanos.events import SearchCandidate, clock_text
+from thanos.files.atomic import atomic_path, write_json
+from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
+from thanos.pruning.sparsity import parse_sparsity
+from thanos.pruning.structures import takes
+from thanos.recipes.labels import counted
+from thanos.runner.console import say
+from thanos.runner.one_recipe import RunFailed
+from thanos.runner.patterns import combined_parts
+from thanos.runner.request import Evaluation, Output, PruneRequest
+from thanos.runner.size_axes import Knobs, recipe_of
+from thanos.runner.size_card import predicted_text
+from thanos.runner.size_choice import TRIES, predict
+from thanos.runner.workdirs import record_run, slug
+
+# a candidate calibrates on this fraction of the request's windows (1/4: as many as it is measured on): its
+# pruning's time is mostly the calibration windows passed through every block (SmolLM2-135M, neurons:0.2:
+# 59 s on 48 windows, 32 s on 16); how it ranks the candidates against 48: docs/structures.md
+CANDIDATE_SHARE = 4
+Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
+
+
+def candidate_name(pattern: str) -> str:
+    """A candidate's directory name: its mix without colons (``depth2``, ``neurons0.25``)."""
+    return slug(pattern.replace(":", ""))
+
+
+def recipes_of(options: Any, pattern: str) -> tuple[Any, ...]:
+    """A mix's recipes with the request's options (``vocab_text``: its vocab part's only)."""
+    parts = [parse_sparsity(part) for part in combined_parts(pattern) or [pattern]]
+    text = options.vocab_text if any(takes(part.kind, "vocab_text") for part in parts) else None
+    return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
+
+
+@dataclasses.dataclass
+class Search:
+    """The candidates of one search: where they are kept, what they are measured on, how they run."""
+
+    request: PruneRequest
+    dense: Knobs
+    root: Path
+    stream: TextIO
+    execute: Execute
+    work: Path | None = None  # where the candidates' stages run (None: the search's own ``work``)
+    texts: list[str] = dataclasses.field(default_factory=list)
+    measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    bound: int = 0  # the most candidates the search measures (its cost table and ``TRIES`` mixes)
+    target: int = 0  # the parameters a candidate must remove to be chosen
+    timed: list[float] = dataclasses.field(default_factory=list)  # the seconds of those this run measured
+    reference: Any = None  # the dense model's side of every measurement (``heldout.Reference``), once
+    # the mixes written as the size's model and measured
+    verified: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    written: dict[str, Any] | None = None  # the mix this run last wrote to ``out``: recipe, report, seconds
+
+    def place(self, pattern: str) -> Path:
+        """The candidate's directory: its measurement, its log, its model while measured."""
+        return self.root / "candidates" / candidate_name(pattern)
+
+    @property
+    def calibration_file(self) -> Path:
+        return self.root / "calibration.jsonl"
+
+    def _split(self) -> tuple[str, list[str]]:
+        """The calibration documents split: (the candidates' calibration file's content, the held-out
+        texts every candidate is measured on)."""
+        from thanos.data.calibration import text_documents
+        from thanos.evaluation.heldout import held_out_texts
+        from thanos.stages.calibrate import DEFAULT_SEQLEN  # the calibration's own window length
+
+        calibration = self.request.calibration
+        documents = text_documents(calibration.calibration, calibration.text_field)
+        held = len(documents) // 4
+        if held < 1 or calibration.nsamples < 2:
+            raise OptionError(
+                Option("calibration", calibration.calibration),
+                f"params:P holds out a quarter of the calibration documents and windows: give at least 4 "
+                f"documents and --nsamples 2 (found {len(documents)} documents, "
+                f"{calibration.nsamples} windows)",
+            )
+        kept = "".join(json.dumps({"text": text}) + "\n" for text in documents[: len(documents) - held])
+        positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
+        seqlen = calibration.seqlen or min(DEFAULT_SEQLEN, positions)
+        windows = max(1, calibration.nsamples // 4)
+        texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
+                               calibration.seed)  # fmt: skip
+        return kept, texts
+
+    @property
+    def label(self) -> str:
+        """What ``thanos workdirs`` lists this run as: the size, or its cost table alone (--table-only)."""
+        return str(self.request.sparsity) + (" (cost table only)" if self.request.table_only else "")
+
+    def prepare(self) -> None:
+        """Split the calibration documents: the candidates' calibration file, the held-out texts."""
+        kept, self.texts = self._split()
+        self.root.mkdir(parents=True, exist_ok=True)
+        calibration = self.request.calibration
+        record_run(self.root, self.request.model, dataclasses.asdict(calibration), self.label)
+        if not self.calibration_file.is_file() or self.calibration_file.read_text() != kept:
+            with atomic_path(self.calibration_file) as tmp:  # written once: its identity keys the candidates
+                tmp.write_text(kept)
+
+    def prediction(self, axes: list[str], target: int, parameters: int) -> str | None:
+        """The line naming the mix the cost table predicts for ``target`` when an earlier run measured
+        every point of the table here and its inputs are unchanged (read: nothing is run or written);
+        else None. Without an earlier search here it reads nothing (not even the calibration documents)."""
+        if not self.calibration_file.is_file():
+            return None
+        kept, self.texts = self._split()
+        if self.calibration_file.read_text() != kept:
+            return None
+        try:
+            recipe, removed, loss = predict(self.dense, axes, target, self._recorded)
+        except LookupError:  # a point not measured here, or measured from other inputs
+            return None
+        return (
+            f"the cost table measured in {self.root} predicts {recipe}: "
+            f"{predicted_text(removed / parameters, loss)} (a run prunes and measures it to decide)"
+        )
+
+    def _recorded(self, mix: dict[str, str]) -> dict[str, Any]:
+        """The mix's measurement by an earlier run, current for its inputs; LookupError without one."""
+        pattern = recipe_of(mix)
+        entry = Entry.beside(self.place(pattern) / "measurement.json")
+        if not entry.current(self._inputs(pattern)):
+            raise LookupError(pattern)
+        return json.loads(entry.output.read_text())
+
+    def plan(self, first_mixes: list[dict[str, str]]) -> str:
+        """What the search will measure: its first candidates (``first_mixes``), those an earlier run
+        measured here, and the time they would take at the seconds a candidate took here (when any did)."""
+        first = [recipe_of(mix) for mix in first_mixes]
+        earlier = []
+        for pattern in first:
+            try:
+                earlier.append(json.loads((self.place(pattern) / "measurement.json").read_text())["seconds"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        candidates = counted(len(first), "candidate")
+        text = (
+            f"measures {candidates} first, the cost table of every size: each axis alone "
+            f"({', '.join(first)}), then the mix they predict, written as the size's model and measured "
+            f"(up to {TRIES} when one removes too little)"
+        )
+        if earlier:
+            left = len(first) - len(earlier) + TRIES
+            text += (
+                f"; {len(earlier)} of the {len(first)} were measured by an earlier run in {self.root} (kept "
+                f"while their inputs are unchanged); at the {sum(earlier) / len(earlier):.0f} s a candidate "
+                f"took there, the rest takes up to about {clock_text(left * sum(earlier) / len(earlier))}"
+            )
+        return text
+
+    def _inputs(self, pattern: str) -> dict[str, Any]:
+        """What a candidate's measurement was computed from, as the ledger records it."""
+        calibration = self._calibration()
+        recipes = recipes_of(self.request.size.options, pattern)  # type: ignore[union-attr]
+        inputs = {
+            "model_files": model_identity(self.request.model),
+            "recipes": [recipe.to_dict() for recipe in recipes],
+            "calibration": dataclasses.asdict(calibration)
+            | {"text": digest(self.calibration_file.read_text())},
+            "held_out": digest(self.texts),
+        }
+        texts = [recipe.vocab_text for recipe in recipes if recipe.vocab_text is not None]
+        return inputs | ({"vocab_text": source_identity(texts[0])} if texts else {})
+
+    def _calibration(self) -> Any:
+        """The candidates' calibration: ``CANDIDATE_SHARE`` of the request's windows, from the documents
+        not held out (the chosen recipe is then written with all of them)."""
+        calibration = self.request.calibration
+        windows = max(1, calibration.nsamples // CANDIDATE_SHARE)
+        return dataclasses.replace(
+            calibration, calibration=str(self.calibration_file), nsamples=windows, text_field="text"
+        )
+
+    def candidate(self, mix: dict[str, str]) -> dict[str, Any]:
+        """A point of the cost table's measurement: recorded by an earlier run, else pruned on the search's
+        calibration and measured now."""
+        pattern = recipe_of(mix)
+        if pattern not in self.measured:
+            place = self.place(pattern)
+            self.measured[pattern] = self._recorded_or(
+                place / "measurement.json", self._inputs(pattern), lambda: self._prune(pattern, place), mix
+            )
+        return self.measured[pattern]
+
+    def verify(self, mix: dict[str, str]) -> dict[str, Any]:
+        """A mix the table predicts: written as the size's model (``write``: ``--out``, as its explicit recipe
+        run alone writes it) and that model measured; an earlier run's measurement of it is read instead
+        (the size then writes it if it is chosen). Its measurement gets ``windows``: the calibration's."""
+        pattern = recipe_of(mix)
+        if pattern not in self.verified:
+            place = self.root / "written" / candidate_name(pattern)
+            inputs = self._inputs(pattern) | {"calibration": self._written_calibration()}
+            result = self._recorded_or(place / "measurement.json", inputs, lambda: self._write(pattern), mix)
+            self.verified[pattern] = result | {"windows": self.request.calibration.nsamples}
+        return self.verified[pattern]
+
+    def _recorded_or(
+        self, where: Path, inputs: dict[str, Any], run: Callable[[], Path], mix: dict[str, str]
+    ) -> dict[str, Any]:
+        """The measurement at ``where`` when an earlier run recorded it from ``inputs``; else ``run()``
+        (the model's path), that model measured and the measurement recorded (the ledger's record last)."""
+        entry = Entry.beside(where)
+        reused = entry.current(inputs)
+        if reused:
+            result = json.loads(entry.output.read_text())
+        else:
+            began = time.monotonic()
+            result = self._measured(recipe_of(mix), mix, run(), began)
+            where.parent.mkdir(parents=True, exist_ok=True)
+            write_json(entry.output, result)
+            entry.write(inputs)
+            self.timed.append(result["seconds"])
+        index = len(self.measured) + len(self.verified) + 1
+        event = SearchCandidate(index, result["recipe"], result["removed_fraction"], result["loss"],
+                                result["seconds"], reused, self.bound, *self._progress(result))  # fmt: skip
+        say(self.stream, event.text)
+        return result
+
+    def _progress(self, last: dict[str, Any]) -> tuple[str | None, float | None]:
+        """(the measured candidate of least loss that removes enough, ``last`` included; the seconds the
+        rest of ``bound`` may take at the mean of those measured in this run)."""
+        every = [*self.measured.values(), *self.verified.values(), last]
+        enough = [(m["loss"], m["recipe"]) for m in every if m["removed"] >= self.target]
+        left = max(0, self.bound - len(every) + 1) * sum(self.timed) / len(self.timed) if self.timed else None
+        return (min(enough)[1] if enough else None), left
+
+    def _written_calibration(self) -> dict[str, Any]:
+        """The request's calibration as a written mix's measurement records it: its options and its
+        source's files."""
+        calibration = self.request.calibration
+        return dataclasses.asdict(calibration) | {"source": source_identity(calibration.calibration)}
+
+    def final(self, pattern: str) -> PruneRequest:
+        """The request that writes ``pattern`` as the size's model: the request's own calibration, working
+        directory, evaluation and ``--out`` (replaced when this run wrote another mix there)."""
+        request = self.request
+        output = request.output
+        if self.written is not None:
+            output = dataclasses.replace(output, overwrite=True)
+        recipes = recipes_of(request.size.options, pattern)  # type: ignore[union-attr]
+        return dataclasses.replace(request, recipes=recipes, sparsity=pattern, size=None, output=output)
+
+    def write(self, pattern: str) -> dict[str, Any]:
+        """Write ``pattern`` to ``--out`` (``final``); its run's report, kept with the seconds it took in
+        ``written``."""
+        began = time.monotonic()
+        report = self.execute(self.final(pattern), self.stream)
+        self.written = {"recipe": pattern, "report": report, "seconds": round(time.monotonic() - began, 1)}
+        return report
+
+    def _write(self, pattern: str) -> Path:
+        """``write`` a mix to be measured: an interrupt or a failure said in one line."""
+        with self._said(pattern, "its lines above"):
+            self.write(pattern)
+        return Path(self.request.output.out)
+
+    def _prune(self, pattern: str, place: Path) -> Path:
+        """Prune ``pattern`` on the search's calibration into ``place``/model (its lines in ``run.log``)."""
+        request = self.request
+        resources = dataclasses.replace(request.resources, workdir=self.work or self.root / "work")
+        part = dataclasses.replace(
+            request, recipes=recipes_of(request.size.options, pattern), sparsity=pattern, size=None,  # type: ignore[union-attr]
+            calibration=self._calibration(), resources=resources, evaluation=Evaluation(),
+            output=Output(place / "model", overwrite=True), part_of=None,
+        )  # fmt: skip
+        place.mkdir(parents=True, exist_ok=True)
+        with self._said(pattern, f"its log: {place / 'run.log'}"), (place / "run.log").open("w") as log:
+            self.execute(part, log)
+        return place / "model"
+
+    def _measured(self, pattern: str, mix: dict[str, str], model: Path, began: float) -> dict[str, Any]:
+        """``model`` (``pattern`` pruned) measured on the held-out texts; a candidate's model is deleted then
+        (``--keep all`` keeps it), the size's ``--out`` is not."""
+        from thanos.evaluation.heldout import measure, stored_parameters
+
+        request = self.request
+        device = "cuda" if request.resources.device.startswith("cuda") else "cpu"
+        measured = measure(request.model, model, self.texts, device, self._reference(device))
+        counted, dense = stored_parameters(model), stored_parameters(request.model)
+        if request.resources.keep == "needed" and model != Path(request.output.out):
+            remove(model)
+        return {
+            "recipe": pattern,
+            "parameters": counted,
+            "predicted_parameters": self.dense.predicted(mix),
+            "removed": dense - counted,
+            "removed_fraction": (dense - counted) / dense,
+            **measured,
+            "seconds": round(time.monotonic() - began, 1),
+        }
+
+    def _reference(self, device: str) -> Any:
+        """The dense model's side of every measurement (``heldout.Reference``): computed once and recorded
+        in ``reference.json`` (its token ids and losses), which a later run in this directory reads."""
+        from thanos.evaluation.heldout import Reference
+
+        if self.reference is None:
+            self.reference = Reference(self.request.model, self.texts, device)
+            entry = Entry.beside(self.root / "reference.json")
+            inputs = {"model_files": model_identity(self.request.model), "held_out": digest(self.texts),
+                      "device": device}  # fmt: skip
+            if entry.current(inputs):
+                self.reference.restore(json.loads(entry.output.read_text()))
+            else:
+                self.reference.compute()
+                write_json(entry.output, self.reference.record())
+                entry.write(inputs)
+        return self.reference
+
+    @contextlib.contextmanager
+    def _said(self, pattern: str, log: str) -> Iterator[None]:
+        """A candidate ``pattern``'s run stopped: said on the terminal in one line (``log``: where its own
+        lines are), then raised."""
+        try:
+            yield
+        except KeyboardInterrupt as err:  # before the candidate's steps began (their own say it in its log)
+            word, status = interruption(err)
+            failed = RunFailed(word, interrupted=True, status=status)
+            say(self.stream, f"{failed} while measuring the candidate {pattern}: the candidates measured are "
+                             "kept; run the same command to resume")  # fmt: skip
+            raise failed from None
+        except RunFailed as err:  # said in the candidate's log: said here too, in one line
+            if err.interrupted:
+                say(self.stream, f"{err} while measuring the candidate {pattern}: the candidates measured "
+                                 "are kept; run the same command to resume")  # fmt: skip
+            else:
+                say(self.stream, f"ERROR: the candidate {pattern} failed: {err} ({log})")
+            raise
+
+    def record(
+        self, goal: Any, axes: list[str], parameters: int, target: int, chosen: str, seconds: float
+    ) -> dict:
+        """``search.json``'s content."""
+        calibration = self._calibration()
+        return {
+            "request": str(goal),
+            "axes": axes,
+            "parameters": parameters,
+            "target_removed": target,
+            "calibration": {"documents": str(self.calibration_file), "windows": calibration.nsamples},
+            "held_out": {"windows": len(self.texts), "tokens": next(iter(self.measured.values()))["tokens"]},
+            "loss": "excess cross-entropy over the dense model per held-out token of the dense tokenization "
+            "(nats); kl: KL(dense || candidate) per token where the tokens are the same",
+            "candidates": [*self.measured.values(), *self.verified.values()],
+            "chosen": chosen,
+            "chosen_parameters": (self.verified.get(chosen) or self.measured[chosen])["parameters"],
+            "seconds": round(seconds, 1),
+        }
