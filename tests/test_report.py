@@ -151,18 +151,18 @@ def test_figures_from_partial_results(figures):
 
 
 def test_figures_drawn_by_several_processes_are_the_same(figures, tmp_path):
-    """--processes 3: the processes share the figures out (each saves the next one not yet taken); the
+    """--processes 2: the processes share the figures out (each saves the next one not yet taken); the
     files are those one process writes, the PNGs byte for byte (a PDF records its creation time)."""
     results, one = figures
-    three = tmp_path / "three"
-    assert main(["figures", "--results", str(results), "--out-dir", str(three), "--processes", "3"]) == 0
+    two = tmp_path / "two"
+    assert main(["figures", "--results", str(results), "--out-dir", str(two), "--processes", "2"]) == 0
     names = sorted(p.name for p in one.iterdir())
-    assert len(names) > 6 and names == sorted(p.name for p in three.iterdir())
+    assert len(names) > 6 and names == sorted(p.name for p in two.iterdir())
     for name in names:
         if name.endswith(".png"):
-            assert (one / name).read_bytes() == (three / name).read_bytes(), name
+            assert (one / name).read_bytes() == (two / name).read_bytes(), name
     with pytest.raises(SystemExit) as refused:  # argparse: usage and the error, exit status 2
-        main(["figures", "--results", str(results), "--out-dir", str(three), "--processes", "0"])
+        main(["figures", "--results", str(results), "--out-dir", str(two), "--processes", "0"])
     assert refused.value.code == 2
 
 
