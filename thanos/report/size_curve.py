@@ -1,6 +1,7 @@
 """The quality-against-size curve of a size search (``params:0.15,0.25,0.35``): every candidate the search
-measured (each axis alone, and the mixes), the fraction of the parameters it removed against its held-out
-loss, and the recipe each size chose. ``curve_rows`` makes the table's rows from the searches' records
+measured (each axis alone, on the cost table's calibration, and the mixes, each measured as the size's model
+written: calibrated on every window, so lower than on the table's footing), the fraction of the parameters
+it removed against its held-out loss, and the recipe each size chose. ``curve_rows`` makes the table's rows from the searches' records
 (``search.json``), ``write_curve`` writes them as ``sizes.csv`` and draws ``sizes.png``."""
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def write_curve(rows: list[dict[str, Any]], out: Path, title: str) -> tuple[Path
     alone = [row for row in rows if "+" not in row["recipe"]]
     mixed = [row for row in rows if "+" in row["recipe"]]
     for group, style in ((alone, {"marker": "o", "label": "one structure"}), (mixed, {"marker": "s",
-                         "label": "a mix"})):  # fmt: skip
+                         "label": "a mix, measured as written"})):  # fmt: skip
         xs = [100 * row["removed_fraction"] for row in group]
         ax.scatter(xs, [row["loss"] for row in group], s=22, alpha=0.55, **style)
     chosen = [row for row in rows if row["chosen_for"]]
