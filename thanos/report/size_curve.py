@@ -1,8 +1,9 @@
 """The quality-against-size curve of a size search (``params:0.15,0.25,0.35``): every candidate the search
 measured (each axis alone, on the cost table's calibration, and the mixes, each measured as the size's model
 written: calibrated on every window, so lower than on the table's footing), the fraction of the parameters
-it removed against its held-out loss, and the recipe each size chose. ``curve_rows`` makes the table's rows from the searches' records
-(``search.json``), ``write_curve`` writes them as ``sizes.csv`` and draws ``sizes.png``."""
+it removed against its held-out loss, and the recipe each size chose. ``curve_rows`` makes the table's rows
+from the searches' records (``search.json``), ``write_curve`` writes them as ``sizes.csv`` and draws
+``sizes.png``."""
 
 from __future__ import annotations
 
