@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("pdf", "png")
+FORMATS = ("png", "pdf")
 
 
 def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """``fig`` saved in every format of ``FORMATS``, then closed. The layout its first save computed is kept
+    for the next (the layout engine off): a layout is most of a save's time."""
     plt = pyplot()
     paths = []
     try:
@@ -47,6 +49,7 @@ def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
             path = out_dir / f"{stem}.{fmt}"
             with atomic_path(path) as tmp:
                 fig.savefig(tmp, format=fmt, bbox_inches="tight")
+            fig.set_layout_engine("none")
             paths.append(path)
     finally:
         plt.close(fig)
