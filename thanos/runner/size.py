@@ -63,8 +63,10 @@ SEARCH = "search.json"
 
 
 def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> dict[str, Any]:
-    """Search the mix (``choose``), then write it to ``out`` as its explicit recipe alone writes it; the
-    report of that run with ``search`` (``search.json``'s content) added."""
+    """Search the mix (``choose``: the mix the cost table predicts is written to ``out``, as its explicit
+    recipe alone writes it, and measured there; the chosen one written again only when it is not the last
+    written, or was measured by an earlier run); the report of its write with ``search`` (``search.json``'s
+    content) added."""
     goal, started = request.size, time.monotonic()
     assert goal is not None
     model = Path(request.model)

@@ -243,7 +243,7 @@ class Search:
         rest of ``bound`` may take at the mean of those measured in this run)."""
         every = [*self.measured.values(), *self.verified.values(), last]
         enough = [(m["loss"], m["recipe"]) for m in every if m["removed"] >= self.target]
-        left = max(0, self.bound - len(every) + 1) * sum(self.timed) / len(self.timed) if self.timed else None
+        left = max(0, self.bound - len(every)) * sum(self.timed) / len(self.timed) if self.timed else None
         return (min(enough)[1] if enough else None), left
 
     def _written_calibration(self) -> dict[str, Any]:
