@@ -186,7 +186,7 @@ class Search:
 
     def _calibration(self) -> Any:
         """The candidates' calibration: ``CANDIDATE_SHARE`` of the request's windows, from the documents
-        not held out (the chosen recipe is then written with all of them)."""
+        not held out (a mix is written with all the request's windows)."""
         calibration = self.request.calibration
         windows = max(1, calibration.nsamples // CANDIDATE_SHARE)
         return dataclasses.replace(
