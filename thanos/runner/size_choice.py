@@ -1,9 +1,9 @@
 """How a size search (``thanos.runner.size``) chooses its mix from measured candidates: each axis's cost
 curve from its settings pruned alone (the cost table: the same settings whatever the size asked, so that
 every size of a model, calibration and method reads one table), a greedy mix on the marginal cost per
-parameter removed, that mix measured, and the measured candidate of least loss that removes enough.
-``measure(mix)`` prunes and measures a mix (or returns its measurement of an earlier run):
-``{"removed": counted, "loss": ...}``."""
+parameter removed, that mix measured (``verify``: the size's search writes it as its model), and the mix of
+least loss that removes enough. ``measure(mix)`` prunes and measures a point of the table (or returns its
+measurement of an earlier run): ``{"removed": counted, "loss": ...}``."""
 
 from __future__ import annotations
 
@@ -57,8 +57,7 @@ def choose(
             result["predicted_loss"] = predicted
         if result["removed"] >= target or not _advance(dense, settings, alone, curves, state):
             break
-    enough = lambda found: [m for m in found if m["removed"] >= target]  # noqa: E731
-    found = enough(mixes) or enough(results)
+    found = [m for m in mixes if m["removed"] >= target] or [m for m in results if m["removed"] >= target]
     if not found:
         raise ValueError(
             f"no mix of {', '.join(axes)} removes {target:,} of the {parameters:,} parameters; ask for less, "
