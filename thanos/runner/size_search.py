@@ -335,19 +335,21 @@ class Search:
         lines are), then raised."""
         try:
             yield
+            return
         except KeyboardInterrupt as err:  # before the candidate's steps began (their own say it in its log)
             word, status = interruption(err)
             failed = RunFailed(word, interrupted=True, status=status)
-            say(self.stream, f"{failed} while measuring the candidate {pattern}: the candidates measured are "
-                             "kept; run the same command to resume")  # fmt: skip
-            raise failed from None
+            failed.__suppress_context__ = True  # raised in its place, as ``raise ... from None``
         except RunFailed as err:  # said in the candidate's log: said here too, in one line
-            if err.interrupted:
-                say(self.stream, f"{err} while measuring the candidate {pattern}: the candidates measured "
-                                 "are kept; run the same command to resume")  # fmt: skip
-            else:
-                say(self.stream, f"ERROR: the candidate {pattern} failed: {err} ({log})")
-            raise
+            failed = err
+        line = (
+            f"{failed} while measuring the candidate {pattern}: the candidates measured are kept; run the "
+            "same command to resume"
+            if failed.interrupted
+            else f"ERROR: the candidate {pattern} failed: {failed} ({log})"
+        )
+        say(self.stream, line)
+        raise failed
 
     def record(
         self, goal: Any, axes: list[str], parameters: int, target: int, chosen: str, seconds: float
