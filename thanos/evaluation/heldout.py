@@ -80,13 +80,13 @@ class Reference:
         model, tokenizer = _load(self.dense, self.device)
         self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
         self.vocab = model.get_output_embeddings().weight.shape[0]
-        kept = []
+        keep, kept = self._fits(), []
         for ids in self.ids:
             p = _log_probs(model, ids, self.device)
             self.nll.append(-p.gather(-1, torch.tensor(ids[1:], device=self.device)[:, None]).sum().item())
-            if self._fits():
+            if keep:
                 kept.append(p.cpu())
-        self._kept = kept if self._fits() else None
+        self._kept = kept if keep else None
 
     def _fits(self) -> bool:
         """Whether every text's log-probabilities fit in the budget."""

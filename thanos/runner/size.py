@@ -106,8 +106,8 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
             search.write(chosen)
         written = search.written
         assert written is not None
-        record = search.record(goal, axes, parameters, target, chosen, time.monotonic() - started)
-        record["seconds"] = round(record["seconds"] - written["seconds"], 1)
+        searched = time.monotonic() - started - written["seconds"]  # the write of the chosen not counted
+        record = search.record(goal, axes, parameters, target, chosen, searched)
         record["write_seconds"] = written["seconds"]
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
     report, out = written["report"], Path(request.output.out)
