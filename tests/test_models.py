@@ -107,6 +107,35 @@ def test_lazy_loading_reads_only_the_block(tmp_path: Path) -> None:
     assert sum(p.numel() for p in block.parameters()) == sum(t.numel() for t in state.values())
 
 
+def test_shapes_read_each_shards_header_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layout check asks every block's shapes from every block's job (SmolLM2: 16k asks a run): each
+    shard's header is read once, and the shapes are the stored ones."""
+    from safetensors import safe_open
+
+    import thanos.models.checkpoint as checkpoint_module
+
+    model_dir = make_tiny_model(tmp_path, "llama", num_blocks=4)
+    checkpoint = Checkpoint(model_dir)
+    shards = set(checkpoint.weight_map.values())
+    assert len(shards) > 1
+    opened: list[Path] = []
+    real_open = checkpoint_module.open_safetensors
+
+    def counting(path: Path, *args: object) -> object:
+        opened.append(Path(path))
+        return real_open(path, *args)
+
+    monkeypatch.setattr(checkpoint_module, "open_safetensors", counting)
+    for _ in range(3):
+        shapes = {name: checkpoint.shape(name) for name in checkpoint.names()}
+    assert sorted(opened) == sorted(shards)
+    for name, shard in checkpoint.weight_map.items():
+        with safe_open(str(shard), framework="pt") as handle:
+            assert shapes[name] == list(handle.get_slice(name).get_shape())
+    shapes[name].append(7)  # a caller's list is its own
+    assert checkpoint.shape(name) != shapes[name]
+
+
 def test_single_file_checkpoint(tmp_path: Path) -> None:
     model_dir = make_tiny_model(tmp_path, "llama", max_shard_size="100MB")
     assert (model_dir / "model.safetensors").is_file()

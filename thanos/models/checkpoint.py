@@ -68,6 +68,7 @@ class Checkpoint:
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
         self.views: dict[str, tuple[str, int, bool]] = {}  # name -> (stored 3-D tensor, expert, transposed)
+        self._shapes: dict[Path, dict[str, list[int]]] = {}  # a shard's header, read once: name -> shape
         index = self.model_dir / INDEX_FILE
         single = self.model_dir / SINGLE_FILE
         if index.is_file():
@@ -140,8 +141,14 @@ class Checkpoint:
         return self._stored_shape(name)
 
     def _stored_shape(self, name: str) -> list[int]:
-        with open_safetensors(self.weight_map[name]) as handle:
-            return list(handle.get_slice(name).get_shape())
+        """A stored tensor's shape, from its shard's header (every shape of a shard read at its first)."""
+        shard = self.weight_map[name]
+        if shard not in self._shapes:
+            with open_safetensors(shard) as handle:
+                self._shapes[shard] = {key: list(handle.get_slice(key).get_shape()) for key in handle.keys()}
+        if name not in self._shapes[shard]:
+            raise ValueError(f"{self.model_dir}: tensor {name} is not in {shard.name}; re-download the model")
+        return list(self._shapes[shard][name])
 
     def tensor(self, name: str) -> torch.Tensor:
         """One named tensor."""
