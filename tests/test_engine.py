@@ -41,6 +41,25 @@ def _run(model: Path, corpus: Path, recipe: Recipe, root: Path):
     return files, steps
 
 
+def test_a_recipe_leaves_the_collectors_frozen_objects_as_it_found_them(setup, tmp_path):
+    """The engine freezes what is alive while its steps run (each step's collection skips the imports);
+    after it, nothing stays frozen that was not, and what a caller froze (the warm worker, before its
+    fork) is not thawed."""
+    import gc
+
+    model, corpus, recipe = setup
+    gc.unfreeze()
+    _run(model, corpus, recipe, tmp_path / "thawed")
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        _run(model, corpus, Recipe("thanos_u25", "thanos", 0.25), tmp_path / "thawed")
+        assert gc.get_freeze_count() > frozen // 2  # not thawed (a few freed by their counts)
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.slow
 def test_the_engine_writes_the_workflows_bytes_and_a_rerun_computes_nothing(setup, tmp_path):
     import torch
