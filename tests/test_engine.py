@@ -47,14 +47,14 @@ def test_a_recipe_leaves_the_collectors_frozen_objects_as_it_found_them(setup, t
     fork) is not thawed."""
     import gc
 
-    model, corpus, recipe = setup
+    model, corpus, _ = setup
     gc.unfreeze()
-    _run(model, corpus, recipe, tmp_path / "thawed")
+    _run(model, corpus, Recipe("magnitude_u50", "magnitude", 0.5), tmp_path / "thawed")
     assert gc.get_freeze_count() == 0
     gc.freeze()
     frozen = gc.get_freeze_count()
     try:
-        _run(model, corpus, Recipe("thanos_u25", "thanos", 0.25), tmp_path / "thawed")
+        _run(model, corpus, Recipe("magnitude_u25", "magnitude", 0.25), tmp_path / "thawed")
         assert gc.get_freeze_count() > frozen // 2  # not thawed (a few freed by their counts)
     finally:
         gc.unfreeze()
