@@ -23,6 +23,7 @@ vocabulary_files`` rewrites the files, ``thanos.stages.vocab`` applies it to a m
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,8 +122,10 @@ def _merged(left: str, right: str, model: Mapping[str, Any]) -> str:
 
 
 def closure(tokens: Iterable[int], parts: Mapping[int, Sequence[int]], kept: Iterable[int] = ()) -> set[int]:
-    """The tokens ``tokens`` need beyond ``kept``: themselves and their merge parts, recursively."""
-    have = set(kept)
+    """The tokens ``tokens`` need beyond ``kept``: themselves and their merge parts, recursively. A set
+    ``kept`` is read, not copied (``choose_tokens`` asks once per token offered, its kept set growing to tens
+    of thousands)."""
+    have = kept if isinstance(kept, AbstractSet) else set(kept)
     found: set[int] = set()
     stack = [token for token in tokens if token not in have]
     while stack:

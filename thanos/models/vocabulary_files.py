@@ -28,8 +28,12 @@ def renumbering(kept: Sequence[int]) -> dict[int, int]:
 def prune_tokenizer(tokenizer: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
     """A ``tokenizer.json``'s content with only the ``kept`` ids (renumbered); the input is not changed."""
     new_id = renumbering(kept)
-    data = copy.deepcopy(dict(tokenizer))
+    # copied but for the vocabulary and the merges (built anew below, never changed: 0.7 s of deep copy)
+    rebuilt = ("vocab", "merges")
+    data = {key: {} if key == "model" else copy.deepcopy(value) for key, value in tokenizer.items()}
     model = data["model"]
+    for key, value in tokenizer["model"].items():
+        model[key] = value if key in rebuilt else copy.deepcopy(value)
     vocab = {token: new_id[i] for token, i in model["vocab"].items() if i in new_id}
     model["vocab"] = dict(sorted(vocab.items(), key=lambda item: item[1]))
     prefix = model.get("continuing_subword_prefix") or ""
