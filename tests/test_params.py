@@ -234,6 +234,21 @@ def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) 
     assert sorted(first + second) == sorted({*first, *second}) and len(first + second) == len(candidates)
 
 
+def test_the_tables_width_points_read_one_dense_capture(
+    searched: dict[str, Any], inputs: dict[str, Any]
+) -> None:
+    """The cost table's heads and neurons points prune every block on the dense model's inputs, captured
+    once in the search's working directory and read by each of them: no point has a chain of its own."""
+    search = searched["report"]["search"]
+    widths = [c["recipe"] for c in search["candidates"] if c["recipe"].split(":")[0] in ("heads", "neurons")]
+    assert len(widths) >= 2, search["candidates"]
+    (chains,) = (searched["root"] / "work" / "search" / "work").glob("results/*/chains")
+    assert sorted(path.name for path in chains.iterdir()) == ["dense"]
+    blocks = json.loads((inputs["model"] / "config.json").read_text())["num_hidden_layers"]
+    stored = sorted(path.name for path in (chains / "dense").glob("hessians_*.zarr"))
+    assert stored == sorted(f"hessians_{block}.zarr" for block in range(blocks))
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -71,7 +71,7 @@ class Plan:
 
     @property
     def _layout(self) -> Layout:
-        return Layout(str(self.workdir / "results"))
+        return Layout(str(self.workdir / "results"), sequential=self.recipe.sequential)
 
     @property
     def name(self) -> str:

@@ -26,7 +26,8 @@ text is never read.
    least loss among those that remove at least T (written again only when it is not the last written).
 
 Each point of the table is an explicit recipe pruned by the normal machinery (``execute``: its working
-directories, resumed) on the search's calibration and measured, its ``measurement.json`` recorded by the
+directories, resumed) on the search's calibration, its layers on the dense chain (``table_recipes``: every
+block calibrated on the dense model's inputs, captured once for every point), and measured, its ``measurement.json`` recorded by the
 ledger (``thanos.files.ledger``) under ``candidates/<recipe>/`` (a mix's under ``written/<recipe>/``), so that
 a search run again (stopped, or with another ``p`` or ``--axes``) measures nothing twice; a point's model is
 deleted once measured (``--keep all`` keeps it) (``thanos.runner.size_search``). ``search.json`` (every

@@ -51,6 +51,18 @@ def recipes_of(options: Any, pattern: str) -> tuple[Any, ...]:
     return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
 
 
+def table_recipes(options: Any, pattern: str) -> tuple[Any, ...]:
+    """A point of the cost table's recipes (``recipes_of``), the layers of each block pruned on the dense
+    chain (``chain: dense``: every block calibrated on the dense model's inputs, which every point of the
+    table reads from one capture in the search's working directory, where the sequential chain computes each
+    point's own: SmolLM2-135M, a neurons point 37 s -> 19 s); the mix written as the size's model keeps the
+    sequential chain. How the table's losses rank against the sequential chain's: docs/structures.md."""
+    return tuple(
+        dataclasses.replace(recipe, chain="dense") if recipe.sparsity.structure.one_layer else recipe
+        for recipe in recipes_of(options, pattern)
+    )
+
+
 @dataclasses.dataclass
 class Search:
     """The candidates of one search: where they are kept, what they are measured on, how they run."""
@@ -141,7 +153,7 @@ class Search:
         """The mix's measurement by an earlier run, current for its inputs; LookupError without one."""
         pattern = recipe_of(mix)
         entry = Entry.beside(self.place(pattern) / "measurement.json")
-        if not entry.current(self._inputs(pattern)):
+        if not entry.current(self._inputs(pattern, self._point_recipes(pattern))):
             raise LookupError(pattern)
         return json.loads(entry.output.read_text())
 
@@ -170,10 +182,14 @@ class Search:
             )
         return text
 
-    def _inputs(self, pattern: str) -> dict[str, Any]:
-        """What a candidate's measurement was computed from, as the ledger records it."""
+    def _point_recipes(self, pattern: str) -> tuple[Any, ...]:
+        """A point of the table's recipes (``table_recipes``) with the request's options."""
+        return table_recipes(self.request.size.options, pattern)  # type: ignore[union-attr]
+
+    def _inputs(self, pattern: str, recipes: tuple[Any, ...]) -> dict[str, Any]:
+        """What a candidate's measurement was computed from (``recipes``: what pruned it), as the ledger
+        records it."""
         calibration = self._calibration()
-        recipes = recipes_of(self.request.size.options, pattern)  # type: ignore[union-attr]
         inputs = {
             "model_files": model_identity(self.request.model),
             "recipes": [recipe.to_dict() for recipe in recipes],
@@ -200,7 +216,10 @@ class Search:
         if pattern not in self.measured:
             place = self.place(pattern)
             self.measured[pattern] = self._recorded_or(
-                place / "measurement.json", self._inputs(pattern), lambda: self._prune(pattern, place), mix
+                place / "measurement.json",
+                self._inputs(pattern, self._point_recipes(pattern)),
+                lambda: self._prune(pattern, place),
+                mix,
             )
         return self.measured[pattern]
 
@@ -211,7 +230,8 @@ class Search:
         pattern = recipe_of(mix)
         if pattern not in self.verified:
             place = self.root / "written" / candidate_name(pattern)
-            inputs = self._inputs(pattern) | {"calibration": self._written_calibration()}
+            recipes = recipes_of(self.request.size.options, pattern)  # type: ignore[union-attr]
+            inputs = self._inputs(pattern, recipes) | {"calibration": self._written_calibration()}
             result = self._recorded_or(place / "measurement.json", inputs, lambda: self._write(pattern), mix)
             self.verified[pattern] = result | {"windows": self.request.calibration.nsamples}
         return self.verified[pattern]
@@ -281,7 +301,7 @@ class Search:
         request = self.request
         resources = dataclasses.replace(request.resources, workdir=self.work or self.root / "work")
         part = dataclasses.replace(
-            request, recipes=recipes_of(request.size.options, pattern), sparsity=pattern, size=None,  # type: ignore[union-attr]
+            request, recipes=self._point_recipes(pattern), sparsity=pattern, size=None,
             calibration=self._calibration(), resources=resources, evaluation=Evaluation(),
             output=Output(place / "model", overwrite=True), part_of=None,
         )  # fmt: skip
