@@ -234,19 +234,30 @@ def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) 
     assert sorted(first + second) == sorted({*first, *second}) and len(first + second) == len(candidates)
 
 
-def test_the_tables_width_points_read_one_dense_capture(
-    searched: dict[str, Any], inputs: dict[str, Any]
-) -> None:
+def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], tmp_path: Path) -> None:
     """The cost table's heads and neurons points prune every block on the dense model's inputs, captured
-    once in the search's working directory and read by each of them: no point has a chain of its own."""
-    search = searched["report"]["search"]
-    widths = [c["recipe"] for c in search["candidates"] if c["recipe"].split(":")[0] in ("heads", "neurons")]
-    assert len(widths) >= 2, search["candidates"]
-    (chains,) = (searched["root"] / "work" / "search" / "work").glob("results/*/chains")
+    once in the search's working directory and read by each of them: no point has a chain of its own
+    (``--keep all`` keeps the stages). Measured again with ``--keep needed``, every point is read, and the
+    stages are deleted: a later size reads the measurements."""
+    import io
+
+    options = inputs["options"] | {"out": tmp_path / "out", "workdir": tmp_path / "work", "table_only": True}
+    report = prune_model(inputs["model"], "thanos", "params:0.3", keep="all", **options)
+    candidates = json.loads((tmp_path / "work" / "search" / "candidates").joinpath(
+        "neurons0.25", "measurement.json").read_text())  # fmt: skip
+    assert candidates["recipe"] == "neurons:0.25" and report["predicted"]["recipe"]
+    heads = list((tmp_path / "work" / "search" / "candidates").glob("heads*/measurement.json"))
+    assert heads, "the tiny model's table has a heads point"
+    (chains,) = (tmp_path / "work" / "search" / "work").glob("results/*/chains")
     assert sorted(path.name for path in chains.iterdir()) == ["dense"]
     blocks = json.loads((inputs["model"] / "config.json").read_text())["num_hidden_layers"]
     stored = sorted(path.name for path in (chains / "dense").glob("hessians_*.zarr"))
     assert stored == sorted(f"hessians_{block}.zarr" for block in range(blocks))
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.3", stream=said, **options)
+    lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
+    assert lines and all("(measured in an earlier run)" in line for line in lines), said.getvalue()
+    assert not (tmp_path / "work" / "search" / "work").exists()
 
 
 def test_the_chosen_recipe_alone_writes_the_same_bytes(

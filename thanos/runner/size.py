@@ -27,10 +27,12 @@ text is never read.
 
 Each point of the table is an explicit recipe pruned by the normal machinery (``execute``: its working
 directories, resumed) on the search's calibration, its layers on the dense chain (``table_recipes``: every
-block calibrated on the dense model's inputs, captured once for every point), and measured, its ``measurement.json`` recorded by the
-ledger (``thanos.files.ledger``) under ``candidates/<recipe>/`` (a mix's under ``written/<recipe>/``), so that
-a search run again (stopped, or with another ``p`` or ``--axes``) measures nothing twice; a point's model is
-deleted once measured (``--keep all`` keeps it) (``thanos.runner.size_search``). ``search.json`` (every
+block calibrated on the dense model's inputs, captured once for every point), and measured, its
+``measurement.json`` recorded by the ledger (``thanos.files.ledger``) under ``candidates/<recipe>/`` (a mix's
+under ``written/<recipe>/``), so that a search run again (stopped, or with another ``p`` or ``--axes``)
+measures nothing twice; a point's model is deleted once measured, and the points' stages (the dense chain
+they share) once the table is complete (``--keep all`` keeps them) (``thanos.runner.size_search``).
+``search.json`` (every
 candidate: recipe, parameters, removed, loss, KL, seconds; the chosen recipe) goes to ``--out`` and to the
 search's directory, and the card gets the table.
 """
@@ -132,6 +134,7 @@ def _table_only(
     it predicts for ``goal``, said and returned; no model written."""
     search.bound, search.target = points, target
     recipe, removed, loss = predict(search.dense, axes, target, search.candidate)
+    search.release_table()
     record_finished(search.root, search.label)
     predicted = {"recipe": recipe, "removed": removed, "removed_fraction": removed / parameters, "loss": loss}
     say(

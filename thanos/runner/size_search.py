@@ -228,6 +228,7 @@ class Search:
         run alone writes it) and that model measured; an earlier run's measurement of it is read instead
         (the size then writes it if it is chosen). Its measurement gets ``windows``: the calibration's."""
         pattern = recipe_of(mix)
+        self.release_table()
         if pattern not in self.verified:
             place = self.root / "written" / candidate_name(pattern)
             recipes = recipes_of(self.request.size.options, pattern)  # type: ignore[union-attr]
@@ -235,6 +236,14 @@ class Search:
             result = self._recorded_or(place / "measurement.json", inputs, lambda: self._write(pattern), mix)
             self.verified[pattern] = result | {"windows": self.request.calibration.nsamples}
         return self.verified[pattern]
+
+    def release_table(self) -> None:
+        """The cost table measured: its points' stages deleted (``--keep needed``; a later size reads the
+        table's measurements, and a mix is written in the request's working directory), above all the dense
+        chain's Hessians of every block, which its points share (SmolLM2-135M: 0.5 GB; a 70B model: ~4 GB a
+        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here."""
+        if self.work is None and self.request.resources.keep == "needed":
+            remove(self.root / "work")
 
     def _recorded_or(
         self, where: Path, inputs: dict[str, Any], run: Callable[[], Path], mix: dict[str, str]
