@@ -237,22 +237,28 @@ def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) 
 def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], tmp_path: Path) -> None:
     """The cost table's heads and neurons points prune every block on the dense model's inputs, captured
     once in the search's working directory and read by each of them: no point has a chain of its own
-    (``--keep all`` keeps the stages). Measured again with ``--keep needed``, every point is read, and the
-    stages are deleted: a later size reads the measurements."""
+    (``--keep all`` keeps the stages; the dry run's plan said at least the disk they took). Measured again
+    with ``--keep needed``, every point is read, and the stages are deleted: a later size reads the
+    measurements."""
     import io
 
     options = inputs["options"] | {"out": tmp_path / "out", "workdir": tmp_path / "work", "table_only": True}
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.3", stream=said, keep="all", dry_run=True, **options)
+    assert "of disk while they are measured, kept (--keep all)" in said.getvalue(), said.getvalue()
+    size, unit = said.getvalue().split("the table's points take up to ")[1].split(" ")[:2]
+    planned = float(size) * 1024 ** ("B KiB MiB GiB".split().index(unit))
     report = prune_model(inputs["model"], "thanos", "params:0.3", keep="all", **options)
-    candidates = json.loads((tmp_path / "work" / "search" / "candidates").joinpath(
-        "neurons0.25", "measurement.json").read_text())  # fmt: skip
-    assert candidates["recipe"] == "neurons:0.25" and report["predicted"]["recipe"]
-    heads = list((tmp_path / "work" / "search" / "candidates").glob("heads*/measurement.json"))
-    assert heads, "the tiny model's table has a heads point"
+    assert report["predicted"]["recipe"]
+    search = tmp_path / "work" / "search"
+    measured = {path.parent.name for path in search.glob("candidates/*/measurement.json")}
+    assert {"neurons0.25", "heads0.5"} <= measured, measured
     (chains,) = (tmp_path / "work" / "search" / "work").glob("results/*/chains")
     assert sorted(path.name for path in chains.iterdir()) == ["dense"]
     blocks = json.loads((inputs["model"] / "config.json").read_text())["num_hidden_layers"]
     stored = sorted(path.name for path in (chains / "dense").glob("hessians_*.zarr"))
     assert stored == sorted(f"hessians_{block}.zarr" for block in range(blocks))
+    assert sum(path.stat().st_size for path in search.rglob("*")) <= planned
     said = io.StringIO()
     prune_model(inputs["model"], "thanos", "params:0.3", stream=said, **options)
     lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
@@ -565,6 +571,9 @@ def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], 
         assert count > 1
         assert (f"; {count} of the {count} were measured by an earlier run in " in plan) == earlier, plan
         assert ("the rest takes up to about" in plan) == earlier, plan
+        disk = "; the table's points take up to "  # what is left to measure takes
+        assert (disk in plan) != earlier, plan
+        assert plan.endswith("once the table is measured (--keep needed)") != earlier, plan
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 

@@ -159,12 +159,15 @@ class Search:
 
     def plan(self, first_mixes: list[dict[str, str]]) -> str:
         """What the search will measure: its first candidates (``first_mixes``), those an earlier run
-        measured here, and the time they would take at the seconds a candidate took here (when any did)."""
+        measured here, the disk the others take and the time they would take at the seconds a candidate
+        took here (when any did)."""
         first = [recipe_of(mix) for mix in first_mixes]
-        earlier = []
+        earlier: dict[str, float] = {}
         for pattern in first:
             try:
-                earlier.append(json.loads((self.place(pattern) / "measurement.json").read_text())["seconds"])
+                earlier[pattern] = json.loads((self.place(pattern) / "measurement.json").read_text())[
+                    "seconds"
+                ]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         candidates = counted(len(first), "candidate")
@@ -174,17 +177,40 @@ class Search:
             f"(up to {TRIES} when one removes too little)"
         )
         if earlier:
-            left = len(first) - len(earlier) + TRIES
+            left, mean = len(first) - len(earlier) + TRIES, sum(earlier.values()) / len(earlier)
             text += (
                 f"; {len(earlier)} of the {len(first)} were measured by an earlier run in {self.root} (kept "
-                f"while their inputs are unchanged); at the {sum(earlier) / len(earlier):.0f} s a candidate "
-                f"took there, the rest takes up to about {clock_text(left * sum(earlier) / len(earlier))}"
+                f"while their inputs are unchanged); at the {mean:.0f} s a candidate took there, the rest "
+                f"takes up to about {clock_text(left * mean)}"
             )
+        if to_measure := [pattern for pattern in first if pattern not in earlier]:
+            text += f"; {self._table_disk(to_measure)}"
         return text
 
     def _point_recipes(self, pattern: str) -> tuple[Any, ...]:
         """A point of the table's recipes (``table_recipes``) with the request's options."""
         return table_recipes(self.request.size.options, pattern)  # type: ignore[union-attr]
+
+    def _table_disk(self, points: list[str]) -> str:
+        """The disk the table's ``points`` take in the search's directory (``thanos.runner.disk``): the
+        stores they share (the dense chain), what each leaves in the working directory, and the most any one
+        holds beyond that while it runs, its model included (``--keep all``: every point's model kept)."""
+        from thanos.runner.checks import open_model
+        from thanos.runner.disk import estimate, size_text
+
+        model, calibration = open_model(str(Path(self.request.model).resolve())), self._calibration()
+        assert model.layout is not None and model.checkpoint is not None  # a size is of a local model
+        keep = self.request.resources.keep
+        estimates = [
+            estimate(model.layout, model.checkpoint, Path(model.reference), recipe, calibration.nsamples,
+                     calibration.seqlen)
+            for pattern in points for recipe in self._point_recipes(pattern)
+        ]  # fmt: skip
+        left = sum(disk.kept(keep) - disk.shared + (disk.model if keep == "all" else 0) for disk in estimates)
+        running = max(disk.peak(keep) - disk.kept(keep) + disk.model for disk in estimates)
+        peak = max(disk.shared for disk in estimates) + left + running
+        after = "kept (--keep all)" if keep == "all" else "deleted once the table is measured (--keep needed)"
+        return f"the table's points take up to {size_text(peak)} of disk while they are measured, {after}"
 
     def _inputs(self, pattern: str, recipes: tuple[Any, ...]) -> dict[str, Any]:
         """What a candidate's measurement was computed from (``recipes``: what pruned it), as the ledger
