@@ -113,7 +113,7 @@ def test_params_removes_at_least_p_counted_on_the_written_model(
 ) -> None:
     """The chosen recipe removes at least 30 % of the parameters, counted on the written model as
     ``search.json`` says; every candidate's predicted count is its written count; the card lists them."""
-    from thanos.evaluation.heldout import stored_parameters
+    from thanos.models.checkpoint import stored_parameters
 
     search = json.loads((searched["out"] / "search.json").read_text())
     assert search == json.loads((searched["root"] / "work" / "search" / "search.json").read_text())

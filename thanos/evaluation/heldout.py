@@ -1,5 +1,6 @@
-"""A pruned model's loss against the dense model on held-out text, and a written model's parameters: what a
-size search (``params:p``, ``thanos.runner.size``) measures of each candidate.
+"""A pruned model's loss against the dense model on held-out text: what a size search (``params:p``,
+``thanos.runner.size``) measures of each candidate (its parameters are counted by
+``thanos.models.checkpoint.stored_parameters``).
 
 **The loss** is the candidate's excess cross-entropy over the dense model's on the held-out texts, per
 token of the dense model's tokenization (nats): ``(NLL_candidate - NLL_dense) / dense tokens predicted``,
@@ -156,19 +157,3 @@ def measure(
         "tokens": tokens,
         "candidate_tokens": candidate_tokens,
     }
-
-
-def stored_parameters(model: str | Path) -> int:
-    """The parameters a written model's safetensors files hold (a tied head stored once: once)."""
-    from safetensors import safe_open
-
-    total = 0
-    for path in sorted(Path(model).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as weights:
-            for name in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
-                shape = weights.get_slice(name).get_shape()
-                count = 1
-                for size in shape:
-                    count *= size
-                total += count
-    return total

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +221,13 @@ def _non_finite(shard: Path, names: list[str], buffer: bytearray) -> Iterator[tu
                 values = values.float() if dtype.itemsize == 1 else values  # float8: no isfinite of its own
                 bad += int((~torch.isfinite(values)).sum())
             yield name, bad
+
+
+def stored_parameters(model_dir: str | Path) -> int:
+    """The parameters a written model's safetensors files hold, read from their headers (a tied head stored
+    once: once)."""
+    total = 0
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with open_safetensors(path) as handle:
+            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    return total

@@ -226,7 +226,7 @@ def announce_distill(prepared: Any, keep: str, log_file: Path, stream: TextIO) -
     dtype it computes, where its checkpoints go and what ``keep`` keeps of them, its log, its warnings."""
     import torch
 
-    from thanos.stages.distill.files import parameter_count
+    from thanos.models.checkpoint import stored_parameters
 
     kd, text = prepared.options, prepared.text
     say(stream, f"thanos distill: {prepared.student} -> {prepared.out}")
@@ -245,7 +245,7 @@ def announce_distill(prepared: Any, keep: str, log_file: Path, stream: TextIO) -
         f"  device {prepared.device}, computes in {str(prepared.dtype).removeprefix('torch.')} | {threads} "
         f"thread{'s' * (threads != 1)}{split}",
     )
-    size = size_text(CHECKPOINT_BYTES * parameter_count(Path(prepared.student)))
+    size = size_text(CHECKPOINT_BYTES * stored_parameters(Path(prepared.student)))
     after = "kept (--keep all)" if keep == "all" else "deleted once --out holds the model (--keep needed)"
     say(
         stream,

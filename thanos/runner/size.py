@@ -32,9 +32,8 @@ block calibrated on the dense model's inputs, captured once for every point), an
 under ``written/<recipe>/``), so that a search run again (stopped, or with another ``p`` or ``--axes``)
 measures nothing twice; a point's model is deleted once measured, and the points' stages (the dense chain
 they share) once the table is complete (``--keep all`` keeps them) (``thanos.runner.size_search``).
-``search.json`` (every
-candidate: recipe, parameters, removed, loss, KL, seconds; the chosen recipe) goes to ``--out`` and to the
-search's directory, and the card gets the table.
+``search.json`` (every candidate: recipe, parameters, removed, loss, KL, seconds; the chosen recipe) goes to
+``--out`` and to the search's directory, and the card gets the table.
 """
 
 from __future__ import annotations
@@ -158,7 +157,7 @@ def reachable(model: str | Path, goal: Any, dense: Knobs | None = None) -> tuple
     """(the dense model's knobs, the axes, its parameters, the parameters to remove) of ``goal`` on the
     local ``model``, the target refused before anything is pruned when the axes cannot reach it
     (``check_reachable``); ``dense``: the knobs when already read."""
-    from thanos.evaluation.heldout import stored_parameters
+    from thanos.models.checkpoint import stored_parameters
 
     dense = dense or knobs(model, goal.options.width_multiple)
     axes, parameters = _axes(goal, dense), stored_parameters(model)

@@ -165,9 +165,8 @@ class Search:
         earlier: dict[str, float] = {}
         for pattern in first:
             try:
-                earlier[pattern] = json.loads((self.place(pattern) / "measurement.json").read_text())[
-                    "seconds"
-                ]
+                measured = json.loads((self.place(pattern) / "measurement.json").read_text())
+                earlier[pattern] = measured["seconds"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         candidates = counted(len(first), "candidate")
@@ -209,7 +208,9 @@ class Search:
         left = sum(disk.kept(keep) - disk.shared + (disk.model if keep == "all" else 0) for disk in estimates)
         running = max(disk.peak(keep) - disk.kept(keep) + disk.model for disk in estimates)
         peak = max(disk.shared for disk in estimates) + left + running
-        after = "kept (--keep all)" if keep == "all" else "deleted once the table is measured (--keep needed)"
+        after = "kept (--keep all)"
+        if keep == "needed":
+            after = "their stages deleted once the table is measured (--keep needed)"
         return f"the table's points take up to {size_text(peak)} of disk while they are measured, {after}"
 
     def _inputs(self, pattern: str, recipes: tuple[Any, ...]) -> dict[str, Any]:
@@ -348,7 +349,8 @@ class Search:
     def _measured(self, pattern: str, mix: dict[str, str], model: Path, began: float) -> dict[str, Any]:
         """``model`` (``pattern`` pruned) measured on the held-out texts; a candidate's model is deleted then
         (``--keep all`` keeps it), the size's ``--out`` is not."""
-        from thanos.evaluation.heldout import measure, stored_parameters
+        from thanos.evaluation.heldout import measure
+        from thanos.models.checkpoint import stored_parameters
 
         request = self.request
         device = "cuda" if request.resources.device.startswith("cuda") else "cpu"

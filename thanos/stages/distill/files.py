@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -90,15 +89,6 @@ def mark_finished(work: Path) -> None:
     kept then are a finished run's, which nothing resumes from."""
     about = json.loads((work / ABOUT).read_text())
     write_json(work / ABOUT, about | {"finished": time.strftime("%Y-%m-%d %H:%M:%S")})
-
-
-def parameter_count(model: Path) -> int:
-    """The parameters of the safetensors shards in ``model``, from their headers."""
-    count = 0
-    for file in model.glob("*.safetensors"):
-        with safe_open(str(file), framework="pt") as shard:
-            count += sum(math.prod(shard.get_slice(name).get_shape()) for name in shard.keys())  # noqa: SIM118
-    return count
 
 
 class Checkpoints:
