@@ -266,6 +266,21 @@ def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], 
     assert not (tmp_path / "work" / "search" / "work").exists()
 
 
+def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """A size's working directory moved (to a larger disk, renamed) and given again: its search reads every
+    measurement of the table where it is now (the ledger records the search's calibration by its content,
+    not its path)."""
+    import io
+
+    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True}
+    prune_model(inputs["model"], "thanos", "params:0.3", workdir=tmp_path / "here", **options)
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.3", workdir=tmp_path / "there", stream=said, **options)
+    lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
+    assert len(lines) > 3 and all("(measured in an earlier run)" in line for line in lines), said.getvalue()
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

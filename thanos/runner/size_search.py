@@ -215,13 +215,14 @@ class Search:
 
     def _inputs(self, pattern: str, recipes: tuple[Any, ...]) -> dict[str, Any]:
         """What a candidate's measurement was computed from (``recipes``: what pruned it), as the ledger
-        records it."""
+        records it: the search's calibration file by its name and content, not its path, so that a search's
+        directory moved (with its working directory) reads its measurements where it is now."""
         calibration = self._calibration()
         inputs = {
             "model_files": model_identity(self.request.model),
             "recipes": [recipe.to_dict() for recipe in recipes],
             "calibration": dataclasses.asdict(calibration)
-            | {"text": digest(self.calibration_file.read_text())},
+            | {"calibration": self.calibration_file.name, "text": digest(self.calibration_file.read_text())},
             "held_out": digest(self.texts),
         }
         texts = [recipe.vocab_text for recipe in recipes if recipe.vocab_text is not None]
