@@ -138,7 +138,8 @@ def test_fewer_blocks_give_the_logits_of_the_blocks_skipped(tmp_path: Path, mode
 def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path) -> None:
     """``thanos prune-model --sparsity depth:1``: depth.json scores every block from the dense chain's
     stores (influence: 1 - mean cosine of a block's input and output; replaced: the relative error of the
-    map fitted in place of the block), the block of the lowest replaced error is removed and its map folded
+    map fitted in place of the block, ranked on the first windows, then fitted again on every window), the
+    block of the lowest error on every window is removed and its map folded
     into the block before, the card and summary say so; a second run resumes with nothing to do;
     ``--no-block-map`` removes the lowest-influence block without a map; depth:3 of 3 blocks is refused
     up front."""
@@ -159,13 +160,14 @@ def test_prune_model_replaces_the_run_of_the_lowest_fitted_error(tmp_path: Path)
     x, y = Activations(stores[1]).read(0, 8).float(), Activations(stores[2]).read(0, 8).float()
     influence = 1 - torch.nn.functional.cosine_similarity(x.flatten(0, 1), y.flatten(0, 1), dim=1).mean()
     assert abs(plan["scores"]["influence"][1] - float(influence)) < 1e-5
-    replaced = plan["scores"]["replaced"]
+    replaced, every = plan["scores"]["replaced"], plan["replaced_on_every_window"]
     assert replaced[0] is None  # no block before block 0 to fold a map into
-    lowest = min((1, 2), key=lambda b: replaced[b])
+    assert replaced[1] is not None and replaced[2] is not None  # ranked on the first quarter of the windows
+    lowest = min((1, 2), key=lambda b: every[str(b)])  # both shortlisted: fitted again on every window
     assert plan["metric"] == "replaced" and plan["removed"] == [lowest]
     (entry,) = plan["maps"]
     assert entry["folded_into"] == lowest - 1
-    assert entry["error"] <= entry["error_map_alone"] == replaced[lowest] < entry["error_without_map"]
+    assert entry["error"] == every[str(lowest)] <= entry["error_map_alone"] < entry["error_without_map"]
     assert f"(removed block {lowest}; replaced by a linear map in block {lowest - 1})" in run.stderr
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 2
     assert json.loads((tmp_path / "out" / "pruning_report.json").read_text())["depth"] == plan
@@ -222,7 +224,7 @@ def test_prune_model_combines_depth_and_neurons(tmp_path: Path, cli: Any) -> Non
     intermediates = f"{model.name}-combined"  # listed under the input model's name
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
         intermediates,
-        "part1-depth1",
+        "part1",
         "part2-neurons0.3",
     ]
     from thanos.runner.workdirs import scan

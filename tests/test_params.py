@@ -281,6 +281,30 @@ def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any]
     assert len(lines) > 3 and all("(measured in an earlier run)" in line for line in lines), said.getvalue()
 
 
+def test_the_table_is_measured_in_the_dtype_its_pruning_computes_in(
+    inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every point of the cost table is measured in the request's compute dtype (bfloat16: half the time of
+    float32 where the CPU multiplies it faster), the dense model's side too, and says so; the table
+    measured in one dtype is measured again in another (the ledger's inputs name it)."""
+    import io
+
+    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True, "workdir": tmp_path / "w"}
+    losses: dict[str, dict[str, float]] = {}
+    for dtype in ("bfloat16", "float32"):
+        said = io.StringIO()
+        prune_model(inputs["model"], "thanos", "params:0.3", compute_dtype=dtype, stream=said, **options)
+        lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
+        assert len(lines) > 3 and not any("earlier run" in line for line in lines), said.getvalue()
+        points = {
+            p.parent.name: json.loads(p.read_text())
+            for p in tmp_path.glob("w/*/candidates/*/measurement.json")
+        }
+        assert {point["dtype"] for point in points.values()} == {dtype}
+        losses[dtype] = {name: point["loss"] for name, point in points.items()}
+    assert losses["bfloat16"].keys() == losses["float32"].keys() and losses["bfloat16"] != losses["float32"]
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -135,7 +135,7 @@ def test_the_models_are_prune_models(run: dict) -> None:
     options = {"calibration": str(run["text"]), "nsamples": 8, "seqlen": 32, "device": "cpu", "cores": 1}
     options |= {"stream": io.StringIO()}
     # the depth recipe in the working directory the combined recipe's first part takes: that part reuses it
-    workdirs = {"depth1": work / "prune-model" / "part1-depth1", "combo": work / "prune-model"}
+    workdirs = {"depth1": work / "prune-model" / "part1", "combo": work / "prune-model"}
     workdirs |= {"v30": work / "prune-model-v", "p30": work / "prune-model-p", "p20": work / "prune-model-p"}
     patterns = {recipe: entry["sparsity"] for recipe, entry in RECIPES.items()}
     texts = {"v30": {"vocab_text": run["vocab_text"]}}

@@ -10,6 +10,11 @@ per original token on that text. Where the candidate's tokenizer cuts the texts 
 tokens (no vocab part), the **KL divergence** from the dense model's next-token distributions to the
 candidate's is measured too, per token (nats): the same quantity where the text follows the dense model,
 with less noise; it is recorded beside the loss, and is undefined across vocabularies.
+
+**The dtype** both models run in is the caller's (a search's: the dtype its pruning computes in,
+``thanos.stages.common.compute_dtype``; bfloat16 on a CPU that multiplies it faster than float32, as a
+GPU's); the log-probabilities are taken in float32 whatever it is. The dense model's side is computed in
+the same dtype, so the loss compares two models run alike.
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ def held_out_texts(
     return [tokenizer.decode(list(row), skip_special_tokens=False) for row in ids]
 
 
-def _load(model: str | Path, device: str) -> tuple[Any, Any]:
+def _load(model: str | Path, device: str, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
     logging.disable_progress_bar()
 
-    loaded = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32).to(device).eval()
+    loaded = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype).to(device).eval()
     return loaded, AutoTokenizer.from_pretrained(str(model))
 
 
@@ -58,16 +63,22 @@ KEPT_BYTES = 1 << 30
 
 
 class Reference:
-    """The dense model's side of ``measure`` on ``texts``, computed once (on first use) and read by every
-    candidate of a search: each text's token ids and summed negative log-likelihood, and its next-token
-    log-probabilities (the KL's) while they fit in ``budget`` bytes. Beyond the budget, a candidate whose
-    tokens are the dense model's runs the dense model again, as every candidate did before (the dense model
-    is not kept between candidates: a candidate's pruning needs the memory)."""
+    """The dense model's side of ``measure`` on ``texts`` (run in ``dtype``), computed once (on first use)
+    and read by every candidate of a search: each text's token ids and summed negative log-likelihood, and
+    its next-token log-probabilities (the KL's) while they fit in ``budget`` bytes. Beyond the budget, a
+    candidate whose tokens are the dense model's runs the dense model again, as every candidate did before
+    (the dense model is not kept between candidates: a candidate's pruning needs the memory)."""
 
     def __init__(
-        self, dense: str | Path, texts: Sequence[str], device: str, budget: int = KEPT_BYTES
+        self,
+        dense: str | Path,
+        texts: Sequence[str],
+        device: str,
+        dtype: torch.dtype = torch.float32,
+        budget: int = KEPT_BYTES,
     ) -> None:
         self.dense, self.texts, self.device, self.budget = dense, list(texts), device, budget
+        self.dtype = dtype
         self.ids: list[list[int]] = []
         self.nll: list[float] = []
         self.vocab = 0
@@ -78,7 +89,7 @@ class Reference:
         """The ids and NLL of every text (and the log-probabilities within the budget), once."""
         if self.ids:
             return
-        model, tokenizer = _load(self.dense, self.device)
+        model, tokenizer = _load(self.dense, self.device, self.dtype)
         self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
         self.vocab = model.get_output_embeddings().weight.shape[0]
         keep, kept = self._fits(), []
@@ -108,12 +119,12 @@ class Reference:
         """Text ``i``'s next-token log-probabilities under the dense model (after ``restore``: every
         text's computed on the first call, kept within the budget)."""
         if self._kept is None and self._fits():
-            model = _load(self.dense, self.device)[0]
+            model = _load(self.dense, self.device, self.dtype)[0]
             self._kept = [_log_probs(model, ids, self.device).cpu() for ids in self.ids]
         if self._kept is not None:
             return self._kept[i].to(self.device)
         if self._model is None:
-            self._model = _load(self.dense, self.device)[0]
+            self._model = _load(self.dense, self.device, self.dtype)[0]
         return _log_probs(self._model, self.ids[i], self.device)
 
     def release(self) -> None:
@@ -130,10 +141,11 @@ def measure(
 ) -> dict[str, Any]:
     """The candidate's loss (and KL, where the tokens are the dense model's) against the dense model on
     ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens"}``; ``reference``: the dense model's side, kept
-    by the caller for the candidates after this one (else computed for this one)."""
+    by the caller for the candidates after this one (else computed for this one, in float32); the candidate
+    runs in the reference's dtype."""
     reference = reference or Reference(dense, texts, device)
     reference.compute()
-    model, tokenizer = _load(candidate, device)
+    model, tokenizer = _load(candidate, device, reference.dtype)
     nll_dense = nll = kl = 0.0
     tokens = candidate_tokens = 0
     same = True

@@ -2,8 +2,9 @@
 
 The parts run one after the other, each a whole ``prune_model`` run on the model the previous part wrote
 (its own working directory, calibration and stores, so that a second combination that starts the same way
-reuses the first parts, and a rerun resumes at the part it stopped in), in this order whatever the order
-written:
+reuses the first parts, and a rerun resumes at the part it stopped in; the first parts, all on the input
+model, share one, so that ``depth:4+vocab:0.25`` and ``depth:6+vocab:0.45`` capture the dense model's
+activations once), in this order whatever the order written:
 
 1. ``depth`` first: the blocks are scored on the dense model and removed before any width is pruned, so no
    width is pruned in a block that then goes, and every later part calibrates on the model it is part of;
@@ -197,7 +198,9 @@ def _part(
     steps: list[dict[str, Any]],
 ) -> PruneRequest:
     """The request of part ``i``: on ``model`` (the previous part's), in a working directory of its own
-    (under ``--workdir``, else the default one of ``model`` named after the input model); every part but the
+    (under ``--workdir``, else the default one of ``model`` named after the input model; the first part, on
+    the input model, in the one every first part shares: ``part1``, or the input model's default, so that
+    the combined recipes of several sizes capture the dense model's activations once); every part but the
     last writes its model under ``intermediates`` and evaluates nothing; every part after the first records
     the recipe so far on the input model (the last: the whole recipe). ``where``: the intermediate models'
     directory and the checked calibration (the key of the working directories and models)."""
@@ -206,8 +209,9 @@ def _part(
     part, last = request.recipes[i], i == len(parts) - 1
     changes: dict[str, Any] = {"model": model, "recipes": (part,), "sparsity": parts[i]}
     workdir = None
-    if request.resources.workdir:
-        workdir = Path(request.resources.workdir) / f"part{i + 1}-{parts[i].replace(':', '')}"
+    if request.resources.workdir:  # every first part runs on the input model: one directory for them all
+        name = "part1" if i == 0 else f"part{i + 1}-{parts[i].replace(':', '')}"
+        workdir = Path(request.resources.workdir) / name
     elif i > 0:  # keyed by its model and calibration as any default working directory, named after the input
         name = "+".join([model_slug(reference), *(p.replace(":", "") for p in parts[: i + 1])])
         workdir = default_workdir(model, calibration, name)
