@@ -269,36 +269,24 @@ def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], 
 def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any], tmp_path: Path) -> None:
     """A size's working directory moved (to a larger disk, renamed) and given again: its search reads every
     measurement of the table where it is now (the ledger records the search's calibration by its content,
-    not its path)."""
+    not its path). Every point is measured in the dtype the request's pruning computes in (the tiny model's
+    float32; bfloat16 asked: half the time of float32 on a CPU that multiplies it faster), the dense model's
+    side too, and says so; a table measured in one dtype is measured again in another."""
     import io
 
-    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True}
-    prune_model(inputs["model"], "thanos", "params:0.3", workdir=tmp_path / "here", **options)
+    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True, "workdir": tmp_path / "there"}
+    prune_model(inputs["model"], "thanos", "params:0.3", **options | {"workdir": tmp_path / "here"})
     shutil.move(tmp_path / "here", tmp_path / "there")
-    said = io.StringIO()
-    prune_model(inputs["model"], "thanos", "params:0.3", workdir=tmp_path / "there", stream=said, **options)
-    lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
-    assert len(lines) > 3 and all("(measured in an earlier run)" in line for line in lines), said.getvalue()
-
-
-def test_the_table_is_measured_in_the_dtype_its_pruning_computes_in(
-    inputs: dict[str, Any], tmp_path: Path
-) -> None:
-    """Every point of the cost table is measured in the request's compute dtype (bfloat16: half the time of
-    float32 where the CPU multiplies it faster), the dense model's side too, and says so; the table
-    measured in one dtype is measured again in another (the ledger's inputs name it)."""
-    import io
-
-    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True, "workdir": tmp_path / "w"}
     losses: dict[str, dict[str, float]] = {}
-    for dtype in ("bfloat16", "float32"):
+    for dtype, again in (("float32", True), ("bfloat16", False)):
         said = io.StringIO()
         prune_model(inputs["model"], "thanos", "params:0.3", compute_dtype=dtype, stream=said, **options)
         lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
-        assert len(lines) > 3 and not any("earlier run" in line for line in lines), said.getvalue()
+        assert len(lines) > 3, said.getvalue()
+        assert [("(measured in an earlier run)" in line) for line in lines] == [again] * len(lines), lines
+        search = next((tmp_path / "there").glob("*/candidates")).parent
         points = {
-            p.parent.name: json.loads(p.read_text())
-            for p in tmp_path.glob("w/*/candidates/*/measurement.json")
+            p.parent.name: json.loads(p.read_text()) for p in search.glob("candidates/*/measurement.json")
         }
         assert {point["dtype"] for point in points.values()} == {dtype}
         losses[dtype] = {name: point["loss"] for name, point in points.items()}
