@@ -108,6 +108,23 @@ def test_round_trips_are_lossless(tmp_path: Path) -> None:
     assert manifest["arrays"]["tokens"]["chunks"] == 4  # one sample per chunk, all written
 
 
+def test_a_snakemake_directory_output_reads_without_a_warning(tmp_path: Path) -> None:
+    """Snakemake marks a directory output with a ``.snakemake_timestamp`` file: the store reads as it was
+    written and zarr's warning about the file ("not recognized as a component of a Zarr hierarchy") is not
+    printed in the job's log; any other stray file still is."""
+    import warnings
+
+    ids = tokens(tmp_path / "tokens.zarr")
+    (tmp_path / "tokens.zarr" / ".snakemake_timestamp").touch()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, _ = read_tokens(tmp_path / "tokens.zarr")
+    assert np.array_equal(got, ids) and not caught, [str(w.message) for w in caught]
+    (tmp_path / "tokens.zarr" / "stray").touch()
+    with pytest.warns(UserWarning, match="Object at stray is not recognized"):
+        read_tokens(tmp_path / "tokens.zarr")
+
+
 def test_all_zero_chunks_are_written_and_verified(tmp_path: Path) -> None:
     """A chunk of zeros (the fill value) is stored too: a missing chunk file always means damage."""
     write_hessians(tmp_path / "h.zarr", {"attn_in": torch.zeros(8, 8)}, {"block": 0})

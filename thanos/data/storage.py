@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,9 @@ def _verify(path: Path, group: zarr.Group, kind: str) -> None:
             f"{kind} store has no '{MANIFEST}' (written by an older thanos without chunk checksums)", path
         )
     listed = manifest.get("arrays", {})
-    arrays = dict(group.arrays())
+    with warnings.catch_warnings():  # Snakemake's mark in a directory output it made: not the store's
+        warnings.filterwarnings("ignore", message=r"Object at \.snakemake_timestamp is not recognized")
+        arrays = dict(group.arrays())
     if sorted(arrays) != sorted(listed):
         raise StoreError(
             f"{kind} store holds arrays {sorted(arrays)}, its manifest lists {sorted(listed)}", path
