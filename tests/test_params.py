@@ -13,6 +13,7 @@ from helpers.models import stored_parameters
 from helpers.vocabulary import PROSE, bpe_model
 
 from thanos import prune_model
+from thanos.demo.tested_models import TESTED_MODELS
 from thanos.files import digests
 from thanos.report.collect import collect
 from thanos.runner.size_search import candidate_name as slug
@@ -722,6 +723,29 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     one_per_recipe = r"several sizes; the workflow takes one per recipe: give params:0\.2"
     with pytest.raises(ConfigError, match=one_per_recipe):
         expand({"recipes": {"s": {"method": "thanos", "sparsity": "params:0.2,0.3"}}})
+
+
+@pytest.mark.parametrize("model_type", list(TESTED_MODELS))
+def test_a_mix_is_counted_as_its_model_built_whole(tmp_path: Path, model_type: str) -> None:
+    """``Knobs.predicted`` builds a mix's model on the meta device without initialising its weights (then
+    ties its embeddings, as the skipped initialisation would): for every row of the tested matrix it counts
+    what ``from_config`` with every initialisation counts, the dense model and ``depth:1`` (a tied head
+    once)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from thanos.demo.tiny import build_tiny_model
+    from thanos.runner.size_axes import knobs
+
+    model = build_tiny_model(tmp_path / model_type, model_type, num_blocks=4, max_position_embeddings=64)
+    dense = knobs(model)
+    for mix in ({}, {"depth": "depth:1"}):
+        config = AutoConfig.from_pretrained(model)
+        for key, value in dense.changes(mix).items():
+            setattr(config, key, value)
+        with torch.device("meta"):
+            whole = AutoModelForCausalLM.from_config(config)
+        assert dense.predicted(mix) == sum(p.numel() for p in whole.parameters()), (model_type, mix)
 
 
 def test_the_dense_side_of_a_measurement_is_computed_once(tmp_path: Path) -> None:

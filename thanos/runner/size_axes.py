@@ -16,6 +16,7 @@ counted, a tied head once; the search counts the written model too and records b
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -160,17 +161,34 @@ def _accepts(model: str, config_text: str) -> bool:
     return config_refusal(model, json.loads(config_text)) is None
 
 
+@lru_cache(maxsize=8)
+def _config(model: str) -> Any:
+    """The model's config as transformers reads it, once (each count changes a copy)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model)
+
+
 @lru_cache(maxsize=512)
 def _count(model: str, config_text: str) -> int:
-    """Parameters of the model of ``config_text`` (config.json's content), built on the meta device."""
+    """Parameters of the model of ``config_text`` (config.json's content), built on the meta device without
+    initialising its weights (a search counts ~120 mixes: SmolLM2-135M, 150 ms a build with the meta
+    tensors' initialisation, 20 ms without), its input and output embeddings tied as ``from_config`` ties
+    them (tied: counted once)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model)
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4
+        from transformers.modeling_utils import no_init_weights
+
+    config = copy.deepcopy(_config(model))
     for key, value in json.loads(config_text).items():
         setattr(config, key, value)
-    with torch.device("meta"):
+    with torch.device("meta"), no_init_weights():
         built = AutoModelForCausalLM.from_config(config)
+    built.tie_weights()  # what the skipped initialisation would have done
     return sum(p.numel() for p in built.parameters())
 
 
