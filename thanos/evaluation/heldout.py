@@ -12,9 +12,9 @@ candidate's is measured too, per token (nats): the same quantity where the text 
 with less noise; it is recorded beside the loss, and is undefined across vocabularies.
 
 **The dtype** both models run in is the caller's (a search's: the dtype its pruning computes in,
-``thanos.stages.common.compute_dtype``; bfloat16 on a CPU that multiplies it faster than float32, as a
-GPU's); the log-probabilities are taken in float32 whatever it is. The dense model's side is computed in
-the same dtype, so the loss compares two models run alike.
+``thanos.stages.common.compute_dtype``: bfloat16 on a CPU that multiplies it faster than float32, the
+checkpoint's on a GPU); the log-probabilities are taken in float32 whatever it is. The dense model's
+side is computed in the same dtype, so the loss compares two models run alike.
 """
 
 from __future__ import annotations
