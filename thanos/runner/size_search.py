@@ -122,9 +122,22 @@ class Search:
         """What ``thanos workdirs`` lists this run as: the size, or its cost table alone (--table-only)."""
         return str(self.request.sparsity) + (" (cost table only)" if self.request.table_only else "")
 
+    @functools.cached_property
+    def _documents(self) -> tuple[str, list[str]]:
+        """``_split``, once."""
+        return self._split()
+
+    def _same_calibration(self) -> bool:
+        """Whether an earlier search here split the calibration documents as this request's split: its
+        calibration file holds what they give (the held-out texts set, when there is one)."""
+        if not self.calibration_file.is_file():
+            return False
+        kept, self.texts = self._documents
+        return self.calibration_file.read_text() == kept
+
     def prepare(self) -> None:
         """Split the calibration documents: the candidates' calibration file, the held-out texts."""
-        kept, self.texts = self._split()
+        kept, self.texts = self._documents
         self.root.mkdir(parents=True, exist_ok=True)
         calibration = self.request.calibration
         record_run(self.root, self.request.model, dataclasses.asdict(calibration), self.label)
@@ -136,10 +149,7 @@ class Search:
         """The line naming the mix the cost table predicts for ``target`` when an earlier run measured
         every point of the table here and its inputs are unchanged (read: nothing is run or written);
         else None. Without an earlier search here it reads nothing (not even the calibration documents)."""
-        if not self.calibration_file.is_file():
-            return None
-        kept, self.texts = self._split()
-        if self.calibration_file.read_text() != kept:
+        if not self._same_calibration():
             return None
         try:
             recipe, removed, loss = predict(self.dense, axes, target, self._recorded)
@@ -153,36 +163,48 @@ class Search:
     def _recorded(self, mix: dict[str, str]) -> dict[str, Any]:
         """The mix's measurement by an earlier run, current for its inputs; LookupError without one."""
         pattern = recipe_of(mix)
-        entry = Entry.beside(self.place(pattern) / "measurement.json")
-        if not entry.current(self._inputs(pattern, self._point_recipes(pattern))):
+        if not self._current(pattern):
             raise LookupError(pattern)
-        return json.loads(entry.output.read_text())
+        return json.loads((self.place(pattern) / "measurement.json").read_text())
+
+    def _current(self, pattern: str) -> bool:
+        """Whether a point's measurement by an earlier run is current for its inputs (``_same_calibration``
+        first: the held-out texts are part of them)."""
+        entry = Entry.beside(self.place(pattern) / "measurement.json")
+        return entry.current(self._inputs(pattern, self._point_recipes(pattern)))
 
     def plan(self, first_mixes: list[dict[str, str]]) -> str:
         """What the search will measure: its first candidates (``first_mixes``), those an earlier run
-        measured here, the disk the others take and the time they would take at the seconds a candidate
-        took here (when any did)."""
+        measured here from the same inputs and those it measured from others (measured again), the disk the
+        others take and the time they would take at the seconds a candidate took here (when any did)."""
         first = [recipe_of(mix) for mix in first_mixes]
-        earlier: dict[str, float] = {}
+        timed: dict[str, float] = {}
         for pattern in first:
             try:
-                measured = json.loads((self.place(pattern) / "measurement.json").read_text())
-                earlier[pattern] = measured["seconds"]
+                timed[pattern] = json.loads((self.place(pattern) / "measurement.json").read_text())["seconds"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-        candidates = counted(len(first), "candidate")
+        same = bool(timed) and self._same_calibration()
+        earlier = [pattern for pattern in timed if same and self._current(pattern)]
         text = (
-            f"measures {candidates} first, the cost table of every size: each axis alone "
-            f"({', '.join(first)}), then the mix they predict, written as the size's model and measured "
-            f"(up to {TRIES} when one removes too little)"
+            f"measures {counted(len(first), 'candidate')} first, the cost table of every size: each axis "
+            f"alone ({', '.join(first)}), then the mix they predict, written as the size's model and "
+            f"measured (up to {TRIES} when one removes too little)"
         )
         if earlier:
-            left, mean = len(first) - len(earlier) + TRIES, sum(earlier.values()) / len(earlier)
             text += (
                 f"; {len(earlier)} of the {len(first)} were measured by an earlier run in {self.root} (kept "
-                f"while their inputs are unchanged); at the {mean:.0f} s a candidate took there, the rest "
-                f"takes up to about {clock_text(left * mean)}"
+                "while their inputs are unchanged)"
             )
+        if stale := len(timed) - len(earlier):
+            text += (
+                f"; {counted(stale, 'point')} an earlier run measured there from other inputs (the model's "
+                "files, the calibration, the dtype the pruning computes in, ...) measured again"
+            )
+        if timed:
+            left, mean = len(first) - len(earlier) + TRIES, sum(timed.values()) / len(timed)
+            rest = clock_text(left * mean)
+            text += f"; at the {mean:.0f} s a candidate took there, the rest takes up to about {rest}"
         if to_measure := [pattern for pattern in first if pattern not in earlier]:
             text += f"; {self._table_disk(to_measure)}"
         return text
