@@ -75,7 +75,8 @@ class Resources:
     compute_dtype: str = field(
         default="auto",
         metadata=option(
-            "the dtype the blocks are computed in (default auto: the checkpoint's dtype where the device "
+            "the dtype the blocks (and a size's held-out measurements) are computed in (default auto: "
+            "the checkpoint's dtype where the device "
             "multiplies it faster than float32 (a GPU; a CPU where bf16 measured at least 1.2x the fp32 "
             "rate, once per machine), else float32); Hessians are float32 and the stores and written "
             "weights keep the checkpoint's dtype",
