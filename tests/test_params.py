@@ -737,10 +737,9 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
 
 @pytest.mark.parametrize("model_type", list(TESTED_MODELS))
 def test_a_mix_is_counted_as_its_model_built_whole(tmp_path: Path, model_type: str) -> None:
-    """``Knobs.predicted`` builds a mix's model on the meta device without initialising its weights (then
-    ties its embeddings, as the skipped initialisation would): for every row of the tested matrix it counts
-    what ``from_config`` with every initialisation counts, the dense model and ``depth:1`` (a tied head
-    once)."""
+    """``Knobs.predicted`` counts a mix's skeleton (parameters on the meta device, no initialisation, the
+    embeddings tied after): for every row of the tested matrix it counts what ``from_config`` with every
+    initialisation counts, the dense model and ``depth:1`` (a tied head once)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
