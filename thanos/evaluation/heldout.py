@@ -15,11 +15,21 @@ with less noise; it is recorded beside the loss, and is undefined across vocabul
 ``thanos.stages.common.compute_dtype``: bfloat16 on a CPU that multiplies it faster than float32, the
 checkpoint's on a GPU); the log-probabilities are taken in float32 whatever it is. The dense model's
 side is computed in the same dtype, so the loss compares two models run alike.
+
+**Batches**: the texts run through each model in batches padded on the right (``batches``: as many texts as
+``BATCH_BYTES`` of float32 logits hold), where they ran one at a time; the KL is formed from the dense
+model's kept probabilities and the candidate's logits (``DenseTerms``), the candidate's log-probabilities
+never formed. A model's outputs in bfloat16 depend on its batch's shape by rounding alone (SmolLM2-135M:
+about 0.003 nats, either way, from one batch size to another); the dense model's side and a candidate with
+its tokens run in the same batches.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +60,78 @@ def _load(model: str | Path, device: str, dtype: torch.dtype) -> tuple[Any, Any]
     return loaded, AutoTokenizer.from_pretrained(str(model))
 
 
+# a forward pass's logits are kept up to this many bytes as float32 (texts x longest x vocabulary): the texts
+# run in batches of that size (SmolLM2-135M, 16 windows of 256 tokens: one batch of 0.8 GB, 3.3 s where the
+# texts one at a time took 4.6 s in bfloat16 on 2 cores)
+BATCH_BYTES = 1 << 30
+
+
+def batches(lengths: Sequence[int], vocab: int, budget: int | None = None) -> list[list[int]]:
+    """The texts (their token counts ``lengths``) in consecutive batches whose logits (as many rows as the
+    batch's longest text) fit in ``budget`` bytes (``BATCH_BYTES``) as float32; a text alone in a batch when
+    it does not."""
+    budget = budget or BATCH_BYTES
+    groups: list[list[int]] = []
+    longest = 0
+    for i, length in enumerate(lengths):
+        if groups and (len(groups[-1]) + 1) * max(longest, length) * vocab * 4 <= budget:
+            groups[-1].append(i)
+            longest = max(longest, length)
+        else:
+            groups.append([i])
+            longest = length
+    return groups
+
+
 @torch.inference_mode()
-def _log_probs(model: Any, ids: list[int], device: str) -> torch.Tensor:
-    """Next-token log-probabilities at every position but the last (float32)."""
-    logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, :-1].float()
-    return logits.log_softmax(-1)
+def _logits(model: Any, rows: Sequence[list[int]], device: str) -> list[torch.Tensor]:
+    """Each row's next-token logits at every position but its last (float32), the rows run as one batch
+    padded on the right: a decoder's position t reads positions up to t only, so the padding changes nothing
+    before it and is not read."""
+    batch = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        batch[i, : len(ids)] = torch.tensor(ids)
+    logits = model(input_ids=batch.to(device)).logits
+    return [logits[i, : len(ids) - 1].float() for i, ids in enumerate(rows)]
 
 
-# the dense model's next-token log-probabilities kept for the KL of every candidate up to this many bytes
+def _nll(z: torch.Tensor, ids: list[int]) -> tuple[float, torch.Tensor]:
+    """(the summed negative log-likelihood of ``ids[1:]`` under the logits ``z``, the log-normalisers
+    ``logsumexp(z)`` of each position)."""
+    lse = torch.logsumexp(z, -1)
+    targets = torch.tensor(ids[1:], device=z.device)[:, None]
+    return (lse - z.gather(-1, targets)[:, 0]).sum().item(), lse
+
+
+@dataclass
+class DenseTerms:
+    """The dense model's side of one text's KL: its next-token probabilities ``P`` (positions x
+    vocabulary, float32), their sums ``s`` per position and ``sum P log P`` (``c``), so that a candidate's
+    logits ``z`` give ``KL = c - sum P z + sum_t s_t logsumexp(z_t)``: one product summed (pairwise, as
+    ``torch.sum`` sums: a dot product's running sum drops the tail's tiny terms, 0.4 % of the KL), the
+    candidate's log-probabilities never formed."""
+
+    P: torch.Tensor
+    s: torch.Tensor
+    c: float
+
+    @classmethod
+    def of(cls, z: torch.Tensor) -> DenseTerms:
+        """The terms of the dense model's logits ``z`` (float32)."""
+        log_p = z - torch.logsumexp(z, -1, keepdim=True)
+        P = log_p.exp()
+        return cls(P, P.sum(-1), (P * log_p).sum().item())
+
+    def kl(self, z: torch.Tensor, lse: torch.Tensor) -> float:
+        """The summed KL(dense || candidate) over the positions, for the candidate's logits ``z`` and their
+        log-normalisers ``lse``."""
+        return self.c - (self.P * z).sum().item() + torch.dot(self.s, lse).item()
+
+    def to(self, device: str) -> DenseTerms:
+        return DenseTerms(self.P.to(device), self.s.to(device), self.c)
+
+
+# the dense model's next-token probabilities kept for the KL of every candidate up to this many bytes
 # (SmolLM2-135M, 16 windows of 256 tokens: 0.8 GB); beyond it they are computed again for each candidate
 KEPT_BYTES = 1 << 30
 
@@ -65,9 +139,9 @@ KEPT_BYTES = 1 << 30
 class Reference:
     """The dense model's side of ``measure`` on ``texts`` (run in ``dtype``), computed once (on first use)
     and read by every candidate of a search: each text's token ids and summed negative log-likelihood, and
-    its next-token log-probabilities (the KL's) while they fit in ``budget`` bytes. Beyond the budget, a
-    candidate whose tokens are the dense model's runs the dense model again, as every candidate did before
-    (the dense model is not kept between candidates: a candidate's pruning needs the memory)."""
+    its KL terms (``DenseTerms``) while they fit in ``budget`` bytes. Beyond the budget, a candidate whose
+    tokens are the dense model's runs the dense model again, a batch at a time (the dense model is not kept
+    between candidates: a candidate's pruning needs the memory)."""
 
     def __init__(
         self,
@@ -82,54 +156,63 @@ class Reference:
         self.ids: list[list[int]] = []
         self.nll: list[float] = []
         self.vocab = 0
-        self._kept: list[torch.Tensor] | None = None
+        self._kept: dict[int, DenseTerms] = {}
         self._model: Any = None
 
     def compute(self) -> None:
-        """The ids and NLL of every text (and the log-probabilities within the budget), once."""
+        """The ids and NLL of every text (and the KL terms within the budget), once."""
         if self.ids:
             return
         model, tokenizer = _load(self.dense, self.device, self.dtype)
         self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
         self.vocab = model.get_output_embeddings().weight.shape[0]
-        keep, kept = self._fits(), []
-        for ids in self.ids:
-            p = _log_probs(model, ids, self.device)
-            self.nll.append(-p.gather(-1, torch.tensor(ids[1:], device=self.device)[:, None]).sum().item())
-            if keep:
-                kept.append(p.cpu())
-        self._kept = kept if keep else None
+        self.nll = [0.0] * len(self.ids)
+        keep = self._fits()
+        for group in self.batches():
+            for i, z in zip(group, _logits(model, [self.ids[i] for i in group], self.device), strict=True):
+                self.nll[i] = _nll(z, self.ids[i])[0]
+                if keep:
+                    self._kept[i] = DenseTerms.of(z).to("cpu")
+
+    def batches(self) -> list[list[int]]:
+        """The texts' batches (``batches``): a candidate with the dense model's tokens runs the same."""
+        return batches([len(ids) for ids in self.ids], self.vocab)
 
     def _fits(self) -> bool:
-        """Whether every text's log-probabilities fit in the budget."""
+        """Whether every text's next-token probabilities fit in the budget."""
         return sum(len(ids) - 1 for ids in self.ids) * self.vocab * 4 <= self.budget
 
     def record(self) -> dict[str, Any]:
         """What ``restore`` reads back: the token ids, the losses and the vocabulary's size (not the
-        log-probabilities: computed again on the first ``log_probs`` after ``restore``)."""
+        KL terms: computed again on the first ``terms`` after ``restore``)."""
         self.compute()
         return {"ids": self.ids, "nll": self.nll, "vocab": self.vocab}
 
     def restore(self, record: dict[str, Any]) -> None:
         """The ids, losses and vocabulary's size of an earlier ``record`` of the same model and texts."""
         self.ids, self.nll, self.vocab = record["ids"], record["nll"], record["vocab"]
-        self._kept = None
+        self._kept = {}
 
-    def log_probs(self, i: int) -> torch.Tensor:
-        """Text ``i``'s next-token log-probabilities under the dense model (after ``restore``: every
-        text's computed on the first call, kept within the budget)."""
-        if self._kept is None and self._fits():
-            model = _load(self.dense, self.device, self.dtype)[0]
-            self._kept = [_log_probs(model, ids, self.device).cpu() for ids in self.ids]
-        if self._kept is not None:
-            return self._kept[i].to(self.device)
-        if self._model is None:
-            self._model = _load(self.dense, self.device, self.dtype)[0]
-        return _log_probs(self._model, self.ids[i], self.device)
+    def terms(self, i: int) -> DenseTerms:
+        """Text ``i``'s KL terms under the dense model: kept (after ``restore``: every text's computed on
+        the first call, within the budget), else computed with the rest of its batch."""
+        if i not in self._kept:
+            if self._model is None:
+                self._model = _load(self.dense, self.device, self.dtype)[0]
+            every = self.batches()
+            wanted = every if self._fits() else [next(batch for batch in every if i in batch)]
+            if not self._fits():  # beyond the budget: one batch's terms at a time
+                self._kept = {}
+            for batch in wanted:
+                logits = _logits(self._model, [self.ids[j] for j in batch], self.device)
+                self._kept |= {j: DenseTerms.of(z).to("cpu") for j, z in zip(batch, logits, strict=True)}
+        return self._kept[i].to(self.device)
 
     def release(self) -> None:
-        """Drop the dense model loaded for ``log_probs`` beyond the budget."""
+        """Drop the dense model loaded for ``terms``, and its terms beyond the budget."""
         self._model = None
+        if not self._fits():
+            self._kept = {}
 
 
 def measure(
@@ -140,32 +223,41 @@ def measure(
     reference: Reference | None = None,
 ) -> dict[str, Any]:
     """The candidate's loss (and KL, where the tokens are the dense model's) against the dense model on
-    ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens"}``; ``reference``: the dense model's side, kept
-    by the caller for the candidates after this one (else computed for this one, in float32); the candidate
-    runs in the reference's dtype."""
+    ``texts``: ``{"loss", "kl", "tokens", "candidate_tokens", "text_losses", "loss_error"}`` (each text's
+    loss, and the standard error of their mean: how far the loss can be trusted); ``reference``: the dense
+    model's side, kept by the caller for the candidates after this one (else computed for this one, in
+    float32); the candidate runs in the reference's dtype, its texts in batches (``batches``)."""
     reference = reference or Reference(dense, texts, device)
     reference.compute()
     model, tokenizer = _load(candidate, device, reference.dtype)
-    nll_dense = nll = kl = 0.0
-    tokens = candidate_tokens = 0
-    same = True
+    own = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    vocab = model.get_output_embeddings().weight.shape[0]
+    same = own == reference.ids and vocab == reference.vocab
+    nll = [0.0] * len(own)
+    kl = 0.0
     try:
-        for i, text in enumerate(texts):
-            ids = reference.ids[i]
-            own = tokenizer(text, add_special_tokens=False)["input_ids"]
-            q = _log_probs(model, own, device)
-            nll_dense += reference.nll[i]
-            nll -= q.gather(-1, torch.tensor(own[1:], device=device)[:, None]).sum().item()
-            tokens, candidate_tokens = tokens + len(ids) - 1, candidate_tokens + len(own) - 1
-            same = same and own == ids and q.shape == (len(ids) - 1, reference.vocab)
-            if same:
-                p = reference.log_probs(i)
-                kl += (p.exp() * (p - q)).sum().item()
+        for group in batches([len(ids) for ids in own], vocab):
+            for i, z in zip(group, _logits(model, [own[i] for i in group], device), strict=True):
+                nll[i], lse = _nll(z, own[i])
+                if same:
+                    kl += reference.terms(i).kl(z, lse)
     finally:
         reference.release()
+    tokens = [len(ids) - 1 for ids in reference.ids]
+    excess = [candidate_nll - dense_nll for candidate_nll, dense_nll in zip(nll, reference.nll, strict=True)]
     return {
-        "loss": (nll - nll_dense) / tokens,
-        "kl": kl / tokens if same else None,
-        "tokens": tokens,
-        "candidate_tokens": candidate_tokens,
+        "loss": sum(excess) / sum(tokens),
+        "kl": kl / sum(tokens) if same else None,
+        "tokens": sum(tokens),
+        "candidate_tokens": sum(len(ids) - 1 for ids in own),
+        "text_losses": [round(e / n, 6) for e, n in zip(excess, tokens, strict=True)],
+        "loss_error": _standard_error([e / n for e, n in zip(excess, tokens, strict=True)]),
     }
+
+
+def _standard_error(losses: Sequence[float]) -> float | None:
+    """The standard error of the mean of the texts' losses (None for fewer than two texts): how far a
+    difference between two candidates is more than the texts drawn."""
+    if len(losses) < 2:
+        return None
+    return statistics.stdev(losses) / math.sqrt(len(losses))

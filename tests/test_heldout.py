@@ -1,0 +1,88 @@
+"""A size search's measurement of a candidate (``thanos.evaluation.heldout``): its loss, KL and per-text
+losses are those of each text run alone through both models (float32 log-softmax, the KL summed term by
+term), whatever the texts' batches (padded on the right) and whether the dense side is kept or computed
+again."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import corpus_sentences, make_tiny_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from thanos.evaluation import heldout
+
+
+def _noisy_copy(model: Path, out: Path) -> Path:
+    """``model`` with noise added to every weight (its tokenizer, its config)."""
+    shutil.copytree(model, out)
+    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for weight in loaded.parameters():
+            weight.add_(0.05 * torch.randn(weight.shape, generator=generator))
+    loaded.save_pretrained(out)
+    return out
+
+
+def _alone(model: Path, texts: list[str]) -> list[torch.Tensor]:
+    """Each text's next-token log-probabilities, the text run alone (float32)."""
+    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    out = []
+    with torch.inference_mode():
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            out.append((ids, loaded(input_ids=torch.tensor([ids])).logits[0, :-1].log_softmax(-1)))
+    return out
+
+
+@pytest.mark.parametrize("batch_texts, kept", [(8, True), (1, True), (2, False)])
+def test_a_measurement_is_each_text_run_alone(tmp_path, monkeypatch, batch_texts, kept):
+    dense = make_tiny_model(tmp_path, "llama")
+    candidate = _noisy_copy(dense, tmp_path / "candidate")
+    texts = [" ".join(corpus_sentences(n, seed=i)) for i, n in enumerate((1, 4, 2, 3, 1))]  # lengths differ
+    p, q = _alone(dense, texts), _alone(candidate, texts)
+    nll = [
+        [-lp.gather(-1, torch.tensor(ids[1:])[:, None]).sum().item() for ids, lp in side] for side in (p, q)
+    ]
+    tokens = [len(ids) - 1 for ids, _ in p]
+    assert len(set(tokens)) > 2  # the batches are padded
+    kl = sum((a.exp() * (a - b)).sum().item() for (_, a), (_, b) in zip(p, q, strict=True))
+
+    vocab = AutoModelForCausalLM.from_pretrained(dense).config.vocab_size
+    monkeypatch.setattr(heldout, "BATCH_BYTES", batch_texts * (max(tokens) + 1) * vocab * 4)
+    reference = heldout.Reference(dense, texts, "cpu", budget=heldout.KEPT_BYTES if kept else 0)
+    measured = heldout.measure(dense, candidate, texts, "cpu", reference)
+
+    assert len(reference.batches()) == -(-len(texts) // min(batch_texts, len(texts)))
+    excess = [b - a for a, b in zip(*nll, strict=True)]
+    assert measured["loss"] == pytest.approx(sum(excess) / sum(tokens), rel=1e-5)
+    assert measured["kl"] == pytest.approx(kl / sum(tokens), rel=1e-5)
+    assert measured["kl"] > 0.01  # the noise is measured
+    assert measured["tokens"] == measured["candidate_tokens"] == sum(tokens)
+    expected = [e / n for e, n in zip(excess, tokens, strict=True)]
+    assert measured["text_losses"] == pytest.approx(expected, abs=1e-5)
+    spread = statistics.stdev(expected) / len(expected) ** 0.5
+    assert measured["loss_error"] == pytest.approx(spread, abs=1e-5)
+
+
+def test_the_dense_side_of_a_measurement_is_computed_once(tmp_path: Path) -> None:
+    """``heldout.measure`` with the dense model's side kept by the caller (``Reference``: once for every
+    candidate) gives what measuring each candidate from nothing gives, bit for bit, with the dense terms
+    kept and beyond the budget (the dense model run again for the KL, a batch at a time, none kept after)."""
+    dense = make_tiny_model(tmp_path / "dense", "llama")
+    candidates = [make_tiny_model(tmp_path / f"c{seed}", "llama", seed=seed) for seed in (1, 2)]
+    texts = [" ".join(corpus_sentences(3, seed=i)) for i in range(3)]
+    kept = heldout.Reference(dense, texts, "cpu")
+    recomputed = heldout.Reference(dense, texts, "cpu", budget=0)
+    for candidate in candidates:
+        alone = heldout.measure(dense, candidate, texts)
+        assert alone["kl"] is not None and alone["loss"] != 0
+        assert heldout.measure(dense, candidate, texts, "cpu", kept) == alone
+        assert heldout.measure(dense, candidate, texts, "cpu", recomputed) == alone
+    assert len(kept._kept) == len(texts) and not recomputed._kept and recomputed._model is None
