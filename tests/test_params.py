@@ -703,6 +703,8 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     for size, search in searches.items():
         (row,) = [row for row in rows if row["recipe"] == search["chosen"]]
         assert size in row["chosen_for"].split()
+    errors = {c["recipe"]: c["loss_error"] for search in searches.values() for c in search["candidates"]}
+    assert all(float(row["loss_error"]) == pytest.approx(errors[row["recipe"]], abs=1e-6) for row in rows)
     assert (out / "sizes.png").stat().st_size > 0
     recorded = json.loads((out / "sizes.json").read_text())
     assert recorded["request"] == "params:0.2,0.3" and set(recorded["sizes"]) == set(searches)

@@ -12,14 +12,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("recipe", "parameters", "removed_fraction", "loss", "ppl_x_dense", "chosen_for")
+COLUMNS = ("recipe", "parameters", "removed_fraction", "loss", "loss_error", "ppl_x_dense", "chosen_for")
 
 
 def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per candidate measured by any of ``searches`` (each size's ``search.json`` content, by its
     request), fewest parameters removed first: its recipe, parameters, fraction removed, held-out loss
-    (nats per token of the dense tokenization over the dense model's), perplexity per original token over
-    the dense model's (exp of that loss) and the sizes that chose it."""
+    (nats per token of the dense tokenization over the dense model's) and its standard error over the
+    held-out windows (empty where a measurement of an earlier release recorded none), perplexity per original
+    token over the dense model's (exp of that loss) and the sizes that chose it."""
     rows: dict[str, dict[str, Any]] = {}
     for size, search in searches.items():
         for candidate in search["candidates"]:
@@ -30,6 +31,7 @@ def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     "parameters": candidate["parameters"],
                     "removed_fraction": round(candidate["removed_fraction"], 6),
                     "loss": round(candidate["loss"], 6),
+                    "loss_error": _rounded(candidate.get("loss_error")),
                     "ppl_x_dense": round(math.exp(min(candidate["loss"], 700.0)), 4),
                     "chosen_for": "",
                 },
@@ -39,9 +41,13 @@ def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda row: (row["removed_fraction"], row["loss"]))
 
 
+def _rounded(value: float | None) -> float | str:
+    return "" if value is None else round(value, 6)
+
+
 def write_curve(rows: list[dict[str, Any]], out: Path, title: str) -> tuple[Path, Path]:
-    """``sizes.csv`` (the rows) and ``sizes.png`` (every measured point, the chosen recipes marked and
-    joined, each named) in ``out``; their paths."""
+    """``sizes.csv`` (the rows) and ``sizes.png`` (every measured point with its standard error as a bar,
+    the chosen recipes marked and joined, each named) in ``out``; their paths."""
     from thanos.report.plotting import pyplot
 
     table, figure = out / "sizes.csv", out / "sizes.png"
@@ -57,6 +63,12 @@ def write_curve(rows: list[dict[str, Any]], out: Path, title: str) -> tuple[Path
                          "label": "a mix, measured as written"})):  # fmt: skip
         xs = [100 * row["removed_fraction"] for row in group]
         ax.scatter(xs, [row["loss"] for row in group], s=22, alpha=0.55, **style)
+    barred = [row for row in rows if row["loss_error"] != ""]
+    ax.errorbar(
+        [100 * row["removed_fraction"] for row in barred], [row["loss"] for row in barred],
+        yerr=[row["loss_error"] for row in barred], fmt="none", ecolor="grey", elinewidth=0.8, capsize=2,
+        alpha=0.7,
+    )  # fmt: skip
     chosen = [row for row in rows if row["chosen_for"]]
     ax.plot(
         [100 * row["removed_fraction"] for row in chosen], [row["loss"] for row in chosen],
