@@ -218,6 +218,8 @@ def test_a_running_search_holds_its_out_and_is_killed_and_resumed(
     measured = [line.split(": ")[1] for line in lines if "(measured in an earlier run)" not in line]
     # each line: its place among the most the search measures, the best so far, the time the rest may take
     assert all(re.match(r"candidate \d+ of at most \d+: ", line) for line in lines), lines
+    # its loss with the standard error over the held-out windows
+    assert all(re.search(r" held-out loss -?[0-9.]+ ± [0-9.]+ \(", line) for line in lines), lines
     assert "; best so far " in lines[-1] and any("left" in line for line in lines), lines
     recorded = json.loads((shared / "search.json").read_text())
     assert len(killed) >= 2 and {slug(p) for p in earlier} == killed, (killed, lines)

@@ -234,16 +234,17 @@ class SearchCandidate:
     bound: int = 0
     best: str | None = None
     left: float | None = None
+    error: float | None = None  # the loss's standard error over the held-out windows (None: not recorded)
 
     @property
     def text(self) -> str:
         """``candidate 3 of at most 8: depth:2+neurons:0.25: 21.4 % fewer parameters, held-out loss 0.1234
-        (1:05); best so far depth:2+neurons:0.25; at most 5:25 left``."""
+        ± 0.0211 (1:05); best so far depth:2+neurons:0.25; at most 5:25 left``."""
         when = "measured in an earlier run" if self.reused else clock_text(self.seconds)
         of = f" of at most {self.bound}" if self.bound >= self.index else ""
         text = (
             f"candidate {self.index}{of}: {self.recipe}: {100 * self.removed:.1f} % fewer parameters, "
-            f"held-out loss {self.loss:.4f} ({when})"
+            f"held-out loss {self.loss:.4f}{'' if self.error is None else f' ± {self.error:.4f}'} ({when})"
         )
         if self.best is not None:
             text += f"; best so far {self.best}"

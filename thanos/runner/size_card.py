@@ -12,7 +12,7 @@ from thanos.events import clock_text
 def measured_text(candidates: list[dict[str, Any]], chosen: str) -> str:
     """The chosen recipe's measurement in words: its last (a mix written, after a point of the table)."""
     found = next(c for c in reversed(candidates) if c["recipe"] == chosen)
-    return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {found['loss']:.4f}"
+    return f"{100 * found['removed_fraction']:.1f} % fewer parameters, held-out loss {loss_text(found)}"
 
 
 def loss_text(candidate: dict[str, Any]) -> str:

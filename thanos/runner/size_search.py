@@ -315,7 +315,8 @@ class Search:
             self.timed.append(result["seconds"])
         index = len(self.measured) + len(self.verified) + 1
         event = SearchCandidate(index, result["recipe"], result["removed_fraction"], result["loss"],
-                                result["seconds"], reused, self.bound, *self._progress(result))  # fmt: skip
+                                result["seconds"], reused, self.bound, *self._progress(result),
+                                result.get("loss_error"))  # fmt: skip
         say(self.stream, event.text)
         return result
 
