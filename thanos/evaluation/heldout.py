@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,15 +84,17 @@ def batches(lengths: Sequence[int], vocab: int, budget: int | None = None) -> li
 
 
 @torch.inference_mode()
-def _logits(model: Any, rows: Sequence[list[int]], device: str) -> list[torch.Tensor]:
-    """Each row's next-token logits at every position but its last (float32), the rows run as one batch
-    padded on the right: a decoder's position t reads positions up to t only, so the padding changes nothing
-    before it and is not read."""
+def _logits(model: Any, rows: Sequence[list[int]], device: str) -> Iterator[torch.Tensor]:
+    """Each row's next-token logits at every position but its last (float32, one row at a time: a batch's
+    logits in float32 at once would double its memory), the rows run as one batch padded on the right: a
+    decoder's position t reads positions up to t only, so the padding changes nothing before it and is not
+    read."""
     batch = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
     for i, ids in enumerate(rows):
         batch[i, : len(ids)] = torch.tensor(ids)
     logits = model(input_ids=batch.to(device)).logits
-    return [logits[i, : len(ids) - 1].float() for i, ids in enumerate(rows)]
+    for i, ids in enumerate(rows):
+        yield logits[i, : len(ids) - 1].float()
 
 
 def _nll(z: torch.Tensor, ids: list[int]) -> tuple[float, torch.Tensor]:
