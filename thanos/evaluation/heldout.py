@@ -247,13 +247,14 @@ def measure(
         reference.release()
     tokens = [len(ids) - 1 for ids in reference.ids]
     excess = [candidate_nll - dense_nll for candidate_nll, dense_nll in zip(nll, reference.nll, strict=True)]
+    per_text = [e / max(n, 1) for e, n in zip(excess, tokens, strict=True)]  # a one-token text predicts none
     return {
         "loss": sum(excess) / sum(tokens),
         "kl": kl / sum(tokens) if same else None,
         "tokens": sum(tokens),
         "candidate_tokens": sum(len(ids) - 1 for ids in own),
-        "text_losses": [round(e / n, 6) for e, n in zip(excess, tokens, strict=True)],
-        "loss_error": _standard_error([e / n for e, n in zip(excess, tokens, strict=True)]),
+        "text_losses": [round(loss, 6) for loss in per_text],
+        "loss_error": _standard_error(per_text),
     }
 
 
