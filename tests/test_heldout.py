@@ -29,8 +29,8 @@ def _noisy_copy(model: Path, out: Path) -> Path:
     return out
 
 
-def _alone(model: Path, texts: list[str]) -> list[torch.Tensor]:
-    """Each text's next-token log-probabilities, the text run alone (float32)."""
+def _alone(model: Path, texts: list[str]) -> list[tuple[list[int], torch.Tensor]]:
+    """Each text's token ids and next-token log-probabilities, the text run alone (float32)."""
     loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model)
     out = []
