@@ -201,13 +201,13 @@ class Reference:
         if i not in self._kept:
             if self._model is None:
                 self._model = _load(self.dense, self.device, self.dtype)[0]
-            every = self.batches()
-            wanted = every if self._fits() else [next(batch for batch in every if i in batch)]
-            if not self._fits():  # beyond the budget: one batch's terms at a time
+            fits = self._fits()
+            if not fits:  # beyond the budget: one batch's terms at a time
                 self._kept = {}
-            for batch in wanted:
-                logits = _logits(self._model, [self.ids[j] for j in batch], self.device)
-                self._kept |= {j: DenseTerms.of(z).to("cpu") for j, z in zip(batch, logits, strict=True)}
+            for batch in self.batches():
+                if fits or i in batch:
+                    logits = _logits(self._model, [self.ids[j] for j in batch], self.device)
+                    self._kept |= {j: DenseTerms.of(z).to("cpu") for j, z in zip(batch, logits, strict=True)}
         return self._kept[i].to(self.device)
 
     def release(self) -> None:
