@@ -86,3 +86,32 @@ def test_the_dense_side_of_a_measurement_is_computed_once(tmp_path: Path) -> Non
         assert heldout.measure(dense, candidate, texts, "cpu", kept) == alone
         assert heldout.measure(dense, candidate, texts, "cpu", recomputed) == alone
     assert len(kept._kept) == len(texts) and not recomputed._kept and recomputed._model is None
+
+
+def test_a_candidate_with_the_dense_tokenizer_is_not_tokenized_again(tmp_path, monkeypatch):
+    """A candidate whose tokenizer files are the dense model's (a pruning that keeps the vocabulary copies
+    them) reads the dense model's token ids; one whose tokenizer files differ in a byte is tokenized with
+    its own, and both measure the same."""
+    import json
+
+    dense = make_tiny_model(tmp_path, "llama")
+    candidate = _noisy_copy(dense, tmp_path / "candidate")
+    other = shutil.copytree(candidate, tmp_path / "other")
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps(config | {"comment": "the same tokens"}))
+    assert heldout.same_tokenizer(dense, candidate) and not heldout.same_tokenizer(dense, other)
+
+    tokenized: list[str] = []
+    original = heldout._ids
+
+    def counted(model: Path, texts: list[str]) -> list[list[int]]:
+        tokenized.append(Path(model).name)
+        return original(model, texts)
+
+    monkeypatch.setattr(heldout, "_ids", counted)
+    texts = [" ".join(corpus_sentences(n, seed=i)) for i, n in enumerate((2, 3))]
+    reference = heldout.Reference(dense, texts, "cpu")
+    measured = heldout.measure(dense, candidate, texts, "cpu", reference)
+    assert tokenized == [dense.name]  # the dense model's, once
+    assert heldout.measure(dense, other, texts, "cpu", reference) == measured
+    assert tokenized == [dense.name, "other"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.models import stored_parameters
+from helpers.models import measured_name, stored_parameters
 from helpers.vocabulary import PROSE, bpe_model
 
 from thanos import prune_model
@@ -95,11 +95,11 @@ def searched(inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
     def failing(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
         if len(runs[0]) == 2:
             raise RuntimeError("stopped during the search")
-        runs[0].append(candidate.parent.name)
+        runs[0].append(measured_name(candidate))
         return original(dense, candidate, *args)
 
     def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
-        runs[1].append(candidate.parent.name)
+        runs[1].append(measured_name(candidate))
         return original(dense, candidate, *args)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -374,7 +374,7 @@ def test_vocab_text_chooses_the_tokens(
     original = heldout.measure
 
     def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
-        measured.append(candidate.parent.name)
+        measured.append(measured_name(candidate))
         return original(dense, candidate, *args)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -663,8 +663,7 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     original, measured = heldout.measure, []
 
     def counted(dense: Any, candidate: Path, *args: Any) -> dict[str, Any]:
-        # a point of the table (``candidates/<point>/model``), or a size's model written (``sizes/params0.2``)
-        measured.append(candidate.parent.name if candidate.name == "model" else candidate.name)
+        measured.append(measured_name(candidate))  # a point of the table, or a size's model written
         return original(dense, candidate, *args)
 
     monkeypatch.setattr(heldout, "measure", counted)

@@ -1,9 +1,10 @@
 """Tiny models compared with their pruned versions: logits (dense, blocks skipped in memory), parameters
 stored, every block pruned with magnitude, the dense chain's stores recorded from a forward, and the rows of
-the tested models each structure takes."""
+the tested models each structure takes; what a size search measured."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -133,3 +134,15 @@ def dense_stores(model_dir: Path, ids: torch.Tensor, root: Path) -> list[Path]:
             w.write(0, seen[block])
         stores.append(path)
     return stores
+
+
+def measured_name(model: Path) -> str:
+    """A model a size search measured, named as its candidate: a table point's pattern as its directory
+    (``depth1``: a point is measured where it was assembled, in the search's working directory, its report
+    naming its recipe), a written size's model by its directory (``params0.2``)."""
+    from thanos.runner.size_search import candidate_name
+
+    model = Path(model)
+    if model.name == "model" and "search" in model.parts:
+        return candidate_name(json.loads((model / "pruning_report.json").read_text())["recipe"]["sparsity"])
+    return model.name

@@ -50,14 +50,45 @@ def held_out_texts(
     return [tokenizer.decode(list(row), skip_special_tokens=False) for row in ids]
 
 
-def _load(model: str | Path, device: str, dtype: torch.dtype) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load(model: str | Path, device: str, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()
+    return AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype).to(device).eval()
 
-    loaded = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype).to(device).eval()
-    return loaded, AutoTokenizer.from_pretrained(str(model))
+
+def _ids(model: str | Path, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's token ids under ``model``'s tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+# a model directory's files that do not make its tokenizer: the config and generation config (their sizes
+# change with a pruning, the model type does not), the card and sparsity this tool writes beside a model
+# (and, ``thanos.stages.assemble.SKIP_FILES``, what it does not copy: the weights' index, its reports)
+MODEL_FILES = ("config.json", "generation_config.json", "sparsity.json", "README.md")
+
+
+def same_tokenizer(dense: str | Path, candidate: str | Path) -> bool:
+    """Whether ``candidate`` holds the dense model's tokenizer: every file but the weights and the model's
+    own (``MODEL_FILES``) the same, byte for byte (a pruning that keeps the vocabulary copies them); its
+    token ids are then the dense model's, and its tokenizer is not loaded (0.26 s a candidate,
+    SmolLM2-135M). Any other file that differs or is in one only (a tokenizer's of a kind not known here
+    too) says no."""
+    from thanos.stages.assemble import SKIP_FILES, WEIGHT_SUFFIXES
+
+    def tokenizer_files(model: Path) -> dict[str, bytes]:
+        return {
+            file.name: file.read_bytes()
+            for file in model.iterdir()
+            if file.is_file() and not file.name.startswith(".") and not file.name.endswith(WEIGHT_SUFFIXES)
+            and file.name not in (*MODEL_FILES, *SKIP_FILES)
+        }  # fmt: skip
+
+    return tokenizer_files(Path(dense)) == tokenizer_files(Path(candidate))
 
 
 # a forward pass's logits are kept up to this many bytes as float32 (texts x longest x vocabulary): the texts
@@ -165,8 +196,8 @@ class Reference:
         """The ids and NLL of every text (and the KL terms within the budget), once."""
         if self.ids:
             return
-        model, tokenizer = _load(self.dense, self.device, self.dtype)
-        self.ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in self.texts]
+        model = _load(self.dense, self.device, self.dtype)
+        self.ids = _ids(self.dense, self.texts)
         self.vocab = model.get_output_embeddings().weight.shape[0]
         self.nll = [0.0] * len(self.ids)
         keep = self._fits()
@@ -200,7 +231,7 @@ class Reference:
         the first call, within the budget), else computed with the rest of its batch."""
         if i not in self._kept:
             if self._model is None:
-                self._model = _load(self.dense, self.device, self.dtype)[0]
+                self._model = _load(self.dense, self.device, self.dtype)
             fits = self._fits()
             if not fits:  # beyond the budget: one batch's terms at a time
                 self._kept = {}
@@ -231,8 +262,8 @@ def measure(
     float32); the candidate runs in the reference's dtype, its texts in batches (``batches``)."""
     reference = reference or Reference(dense, texts, device)
     reference.compute()
-    model, tokenizer = _load(candidate, device, reference.dtype)
-    own = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    model = _load(candidate, device, reference.dtype)
+    own = reference.ids if same_tokenizer(dense, candidate) else _ids(candidate, texts)
     vocab = model.get_output_embeddings().weight.shape[0]
     same = own == reference.ids and vocab == reference.vocab
     nll = [0.0] * len(own)

@@ -16,7 +16,8 @@ import torch
 
 from thanos.pruning import methods
 from thanos.pruning.algorithms import masks
-from thanos.pruning.hessian import all_finite, inverse_cholesky
+from thanos.pruning.factors import inverse_factor
+from thanos.pruning.hessian import all_finite
 from thanos.pruning.kernels import Problem
 from thanos.pruning.sparsity import (
     COMPACT_KINDS,
@@ -286,12 +287,13 @@ def _prune_rows(
     """The method's kernel on every row but the outlier rows, merged back into the layer.
 
     ``kernel_options``: the ``Problem``'s pattern, blocksize, alpha, row_batch_bytes and heads. Memory:
-    besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b buffer,
-    freed before the result is assembled) and the masks; no second fp32 copy of the weight."""
+    besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b buffer;
+    on the CPU kept for the next layer that reads the same H, up to ``factors.KEPT_BYTES`` of them) and the
+    masks; no second fp32 copy of the weight."""
     rows, sub = _rows_to_prune(weight, H, n_outliers)
     factor = None
     if spec.updates_weights and rows.numel():
-        factor = inverse_cholesky(H, damp=damp, name=name)
+        factor = inverse_factor(H, damp=damp, name=name)  # kept for the layers that share H
         sub[:, factor.dead] = 0.0
 
     U = None if factor is None else factor.U
@@ -301,7 +303,7 @@ def _prune_rows(
     columns = torch.nonzero(sub_mask.all(dim=0)).squeeze(1) if compact else None
     dead = None if factor is None else factor.dead
     damp_used, retries = (None, 0) if factor is None else (factor.damp, factor.retries)
-    del factor  # the b x b inverse factor
+    del factor  # the b x b inverse factor (kept for the next layer with this H: ``factors``)
     if dead is not None:
         sub_mask[:, dead] = True  # zeroed above: removed weights, whatever the kernel chose
 

@@ -63,6 +63,7 @@ class Plan:
     # combined recipe's: the model its first part read)
     distilled: Recipe | None = None
     teacher: str | None = None
+    publish: bool = True  # False: ``out`` is where the model is assembled (``PruneRequest.publish``)
 
     @property
     def files(self) -> RecipeFiles:
@@ -126,8 +127,9 @@ def plan(request: PruneRequest) -> Plan:
     recipe, resources = request.recipe, request.resources
     out = Path(request.output.out).expanduser().resolve()
     reference = model_reference(request.model)
-    check_out_beside(out, reference, recipe, request.output.overwrite)
-    check_out(out)
+    if request.publish:
+        check_out_beside(out, reference, recipe, request.output.overwrite)
+        check_out(out)
     given = Path(resources.workdir).expanduser().resolve() if resources.workdir else None
     if given is not None:  # the default one (named after the calibration) is checked once it is known
         check_directory("workdir", given)
@@ -168,6 +170,9 @@ def plan(request: PruneRequest) -> Plan:
         recipe if recipe.distill is not None else None,
         (request.part_of or {}).get("base_model", reference),
     )
+    if not request.publish:  # the model stays where it is assembled
+        run_plan = dataclasses.replace(run_plan, publish=False)
+        run_plan = dataclasses.replace(run_plan, out=run_plan.published_dir)
     if resources.disk_check and model.layout is not None:
         check_disk(run_plan, model.layout.num_blocks)
     return run_plan

@@ -157,7 +157,7 @@ def print_summary(
             f"  compact: {shape}; {kept:,} of {original:,} parameters "
             f"({100 * (1 - kept / original):.1f} % fewer)",
         )
-    else:
+    elif summary is not None:  # None: a model left undescribed where it was assembled
         say(
             stream,
             f"  {run_plan.label}: {100 * summary.pruned_sparsity:.2f} % of the pruned weights are zero "

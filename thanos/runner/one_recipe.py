@@ -114,14 +114,14 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
             run_plan, progress, stream, started, lambda: _distill(run_plan, steps, progress.on_event)
         )
         evaluation = evaluations.current()
-        published = publish_result(run_plan, evaluation)
+        published = publish_result(run_plan, evaluation) if run_plan.publish else _assembled(run_plan)
         if run_plan.evaluation.kinds and evaluation is None:
             progress.note(f"published: {run_plan.out}; evaluating it")
             evaluation = _guarded(
                 run_plan, progress, stream, started, lambda: evaluations.run(steps), published=True
             )
             published = update_card(run_plan, evaluation, published[3])
-        if run_plan.resources.keep == "needed" and not released(model_dir):
+        if run_plan.resources.keep == "needed" and run_plan.publish and not released(model_dir):
             release(model_dir, run_plan.out)  # --out is now the only full copy of the weights
             if run_plan.distilled is not None:
                 remove(run_plan.distill_work)  # the checkpoints: a rerun finds the distilled model in --out
@@ -191,6 +191,7 @@ def _run_steps(run_plan: Plan, on_event: OnEvent) -> Any:
         drop_layers=needed,
         record=record,
         dtype=resources.compute_dtype,
+        describe=run_plan.publish,
     )
     return run_recipe(run_plan.reference, run_plan.recipe, files, run_plan.calibration, options, on_event)
 
@@ -242,6 +243,13 @@ def publish_result(
     evaluation, sparsity summary, what ``publish`` found changed in ``out``)."""
     report, summary, card = _card(run_plan, evaluation)
     return report, evaluation, summary, publish(run_plan.published_dir, run_plan.out, {CARD: card})
+
+
+def _assembled(run_plan: Plan) -> Published:
+    """A model that stays where it was assembled (``PruneRequest.publish`` false): (its report, no
+    evaluation, no sparsity summary, written)."""
+    report = json.loads((run_plan.published_dir / "pruning_report.json").read_text())
+    return report, None, None, ["new"]
 
 
 def update_card(run_plan: Plan, evaluation: dict[str, Any] | None, before: list[str]) -> Published:

@@ -200,6 +200,9 @@ class PruneRequest:
     )
     part_of: dict[str, Any] | None = None
     size: SizeGoal | None = None  # params:P: the recipes are chosen by ``thanos.runner.size``
+    # False: the model stays where the run assembles it, undescribed (no card, no sparsity.json), and ``out``
+    # is not written: a size's table point, measured there and deleted (``thanos.runner.size_search``)
+    publish: bool = True
 
     @property
     def recipe(self) -> Recipe:

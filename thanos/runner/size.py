@@ -30,8 +30,9 @@ directories, resumed) on the search's calibration, its layers on the dense chain
 block calibrated on the dense model's inputs, captured once for every point), and measured, its
 ``measurement.json`` recorded by the ledger (``thanos.files.ledger``) under ``candidates/<recipe>/`` (a mix's
 under ``written/<recipe>/``), so that a search run again (stopped, or with another ``p`` or ``--axes``)
-measures nothing twice; a point's model is deleted once measured, and the points' stages (the dense chain
-they share) once the table is complete (``--keep all`` keeps them) (``thanos.runner.size_search``).
+measures nothing twice; a point's model is measured where it is assembled (not published, no card:
+``PruneRequest.publish``) and deleted once measured, and the points' stages (the dense chain they share)
+once the table is complete (``--keep all`` keeps them) (``thanos.runner.size_search``).
 ``search.json`` (every candidate: recipe, parameters, removed, loss, KL, seconds; the chosen recipe) goes to
 ``--out`` and to the search's directory, and the card gets the table.
 """
@@ -49,6 +50,7 @@ from thanos.files import digests
 from thanos.files.atomic import write_json
 from thanos.files.ledger import remove
 from thanos.files.locks import shared_workdir
+from thanos.pruning import factors
 from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
@@ -95,7 +97,9 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         return {"out": str(request.output.out), "workdir": str(search.root)}
     if (note := other_search(request, search.root)) is not None:
         say(stream, f"{goal}: {note}")
-    with shared_workdir(search.root):  # in use: ``thanos workdirs`` deletes it not
+    # in use: ``thanos workdirs`` deletes it not; the Hessians' inverse factors kept while the table is
+    # measured (``thanos.pruning.factors``)
+    with shared_workdir(search.root), factors.keeping():
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, search_key(request))

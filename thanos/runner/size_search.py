@@ -216,7 +216,8 @@ class Search:
     def _table_disk(self, points: list[str]) -> str:
         """The disk the table's ``points`` take in the search's directory (``thanos.runner.disk``): the
         stores they share (the dense chain), what each leaves in the working directory, and the most any one
-        holds beyond that while it runs, its model included (``--keep all``: every point's model kept)."""
+        holds beyond that while it runs, its model included (measured where it is assembled, then deleted;
+        ``--keep all`` keeps every point's)."""
         from thanos.runner.checks import open_model
         from thanos.runner.disk import estimate, size_text
 
@@ -228,8 +229,8 @@ class Search:
                      calibration.seqlen)
             for pattern in points for recipe in self._point_recipes(pattern)
         ]  # fmt: skip
-        left = sum(disk.kept(keep) - disk.shared + (disk.model if keep == "all" else 0) for disk in estimates)
-        running = max(disk.peak(keep) - disk.kept(keep) + disk.model for disk in estimates)
+        left = sum(disk.kept(keep) - disk.shared for disk in estimates)
+        running = max(disk.peak(keep) - disk.kept(keep) for disk in estimates)
         peak = max(disk.shared for disk in estimates) + left + running
         after = "kept (--keep all)"
         if keep == "needed":
@@ -293,7 +294,11 @@ class Search:
         """The cost table measured: its points' stages deleted (``--keep needed``; a later size reads the
         table's measurements, and a mix is written in the request's working directory), above all the dense
         chain's Hessians of every block, which its points share (SmolLM2-135M: 0.5 GB; a 70B model: ~4 GB a
-        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here."""
+        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here. The
+        Hessians' inverse factors its points shared are dropped (``thanos.pruning.factors``)."""
+        from thanos.pruning import factors
+
+        factors.stop_keeping()
         if self.work is None and self.request.resources.keep == "needed":
             remove(self.root / "work")
 
@@ -359,18 +364,19 @@ class Search:
         return Path(self.request.output.out)
 
     def _prune(self, pattern: str, place: Path) -> Path:
-        """Prune ``pattern`` on the search's calibration into ``place``/model (its lines in ``run.log``)."""
+        """Prune ``pattern`` on the search's calibration, its lines in ``place``/run.log; the model's path: it
+        stays where it was assembled, in the search's working directory, undescribed (not published: it is
+        measured there, then deleted)."""
         request = self.request
         resources = dataclasses.replace(request.resources, workdir=self.work or self.root / "work")
         part = dataclasses.replace(
             request, recipes=self._point_recipes(pattern), sparsity=pattern, size=None,
             calibration=self._calibration(), resources=resources, evaluation=Evaluation(),
-            output=Output(place / "model", overwrite=True), part_of=None,
+            output=Output(place / "model", overwrite=True), part_of=None, publish=False,
         )  # fmt: skip
         place.mkdir(parents=True, exist_ok=True)
         with self._said(pattern, f"its log: {place / 'run.log'}"), (place / "run.log").open("w") as log:
-            self.execute(part, log)
-        return place / "model"
+            return Path(self.execute(part, log)["out"])
 
     def _measured(self, pattern: str, mix: dict[str, str], model: Path, began: float) -> dict[str, Any]:
         """``model`` (``pattern`` pruned) measured on the held-out texts; a candidate's model is deleted then

@@ -147,8 +147,12 @@ def assemble(
     max_shard_size: str | int = DEFAULT_MAX_SHARD_BYTES,
     record: RunRecord | None = None,
     depth: str | os.PathLike | None = None,
+    describe: bool = True,
 ) -> dict[str, Any]:
     """Write the pruned HF model directory ``out``; return the pruning report.
+
+    ``describe`` false: the model is written without its card, ``sparsity.json`` and the digests of its
+    files (a size's table point, measured where it is assembled and deleted: ``thanos.runner.size_search``).
 
     ``depth``: a ``depth:k`` recipe's ``depth.json`` (``thanos.stages.depth.blocks``): the model is written
     without the blocks it removes, the others renumbered; no layer is pruned (``pruned_root`` is not read).
@@ -197,8 +201,9 @@ def assemble(
             report["owl"] = owl_report
         if recipe.recover is not None:
             report["recovery"] = recovery_report(Path(pruned_root), recipe, int(info.get("num_blocks") or 0))
-        describe_model(tmp, report)  # sparsity.json, README.md model card
-        report["files"] = digests.record(tmp)  # what every later reader checks the model against
+        if describe:
+            describe_model(tmp, report)  # sparsity.json, README.md model card
+            report["files"] = digests.record(tmp)  # what every later reader checks the model against
         (tmp / digests.REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info(
         "assembled %s: %d tensors in %d shard(s), %d pruned layers, overall sparsity %.4f",

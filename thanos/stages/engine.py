@@ -127,6 +127,7 @@ class RunOptions:
     max_shard_size: str = "2GB"
     record: Any = None
     dtype: str = "auto"
+    describe: bool = True  # the assembled model described (card, ``sparsity.json``, its files' digests)
 
 
 @dataclass
@@ -390,7 +391,7 @@ class _Run:
             "reads": [Upstream(path) for path in (files.summary, files.tokens, files.owl, files.depth)],
             "format": MODEL_DIR_FORMAT,
             "max_shard_size": self.options.max_shard_size,
-        }
+        } | ({} if self.options.describe else {"described": False})
 
     def assembled(self) -> bool:
         """Whether the assembled model is complete and current."""
@@ -427,6 +428,7 @@ class _Run:
                 options.max_shard_size,
                 options.record,
                 files.depth,
+                options.describe,
             ),  # fmt: skip
             _has_report,
         )

@@ -26,7 +26,7 @@ from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
 from thanos.models import ModelHandle, as_handle
-from thanos.pruning import methods
+from thanos.pruning import factors, methods
 from thanos.pruning.layer import PruneStats, prune_layer
 from thanos.pruning.sparsity import Sparsity
 from thanos.recipes.recipe import Recipe
@@ -83,38 +83,43 @@ def prune(
             check_config_accepts(model_dir, attention, sparsity)
         only, heads = attention.output, (attention.heads, attention.kv_heads)
     results = []
-    current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
-    for layer in layers:
-        where = {"block": block, "layer": layer, "group": layout.group_of(layer, block)}
-        if only is not None and layer != only:
-            results.append(_keep_dense(recipe, checkpoint.shape(f"{prefix}{layer}.weight"), where, out_dir))
-            continue
-        H = None
-        if store is not None:
-            if current is None or current[0] != where["group"]:
-                current = None  # the previous group's H is freed before the next one is read
-                current = (where["group"], store.get(where["group"]).to(dev))
-            H = current[1]
-        weight = checkpoint.tensor(f"{prefix}{layer}.weight")
-        if H is not None and tuple(H.shape) != (weight.shape[1],) * 2:
-            raise ValueError(
-                f"{hessians}: Hessian of group {where['group']} is {tuple(H.shape)} but {layer} of block "
-                f"{block} has {weight.shape[1]} inputs; the store belongs to another model"
+    with factors.block():  # a Hessian's inverse factor kept for the block's next layers that read it
+        current: tuple[str, torch.Tensor] | None = None  # one group's Hessian in memory at a time
+        for layer in layers:
+            where = {"block": block, "layer": layer, "group": layout.group_of(layer, block)}
+            if only is not None and layer != only:
+                results.append(
+                    _keep_dense(recipe, checkpoint.shape(f"{prefix}{layer}.weight"), where, out_dir)
+                )
+                continue
+            H = None
+            if store is not None:
+                if current is None or current[0] != where["group"]:
+                    current = None  # the previous group's H is freed before the next one is read
+                    current = (where["group"], store.get(where["group"]).to(dev))
+                H = current[1]
+            weight = checkpoint.tensor(f"{prefix}{layer}.weight")
+            if H is not None and tuple(H.shape) != (weight.shape[1],) * 2:
+                raise ValueError(
+                    f"{hessians}: Hessian of group {where['group']} is {tuple(H.shape)} but {layer} of block "
+                    f"{block} has {weight.shape[1]} inputs; the store belongs to another model"
+                )
+            options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
+            name = f"block {block} {layer}"
+            result = prune_layer(
+                weight.to(dev), H, recipe.method, sparsity, **options, name=name, heads=heads
             )
-        options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
-        name = f"block {block} {layer}"
-        result = prune_layer(weight.to(dev), H, recipe.method, sparsity, **options, name=name, heads=heads)
-        stats = result.stats.to_dict() | where | {"options": result.options, **profile}
-        if store is not None and where["group"] in store.attrs.get("experts", {}):
-            # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
-            stats["routing"] = store.attrs["experts"][where["group"]]
-        if result.columns is not None:
-            stats["removed_columns"] = result.columns.tolist()
-        if heads is not None:
-            head_dim = weight.shape[1] // heads[0]
-            stats["removed_heads"] = sorted({c // head_dim for c in stats["removed_columns"]})
-        results.append(_write(out_dir, result.weight, stats))
-        del weight, result  # not alive while the next layer is read and pruned
+            stats = result.stats.to_dict() | where | {"options": result.options, **profile}
+            if store is not None and where["group"] in store.attrs.get("experts", {}):
+                # a mixture-of-experts expert: the tokens the router sent it, and whose Hessian pruned it
+                stats["routing"] = store.attrs["experts"][where["group"]]
+            if result.columns is not None:
+                stats["removed_columns"] = result.columns.tolist()
+            if heads is not None:
+                head_dim = weight.shape[1] // heads[0]
+                stats["removed_heads"] = sorted({c // head_dim for c in stats["removed_columns"]})
+            results.append(_write(out_dir, result.weight, stats))
+            del weight, result  # not alive while the next layer is read and pruned
     return results
 
 
