@@ -251,3 +251,45 @@ def test_runs_are_ranked_on_the_first_windows_and_the_shortlist_fitted_on_all(
     assert torch.equal(best.T, full[winner].T) and not torch.equal(best.T, quick[winner].T)
     assert torch.equal(best.weight, full[winner].weight) and best.error <= best.error_map
     assert all(run.error == run.error_map for run in quick.values())  # the map alone
+
+
+def test_a_cost_tables_depth_points_run_each_kept_block_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a size's cost table keeps them (``thanos.pruning.kept``), ``depth:1`` .. ``depth:3`` run each
+    kept block on each chunk of windows once, its passes read by the next points, and every score, error
+    and fitted run is the one each point computes alone, bit for bit; the table measured, nothing is
+    kept."""
+    from collections import Counter
+
+    import thanos.stages.depth.maps as block_maps
+    from thanos.pruning import kept
+
+    monkeypatch.setattr(block_maps, "PRESELECT_SAMPLES", 3)
+    model = build_tiny_model(tmp_path / "llama", num_blocks=5, max_position_embeddings=64, jitter=0.1)
+    ids = torch.randint(4, 120, (10, 24), generator=torch.Generator().manual_seed(3))
+    stores = dense_stores(model, ids, tmp_path)
+    handle = ModelHandle.open(model)
+    passes: list[tuple[int, float]] = []  # (block, its inputs' sum): a block run on a chunk of windows
+    original = block_maps._run
+
+    def counted(h: Any, module: Any, linear: Any, block: int, x: torch.Tensor) -> Any:
+        passes.append((block, round(float(x.sum()), 2)))
+        return original(h, module, linear, block, x)
+
+    monkeypatch.setattr(block_maps, "_run", counted)
+    alone = [block_maps.run_candidates(handle, stores, k) for k in (1, 2, 3)]
+    runs_alone, passes[:] = len(passes), []
+    with kept.keeping():
+        shared = [block_maps.run_candidates(handle, stores, k) for k in (1, 2, 3)]
+        assert block_maps._passes.values
+    assert not block_maps._passes.values
+    for (scores, errors, best), (kept_scores, kept_errors, kept_best) in zip(alone, shared, strict=True):
+        assert kept_scores == scores and kept_errors == errors
+        assert best is not None and kept_best is not None
+        assert (kept_best.first, kept_best.last) == (best.first, best.last)
+        assert torch.equal(kept_best.T, best.T) and torch.equal(kept_best.weight, best.weight)
+    counts = Counter(passes)
+    fold_check = passes[1]  # block 0 on its first 2 windows, after the preselection's first pass
+    assert counts.pop(fold_check) == 3  # checked once for each k (not a pass the fits share)
+    assert set(counts.values()) == {1} and len(passes) < runs_alone, (passes, runs_alone)

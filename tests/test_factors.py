@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thanos.pruning import factors, hessian
+from thanos.pruning import factors, hessian, kept
 from thanos.pruning.layer import prune_layer
+
+KEPT = factors._factors.values  # the factors kept, by key
 
 
 def _hessian(b: int, seed: int) -> torch.Tensor:
@@ -31,7 +33,7 @@ def factored(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         return original(H, damp, **kwargs)
 
     monkeypatch.setattr(factors, "inverse_cholesky", counted)
-    factors.stop_keeping()
+    kept.stop_keeping()
     return runs
 
 
@@ -45,15 +47,15 @@ def test_a_kept_factor_prunes_as_a_new_one(factored, method, sparsity):
     W = torch.randn(48, 64, generator=torch.Generator().manual_seed(2))
     heads = (8, 4) if sparsity.startswith("heads") else None
     alone = prune_layer(W, H, method, sparsity, heads=heads)
-    assert len(factored) == 1 and not factors._kept  # outside a block: factored, nothing kept
+    assert len(factored) == 1 and not KEPT  # outside a block: factored, nothing kept
     with factors.block():
         first = prune_layer(W, H, method, sparsity, heads=heads)
-        (kept,) = factors._kept.values()
-        U = kept.U.clone()
+        (factor,) = KEPT.values()
+        U = factor.U.clone()
         again = prune_layer(W, H.clone(), method, sparsity, heads=heads)  # the same values, another tensor
         assert len(factored) == 2  # factored once in the block
-        assert torch.equal(kept.U, U)  # the kernel left it as it was
-    assert not factors._kept  # dropped with the block
+        assert torch.equal(factor.U, U)  # the kernel left it as it was
+    assert not KEPT  # dropped with the block
     for result in (first, again):
         assert torch.equal(result.weight, alone.weight) and torch.equal(result.mask, alone.mask)
 
@@ -66,21 +68,21 @@ def test_another_hessian_or_damping_is_factored_again(factored):
         other = H.clone()
         other[0, 0] = torch.nextafter(other[0, 0], torch.tensor(float("inf")))  # one bit
         assert factors.inverse_factor(other, 0.01) is not one
-        assert len(factors._kept) == 1  # the previous one dropped before it was formed
+        assert len(KEPT) == 1  # the previous one dropped before it was formed
         assert factors.inverse_factor(H, 0.02) is not one
     assert factored == [0.01, 0.01, 0.02]
 
 
 def test_a_table_keeps_factors_across_blocks_within_its_bytes(factored, monkeypatch):
-    with factors.keeping(3 * 32 * 32 * 4):
+    with kept.keeping(3 * 32 * 32 * 4):
         for seed in range(5):
             with factors.block():
                 factors.inverse_factor(_hessian(32, seed=seed))
-        assert len(factors._kept) == 3  # the last three
+        assert len(KEPT) == 3  # the last three
         with factors.block():
             factors.inverse_factor(_hessian(32, seed=4))
         assert len(factored) == 5  # kept: not factored again
         with factors.block():
             factors.inverse_factor(_hessian(64, seed=9))  # larger than the bytes kept: dropped with the block
-        assert len(factors._kept) == 3 and all(f.U.shape[0] == 32 for f in factors._kept.values())
-    assert not factors._kept  # the table measured: every one dropped
+        assert len(KEPT) == 3 and all(f.U.shape[0] == 32 for f in KEPT.values())
+    assert not KEPT  # the table measured: every one dropped

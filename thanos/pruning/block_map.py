@@ -63,11 +63,13 @@ class MapFit:
         self.A = torch.zeros(self.features, self.features, dtype=torch.float64, device=self.device)
         self.B = torch.zeros(self.features, self.hidden, dtype=torch.float64, device=self.device)
 
-    def add(self, F: torch.Tensor, Y: torch.Tensor, X: torch.Tensor) -> None:
+    def add(self, F: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, gram: bool = True) -> None:
         """Add tokens (the leading dimensions flattened): the features ``F`` (block p's MLP output M, or
-        the neurons' activations), the rest of block p's output ``Y`` and the run's output ``X``."""
+        the neurons' activations), the rest of block p's output ``Y`` and the run's output ``X``; ``gram``
+        false: F^T F not added (the caller adds the sum it kept from the same features)."""
         F, R = F.reshape(-1, self.features).double(), (X - Y).reshape(-1, self.hidden).double()
-        self.A += F.T @ F
+        if gram:
+            self.A += F.T @ F
         self.B += F.T @ R
         self.rr += float(R.square().sum())
         self.xx += float(X.double().square().sum())

@@ -50,7 +50,7 @@ from thanos.files import digests
 from thanos.files.atomic import write_json
 from thanos.files.ledger import remove
 from thanos.files.locks import shared_workdir
-from thanos.pruning import factors
+from thanos.pruning import kept
 from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
@@ -97,9 +97,9 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         return {"out": str(request.output.out), "workdir": str(search.root)}
     if (note := other_search(request, search.root)) is not None:
         say(stream, f"{goal}: {note}")
-    # in use: ``thanos workdirs`` deletes it not; the Hessians' inverse factors kept while the table is
-    # measured (``thanos.pruning.factors``)
-    with shared_workdir(search.root), factors.keeping():
+    # in use: ``thanos workdirs`` deletes it not; what the table's points compute more than once kept while
+    # it is measured (``thanos.pruning.kept``)
+    with shared_workdir(search.root), kept.keeping():
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, search_key(request))

@@ -294,11 +294,11 @@ class Search:
         """The cost table measured: its points' stages deleted (``--keep needed``; a later size reads the
         table's measurements, and a mix is written in the request's working directory), above all the dense
         chain's Hessians of every block, which its points share (SmolLM2-135M: 0.5 GB; a 70B model: ~4 GB a
-        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here. The
-        Hessians' inverse factors its points shared are dropped (``thanos.pruning.factors``)."""
-        from thanos.pruning import factors
+        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here. What
+        its points computed more than once is dropped (``thanos.pruning.kept``)."""
+        from thanos.pruning import kept
 
-        factors.stop_keeping()
+        kept.stop_keeping()
         if self.work is None and self.request.resources.keep == "needed":
             remove(self.root / "work")
 

@@ -20,13 +20,18 @@ then the ``SHORTLIST`` best fitted again on every window, the projection refitte
 final error, so that the choice costs about a third of a pass over the model on 64 windows instead of a
 whole one. On 16 windows (a size search's cost table) a quarter ranks as all 16 did: SmolLM2-135M,
 ``depth:2, 4, 8, 11``, the same runs removed with the same errors, 24 s instead of 54 s.
+
+A cost table's depth points fit runs of every length after the same kept blocks on the same windows: while
+the table is measured (``thanos.pruning.kept``), each kept block's pass over them (``BlockPass``: its
+outputs and the sums of F^T F) is kept and read by the next points, which read only their runs' targets;
+the fits are those of each point alone, bit for bit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Activations
 from thanos.models import ModelHandle
 from thanos.models.neurons import NeuronsError, mlp_layout
+from thanos.pruning import kept
 from thanos.pruning.block_map import MapFit, fold
 from thanos.stages.common import resolve_device
 
@@ -118,6 +124,51 @@ def _with_ones(A: torch.Tensor, bias: bool) -> torch.Tensor:
     return torch.cat([A, A.new_ones(A.shape[0], 1)], dim=1) if bias else A
 
 
+Chunk = tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+@dataclass
+class BlockPass:
+    """The kept block p run on its stored dense inputs (windows ``start .. stop`` a chunk at a time): each
+    chunk's MLP output M, the rest of the block's output Y and, for a refit, the projection's features F
+    (float32), and the sums F^T F of the map's features M and of the projection's (float64): all a run
+    after p fitted on the same windows reads but its target."""
+
+    chunks: list[Chunk]
+    map_gram: torch.Tensor
+    projection_gram: torch.Tensor | None
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [t for chunk in self.chunks for t in chunk[2:] if t is not None]
+        tensors += [t for t in (self.map_gram, self.projection_gram) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# the block passes a cost table's depth points share (``thanos.pruning.kept``: depth:2, 4, 8 and 11 run each
+# kept block on the same windows; SmolLM2-135M, 4 windows of 16: 4.7 MB a block)
+_passes = kept.Kept(lambda passed: passed.nbytes)
+
+
+def _identity(store: str | Path) -> tuple[int, int]:
+    """A store's directory as written (inode, modification time): a store written again is another."""
+    stat = Path(store).stat()
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _chunks(
+    handle: ModelHandle, module: torch.nn.Module, linear: torch.nn.Linear, block: int, inputs: Activations,
+    end: int, samples: int, refit: bool,
+) -> Iterator[Chunk]:  # fmt: skip
+    """Block ``block`` (``module``, the kept block p) run on its inputs' windows ``0 .. end``, ``samples`` at
+    a time: each chunk's (start, stop, M, Y, F), F the projection's features for a ``refit`` (else None)."""
+    dev = linear.weight.device
+    for start in range(0, end, samples):
+        stop = min(start + samples, end)
+        out, M, A = _run(handle, module, linear, block, inputs.read(start, stop).to(dev, torch.float32))
+        yield start, stop, M, out - M, _with_ones(A, linear.bias is not None) if refit else None
+
+
 def fit_run(
     handle: ModelHandle,
     stores: Sequence[str | Path],
@@ -141,13 +192,24 @@ def fit_run(
     fit = MapFit(hidden, dev)
     projection = MapFit(hidden, dev, features=width + has_bias) if refit else None
     end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
-    for start in range(0, end, samples):
-        stop = min(start + samples, end)
-        out, M, A = _run(handle, module, linear, before, inputs.read(start, stop).to(dev, torch.float32))
-        Y, X = out - M, targets.read(start, stop).to(dev, torch.float32)
-        fit.add(M, Y, X)
-        if projection is not None:
-            projection.add(_with_ones(A, has_bias), Y, X)
+    key = (str(handle.path), str(stores[before]), _identity(stores[before]), before, layer, end, samples,
+           str(dev), refit)  # fmt: skip
+    passed = _passes.get(key) if kept.budget() else None  # a cost table's other depth points ran it
+    chunks = passed.chunks if passed else _chunks(handle, module, linear, before, inputs, end, samples, refit)
+    recorded: list[Chunk] | None = [] if passed is None and kept.budget() else None
+    for start, stop, M, Y, F in chunks:
+        X = targets.read(start, stop).to(dev, torch.float32)
+        fit.add(M, Y, X, gram=passed is None)
+        if projection is not None and F is not None:
+            projection.add(F, Y, X, gram=passed is None)
+        if recorded is not None:
+            recorded.append((start, stop, M, Y, F))
+    if passed is not None:  # the sums of F^T F over the same features, kept: added whole
+        fit.A += passed.map_gram
+        if projection is not None and passed.projection_gram is not None:
+            projection.A += passed.projection_gram
+    elif recorded is not None:
+        _passes.put(key, BlockPass(recorded, fit.A.clone(), projection.A.clone() if projection else None))
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
     error = error_map = fit.error(T)
