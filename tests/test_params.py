@@ -744,23 +744,34 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
 @pytest.mark.parametrize("model_type", list(TESTED_MODELS))
 def test_a_mix_is_counted_as_its_model_built_whole(tmp_path: Path, model_type: str) -> None:
     """``Knobs.predicted`` counts a mix's skeleton (parameters on the meta device, no initialisation, the
-    embeddings tied after): for every row of the tested matrix it counts what ``from_config`` with every
-    initialisation counts, the dense model and ``depth:1`` (a tied head once)."""
+    embeddings tied after), from its first block's and first two's where every block after the first holds
+    as many parameters as the second (``size_axes._uniform``): for every row of the tested matrix it counts
+    what ``from_config`` with every initialisation counts (a tied head once), the dense model and every
+    axis's first and last setting alone and together; a head count its model type does not build is no
+    setting (OPT's config accepts 3 heads of 64 dimensions, its attention refuses them)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from thanos.demo.tiny import build_tiny_model
-    from thanos.runner.size_axes import knobs
+    from thanos.runner.size_axes import _uniform, knobs
 
     model = build_tiny_model(tmp_path / model_type, model_type, num_blocks=4, max_position_embeddings=64)
     dense = knobs(model)
-    for mix in ({}, {"depth": "depth:1"}):
+    mixes: list[dict[str, str]] = [{}, {"depth": "depth:1"}]
+    for axis in ("depth", "heads", "neurons", "vocab"):
+        settings = dense.settings(axis)
+        mixes += [{axis: settings[0]}, {axis: settings[-1]}] if settings else []
+    mixes.append({k: v for mix in mixes[2::2] for k, v in mix.items()})  # each axis's first setting
+    for mix in mixes:
         config = AutoConfig.from_pretrained(model)
         for key, value in dense.changes(mix).items():
             setattr(config, key, value)
         with torch.device("meta"):
             whole = AutoModelForCausalLM.from_config(config)
         assert dense.predicted(mix) == sum(p.numel() for p in whole.parameters()), (model_type, mix)
+    # blocks of two sizes in turn (linear and full attention) are counted whole; experts after one dense
+    # block (deepseek_v3, glm4_moe) from the second block's size
+    assert _uniform(str(model)) == (model_type != "qwen3_next")
 
 
 def test_workflow_sizes_differing_only_in_the_target_share_one_search() -> None:
