@@ -73,16 +73,19 @@ def test_another_hessian_or_damping_is_factored_again(factored):
     assert factored == [0.01, 0.01, 0.02]
 
 
-def test_a_table_keeps_factors_across_blocks_within_its_bytes(factored, monkeypatch):
+def test_a_table_keeps_factors_across_blocks_within_its_bytes(factored):
+    """The first factors that fit are kept (a table's points pass over the blocks in the same order: the
+    first blocks' factors are read by every later point)."""
     with kept.keeping(3 * 32 * 32 * 4):
         for seed in range(5):
             with factors.block():
                 factors.inverse_factor(_hessian(32, seed=seed))
-        assert len(KEPT) == 3  # the last three
+        assert len(KEPT) == 3  # the first three
+        for seed in range(5):  # the next point
+            with factors.block():
+                factors.inverse_factor(_hessian(32, seed=seed))
+        assert len(factored) == 5 + 2  # the first three kept: the last two factored again
         with factors.block():
-            factors.inverse_factor(_hessian(32, seed=4))
-        assert len(factored) == 5  # kept: not factored again
-        with factors.block():
-            factors.inverse_factor(_hessian(64, seed=9))  # larger than the bytes kept: dropped with the block
+            factors.inverse_factor(_hessian(64, seed=9))  # beyond the bytes kept: not kept
         assert len(KEPT) == 3 and all(f.U.shape[0] == 32 for f in KEPT.values())
     assert not KEPT  # the table measured: every one dropped

@@ -244,7 +244,8 @@ def test_a_stopped_search_measures_no_candidate_twice(searched: dict[str, Any]) 
 def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], tmp_path: Path) -> None:
     """The cost table's heads and neurons points prune every block on the dense model's inputs, captured
     once in the search's working directory and read by each of them: no point has a chain of its own
-    (``--keep all`` keeps the stages; the dry run's plan said at least the disk they took). Measured again
+    (``--keep all`` keeps the stages, and each point's model where it was assembled: not published, not
+    described; the dry run's plan said at least the disk they took). Measured again
     with ``--keep needed``, every point is read, and the stages are deleted: a later size reads the
     measurements."""
     import io
@@ -266,6 +267,15 @@ def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], 
     stored = sorted(path.name for path in (chains / "dense").glob("hessians_*.zarr"))
     assert stored == sorted(f"hessians_{block}.zarr" for block in range(blocks))
     assert sum(path.stat().st_size for path in search.rglob("*")) <= planned
+    # each point's model kept where it was assembled, not published (no copy); an assembled one without
+    # its card and sparsity.json (a vocabulary's step writes its model whole)
+    models = list((search / "work" / "results").glob("*/*/model"))
+    assert len(models) == len(list(search.glob("candidates/*/measurement.json"))), models
+    assert not list(search.glob("candidates/*/model"))
+    assembled = [m for m in models if not (m / "vocabulary.json").exists()]
+    assert assembled and not [
+        m for m in assembled if (m / "README.md").exists() or (m / "sparsity.json").exists()
+    ]
     said = io.StringIO()
     prune_model(inputs["model"], "thanos", "params:0.3", stream=said, **options)
     lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]

@@ -10,7 +10,7 @@ update W alone: ``tests/test_factors.py``). On the CPU only (a GPU factors in mi
 memory). Outside both, nothing is kept: ``thanos.prune_layer`` called alone frees its factor as it returns.
 
 Memory: within a block, the current factor is kept until the next Hessian's is formed (it is dropped first)
-or the block ends: the one factor the pruning held anyway. A cost table keeps the last ``kept.KEPT_BYTES``.
+or the block ends: the one factor the pruning held anyway. A cost table keeps the first ``kept.KEPT_BYTES``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from thanos.pruning import kept
 from thanos.pruning.hessian import InverseFactor, inverse_cholesky
 
-_factors = kept.Kept(lambda factor: factor.U.numel() * factor.U.element_size())
+_factors = kept.Kept(lambda factor: _bytes(factor.U))
 _in_block = False
 
 
@@ -37,12 +37,15 @@ def inverse_factor(H: torch.Tensor, damp: float = 0.01, name: str | None = None)
     key = (hashlib.blake2b(values.view(torch.uint8).numpy(), digest_size=32).digest(), tuple(H.shape), damp)
     if (factor := _factors.get(key)) is not None:
         return factor
-    _factors.trim(
-        kept.budget()
-    )  # within a block alone: the previous factor dropped before this one is formed
+    if not kept.budget():  # in a block alone: the previous factor dropped before this one is formed
+        _factors.trim(0)
     factor = inverse_cholesky(H, damp=damp, name=name)
-    _factors.put(key, factor)
+    _factors.put(key, factor, kept.budget() or _bytes(factor.U))  # in a block alone: whatever it takes
     return factor
+
+
+def _bytes(A: torch.Tensor) -> int:
+    return A.numel() * A.element_size()
 
 
 @contextlib.contextmanager

@@ -3,14 +3,13 @@
 The table's points are recipes run one after another in one process, each from the dense chain's stores:
 the width points factor the same Hessians (``thanos.pruning.factors``), the depth points run the same kept
 blocks on the same windows (``thanos.stages.depth.maps``). Each such computation keeps its results in a
-``Kept`` (by key, least recently used dropped first), up to ``KEPT_BYTES`` each, while a table is measured;
+``Kept`` (by key, the first values that fit), up to ``KEPT_BYTES`` each, while a table is measured;
 outside a table nothing is kept across blocks or recipes, and memory stays flat in depth.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -21,31 +20,31 @@ _every: list[Kept] = []
 
 
 class Kept:
-    """Values by key, those used longest ago dropped first beyond a number of bytes (``nbytes`` of a
-    value)."""
+    """Values by key within a number of bytes (``nbytes`` of a value): a value is kept while it fits beside
+    those kept before it (the points pass over the blocks in the same order each time: the first blocks'
+    values are read by every later point, where dropping the oldest to keep the newest would keep the values
+    the next point reads last, and each dropped before it is read)."""
 
     def __init__(self, nbytes: Callable[[Any], int]) -> None:
-        self.values: OrderedDict[Hashable, Any] = OrderedDict()
+        self.values: dict[Hashable, Any] = {}
         self.nbytes = nbytes
         _every.append(self)
 
     def get(self, key: Hashable) -> Any | None:
         """The value kept for ``key``, or None."""
-        value = self.values.get(key)
-        if value is not None:
-            self.values.move_to_end(key)
-        return value
+        return self.values.get(key)
 
-    def put(self, key: Hashable, value: Any) -> None:
+    def put(self, key: Hashable, value: Any, budget: int) -> bool:
+        """Keep ``value`` when it fits in ``budget`` bytes beside those kept; whether it was kept."""
+        if self.nbytes(value) + sum(self.nbytes(kept) for kept in self.values.values()) > budget:
+            return False
         self.values[key] = value
+        return True
 
     def trim(self, budget: int) -> None:
-        """Drop every value larger than ``budget`` bytes, then those used longest ago until the rest take
-        at most ``budget``."""
-        for key in [key for key, value in self.values.items() if self.nbytes(value) > budget]:
-            del self.values[key]
+        """Drop the values kept last until the rest take at most ``budget`` bytes."""
         while sum(self.nbytes(value) for value in self.values.values()) > budget:
-            self.values.popitem(last=False)
+            self.values.popitem()
 
 
 def budget() -> int:

@@ -209,7 +209,8 @@ def fit_run(
         if projection is not None and passed.projection_gram is not None:
             projection.A += passed.projection_gram
     elif recorded is not None:
-        _passes.put(key, BlockPass(recorded, fit.A.clone(), projection.A.clone() if projection else None))
+        passed = BlockPass(recorded, fit.A.clone(), projection.A.clone() if projection else None)
+        _passes.put(key, passed, kept.budget())
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
     error = error_map = fit.error(T)
