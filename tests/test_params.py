@@ -267,15 +267,14 @@ def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], 
     stored = sorted(path.name for path in (chains / "dense").glob("hessians_*.zarr"))
     assert stored == sorted(f"hessians_{block}.zarr" for block in range(blocks))
     assert sum(path.stat().st_size for path in search.rglob("*")) <= planned
-    # each point's model kept where it was assembled, not published (no copy); an assembled one without
-    # its card and sparsity.json (a vocabulary's step writes its model whole)
+    # each point's model kept where it was written, not published (no copy), undescribed (no card, no
+    # sparsity.json: its report alone, a vocabulary's too)
     models = list((search / "work" / "results").glob("*/*/model"))
     assert len(models) == len(list(search.glob("candidates/*/measurement.json"))), models
     assert not list(search.glob("candidates/*/model"))
-    assembled = [m for m in models if not (m / "vocabulary.json").exists()]
-    assert assembled and not [
-        m for m in assembled if (m / "README.md").exists() or (m / "sparsity.json").exists()
-    ]
+    assert any((m / "vocabulary.json").is_file() for m in models)
+    described = [m for m in models if (m / "README.md").exists() or (m / "sparsity.json").exists()]
+    assert not described and all((m / "pruning_report.json").is_file() for m in models), described
     said = io.StringIO()
     prune_model(inputs["model"], "thanos", "params:0.3", stream=said, **options)
     lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
@@ -684,6 +683,9 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
         inputs["model"], "thanos", "params:0.3,0.2", out=out, table_only=True, stream=said, **options
     )
     assert not out.exists()
+    # each point's run finished (its model deleted once measured): none is left to the next as unfinished
+    logs = list((tmp_path / "work").glob("search*/candidates/*/run.log"))
+    assert logs and not [log for log in logs if "unfinished recipe" in log.read_text()], logs
     tabled, predicted = list(measured), frontier["predicted"]
     assert set(predicted) == {"params:0.2", "params:0.3"}
     for size, mix in predicted.items():

@@ -34,7 +34,14 @@ from thanos.runner.console import say
 from thanos.runner.evaluations import Evaluations, dense_eval_dir
 from thanos.runner.progress import StepProgress, full_log
 from thanos.runner.request import PruneRequest
-from thanos.runner.workdirs import model_slug, record_run, recorded_recipes, unfinished, unfinished_note
+from thanos.runner.workdirs import (
+    model_slug,
+    record_finished,
+    record_run,
+    recorded_recipes,
+    unfinished,
+    unfinished_note,
+)
 from thanos.stages.describe.card import CARD, model_card
 from thanos.stages.describe.provenance import RunRecord
 from thanos.stages.describe.sparsity import summarize
@@ -247,8 +254,10 @@ def publish_result(
 
 def _assembled(run_plan: Plan) -> Published:
     """A model that stays where it was assembled (``PruneRequest.publish`` false): (its report, no
-    evaluation, no sparsity summary, written)."""
+    evaluation, no sparsity summary, written). Its recipe is recorded finished in the working directory (a
+    size's table point: its model is deleted once measured, and the recipe is not left for a resume)."""
     report = json.loads((run_plan.published_dir / "pruning_report.json").read_text())
+    record_finished(run_plan.workdir, run_plan.name)
     return report, None, None, ["new"]
 
 

@@ -352,9 +352,12 @@ class _Run:
         combined = ((self.options.record and self.options.record.workflow) or {}).get("combined")
         inputs = {"model": self.model_files, "recipe": self.recipe.to_dict(), "combined": combined}
         inputs |= {"text": [source_identity(text[0]), text[1]], "format": MODEL_DIR_FORMAT}
+        describe = self.options.describe
+        inputs |= {} if describe else {"described": False}
         self.steps.run(
             f"choose the tokens and write the model ({self.recipe.name})", output, inputs,
-            lambda: write_vocabulary(self.model.reference, output, self.recipe, text, combined), _has_report,
+            lambda: write_vocabulary(self.model.reference, output, self.recipe, text, combined, describe),
+            _has_report,
         )  # fmt: skip
 
     def chain(self, reads: list[Path]) -> None:

@@ -72,9 +72,12 @@ def prune_vocabulary(
     text_name: str,
     combined: dict[str, Any] | None = None,
     alone: dict[str, Any] | None = None,
+    describe: bool = True,
 ) -> dict[str, Any]:
     """Write ``model_dir`` to ``out`` (atomically) with the vocabulary ``pattern`` keeps, chosen by
     ``documents`` (named ``text_name`` in the report); returns the report (also ``vocabulary.json``).
+    ``describe`` false: no card, ``sparsity.json``, llama.cpp's hashes or digests of its files (a size's table
+    point, measured where it is written and deleted); its ``pruning_report.json`` is written all the same.
     ``combined``: the run's record of the combined recipe whose last part this is (its ``sparsity``, the
     whole recipe, recorded as ``recipe``; its ``base_model``; its earlier ``parts``); None: ``pattern`` alone.
     ``alone``: the recipe's record (``Recipe.to_dict``): on a model this tool has not pruned, ``out`` gets
@@ -128,7 +131,7 @@ def prune_vocabulary(
         files["generation_config.json"] = prune_config(generation, kept, vocab_size=False)
     if (tokenizer_config := _read_optional(model_dir / "tokenizer_config.json")) is not None:
         files["tokenizer_config.json"] = prune_tokenizer_config(tokenizer_config, kept)
-    _write(model, model_dir, Path(out), files, alone, combined)
+    _write(model, model_dir, Path(out), files, alone, combined, describe)
     return report
 
 
@@ -138,14 +141,17 @@ def write_vocabulary(
     recipe: Any,
     text: tuple[str, str],
     combined: dict[str, Any] | None = None,
+    describe: bool = True,
 ) -> dict[str, Any]:
     """The engine's step of a ``vocab:`` ``recipe`` (a ``thanos.recipes.Recipe``): ``model_dir`` written to
     ``out`` with the tokens ``text`` (its source and field: ``c4``'s first ``C4_DOCUMENTS``) chooses, the
-    recipe recorded (``prune_vocabulary``)."""
+    recipe recorded (``prune_vocabulary``, ``describe`` as it takes it)."""
     from thanos.data.calibration import text_documents
 
     documents = text_documents(*text)
-    return prune_vocabulary(model_dir, out, recipe.sparsity, documents, text[0], combined, recipe.to_dict())
+    return prune_vocabulary(
+        model_dir, out, recipe.sparsity, documents, text[0], combined, recipe.to_dict(), describe
+    )
 
 
 def summary(report: dict[str, Any], out: Path) -> str:
@@ -272,7 +278,11 @@ def _alone_card(pruned: dict[str, Any], report: dict[str, Any], out: Path) -> st
 
 
 def describe_whole(
-    model_dir: Path, report: dict[str, Any], name: str | None = None, combined: dict[str, Any] | None = None
+    model_dir: Path,
+    report: dict[str, Any],
+    name: str | None = None,
+    combined: dict[str, Any] | None = None,
+    sidecar: bool = True,
 ) -> None:
     """A vocabulary written over a pruned model (an earlier part of a combined recipe, or a model pruned
     before): the ``pruning_report.json`` and ``sparsity.json`` it copied are rewritten to describe what
@@ -280,7 +290,7 @@ def describe_whole(
     report (``combined``'s ``then``), the base model, every parameter counted on the written weights.
     ``combined``: the run's record of the whole recipe (its last earlier part is the report's own); None:
     the report's record, this vocabulary added. Nothing for a model that holds no pruning report (or one of
-    another tool)."""
+    another tool). ``sidecar`` false: the report alone (no ``sparsity.json``)."""
     from thanos.stages.describe.sparsity import combined_record, write_sidecar
 
     path = model_dir / "pruning_report.json"
@@ -302,14 +312,17 @@ def describe_whole(
         "combined": whole | {"then": [*(earlier.get("then") or []), part]}
     }
     write_json(path, pruned)
-    write_sidecar(model_dir, pruned)
+    if sidecar:
+        write_sidecar(model_dir, pruned)
 
 
-def describe_alone(model_dir: Path, report: dict[str, Any], base: str, recipe: dict[str, Any]) -> None:
+def describe_alone(
+    model_dir: Path, report: dict[str, Any], base: str, recipe: dict[str, Any], sidecar: bool = True
+) -> None:
     """A vocabulary pruned on a model this tool had not pruned (``base``): ``model_dir``'s
     ``pruning_report.json`` and ``sparsity.json``, as every recipe's model has them: the recipe, the input
     model, the vocabulary removed as the compact record (tokens and parameters before and after), every
-    parameter counted on the written weights. No layer is pruned."""
+    parameter counted on the written weights. No layer is pruned. ``sidecar`` false: the report alone."""
     from thanos.stages.describe.provenance import package_versions
     from thanos.stages.describe.sparsity import write_sidecar
 
@@ -327,7 +340,8 @@ def describe_alone(model_dir: Path, report: dict[str, Any], base: str, recipe: d
         "versions": package_versions(),
     }
     write_json(model_dir / "pruning_report.json", described)
-    write_sidecar(model_dir, described)
+    if sidecar:
+        write_sidecar(model_dir, described)
 
 
 def vocabulary_part(report: dict[str, Any]) -> dict[str, Any]:
@@ -375,9 +389,11 @@ def _write(
     files: dict[str, dict[str, Any]],
     alone: dict[str, Any] | None,
     combined: dict[str, Any] | None,
+    describe: bool = True,
 ) -> None:
     """The model's weights, ``files`` and every other file of ``model_dir`` (not its weights, not
-    ``STALE``), written to ``out`` at once, described (``describe_whole``, ``describe_alone``)."""
+    ``STALE``), written to ``out`` at once, described (``describe_whole``, ``describe_alone``; without
+    ``describe``, its report alone)."""
     report = files["vocabulary.json"]
     with atomic_path(out, is_dir=True) as tmp:
         model.save_pretrained(tmp)
@@ -388,14 +404,17 @@ def _write(
         for name, content in files.items():
             if name != "vocabulary.json":
                 _write_json(tmp / name, content)
-        if report["tokenizer"] == "byte-level":
+        if report["tokenizer"] == "byte-level" and describe:
             report["llama_cpp_hash"] = {"dense": _dense_hash(model_dir), "pruned": llama_cpp_hash(tmp)}
         _write_json(tmp / "vocabulary.json", report)
-        describe_whole(tmp, report, (alone or {}).get("name"), combined)
+        describe_whole(tmp, report, (alone or {}).get("name"), combined, describe)
         if alone is not None and not (tmp / "pruning_report.json").is_file():
-            describe_alone(tmp, report, str(model_dir), alone)
-        (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
-        digests.record_again(tmp)  # a pruned model's report (a combined recipe's part) records these files
+            describe_alone(tmp, report, str(model_dir), alone, describe)
+        if describe:
+            (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
+            digests.record_again(
+                tmp
+            )  # a pruned model's report (a combined recipe's part) records these files
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
