@@ -24,7 +24,7 @@ import torch
 from thanos.pruning import kept
 from thanos.pruning.hessian import InverseFactor, inverse_cholesky
 
-_factors = kept.Kept(lambda factor: _bytes(factor.U))
+_factors = kept.Kept(lambda factor: factor.U.nbytes)
 _in_block = False
 
 
@@ -40,12 +40,8 @@ def inverse_factor(H: torch.Tensor, damp: float = 0.01, name: str | None = None)
     if not kept.budget():  # in a block alone: the previous factor dropped before this one is formed
         _factors.trim(0)
     factor = inverse_cholesky(H, damp=damp, name=name)
-    _factors.put(key, factor, kept.budget() or _bytes(factor.U))  # in a block alone: whatever it takes
+    _factors.put(key, factor, kept.budget() or factor.U.nbytes)  # in a block alone: whatever it takes
     return factor
-
-
-def _bytes(A: torch.Tensor) -> int:
-    return A.numel() * A.element_size()
 
 
 @contextlib.contextmanager

@@ -287,9 +287,9 @@ def _prune_rows(
     """The method's kernel on every row but the outlier rows, merged back into the layer.
 
     ``kernel_options``: the ``Problem``'s pattern, blocksize, alpha, row_batch_bytes and heads. Memory:
-    besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b buffer;
-    on the CPU kept for the next layer that reads the same H, up to ``factors.KEPT_BYTES`` of them) and the
-    masks; no second fp32 copy of the weight."""
+    besides ``weight`` and H, one fp32 copy of the rows to prune, the inverse factor (one b x b buffer; on
+    the CPU, within a block, kept for its next layer that reads the same H: ``thanos.pruning.factors``) and
+    the masks; no second fp32 copy of the weight."""
     rows, sub = _rows_to_prune(weight, H, n_outliers)
     factor = None
     if spec.updates_weights and rows.numel():

@@ -171,8 +171,7 @@ def plan(request: PruneRequest) -> Plan:
         (request.part_of or {}).get("base_model", reference),
     )
     if not request.publish:  # the model stays where it is assembled
-        run_plan = dataclasses.replace(run_plan, publish=False)
-        run_plan = dataclasses.replace(run_plan, out=run_plan.published_dir)
+        run_plan = dataclasses.replace(run_plan, publish=False, out=run_plan.published_dir)
     if resources.disk_check and model.layout is not None:
         check_disk(run_plan, model.layout.num_blocks)
     return run_plan

@@ -189,9 +189,8 @@ def _count(model: str, config_text: str) -> int:
     """Parameters of the model of ``config_text`` (config.json's content), a tied head once: where every
     block of the model after its first holds as many parameters as its second (``_uniform``), those of its
     first block and of its first two counted on their skeletons and the rest of its blocks added at that
-    difference (SmolLM2-135M: 4.5 ms
-    a mix where the whole skeleton took 20, ``bench/size_counts.py``; a search counts ~120 mixes); else the
-    whole skeleton's."""
+    difference (SmolLM2-135M: 4.5 ms a mix where the whole skeleton took 20, ``bench/size_counts.py``; a
+    search counts ~120 mixes); else the whole skeleton's."""
     config = json.loads(config_text)
     blocks = config.get("num_hidden_layers")
     if not isinstance(blocks, int) or blocks < 2 or not _uniform(model):

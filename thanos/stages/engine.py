@@ -353,7 +353,7 @@ class _Run:
         inputs = {"model": self.model_files, "recipe": self.recipe.to_dict(), "combined": combined}
         inputs |= {"text": [source_identity(text[0]), text[1]], "format": MODEL_DIR_FORMAT}
         describe = self.options.describe
-        inputs |= {} if describe else {"described": False}
+        inputs |= self.described()
         self.steps.run(
             f"choose the tokens and write the model ({self.recipe.name})", output, inputs,
             lambda: write_vocabulary(self.model.reference, output, self.recipe, text, combined, describe),
@@ -394,7 +394,12 @@ class _Run:
             "reads": [Upstream(path) for path in (files.summary, files.tokens, files.owl, files.depth)],
             "format": MODEL_DIR_FORMAT,
             "max_shard_size": self.options.max_shard_size,
-        } | ({} if self.options.describe else {"described": False})
+        } | self.described()
+
+    def described(self) -> dict[str, Any]:
+        """What an output the run writes undescribed records of it (``RunOptions.describe`` false): an
+        output described is never taken for one that is not, nor the other way."""
+        return {} if self.options.describe else {"described": False}
 
     def assembled(self) -> bool:
         """Whether the assembled model is complete and current."""

@@ -142,7 +142,7 @@ class BlockPass:
     def nbytes(self) -> int:
         tensors = [t for chunk in self.chunks for t in chunk[2:] if t is not None]
         tensors += [t for t in (self.map_gram, self.projection_gram) if t is not None]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(t.nbytes for t in tensors)
 
 
 # the block passes a cost table's depth points share (``thanos.pruning.kept``: depth:2, 4, 8 and 11 run each
