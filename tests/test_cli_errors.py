@@ -285,3 +285,40 @@ def test_an_interruption_mid_write_ends_with_the_resume_line():
         run = subprocess.run([sys.executable, "-c", ABANDONED_WRITE, handled], capture_output=True, text=True)
         assert ("Task was destroyed but it is pending!" in run.stderr) == reported, run.stderr
         assert run.stderr.rstrip().endswith("run the same command to resume") != reported, run.stderr
+
+
+SIGNAL_IN_A_FINALIZER = """
+import os, signal, sys, time
+from thanos.cli import _sigterm_as_interrupt
+from thanos.errors import Terminated
+
+class Collected:
+    def __del__(self):  # the signal arrives while the garbage collector runs a finalizer
+        os.kill(os.getpid(), {number})
+        for _ in range(100):  # the handler runs here, in the finalizer: Python prints and drops its exception
+            pass
+
+with _sigterm_as_interrupt():
+    try:
+        Collected()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the command's work goes on
+            time.sleep(0.001)
+        print("not interrupted")
+    except KeyboardInterrupt as err:
+        print("interrupted:", type(err).__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    "number, raised", [("signal.SIGTERM", "Terminated"), ("signal.SIGINT", "KeyboardInterrupt")]
+)
+def test_a_signal_that_lands_in_a_finalizer_still_ends_the_command(number: str, raised: str) -> None:
+    """SIGTERM or Ctrl-C handled while a finalizer runs (an object's ``__del__``): Python prints the
+    interruption and drops it, and the command ran to its end with exit status 0 (a size's search, its
+    SIGTERM landing in a regex object's ``__del__``, wrote its model). The signal is sent again and raised
+    where the command is; nothing is printed of the dropped one."""
+    code = SIGNAL_IN_A_FINALIZER.replace("{number}", number)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
+    assert run.stdout.strip() == f"interrupted: {raised}", run.stdout + run.stderr
+    assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr

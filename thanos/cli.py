@@ -16,6 +16,7 @@ import ast
 import atexit
 import contextlib
 import difflib
+import functools
 import importlib
 import logging
 import os
@@ -23,9 +24,10 @@ import pkgutil
 import re
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import thanos.commands
 from thanos.errors import Terminated, describe, interruption
@@ -181,10 +183,32 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     except ValueError:  # not the main thread
         yield
         return
+    hook, sys.unraisablehook = sys.unraisablehook, functools.partial(_sent_again, sys.unraisablehook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+
+
+def _sent_again(hook: Callable[[Any], object], unraisable: Any) -> None:
+    """An interruption raised inside a finalizer (an object's ``__del__`` the garbage collector ran, where
+    the signal's handler happened to run) is printed and dropped by Python, and the command went on to the
+    end as if it had not come: the signal is sent again, from another thread a moment later, so that it
+    is raised where the command is. Anything else goes to ``hook``, Python's."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        hook(unraisable)
+        return
+    number = signal.SIGINT
+    if isinstance(unraisable.exc_value, Terminated):
+        number = signal.SIGTERM
+        signal.signal(signal.SIGTERM, _terminate)  # its handler ignores a second one once it has raised
+    log.debug(
+        "%s raised in a finalizer, where Python drops it: sent again", type(unraisable.exc_value).__name__
+    )
+    again = threading.Timer(0.01, os.kill, (os.getpid(), number))
+    again.daemon = True
+    again.start()
 
 
 def _terminate(_signum: int, _frame: object) -> None:
