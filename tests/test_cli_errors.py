@@ -298,6 +298,7 @@ class Collected:
         for _ in range(100):  # the handler runs here, in the finalizer: Python prints and drops its exception
             pass
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (`cmd &` starts it ignored)
 with _sigterm_as_interrupt():
     try:
         Collected()
