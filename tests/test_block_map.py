@@ -293,3 +293,46 @@ def test_a_cost_tables_depth_points_run_each_kept_block_once(
     fold_check = passes[1]  # block 0 on its first 2 windows, after the preselection's first pass
     assert counts.pop(fold_check) == 3  # checked once for each k (not a pass the fits share)
     assert set(counts.values()) == {1} and len(passes) < runs_alone, (passes, runs_alone)
+
+
+def test_several_sizes_writes_share_the_block_scores_and_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several sizes in one command keep the block scores and the kept blocks' passes of their writes'
+    depth parts for each other (``thanos.runner.sizes.WRITES_SHARE``), through a later size's table (read,
+    its own scope ended): ``depth:1`` then ``depth:2`` score the blocks once and run each kept block's pass
+    once, and write the plan each writes alone, bit for bit (its maps' files too)."""
+    import thanos.stages.depth.blocks as blocks
+    import thanos.stages.depth.maps as block_maps
+    from thanos.pruning import kept
+    from thanos.runner.sizes import WRITES_SHARE
+
+    model = build_tiny_model(tmp_path / "llama", num_blocks=5, max_position_embeddings=64, jitter=0.1)
+    ids = torch.randint(4, 120, (10, 24), generator=torch.Generator().manual_seed(4))
+    stores = dense_stores(model, ids, tmp_path)
+    handle = ModelHandle.open(model)
+    scored, passes = [], []
+    original_scores, original_run = blocks._scores_of, block_maps._run
+    monkeypatch.setattr(blocks, "_scores_of", lambda *args: scored.append(1) or original_scores(*args))
+    monkeypatch.setattr(block_maps, "_run", lambda *args: passes.append(1) or original_run(*args))
+
+    def plans(where: str) -> list[tuple[dict, dict[str, bytes]]]:
+        written = []
+        for k in (1, 2):
+            out = tmp_path / where / f"depth{k}" / "depth.json"
+            plan = depth_plan(stores, parse_sparsity(f"depth:{k}"), out, model=handle, block_map=True)
+            maps = {f.name: f.read_bytes() for f in (out.parent / blocks.MAPS_DIR).iterdir()}
+            written.append((plan, maps))
+            with kept.keeping():  # the next size's table, read from an earlier run: its scope ends at once
+                pass
+        return written
+
+    alone = plans("alone")
+    scored_alone, passes_alone, scored[:], passes[:] = len(scored), len(passes), [], []
+    with kept.keeping(kinds=WRITES_SHARE):
+        shared = plans("shared")
+        assert block_maps._passes.values and blocks._scores.values
+    assert not block_maps._passes.values and not blocks._scores.values
+    assert shared == alone
+    assert scored_alone == 2 and len(scored) == 1
+    assert len(passes) < passes_alone, (len(passes), passes_alone)

@@ -24,23 +24,23 @@ import torch
 from thanos.pruning import kept
 from thanos.pruning.hessian import InverseFactor, inverse_cholesky
 
-_factors = kept.Kept(lambda factor: factor.U.nbytes)
+_factors = kept.Kept(kept.FACTORS, lambda factor: factor.U.nbytes)
 _in_block = False
 
 
 def inverse_factor(H: torch.Tensor, damp: float = 0.01, name: str | None = None) -> InverseFactor:
     """``inverse_cholesky(H, damp)``; within a block or while a table keeps them, the factor kept for an H
     of the same values and the same ``damp`` when there is one (read it, never write it)."""
-    if H.device.type != "cpu" or not (_in_block or kept.budget()):
+    if H.device.type != "cpu" or not (_in_block or _factors.budget()):
         return inverse_cholesky(H, damp=damp, name=name)
     values = H.detach().contiguous()
     key = (hashlib.blake2b(values.view(torch.uint8).numpy(), digest_size=32).digest(), tuple(H.shape), damp)
     if (factor := _factors.get(key)) is not None:
         return factor
-    if not kept.budget():  # in a block alone: the previous factor dropped before this one is formed
+    if not _factors.budget():  # in a block alone: the previous factor dropped before this one is formed
         _factors.trim(0)
     factor = inverse_cholesky(H, damp=damp, name=name)
-    _factors.put(key, factor, kept.budget() or factor.U.nbytes)  # in a block alone: whatever it takes
+    _factors.put(key, factor, _factors.budget() or factor.U.nbytes)  # in a block alone: whatever it takes
     return factor
 
 
@@ -54,4 +54,4 @@ def block() -> Iterator[None]:
         yield
     finally:
         _in_block = False
-        _factors.trim(kept.budget())
+        _factors.trim(_factors.budget())

@@ -99,7 +99,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         say(stream, f"{goal}: {note}")
     # in use: ``thanos workdirs`` deletes it not; what the table's points compute more than once kept while
     # it is measured (``thanos.pruning.kept``)
-    with shared_workdir(search.root), kept.keeping():
+    with shared_workdir(search.root), kept.keeping() as search.shared:
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, search_key(request))
@@ -109,6 +109,7 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         chosen = choose(dense, axes, target, parameters, search.candidate, search.verify)
         if search.written is None or search.written["recipe"] != chosen:  # measured by an earlier run
             say(stream, f"{goal}: chose {chosen}; writing it")
+            search.release_table()  # (each mix verified released it already)
             search.write(chosen)
         written = search.written
         assert written is not None

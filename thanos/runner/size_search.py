@@ -74,6 +74,7 @@ class Search:
     stream: TextIO
     execute: Execute
     work: Path | None = None  # where the candidates' stages run (None: the search's own ``work``)
+    shared: Any = None  # the scope the table's points keep what they share in (``thanos.pruning.kept``)
     texts: list[str] = dataclasses.field(default_factory=list)
     measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     bound: int = 0  # the most candidates the search measures (its cost table and ``TRIES`` mixes)
@@ -298,7 +299,8 @@ class Search:
         its points computed more than once is dropped (``thanos.pruning.kept``)."""
         from thanos.pruning import kept
 
-        kept.stop_keeping()
+        if self.shared is not None:
+            kept.stop_keeping(self.shared)
         if self.work is None and self.request.resources.keep == "needed":
             remove(self.root / "work")
 

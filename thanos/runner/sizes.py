@@ -1,6 +1,7 @@
 """Several sizes in one call (``--sparsity params:0.15,0.25,0.35``): every size checked reachable before
 anything runs, then each searched in turn, smallest first, in one search directory (``thanos.runner.size``:
-a candidate one size measured is read, not measured again, by the others), its chosen recipe written to
+a candidate one size measured is read, not measured again, by the others; what their writes compute alike is
+kept for the next, ``WRITES_SHARE``), its chosen recipe written to
 ``out/params0.15`` (and so on: each the model ``params:P`` alone writes), then the quality-against-size
 curve of every candidate measured (``thanos.report.size_curve``): ``out/sizes.csv``, ``out/sizes.png``, and
 ``out/sizes.json`` (the request, each size's choice, the curve's rows), which marks ``out`` as a result of
@@ -14,6 +15,7 @@ from typing import Any, TextIO
 
 from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
+from thanos.pruning import kept
 from thanos.runner.checks import check_outside, model_reference
 from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
@@ -23,6 +25,10 @@ from thanos.runner.size_card import predicted_text
 from thanos.stages.publish import check_directory
 
 SIZES = "sizes.json"
+# what the sizes' writes keep for each other (``thanos.pruning.kept``): each depth part scores the blocks and
+# runs every kept block on the first windows of the same dense stores (SmolLM2-135M, 64 windows: 4 s and 5 s
+# of its 15)
+WRITES_SHARE = (kept.BLOCK_SCORES, kept.BLOCK_PASSES)
 
 
 def size_dir(goal: Any) -> str:
@@ -48,11 +54,12 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
             write_json(out / SIZES, {"request": str(goal), "model": request.model, "sizes": {}})
     say(stream, f"{goal}: {len(each)} sizes, each to {out}/{size_dir(each[0])} and so on, then the curve")
     reports: dict[str, dict[str, Any]] = {}
-    for i, one in enumerate(each):
-        say(stream, f"--- size {i + 1}/{len(each)}: {one}")
-        output = dataclasses.replace(request.output, out=out / size_dir(one))
-        part = dataclasses.replace(request, size=one, sparsity=str(one), output=output)
-        reports[str(one)] = prune_to_size(part, stream, execute)
+    with kept.keeping(kinds=WRITES_SHARE):  # the depth parts of their writes read the same dense stores
+        for i, one in enumerate(each):
+            say(stream, f"--- size {i + 1}/{len(each)}: {one}")
+            output = dataclasses.replace(request.output, out=out / size_dir(one))
+            part = dataclasses.replace(request, size=one, sparsity=str(one), output=output)
+            reports[str(one)] = prune_to_size(part, stream, execute)
     if request.dry_run:
         return {"out": str(out), "sizes": reports}
     if request.table_only:  # the predicted frontier, nothing written

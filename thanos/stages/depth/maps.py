@@ -147,13 +147,7 @@ class BlockPass:
 
 # the block passes a cost table's depth points share (``thanos.pruning.kept``: depth:2, 4, 8 and 11 run each
 # kept block on the same windows; SmolLM2-135M, 4 windows of 16: 4.7 MB a block)
-_passes = kept.Kept(lambda passed: passed.nbytes)
-
-
-def _identity(store: str | Path) -> tuple[int, int]:
-    """A store's directory as written (inode, modification time): a store written again is another."""
-    stat = Path(store).stat()
-    return stat.st_ino, stat.st_mtime_ns
+_passes = kept.Kept(kept.BLOCK_PASSES, lambda passed: passed.nbytes)
 
 
 def _chunks(
@@ -192,11 +186,11 @@ def fit_run(
     fit = MapFit(hidden, dev)
     projection = MapFit(hidden, dev, features=width + has_bias) if refit else None
     end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
-    key = (str(handle.path), str(stores[before]), _identity(stores[before]), before, layer, end, samples,
+    key = (str(handle.path), kept.as_written(stores[before]), before, layer, end, samples,
            str(dev), refit)  # fmt: skip
-    passed = _passes.get(key) if kept.budget() else None  # a cost table's other depth points ran it
+    passed = _passes.get(key) if _passes.budget() else None  # a cost table's other depth points ran it
     chunks = passed.chunks if passed else _chunks(handle, module, linear, before, inputs, end, samples, refit)
-    recorded: list[Chunk] | None = [] if passed is None and kept.budget() else None
+    recorded: list[Chunk] | None = [] if passed is None and _passes.budget() else None
     for start, stop, M, Y, F in chunks:
         X = targets.read(start, stop).to(dev, torch.float32)
         fit.add(M, Y, X, gram=passed is None)
@@ -210,7 +204,7 @@ def fit_run(
             projection.A += passed.projection_gram
     elif recorded is not None:
         passed = BlockPass(recorded, fit.A.clone(), projection.A.clone() if projection else None)
-        _passes.put(key, passed, kept.budget())
+        _passes.put(key, passed, _passes.budget())
     T = fit.solve()
     weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
     error = error_map = fit.error(T)
