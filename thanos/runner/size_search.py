@@ -314,8 +314,10 @@ class Search:
         if reused:
             result = json.loads(entry.output.read_text())
         else:
-            began = time.monotonic()
-            result = self._measured(recipe_of(mix), mix, run(), began)
+            began, pattern = time.monotonic(), recipe_of(mix)
+            model = run()
+            with self._said(pattern, "its measurement"):  # an interruption there names the candidate too
+                result = self._measured(pattern, mix, model, began)
             where.parent.mkdir(parents=True, exist_ok=True)
             write_json(entry.output, result)
             entry.write(inputs)
@@ -444,7 +446,7 @@ class Search:
         try:
             yield
             return
-        except KeyboardInterrupt as err:  # before the candidate's steps began (their own say it in its log)
+        except KeyboardInterrupt as err:  # before its steps began (theirs say it in its log), or measured
             word, status = interruption(err)
             failed = RunFailed(word, interrupted=True, status=status)
             failed.__suppress_context__ = True  # raised in its place, as ``raise ... from None``
