@@ -412,9 +412,8 @@ def _write(
             describe_alone(tmp, report, str(model_dir), alone, describe)
         if describe:
             (tmp / "README.md").write_text(card_text(tmp, report, None, out), encoding="utf-8")
-            digests.record_again(
-                tmp
-            )  # a pruned model's report (a combined recipe's part) records these files
+            # a pruned model's report (a combined recipe's part) records these files
+            digests.record_again(tmp)
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:

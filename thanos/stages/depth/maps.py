@@ -21,10 +21,11 @@ final error, so that the choice costs about a third of a pass over the model on 
 whole one. On 16 windows (a size search's cost table) a quarter ranks as all 16 did: SmolLM2-135M,
 ``depth:2, 4, 8, 11``, the same runs removed with the same errors, 24 s instead of 54 s.
 
-A cost table's depth points fit runs of every length after the same kept blocks on the same windows: while
-the table is measured (``thanos.pruning.kept``), each kept block's pass over them (``BlockPass``: its
-outputs and the sums of F^T F) is kept and read by the next points, which read only their runs' targets;
-the fits are those of each point alone, bit for bit.
+A cost table's depth points fit runs of every length after the same kept blocks on the same windows, and so
+do the depth parts of several sizes' writes: while a scope keeps them (``thanos.pruning.kept``: the table
+measured, the sizes written), each kept block's pass over them (``BlockPass``: its outputs and the sums of
+F^T F) is kept and read by the next points, which read only their runs' targets; the fits are those of each
+point alone, bit for bit.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class BlockPass:
 
 
 # the block passes a cost table's depth points share (``thanos.pruning.kept``: depth:2, 4, 8 and 11 run each
-# kept block on the same windows; SmolLM2-135M, 4 windows of 16: 4.7 MB a block)
+# kept block on the same windows; SmolLM2-135M, 4 windows of 16: 4.7 MB a block), and several sizes' writes
+# (16 windows of 64: 21.5 MB a block)
 _passes = kept.Kept(kept.BLOCK_PASSES, lambda passed: passed.nbytes)
 
 
@@ -188,7 +190,7 @@ def fit_run(
     end = inputs.nsamples if nsamples is None else min(nsamples, inputs.nsamples)
     key = (str(handle.path), kept.as_written(stores[before]), before, layer, end, samples,
            str(dev), refit)  # fmt: skip
-    passed = _passes.get(key) if _passes.budget() else None  # a cost table's other depth points ran it
+    passed = _passes.get(key)  # a cost table's other depth points (or an earlier size's write) ran it
     chunks = passed.chunks if passed else _chunks(handle, module, linear, before, inputs, end, samples, refit)
     recorded: list[Chunk] | None = [] if passed is None and _passes.budget() else None
     for start, stop, M, Y, F in chunks:
