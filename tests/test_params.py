@@ -613,16 +613,16 @@ def test_a_size_says_its_plan(searched: dict[str, Any], inputs: dict[str, Any], 
         prune_model(inputs["model"], "thanos", "params:0.3", out=tmp_path / "out", workdir=workdir,
                     dry_run=True, stream=said, **inputs["options"])  # fmt: skip
         plan = said.getvalue().splitlines()[1]
-        count = int(plan.split("measures ")[1].split(" ")[0])
-        first = f"params:0.3: measures {count} candidates first, the cost table of every size: each axis"
-        assert plan.startswith(first + " alone (depth:1, "), plan
+        count = int(plan.split("measures up to ")[1].split(" ")[0])
+        first = f"params:0.3: measures up to {count} candidates first, the cost table of every size: each"
+        assert plan.startswith(first + " axis alone (depth:1, "), plan
         assert count > 1
         # an earlier run's points: each read, or measured again where it was measured from other inputs (a
         # test before this one may have measured the vocabulary's points there with another vocab_text)
         read = re.search(rf"; (\d+) of the {count} were measured by an earlier run in ", plan)
         again = re.search(r"; (\d+) points? an earlier run measured there from other inputs", plan)
         found = (int(read[1]) if read else 0) + (int(again[1]) if again else 0)
-        assert found == (count if earlier else 0) and (read is not None) == earlier, plan
+        assert (0 < found <= count if earlier else found == 0) and (read is not None) == earlier, plan
         assert ("the rest takes up to about" in plan) == earlier, plan
         disk = "; the table's points take up to "  # what is left to measure takes
         assert (disk in plan) == (not earlier or again is not None), plan
@@ -700,12 +700,15 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     # one cost table: both sizes start from it; the table-only run measured it, each size read it and
     # measured only the mixes it led to, the first of them the mix the table-only run predicted
     table = [recipe_of(m) for m in table_points(knobs(inputs["model"]), searches["params:0.2"]["axes"])]
-    for search in searches.values():
-        assert [c["recipe"] for c in search["candidates"]][: len(table)] == table
-    assert tabled == [slug(recipe) for recipe in table], tabled
+    for search in searches.values():  # the points its mix reached (``windows``: a mix written, measured)
+        points = [c["recipe"] for c in search["candidates"] if "windows" not in c]
+        assert (
+            set(points) <= set(table) and [c["recipe"] for c in search["candidates"]][: len(points)] == points
+        )
+    assert tabled == [slug(recipe) for recipe in table], tabled  # --table-only: every point
     assert not set(measured) & set(tabled), measured
     for size, search in searches.items():  # (or a point of the table, when that was the greedy mix)
-        after = search["candidates"][len(table) :]
+        after = [c for c in search["candidates"] if "windows" in c]
         assert predicted[size]["recipe"] in ([after[0]["recipe"]] if after else table), size
     assert searches["params:0.3"]["chosen"] == searched["report"]["search"]["chosen"]
     assert weights(out / "params0.3") == weights(searched["out"])
@@ -733,7 +736,7 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
     for size, search in searches.items():
         (line,) = [row for row in said.getvalue().splitlines() if row.startswith(f"{size}: the cost table")]
         predicted = re.search(r" predicts (\S+): [0-9.]+ % fewer parameters", line).group(1)
-        after = search["candidates"][len(table) :]
+        after = [c for c in search["candidates"] if "windows" in c]
         if after:
             assert predicted == after[0]["recipe"], line
             assert f"about {after[0]['predicted_loss']:.4f} (" in line, line

@@ -66,8 +66,9 @@ def test_the_table_measures_each_axis_near_fractions_of_the_parameters() -> None
 
 
 def test_every_size_reads_one_table() -> None:
-    """Sizes of 100, 160 and 250 parameters start from the same points; with the measurements kept (as the
-    search's ledger keeps them), the second and third sizes measure only their mixes."""
+    """Sizes of 160, 100 and 250 parameters read one table: with the measurements kept (as the search's
+    ledger keeps them), a later size measures only the points the earlier ones did not reach, and its mixes;
+    each size's points are points of the table."""
     measure, seen = measured_by({"depth": 0.01, "neurons": 0.002, "vocab": 0.004})
     kept: dict[str, dict[str, Any]] = {}
 
@@ -80,8 +81,62 @@ def test_every_size_reads_one_table() -> None:
         before = len(seen)
         recipe = choose(Sizes(), ["depth", "neurons", "vocab"], target, PARAMETERS, once)
         assert PARAMETERS - Sizes().predicted(mix_of(recipe)) >= target
-        new = seen[before:]
-        assert new[: len(table)] == table if target == 160 else not set(new) & set(table), (target, new)
+        points = [r for r in seen[before:] if "+" not in r and r in table]
+        assert seen[before : before + len(points)] == points, (target, seen[before:])  # the points first
+        assert len(seen) == len(set(seen))  # none measured twice
+    assert 0 < len([r for r in seen if r in table]) <= len(table)
+
+
+def test_the_first_size_measures_the_points_the_later_sizes_reach() -> None:
+    """``later``: the first of several sizes measures, before its mix is verified (which releases the
+    table), the points the later sizes' mixes reach: their searches measure no point, only their mixes."""
+    axes, rates = ["depth", "neurons", "vocab"], {"depth": 0.01, "neurons": 0.002, "vocab": 0.004}
+
+    def points_of(sizes: list[tuple[int, tuple[int, ...]]]) -> list[list[str]]:
+        """The points each size measured, the measurements kept from one to the next."""
+        measure, seen = measured_by(rates)
+        verify, _ = measured_by(rates)
+        kept: dict[str, dict[str, Any]] = {}
+
+        def once(mix: dict[str, str]) -> dict[str, Any]:
+            recipe = recipe_of(mix)
+            return kept[recipe] if recipe in kept else kept.setdefault(recipe, measure(mix))
+
+        each = []
+        for target, later in sizes:
+            before = len(seen)
+            choose(Sizes(), axes, target, PARAMETERS, once, verify, later)
+            each.append(seen[before:])
+        return each
+
+    first, second, third = points_of([(100, (160, 250)), (160, ()), (250, ())])
+    assert second == third == []
+    (alone,) = points_of([(100, ())])
+    assert set(alone) < set(first)  # the later sizes reach points the first alone does not
+
+
+@pytest.mark.parametrize("rates", [(0.01, 0.002, 0.004), (0.01, 0.001, 0.05), (0.002, 0.01, 0.003)])
+def test_the_table_measured_as_the_mix_reaches_it_predicts_what_the_whole_table_predicts(
+    rates: tuple[float, float, float],
+) -> None:
+    """Every target from 10 to the most: the mix ``predict`` names reading only the points the greedy mix
+    reaches is the whole table's mix, with the same predicted loss; fewer points measured for the small
+    targets."""
+    axes = ["depth", "neurons", "vocab"]
+    measure, _ = measured_by(dict(zip(axes, rates, strict=True)))
+    whole = len(table_points(Sizes(), axes))
+    fewer = 0
+    for target in range(10, most_removed(Sizes(), axes)[0] + 1, 10):
+        read: list[str] = []
+
+        def counted(mix: dict[str, str], read: list[str] = read) -> dict[str, Any]:
+            read.append(recipe_of(mix))
+            return measure(mix)
+
+        assert predict(Sizes(), axes, target, counted) == predict(Sizes(), axes, target, measure, whole=True)
+        assert len(read) <= whole and len(read) == len(set(read))
+        fewer += len(read) < whole
+    assert fewer > 0
 
 
 def mix_of(recipe: str) -> dict[str, str]:
@@ -92,16 +147,14 @@ def test_the_cheap_axis_takes_the_whole_target() -> None:
     measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05})
     recipe = choose(Sizes(), ["depth", "neurons", "vocab"], 200, PARAMETERS, measure)
     assert recipe == "neurons:0.5"
-    first = [recipe_of(mix) for mix in table_points(Sizes(), ["depth", "neurons", "vocab"])]
-    assert seen == [
-        *first,
-        "neurons:0.5",
-    ]  # the table, then the greedy mix (measured: it was predicted)
+    # each axis's first point, then neurons' as the greedy mix goes along it (depth and vocab never cheaper
+    # than their first), then the greedy mix (measured: it was predicted)
+    assert seen == ["depth:1", "neurons:0.1", "vocab:0.2", "neurons:0.2", "neurons:0.5", "neurons:0.5"]
 
 
 def test_the_prediction_is_the_first_mix_the_search_measures() -> None:
     """``predict`` (a dry run's, from the table alone) names the mix ``choose`` measures first after the
-    table, with the parameters it removes and the loss recorded beside that mix's measurement."""
+    table's points, with the parameters it removes and the loss recorded beside that mix's measurement."""
     measure, seen = measured_by({"depth": 0.01, "neurons": 0.01, "vocab": 0.002})
     kept: dict[str, dict[str, Any]] = {}
 
@@ -111,9 +164,8 @@ def test_the_prediction_is_the_first_mix_the_search_measures() -> None:
 
     axes = ["depth", "neurons", "vocab"]
     choose(Sizes(), axes, 200, PARAMETERS, once)
-    table = len(table_points(Sizes(), axes))
     recipe, removed, loss = predict(Sizes(), axes, 200, once)
-    assert seen[table] == recipe and "+" in recipe and removed >= 200
+    assert "+" in recipe and removed >= 200 and [r for r in seen if "+" in r][0] == recipe
     assert kept[recipe]["predicted_loss"] == loss and len(seen) == len(kept)  # nothing measured again
 
 
@@ -126,11 +178,16 @@ def test_a_spread_mix_wins_when_losses_grow_faster_than_removals() -> None:
 
 
 def test_a_mix_that_removes_too_little_on_the_written_model_is_followed_by_a_larger_one() -> None:
-    measure, seen = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05}, short=10)
-    recipe = choose(Sizes(), ["depth", "neurons"], 160, PARAMETERS, measure)
-    first = table_points(Sizes(), ["depth", "neurons"])
-    assert len(seen) > len(first) + 1  # the greedy mix fell 10 short: at least one more was measured
-    assert PARAMETERS - Sizes().predicted(mix_of(recipe)) - 10 >= 160
+    measure, _ = measured_by({"depth": 0.01, "neurons": 0.001, "vocab": 0.05}, short=10)
+    verified: list[str] = []
+
+    def verify(mix: dict[str, str]) -> dict[str, Any]:
+        verified.append(recipe_of(mix))
+        return measure(mix)
+
+    recipe = choose(Sizes(), ["depth", "neurons"], 160, PARAMETERS, measure, verify)
+    assert len(verified) > 1  # the greedy mix fell 10 short: at least one more was measured
+    assert recipe == verified[-1] and PARAMETERS - Sizes().predicted(mix_of(recipe)) - 10 >= 160
 
 
 def test_the_mix_is_measured_by_verify_and_chosen_over_a_point_measured_otherwise() -> None:

@@ -14,8 +14,10 @@ text is never read.
 **The search** (``choose``), with ``T = ceil(p x the dense model's parameters)``:
 
 1. the cost table, each axis's cost curve: its settings (``thanos.runner.size_axes``) nearest to removing
-   5, 10, 20 and 30 % of the parameters, whatever ``p``, each pruned alone and measured (every size of the
-   same model, calibration and options reads the same table: a second size measures none of it again);
+   5, 10, 20 and 30 % of the parameters, whatever ``p``, each pruned alone and measured when the mix of 2.
+   first reads its curve there (``size_choice.Table``: the points it reaches and the next on each axis;
+   every size of the same model, calibration and options reads the same table: a second size measures
+   none of it again);
 2. the mix: from nothing, the axis whose next setting adds the least cost (the axis's measured curve,
    piecewise linear through zero, the last slope beyond) per parameter removed (predicted on the meta
    device) is advanced, until the predicted parameters removed reach T; then any axis stepped back that
@@ -66,11 +68,14 @@ from thanos.runner.workdirs import (
 SEARCH = "search.json"
 
 
-def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> dict[str, Any]:
+def prune_to_size(
+    request: PruneRequest, stream: TextIO, execute: Execute, later: tuple[Any, ...] = ()
+) -> dict[str, Any]:
     """Search the mix (``choose``: the mix the cost table predicts is written to ``out``, as its explicit
     recipe alone writes it, and measured there; the chosen one written again only when it is not the last
     written, or was measured by an earlier run); the report of its write with ``search`` (``search.json``'s
-    content) added."""
+    content) added. ``later``: the sizes searched after this one in the same directory (``prune_sizes``),
+    the points of the table their mixes reach measured with this one's."""
     goal, started = request.size, time.monotonic()
     assert goal is not None
     model = Path(request.model)
@@ -106,7 +111,8 @@ def prune_to_size(request: PruneRequest, stream: TextIO, execute: Execute) -> di
         if request.table_only:
             return _table_only(search, goal, axes, target, parameters, len(first))
         search.bound, search.target = len(first) + TRIES, target
-        chosen = choose(dense, axes, target, parameters, search.candidate, search.verify)
+        after = tuple(math.ceil(size.p * parameters) for size in later)
+        chosen = choose(dense, axes, target, parameters, search.candidate, search.verify, after)
         if search.written is None or search.written["recipe"] != chosen:  # measured by an earlier run
             say(stream, f"{goal}: chose {chosen}; writing it")
             search.release_table()  # (each mix verified released it already)
@@ -137,7 +143,7 @@ def _table_only(
     """``--table-only``: the cost table measured (the points an earlier run measured are read), then the mix
     it predicts for ``goal``, said and returned; no model written."""
     search.bound, search.target = points, target
-    recipe, removed, loss = predict(search.dense, axes, target, search.candidate)
+    recipe, removed, loss = predict(search.dense, axes, target, search.candidate, whole=True)
     search.release_table()
     record_finished(search.root, search.label)
     predicted = {"recipe": recipe, "removed": removed, "removed_fraction": removed / parameters, "loss": loss}

@@ -1,9 +1,10 @@
 """How a size search (``thanos.runner.size``) chooses its mix from measured candidates: each axis's cost
 curve from its settings pruned alone (the cost table: the same settings whatever the size asked, so that
-every size of a model, calibration and method reads one table), a greedy mix on the marginal cost per
-parameter removed, that mix measured (``verify``: the size's search writes it as its model), and the mix of
-least loss that removes enough. ``measure(mix)`` prunes and measures a point of the table (or returns its
-measurement of an earlier run): ``{"removed": counted, "loss": ...}``."""
+every size of a model, calibration and method reads one table; a point measured when the mix first reads
+it, ``Table``), a greedy mix on the marginal cost per parameter removed, that mix measured (``verify``: the
+size's search writes it as its model), and the mix of least loss that removes enough. ``measure(mix)``
+prunes and measures a point of the table (or returns its measurement of an earlier run):
+``{"removed": counted, "loss": ...}``."""
 
 from __future__ import annotations
 
@@ -30,34 +31,36 @@ def choose(
     parameters: int,
     measure: Measure,
     verify: Measure | None = None,
+    later: tuple[int, ...] = (),
 ) -> str:
     """The explicit recipe that removes at least ``target`` of the dense model's ``parameters``: the table's
-    points measured by ``measure``, then the mix they predict measured by ``verify`` (the size's search
-    writes a mix as its model and measures that; default ``measure``), one more step while it removes too
-    little. The chosen: the mix of least measured loss among those that remove enough (measured alike),
-    else the point of the table of least loss that does. Each mix's result gets ``predicted_loss``: the sum
-    of its parts' costs on the table's curves, before it was measured."""
-    results: list[dict[str, Any]] = []
+    points measured by ``measure`` as the greedy mix reaches them (``Table``), then the mix they predict
+    measured by ``verify`` (the size's search writes a mix as its model and measures that; default
+    ``measure``), one more step while it removes too little. The chosen: the mix of least measured loss
+    among those that remove enough (measured alike), else the point of the table of least loss that does.
+    Each mix's result gets ``predicted_loss``: the sum of its parts' costs on the table's curves, before it
+    was measured. ``later``: the targets of the sizes searched after this one (``--sparsity
+    params:0.15,0.25``), the points their mixes reach measured too before a mix is verified (``verify``
+    releases the table: the points measured after that would capture the dense model again)."""
     mixes: list[dict[str, Any]] = []
-
-    def measured(mix: dict[str, str], how: Measure) -> dict[str, Any]:
-        results.append(how(mix))
-        return results[-1]
-
-    settings, alone, curves, table = _table(dense, axes, lambda point: measured(point, measure))
-    state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
+    table = Table(dense, axes, measure)
+    for goal in later:
+        table.reach_next(_greedy(dense, table, {axis: -1 for axis in axes}, goal))
+    state = _greedy(dense, table, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
-        mix = _mix(settings, state)
+        mix = table.mix(state)
         if not mix:
             break
-        predicted = _predicted_loss(curves, alone, state)
-        result = measured(mix, verify or measure)
+        table.reach_next(state)  # what one more step reads, measured before ``verify`` releases the table
+        predicted = _predicted_loss(table, state)
+        result = (verify or table.measured)(mix)
         mixes.append(result)
-        if verify is not None or mix not in table:  # beside what was measured (search.json, the card)
+        if verify is not None or mix not in table.points:  # beside what was measured (search.json, the card)
             result["predicted_loss"] = predicted
-        if result["removed"] >= target or not _advance(dense, settings, alone, curves, state):
+        if result["removed"] >= target or not _advance(dense, table, state):
             break
-    found = [m for m in mixes if m["removed"] >= target] or [m for m in results if m["removed"] >= target]
+    enough = lambda found: [m for m in found if m["removed"] >= target]  # noqa: E731
+    found = enough(mixes) or enough(table.results)
     if not found:
         raise ValueError(
             f"no mix of {', '.join(axes)} removes {target:,} of the {parameters:,} parameters; ask for less, "
@@ -66,28 +69,71 @@ def choose(
     return min(found, key=lambda m: (m["loss"], m["removed"]))["recipe"]
 
 
-def predict(dense: Knobs, axes: list[str], target: int, measure: Measure) -> tuple[str, int, float]:
+def predict(
+    dense: Knobs, axes: list[str], target: int, measure: Measure, whole: bool = False
+) -> tuple[str, int, float]:
     """The mix the cost table predicts for ``target``, the first ``choose`` measures after the table: (its
     recipe, the parameters it removes, predicted on the meta device, its loss predicted by the curves);
-    ``measure`` gives the table's points (a search's earlier measurements: nothing is pruned here)."""
-    settings, alone, curves, _ = _table(dense, axes, measure)
-    state = _greedy(dense, settings, alone, curves, {axis: -1 for axis in axes}, target)
-    mix = _mix(settings, state)
+    ``measure`` gives the table's points (a search's earlier measurements: nothing is pruned here);
+    ``whole``: every point of the table measured first (``--table-only``), not only those the mix reads."""
+    table = Table(dense, axes, measure)
+    if whole:
+        for axis in axes:
+            table.cost(axis, len(table.settings[axis]) - 1)
+    state = _greedy(dense, table, {axis: -1 for axis in axes}, target)
+    mix = table.mix(state)
     removed = dense.predicted({}) - dense.predicted(mix)
-    return recipe_of(mix), removed, _predicted_loss(curves, alone, state)
+    return recipe_of(mix), removed, _predicted_loss(table, state)
 
 
-def _table(dense: Knobs, axes: list[str], measure: Measure) -> tuple[dict, dict, dict, list]:
-    """(each axis's settings, the parameters each removes alone, its cost curve through the table's points
-    as ``measure`` gives them, those points)."""
-    settings, alone = _alone(dense, axes)
-    points = table_points(dense, axes)
-    curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
-    for point in points:
-        ((axis, setting),) = point.items()
-        loss = measure(point)["loss"]
-        curves[axis].append((alone[axis][settings[axis].index(setting)], max(0.0, loss)))
-    return settings, alone, curves, points
+class Table:
+    """The cost table as the greedy mix reads it: each axis's cost curve through its points
+    (``table_points``), a point measured (``measure``) only when a cost asked of its axis lies on or before
+    it, so that a size measures the points its mix reaches and the first beyond on each axis (SmolLM2-135M,
+    ``params:0.25``: 7 of the 13), and chooses what the whole table chooses: a cost between two points
+    reads those two alone, one beyond the last point reads the whole curve."""
+
+    def __init__(self, dense: Knobs, axes: list[str], measure: Measure) -> None:
+        self.settings, self.alone = _alone(dense, axes)
+        points = _points(self.alone, dense.predicted({}))
+        # each axis's points, the least removal first
+        self.grid = {axis: sorted((i for a, i in points if a == axis), key=self.alone[axis].__getitem__)
+                     for axis in axes}  # fmt: skip
+        self.curves: dict[str, list[tuple[int, float]]] = {axis: [] for axis in axes}
+        self.points: list[dict[str, str]] = []  # measured, in the order the greedy reached them
+        self.results: list[dict[str, Any]] = []  # every measurement, the table's points and the mixes
+        self._measure = measure
+
+    def measured(self, mix: dict[str, str]) -> dict[str, Any]:
+        """``mix`` measured by the table's ``measure``, its result kept among the candidates."""
+        self.results.append(self._measure(mix))
+        return self.results[-1]
+
+    def cost(self, axis: str, i: int) -> float:
+        """The axis's loss at its ``i``-th setting (-1: none, no loss) on its curve (``cost``), the points
+        that curve reads there measured first."""
+        if i < 0:
+            return 0.0
+        removed = self.alone[axis][i]
+        for k in self.grid[axis]:
+            point = {axis: self.settings[axis][k]}
+            if point not in self.points:
+                loss = self.measured(point)["loss"]
+                self.points.append(point)
+                self.curves[axis].append((self.alone[axis][k], max(0.0, loss)))
+            if self.alone[axis][k] >= removed:
+                break
+        return cost(self.curves[axis], removed)
+
+    def reach_next(self, state: dict[str, int]) -> None:
+        """Measure what one more step from ``state`` reads (each axis's next setting)."""
+        for axis, i in state.items():
+            if i + 1 < len(self.settings[axis]):
+                self.cost(axis, i + 1)
+
+    def mix(self, state: dict[str, int]) -> dict[str, str]:
+        """The settings of ``state`` (each axis's setting index, -1: none) as a mix."""
+        return {axis: self.settings[axis][i] for axis, i in state.items() if i >= 0}
 
 
 def _alone(dense: Knobs, axes: list[str]) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
@@ -97,9 +143,9 @@ def _alone(dense: Knobs, axes: list[str]) -> tuple[dict[str, list[str]], dict[st
     return settings, {axis: [base - dense.predicted({axis: s}) for s in settings[axis]] for axis in axes}
 
 
-def _predicted_loss(curves: dict, alone: dict, state: dict[str, int]) -> float:
+def _predicted_loss(table: Table, state: dict[str, int]) -> float:
     """A mix's loss predicted by the table: the sum of its parts' costs on their axes' curves."""
-    return sum(cost(curves[axis], alone[axis][i]) for axis, i in state.items() if i >= 0)
+    return sum(table.cost(axis, i) for axis, i in state.items() if i >= 0)
 
 
 def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
@@ -110,9 +156,10 @@ def most_removed(dense: Knobs, axes: list[str]) -> tuple[int, str]:
 
 
 def table_points(dense: Knobs, axes: list[str]) -> list[dict[str, str]]:
-    """The cost table's points, which ``choose`` measures before any other, whatever they measure: each
-    axis alone at its settings nearest ``GRID`` of the model's parameters (independent of each other and
-    of the size: the workflow measures them as separate jobs, workflow/rules/search.smk)."""
+    """The cost table's points, those of them ``choose`` reaches measured before any mix, whatever they
+    measure: each axis alone at its settings nearest ``GRID`` of the model's parameters (independent of
+    each other and of the size: the workflow measures every one as a job of its own,
+    workflow/rules/search.smk)."""
     settings, alone = _alone(dense, axes)
     return [{axis: settings[axis][i]} for axis, i in _points(alone, dense.predicted({}))]
 
@@ -143,26 +190,17 @@ def cost(curve: list[tuple[int, float]], removed: int) -> float:
     return c1 + slope * (removed - r1)
 
 
-def _mix(settings: dict[str, list[str]], state: dict[str, int]) -> dict[str, str]:
-    return {axis: settings[axis][i] for axis, i in state.items() if i >= 0}
-
-
-def _step_cost(alone: Any, curves: Any, axis: str, i: int, j: int) -> float:
-    at = lambda k: 0.0 if k < 0 else cost(curves[axis], alone[axis][k])  # noqa: E731
-    return at(j) - at(i)
-
-
-def _advance(dense: Knobs, settings: Any, alone: Any, curves: Any, state: dict[str, int]) -> bool:
+def _advance(dense: Knobs, table: Table, state: dict[str, int]) -> bool:
     """Advance ``state`` (in place) by the step of least added cost per parameter removed; False when no
     axis has a next setting."""
-    removed = dense.predicted({}) - dense.predicted(_mix(settings, state))
+    removed = dense.predicted({}) - dense.predicted(table.mix(state))
     best: tuple[float, str] | None = None
     for axis, i in state.items():
-        if i + 1 >= len(settings[axis]):
+        if i + 1 >= len(table.settings[axis]):
             continue
-        gained = dense.predicted({}) - dense.predicted(_mix(settings, state | {axis: i + 1})) - removed
+        gained = dense.predicted({}) - dense.predicted(table.mix(state | {axis: i + 1})) - removed
         if gained > 0:
-            rate = _step_cost(alone, curves, axis, i, i + 1) / gained
+            rate = (table.cost(axis, i + 1) - table.cost(axis, i)) / gained
             best = min(best, (rate, axis)) if best else (rate, axis)
     if best is None:
         return False
@@ -170,19 +208,19 @@ def _advance(dense: Knobs, settings: Any, alone: Any, curves: Any, state: dict[s
     return True
 
 
-def _greedy(dense: Knobs, settings: Any, alone: Any, curves: Any, start: dict[str, int], target: int) -> dict:
+def _greedy(dense: Knobs, table: Table, start: dict[str, int], target: int) -> dict:
     """From ``start``, advance until the predicted removal reaches ``target``, then step back every axis
     that can go back and still reach it (the largest saving first)."""
     state = dict(start)
     base = dense.predicted({})
-    while base - dense.predicted(_mix(settings, state)) < target:
-        if not _advance(dense, settings, alone, curves, state):
+    while base - dense.predicted(table.mix(state)) < target:
+        if not _advance(dense, table, state):
             return state
     while True:
         backs = [
-            (_step_cost(alone, curves, axis, i - 1, i), axis)
+            (table.cost(axis, i) - table.cost(axis, i - 1), axis)
             for axis, i in state.items()
-            if i >= 0 and base - dense.predicted(_mix(settings, state | {axis: i - 1})) >= target
+            if i >= 0 and base - dense.predicted(table.mix(state | {axis: i - 1})) >= target
         ]
         if not backs:
             return state

@@ -175,7 +175,7 @@ class Search:
         return entry.current(self._inputs(pattern, self._point_recipes(pattern)))
 
     def plan(self, first_mixes: list[dict[str, str]]) -> str:
-        """What the search will measure: its first candidates (``first_mixes``), those an earlier run
+        """What the search may measure: its first candidates (``first_mixes``), those an earlier run
         measured here from the same inputs and those it measured from others (measured again), the disk the
         others take and the time they would take at the seconds a candidate took here (when any did)."""
         first = [recipe_of(mix) for mix in first_mixes]
@@ -188,9 +188,10 @@ class Search:
         same = bool(timed) and self._same_calibration()
         earlier = [pattern for pattern in timed if same and self._current(pattern)]
         text = (
-            f"measures {counted(len(first), 'candidate')} first, the cost table of every size: each axis "
-            f"alone ({', '.join(first)}), then the mix they predict, written as the size's model and "
-            f"measured (up to {TRIES} when one removes too little)"
+            f"measures up to {counted(len(first), 'candidate')} first, the cost table of every size: each "
+            f"axis alone ({', '.join(first)}; those the mix reaches, and the next on each axis), then the "
+            f"mix they predict, written as the size's model and measured (up to {TRIES} when one removes "
+            "too little)"
         )
         if earlier:
             text += (

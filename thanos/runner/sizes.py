@@ -59,7 +59,7 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
             say(stream, f"--- size {i + 1}/{len(each)}: {one}")
             output = dataclasses.replace(request.output, out=out / size_dir(one))
             part = dataclasses.replace(request, size=one, sparsity=str(one), output=output)
-            reports[str(one)] = prune_to_size(part, stream, execute)
+            reports[str(one)] = prune_to_size(part, stream, execute, later=tuple(each[i + 1 :]))
     if request.dry_run:
         return {"out": str(out), "sizes": reports}
     if request.table_only:  # the predicted frontier, nothing written
