@@ -282,6 +282,34 @@ def test_the_tables_width_points_read_one_dense_capture(inputs: dict[str, Any], 
     assert not (tmp_path / "work" / "search" / "work").exists()
 
 
+def test_a_size_keeps_the_dense_stores_for_the_points_no_size_has_reached(
+    inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """A size measures the points of the cost table its mix reaches; with ``--keep needed`` their own stages
+    go once measured, and the dense model's stores they share stay (said, with the points left) while a
+    point remains: a later size that reaches a new point prunes it on them, computing no Hessian again; the
+    table completed (``--table-only``), the stores go too."""
+    import io
+
+    options = inputs["options"] | {"workdir": tmp_path / "work"}
+    work = tmp_path / "work" / "search" / "work"
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.1", out=tmp_path / "a", stream=said, **options)
+    kept = re.search(r"params:0.1: the dense model's stores of the cost table kept in (\S+) \(.*\) for the "
+                     r"\d+ points? no size has reached yet \((.*)\); ", said.getvalue())  # fmt: skip
+    assert kept is not None and Path(kept[1]) == work, said.getvalue()
+    left = kept[2].split(", ")
+    assert "neurons:0.5" in left, left
+    assert sorted(path.name for path in work.glob("results/*/*") if path.is_dir()) == ["calib", "chains"]
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.5", out=tmp_path / "b", stream=said, **options)
+    assert "neurons:0.5: " in said.getvalue() and "(measured in an earlier run)" in said.getvalue()
+    log = (tmp_path / "work" / "search" / "candidates" / "neurons0.5" / "run.log").read_text()
+    assert "Hessians of block 0 (dense)" in log.split("reused: ")[1] and "done: Hessians" not in log, log
+    prune_model(inputs["model"], "thanos", "params:0.5", out=tmp_path / "c", table_only=True, **options)
+    assert not work.exists()
+
+
 def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any], tmp_path: Path) -> None:
     """A size's working directory moved (to a larger disk, renamed) and given again: its search reads every
     measurement of the table where it is now (the ledger records the search's calibration by its content,

@@ -33,8 +33,9 @@ block calibrated on the dense model's inputs, captured once for every point), an
 ``measurement.json`` recorded by the ledger (``thanos.files.ledger``) under ``candidates/<recipe>/`` (a mix's
 under ``written/<recipe>/``), so that a search run again (stopped, or with another ``p`` or ``--axes``)
 measures nothing twice; a point's model is measured where it is assembled (not published, no card:
-``PruneRequest.publish``) and deleted once measured, and the points' stages (the dense chain they share)
-once the table is complete (``--keep all`` keeps them) (``thanos.runner.size_search``).
+``PruneRequest.publish``) and deleted once measured, the points' stages once the size's points are measured,
+and the dense chain they share once every point of the table is (kept for a later size's points while it
+takes at most a quarter of the free disk; ``--keep all`` keeps everything) (``thanos.runner.size_search``).
 ``search.json`` (every candidate: recipe, parameters, removed, loss, KL, seconds; the chosen recipe) goes to
 ``--out`` and to the search's directory, and the card gets the table.
 """
@@ -111,6 +112,7 @@ def prune_to_size(
         if request.table_only:
             return _table_only(search, goal, axes, target, parameters, len(first))
         search.bound, search.target = len(first) + TRIES, target
+        search.points = [recipe_of(mix) for mix in first]
         after = tuple(math.ceil(size.p * parameters) for size in later)
         chosen = choose(dense, axes, target, parameters, search.candidate, search.verify, after)
         if search.written is None or search.written["recipe"] != chosen:  # measured by an earlier run
@@ -143,6 +145,7 @@ def _table_only(
     """``--table-only``: the cost table measured (the points an earlier run measured are read), then the mix
     it predicts for ``goal``, said and returned; no model written."""
     search.bound, search.target = points, target
+    search.points = [recipe_of(mix) for mix in table_points(search.dense, axes)]
     recipe, removed, loss = predict(search.dense, axes, target, search.candidate, whole=True)
     search.release_table()
     record_finished(search.root, search.label)

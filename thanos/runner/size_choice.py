@@ -41,17 +41,17 @@ def choose(
     Each mix's result gets ``predicted_loss``: the sum of its parts' costs on the table's curves, before it
     was measured. ``later``: the targets of the sizes searched after this one (``--sparsity
     params:0.15,0.25``), the points their mixes reach measured too before a mix is verified (``verify``
-    releases the table: the points measured after that would capture the dense model again)."""
+    releases the table: a point measured after that captures the dense model again, as one a mix that
+    removes too little leads to, which the exact count of a mix before it is pruned makes rare)."""
     mixes: list[dict[str, Any]] = []
     table = Table(dense, axes, measure)
     for goal in later:
-        table.reach_next(_greedy(dense, table, {axis: -1 for axis in axes}, goal))
+        _greedy(dense, table, {axis: -1 for axis in axes}, goal)
     state = _greedy(dense, table, {axis: -1 for axis in axes}, target)
     for _ in range(TRIES):  # the prediction fell short on the written model: one more step
         mix = table.mix(state)
         if not mix:
             break
-        table.reach_next(state)  # what one more step reads, measured before ``verify`` releases the table
         predicted = _predicted_loss(table, state)
         result = (verify or table.measured)(mix)
         mixes.append(result)
@@ -124,12 +124,6 @@ class Table:
             if self.alone[axis][k] >= removed:
                 break
         return cost(self.curves[axis], removed)
-
-    def reach_next(self, state: dict[str, int]) -> None:
-        """Measure what one more step from ``state`` reads (each axis's next setting)."""
-        for axis, i in state.items():
-            if i + 1 < len(self.settings[axis]):
-                self.cost(axis, i + 1)
 
     def mix(self, state: dict[str, int]) -> dict[str, str]:
         """The settings of ``state`` (each axis's setting index, -1: none) as a mix."""

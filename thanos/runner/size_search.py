@@ -31,12 +31,16 @@ from thanos.runner.request import Evaluation, Output, PruneRequest
 from thanos.runner.size_axes import Knobs, recipe_of
 from thanos.runner.size_card import predicted_text
 from thanos.runner.size_choice import TRIES, predict
-from thanos.runner.workdirs import record_run, slug
+from thanos.runner.workdirs import recipe_paths, record_run, slug
+from thanos.stages.describe.provenance import path_bytes
 
 # a candidate calibrates on this fraction of the request's windows (1/4: as many as it is measured on): its
 # pruning's time is mostly the calibration windows passed through every block (SmolLM2-135M, neurons:0.2:
 # 59 s on 48 windows, 32 s on 16); how it ranks the candidates against 48: docs/structures.md
 CANDIDATE_SHARE = 4
+# the dense chain the table's points share is kept after a size for the points no size has reached while it
+# takes at most this fraction of the disk left free beside it (``Search.release_table``)
+KEPT_SHARE = 4
 Execute = Callable[[PruneRequest, TextIO], dict[str, Any]]
 
 
@@ -78,6 +82,7 @@ class Search:
     texts: list[str] = dataclasses.field(default_factory=list)
     measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     bound: int = 0  # the most candidates the search measures (its cost table and ``TRIES`` mixes)
+    points: list[str] = dataclasses.field(default_factory=list)  # the cost table's (``table_points``)
     target: int = 0  # the parameters a candidate must remove to be chosen
     timed: list[float] = dataclasses.field(default_factory=list)  # the seconds of those this run measured
     reference: Any = None  # the dense model's side of every measurement (``heldout.Reference``), once
@@ -236,7 +241,11 @@ class Search:
         peak = max(disk.shared for disk in estimates) + left + running
         after = "kept (--keep all)"
         if keep == "needed":
-            after = "their stages deleted once the table is measured (--keep needed)"
+            after = (
+                "their stages deleted once the size's points are measured (--keep needed; the dense model's "
+                f"stores kept for the points no size has reached while they take at most 1/{KEPT_SHARE} of "
+                "the free disk)"
+            )
         return f"the table's points take up to {size_text(peak)} of disk while they are measured, {after}"
 
     def _inputs(self, pattern: str, recipes: tuple[Any, ...]) -> dict[str, Any]:
@@ -293,17 +302,36 @@ class Search:
         return self.verified[pattern]
 
     def release_table(self) -> None:
-        """The cost table measured: its points' stages deleted (``--keep needed``; a later size reads the
-        table's measurements, and a mix is written in the request's working directory), above all the dense
-        chain's Hessians of every block, which its points share (SmolLM2-135M: 0.5 GB; a 70B model: ~4 GB a
-        block). A search whose candidates run elsewhere (``work``: the workflow's jobs) has none here. What
-        its points computed more than once is dropped (``thanos.pruning.kept``)."""
+        """The size's points of the cost table measured (a mix is written next, in the request's working
+        directory): what its points computed more than once dropped (``thanos.pruning.kept``) and, with
+        ``--keep needed``, their stages deleted; the dense chain they share (the dense model's inputs and
+        Hessians of every block: SmolLM2-135M 0.5 GB, a 70B model ~4 GB a block) too once every point of
+        the table is measured, or where it takes more than ``1 / KEPT_SHARE`` of the disk left free beside
+        it; else it is kept for the points a later size reaches (said). A search whose candidates run
+        elsewhere (``work``: the workflow's jobs) has none here."""
         from thanos.pruning import kept
+        from thanos.runner.disk import free_bytes, size_text
 
         if self.shared is not None:
             kept.stop_keeping(self.shared)
-        if self.work is None and self.request.resources.keep == "needed":
-            remove(self.root / "work")
+        work = self.root / "work"
+        if self.work is not None or self.request.resources.keep != "needed" or not work.is_dir():
+            return
+        for pattern in self.measured:  # each point's own stages
+            for recipe in self._point_recipes(pattern):
+                for path in recipe_paths(work, recipe.name):
+                    remove(path)
+        left = [point for point in self.points if point not in self.measured and not self._current(point)]
+        size = path_bytes(work)
+        if not left or size * KEPT_SHARE > free_bytes(work)[0]:
+            remove(work)
+            return
+        say(
+            self.stream,
+            f"{self.request.sparsity}: the dense model's stores of the cost table kept in {work} "
+            f"({size_text(size)}) for the {counted(len(left), 'point')} no size has reached yet "
+            f"({', '.join(left)}); `thanos workdirs --delete {self.root.name}` deletes the search",
+        )
 
     def _recorded_or(
         self, where: Path, inputs: dict[str, Any], run: Callable[[], Path], mix: dict[str, str]
