@@ -41,8 +41,7 @@ def choose(
     Each mix's result gets ``predicted_loss``: the sum of its parts' costs on the table's curves, before it
     was measured. ``later``: the targets of the sizes searched after this one (``--sparsity
     params:0.15,0.25``), the points their mixes reach measured too before a mix is verified (``verify``
-    releases the table: a point measured after that captures the dense model again, as one a mix that
-    removes too little leads to, which the exact count of a mix before it is pruned makes rare)."""
+    releases the table: what its points computed more than once is dropped then, and their stages)."""
     mixes: list[dict[str, Any]] = []
     table = Table(dense, axes, measure)
     for goal in later:
@@ -89,8 +88,8 @@ def predict(
 class Table:
     """The cost table as the greedy mix reads it: each axis's cost curve through its points
     (``table_points``), a point measured (``measure``) only when a cost asked of its axis lies on or before
-    it, so that a size measures the points its mix reaches and the first beyond on each axis (SmolLM2-135M,
-    ``params:0.25``: 7 of the 13), and chooses what the whole table chooses: a cost between two points
+    it, so that a size measures the points its mix reaches and the next on each axis (SmolLM2-135M,
+    ``params:0.25``: 8 of the 13), and chooses what the whole table chooses: a cost between two points
     reads those two alone, one beyond the last point reads the whole curve."""
 
     def __init__(self, dense: Knobs, axes: list[str], measure: Measure) -> None:

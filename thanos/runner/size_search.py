@@ -317,21 +317,22 @@ class Search:
         work = self.root / "work"
         if self.work is not None or self.request.resources.keep != "needed" or not work.is_dir():
             return
-        for pattern in self.measured:  # each point's own stages
-            for recipe in self._point_recipes(pattern):
-                for path in recipe_paths(work, recipe.name):
-                    remove(path)
+        own = [path for pattern in self.measured for recipe in self._point_recipes(pattern)
+               for path in recipe_paths(work, recipe.name)]  # fmt: skip
+        for path in own:  # each point's own stages
+            remove(path)
         left = [point for point in self.points if point not in self.measured and not self._current(point)]
         size = path_bytes(work)
         if not left or size * KEPT_SHARE > free_bytes(work)[0]:
             remove(work)
-            return
-        say(
-            self.stream,
-            f"{self.request.sparsity}: the dense model's stores of the cost table kept in {work} "
-            f"({size_text(size)}) for the {counted(len(left), 'point')} no size has reached yet "
-            f"({', '.join(left)}); `thanos workdirs --delete {self.root.name}` deletes the search",
-        )
+        elif own:  # said once a size's points are measured
+            say(
+                self.stream,
+                f"{self.request.sparsity}: the dense model's stores of the cost table kept in {work} "
+                f"({size_text(size)}) for the {counted(len(left), 'point')} no size has reached yet "
+                f"({', '.join(left)}); deleting that directory frees them (a later size's points then "
+                "capture the dense model again)",
+            )
 
     def _recorded_or(
         self, where: Path, inputs: dict[str, Any], run: Callable[[], Path], mix: dict[str, str]
