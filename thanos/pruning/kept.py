@@ -56,7 +56,12 @@ class Kept:
     def budget(self) -> int:
         """The bytes this kind holds across blocks and recipes now: the innermost scope's that keeps it, 0
         outside every one."""
-        return next((scope.nbytes for scope in reversed(_scopes) if scope.keeps(self.kind)), 0)
+        scope = self._scope()
+        return 0 if scope is None else scope.nbytes
+
+    def _scope(self) -> Scope | None:
+        """The innermost open scope that keeps this kind (None: none)."""
+        return next((scope for scope in reversed(_scopes) if scope.keeps(self.kind)), None)
 
     def get(self, key: Hashable) -> Any | None:
         """The value kept for ``key``, or None."""
@@ -68,7 +73,7 @@ class Kept:
         if self.nbytes(value) + sum(self.nbytes(kept) for kept in self.values.values()) > budget:
             return False
         self.values[key] = value
-        self.scopes[key] = next((scope for scope in reversed(_scopes) if scope.keeps(self.kind)), None)
+        self.scopes[key] = self._scope()
         return True
 
     def trim(self, budget: int) -> None:

@@ -109,10 +109,10 @@ def prune_to_size(
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
             record_search_key(search.root, search_key(request))
-        if request.table_only:
-            return _table_only(search, goal, axes, target, parameters, len(first))
-        search.bound, search.target = len(first) + TRIES, target
         search.points = [recipe_of(mix) for mix in first]
+        if request.table_only:
+            return _table_only(search, goal, axes, target, parameters)
+        search.bound, search.target = len(first) + TRIES, target
         after = tuple(math.ceil(size.p * parameters) for size in later)
         chosen = choose(dense, axes, target, parameters, search.candidate, search.verify, after)
         if search.written is None or search.written["recipe"] != chosen:  # measured by an earlier run
@@ -139,13 +139,10 @@ def prune_to_size(
     return report | {"search": record}
 
 
-def _table_only(
-    search: Search, goal: Any, axes: list[str], target: int, parameters: int, points: int
-) -> dict[str, Any]:
+def _table_only(search: Search, goal: Any, axes: list[str], target: int, parameters: int) -> dict[str, Any]:
     """``--table-only``: the cost table measured (the points an earlier run measured are read), then the mix
     it predicts for ``goal``, said and returned; no model written."""
-    search.bound, search.target = points, target
-    search.points = [recipe_of(mix) for mix in table_points(search.dense, axes)]
+    search.bound, search.target = len(search.points), target
     recipe, removed, loss = predict(search.dense, axes, target, search.candidate, whole=True)
     search.release_table()
     record_finished(search.root, search.label)
