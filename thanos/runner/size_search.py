@@ -103,7 +103,6 @@ class Search:
         texts every candidate is measured on)."""
         from thanos.data.calibration import text_documents
         from thanos.evaluation.heldout import held_out_texts
-        from thanos.stages.calibrate import DEFAULT_SEQLEN  # the calibration's own window length
 
         calibration = self.request.calibration
         documents = text_documents(calibration.calibration, calibration.text_field)
@@ -116,12 +115,19 @@ class Search:
                 f"{calibration.nsamples} windows)",
             )
         kept = "".join(json.dumps({"text": text}) + "\n" for text in documents[: len(documents) - held])
-        positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
-        seqlen = calibration.seqlen or min(DEFAULT_SEQLEN, positions)
         windows = max(1, calibration.nsamples // 4)
-        texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, seqlen,
+        texts = held_out_texts(self.request.model, documents[len(documents) - held :], windows, self._seqlen,
                                calibration.seed)  # fmt: skip
         return kept, texts
+
+    @property
+    def _seqlen(self) -> int:
+        """The calibration's window length: ``--seqlen``, else the calibration's own default within the
+        model's positions."""
+        from thanos.stages.calibrate import DEFAULT_SEQLEN
+
+        positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
+        return self.request.calibration.seqlen or min(DEFAULT_SEQLEN, positions)
 
     @property
     def label(self) -> str:
@@ -233,7 +239,7 @@ class Search:
         keep = self.request.resources.keep
         estimates = [
             estimate(model.layout, model.checkpoint, Path(model.reference), recipe, calibration.nsamples,
-                     calibration.seqlen)
+                     self._seqlen)
             for pattern in points for recipe in self._point_recipes(pattern)
         ]  # fmt: skip
         left = sum(disk.kept(keep) - disk.shared for disk in estimates)
