@@ -584,6 +584,45 @@ def test_a_size_beyond_the_reach_of_its_axes_is_refused(inputs: dict[str, Any], 
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 
+def test_a_size_refuses_at_the_door_what_its_write_would_refuse(
+    searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """What the size's write would refuse after its cost table (a missing calibration file, windows longer
+    than the model's, a perplexity text that is not there, a foreign ``--out`` or one holding another
+    result) is refused before any point is measured, naming the option, nothing written; an ``--out``
+    holding this size's earlier result is taken (its write replaces it), and ``--table-only`` reads none."""
+    import io
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine\n")
+    missing = str(tmp_path / "missing.txt")
+    earlier = searched["root"] / "out"  # params:0.3's result
+    refused = {
+        "calibration=": ({"calibration": missing}, tmp_path / "out"),
+        "seqlen=100000 exceeds the model's": ({"seqlen": 100_000}, tmp_path / "out"),
+        "ppl_source=": ({"evaluate": "ppl", "ppl_source": missing}, tmp_path / "out"),
+        "is not empty and is not a previous result": ({}, foreign),
+        "holds another pruned model": ({}, earlier),
+    }
+    for message, (changed, out) in refused.items():
+        options = inputs["options"] | {"workdir": tmp_path / "w", "stream": io.StringIO()} | changed
+        with pytest.raises(ValueError, match=re.escape(message)):
+            prune_model(inputs["model"], "thanos", "params:0.2", out=out, **options)
+        assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists(), message
+    assert [path.name for path in foreign.iterdir()] == ["notes.txt"]
+    options = inputs["options"] | {"workdir": tmp_path / "w", "evaluate": "ppl", "ppl_source": missing}
+    with pytest.raises(ValueError, match="ppl_source="):  # several sizes: before their ``out`` is made
+        prune_model(inputs["model"], "thanos", "params:0.2,0.3", out=tmp_path / "out", **options)
+    assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.3", out=earlier, workdir=tmp_path / "w", dry_run=True,
+                stream=said, **inputs["options"])  # fmt: skip
+    assert said.getvalue().rstrip().endswith("nothing was run or written"), said.getvalue()
+    options = inputs["options"] | {"workdir": tmp_path / "w", "dry_run": True, "table_only": True}
+    prune_model(inputs["model"], "thanos", "params:0.2", out=foreign, **options)  # writes no model
+
+
 @pytest.mark.slow
 def test_an_interrupted_candidate_says_how_to_resume(inputs: dict[str, Any], tmp_path: Path) -> None:
     """SIGTERM while the search measures its first candidate: the terminal's last line names the candidate

@@ -230,6 +230,21 @@ def check_device(device: str) -> None:
         resolve_device(device)
 
 
+def check_sources(request: PruneRequest, model: Model) -> Calibration:
+    """The texts the recipes of ``request`` (the parts of a combined one, in order) read, checked on the
+    input ``model`` before the first one runs: each part's calibration (``checked_calibration``: a text it
+    reads, recovery's windows), and what only the last part reads, the evaluation's options and texts and
+    the distillation's. Returns the checked calibration (the last part's)."""
+    for recipe in request.recipes:
+        calibration = checked_calibration(request, model.max_positions, recipe)
+    evaluation = checked_evaluation(request.evaluation, model.max_positions)
+    distill = request.recipes[-1].distill
+    if distill is not None:
+        distill = checked_distillation(distill, model.max_positions)
+    check_texts(model.reference, evaluation, distill, model.max_positions)
+    return calibration
+
+
 def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recipe) -> Calibration:
     """The calibration, the one value every step after the door takes (the engine's, the working
     directory's key and record, the ledger's): a checked source (when the recipe uses one), the window

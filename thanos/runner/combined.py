@@ -37,10 +37,8 @@ from thanos.files.atomic import write_json
 from thanos.files.ledger import Entry, difference, model_identity, remove
 from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
+    check_sources,
     check_structure,
-    checked_calibration,
-    checked_distillation,
-    checked_evaluation,
     holds_another,
     model_reference,
     open_model,
@@ -48,7 +46,6 @@ from thanos.runner.checks import (
 from thanos.runner.console import say
 from thanos.runner.one_recipe import prune_one
 from thanos.runner.request import Evaluation, Output, PruneRequest
-from thanos.runner.texts import check_texts
 from thanos.runner.workdirs import COMBINED, default_root, default_workdir, model_slug, record_run
 from thanos.stages.engine import Calibration
 from thanos.stages.parts import combined_record
@@ -109,8 +106,8 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
 def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
     """The whole recipe checked on the input model before the first part runs: every part's structure
     (each part changes only its own dimension, so the input model answers for the model it will read: its
-    blocks, head counts its config accepts, MLP, tokenizer and vocabulary) and calibration, and what only
-    the last part reads: the evaluation's options and texts and the distillation's. Returns the checked
+    blocks, head counts its config accepts, MLP, tokenizer and vocabulary), its sources (``check_sources``:
+    each part's calibration, what only the last part reads) and ``--out``. Returns the checked
     calibration."""
     model = open_model(reference)
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
@@ -123,15 +120,9 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
                 first, rest = "", [first, *rest]
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
-    for recipe in request.recipes:  # each part's own checks of it (a text it reads, recovery's windows)
-        calibration = checked_calibration(request, model.max_positions, recipe)
+    calibration = check_sources(request, model)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
-    evaluation = checked_evaluation(request.evaluation, model.max_positions)
-    distill = request.recipes[-1].distill
-    if distill is not None:
-        distill = checked_distillation(distill, model.max_positions)
-    check_texts(reference, evaluation, distill, model.max_positions)
     return calibration
 
 

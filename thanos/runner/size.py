@@ -42,6 +42,8 @@ takes at most a quarter of the free disk; ``--keep all`` keeps everything) (``th
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import time
 from pathlib import Path
@@ -65,6 +67,7 @@ from thanos.runner.workdirs import (
     record_finished,
     record_search_key,
 )
+from thanos.stages.publish import check_directory, check_out
 
 SEARCH = "search.json"
 
@@ -79,19 +82,8 @@ def prune_to_size(
     the points of the table their mixes reach measured with this one's."""
     goal, started = request.size, time.monotonic()
     assert goal is not None
-    model = Path(request.model)
-    if not model.is_dir():
-        raise OptionError(
-            Option("model", request.model),
-            f" is not a local directory; {request.sparsity} reads the model's files to plan its search: "
-            f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
-        )
-    dense, axes, parameters, target = reachable(model, goal)
-    if goal.options.vocab_text is not None:
-        from thanos.runner.checks import check_vocab_text
-
-        check_vocab_text(goal.options.vocab_text)
-    search = Search(request, dense, search_directory(request), stream, execute)
+    search, axes, parameters, target = _at_the_door(request, stream, execute)
+    dense = search.dense
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
     first = table_points(dense, axes)  # the candidates the search starts from: the cost table
@@ -137,6 +129,78 @@ def prune_to_size(
         f"{clock_text(record['write_seconds'])}; {out / SEARCH} lists them",
     )
     return report | {"search": record}
+
+
+def check_size(request: PruneRequest) -> None:
+    """Refuse a size that cannot be searched or written (``_at_the_door``) before anything is written."""
+    _at_the_door(request, io.StringIO(), execute=None)  # type: ignore[arg-type]
+
+
+def _at_the_door(
+    request: PruneRequest, stream: TextIO, execute: Execute
+) -> tuple[Search, list[str], int, int]:
+    """(the size's search, its axes, the model's parameters, the parameters to remove): the size refused
+    before anything is written where it cannot be searched (a hub id, beyond the axes' reach) or its write
+    would be refused (``_check_at_the_door``)."""
+    goal = request.size
+    assert goal is not None
+    model = Path(request.model)
+    if not model.is_dir():
+        raise OptionError(
+            Option("model", request.model),
+            f" is not a local directory; {request.sparsity} reads the model's files to plan its search: "
+            f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
+        )
+    dense, axes, parameters, target = reachable(model, goal)
+    search = Search(request, dense, search_directory(request), stream, execute)
+    _check_at_the_door(search, axes)
+    return search, axes, parameters, target
+
+
+def _check_at_the_door(search: Search, axes: list[str]) -> None:
+    """What the size's write would refuse, refused before its table is measured (hours at 70B): the device,
+    the working directory, ``--out`` (``_check_out``; not with ``--table-only``), and the texts its write
+    reads (``check_sources``, of the mix of every axis at its largest, whose parts read every text a mix of
+    these axes reads: the calibration, the vocabulary's text, the evaluation's and the distillation's)."""
+    from thanos.runner import checks
+
+    request = search.request
+    checks.check_device(request.resources.device)
+    if request.resources.workdir:
+        check_directory("workdir", Path(request.resources.workdir).expanduser().resolve())
+    if (text := request.size.options.vocab_text) is not None:  # type: ignore[union-attr]
+        checks.check_vocab_text(text)  # given without the vocab axis too
+    if not request.table_only:  # which writes no model
+        _check_out(search)
+    model = checks.open_model(checks.model_reference(request.model))
+    checks.check_sources(search.final(most_removed(search.dense, axes)[1]), model)
+
+
+def _check_out(search: Search) -> None:
+    """Refuse an ``--out`` that cannot take the size's model before its table is measured: the input model
+    (or inside it, or holding it), a file, a foreign directory, or a pruned model that is not this size's
+    earlier result (of the same model) unless ``--overwrite``; this size's earlier result is replaced by
+    its write, whichever mix it holds (``Search.replaces``)."""
+    from thanos.runner.checks import check_outside, holds_another, model_reference
+
+    request = search.request
+    out, reference = Path(request.output.out).expanduser().resolve(), model_reference(request.model)
+    check_outside(out, reference)
+    check_out(out)
+    if request.output.overwrite or not (out / "pruning_report.json").is_file():
+        return
+    try:
+        report = json.loads((out / "pruning_report.json").read_text())
+        combined = (report.get("workflow") or {}).get("combined") or {}
+        recipe = combined.get("sparsity", report["recipe"]["name"])
+        model = combined.get("base_model", report["model"]["path"])
+        size = json.loads((out / SEARCH).read_text())["request"] if (out / SEARCH).is_file() else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        recipe, model, size = "an unreadable report", "?", None
+    if model != reference or size != str(request.size):
+        why = f"model {model}" if model != reference else f"recipe {recipe}, not a result of {request.size}"
+        raise holds_another(out, f"pruned model ({recipe} of {model})", why)
+    search.replaces = True
 
 
 def _table_only(search: Search, goal: Any, axes: list[str], target: int, parameters: int) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class Search:
     # the mixes written as the size's model and measured
     verified: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     written: dict[str, Any] | None = None  # the mix this run last wrote to ``out``: recipe, report, seconds
+    replaces: bool = False  # ``out`` holds this size's earlier result: a write replaces it, whatever mix
 
     def place(self, pattern: str) -> Path:
         """The candidate's directory: its measurement, its log, its model while measured."""
@@ -381,10 +382,11 @@ class Search:
 
     def final(self, pattern: str) -> PruneRequest:
         """The request that writes ``pattern`` as the size's model: the request's own calibration, working
-        directory, evaluation and ``--out`` (replaced when this run wrote another mix there)."""
+        directory, evaluation and ``--out`` (replaced when this run wrote another mix there, or it holds
+        this size's earlier result)."""
         request = self.request
         output = request.output
-        if self.written is not None:
+        if self.written is not None or self.replaces:
             output = dataclasses.replace(output, overwrite=True)
         recipes = recipes_of(request.size.options, pattern)  # type: ignore[union-attr]
         return dataclasses.replace(request, recipes=recipes, sparsity=pattern, size=None, output=output)

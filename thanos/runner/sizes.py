@@ -19,7 +19,7 @@ from thanos.pruning import kept
 from thanos.runner.checks import check_outside, model_reference
 from thanos.runner.console import say
 from thanos.runner.request import PruneRequest
-from thanos.runner.size import Execute, prune_to_size, reachable
+from thanos.runner.size import Execute, check_size, prune_to_size, reachable
 from thanos.runner.size_axes import knobs
 from thanos.runner.size_card import predicted_text
 from thanos.stages.publish import check_directory
@@ -48,6 +48,7 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
         dense = knobs(request.model, goal.options.width_multiple)  # (a hub id: the first size refuses it)
         for one in each:
             reachable(request.model, one, dense)
+    check_size(_one(request, each[0], out))  # what the first size's write would refuse, before ``out``
     if not (request.dry_run or request.table_only):  # ``out`` is this command's from now on: a rerun resumes
         out.mkdir(parents=True, exist_ok=True)
         if not (out / SIZES).is_file():
@@ -57,9 +58,9 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     with kept.keeping(kinds=WRITES_SHARE):  # the depth parts of their writes read the same dense stores
         for i, one in enumerate(each):
             say(stream, f"--- size {i + 1}/{len(each)}: {one}")
-            output = dataclasses.replace(request.output, out=out / size_dir(one))
-            part = dataclasses.replace(request, size=one, sparsity=str(one), output=output)
-            reports[str(one)] = prune_to_size(part, stream, execute, later=tuple(each[i + 1 :]))
+            reports[str(one)] = prune_to_size(
+                _one(request, one, out), stream, execute, later=tuple(each[i + 1 :])
+            )
     if request.dry_run:
         return {"out": str(out), "sizes": reports}
     if request.table_only:  # the predicted frontier, nothing written
@@ -82,6 +83,12 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     for size, record in chosen.items():
         say(stream, f"  {size}: {record['chosen']} ({record['parameters']:,} parameters) in {record['out']}")
     return {"out": str(out), "sizes": reports, "curve": rows}
+
+
+def _one(request: PruneRequest, one: Any, out: Path) -> PruneRequest:
+    """The request of the size ``one`` of several, its model written to ``out/params0.25``."""
+    output = dataclasses.replace(request.output, out=out / size_dir(one))
+    return dataclasses.replace(request, size=one, sparsity=str(one), output=output)
 
 
 def check_sizes_out(out: Path, reference: str) -> None:
