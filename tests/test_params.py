@@ -584,13 +584,29 @@ def test_a_size_beyond_the_reach_of_its_axes_is_refused(inputs: dict[str, Any], 
     assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
 
 
+def test_a_sizes_options_are_checked_on_each_axis_alone(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """The cost table prunes each axis alone: an option one axis refuses is refused of the size, naming
+    that axis (not a pattern the user never gave); ``recover`` names the axes recovery trains, with which
+    the size runs."""
+    options = inputs["options"] | {"out": tmp_path / "out", "workdir": tmp_path / "w", "dry_run": True}
+    recover = "recover with sparsity=params:0.2: its cost table measures each axis alone, and depth and "
+    recover += "vocab prune no weight to recover; give axes=heads,neurons (the axes recovery trains), or"
+    alpha = "alpha=0.1 with sparsity=params:0.2: its cost table prunes each axis alone, and depth:1: depth:1 "
+    for changed, message in (({"recover": True}, recover), ({"alpha": 0.1}, alpha)):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            prune_model(inputs["model"], "thanos", "params:0.2", **options, **changed)
+    prune_model(inputs["model"], "thanos", "params:0.2", axes="heads,neurons", recover=True, **options)
+    assert not (tmp_path / "w").exists() and not (tmp_path / "out").exists()
+
+
 def test_a_size_refuses_at_the_door_what_its_write_would_refuse(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:
     """What the size's write would refuse after its cost table (a missing calibration file, windows longer
-    than the model's, a perplexity text that is not there, a foreign ``--out`` or one holding another
-    result) is refused before any point is measured, naming the option, nothing written; an ``--out``
-    holding this size's earlier result is taken (its write replaces it), and ``--table-only`` reads none."""
+    than the model's, too few windows to hold some out, a perplexity text that is not there, a foreign
+    ``--out`` or one holding another result) is refused before any point is measured, naming the option,
+    nothing written; an ``--out`` holding this size's earlier result is taken (its write replaces it), and
+    ``--table-only`` reads none."""
     import io
 
     foreign = tmp_path / "foreign"
@@ -601,6 +617,7 @@ def test_a_size_refuses_at_the_door_what_its_write_would_refuse(
     refused = {
         "calibration=": ({"calibration": missing}, tmp_path / "out"),
         "seqlen=100000 exceeds the model's": ({"seqlen": 100_000}, tmp_path / "out"),
+        "holds out a quarter of the calibration documents and windows": ({"nsamples": 1}, tmp_path / "out"),
         "ppl_source=": ({"evaluate": "ppl", "ppl_source": missing}, tmp_path / "out"),
         "is not empty and is not a previous result": ({}, foreign),
         "holds another pruned model": ({}, earlier),

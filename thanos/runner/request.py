@@ -21,6 +21,7 @@ from typing import Any
 
 from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.options import flags, option
+from thanos.pruning.sparsity import parse_sparsity
 from thanos.pruning.structures import takes
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, Recovery
@@ -305,10 +306,45 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
             "the text chooses a vocabulary, and the axes leave the vocabulary out; add vocab or leave it out",
             join=" with ",
         )
-    mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
-    dataclasses.replace(recipe, sparsity="+".join(mix[axis] for axis in axes or AXES)).recipes()
+    _check_axes(recipe, str(sparsity), list(axes or AXES))
     several = fractions if len(fractions) > 1 else ()
     return SizeGoal(fractions[0], tuple(axes or AXES), axes is not None, recipe, several)
+
+
+def _check_axes(recipe: RecipeOptions, size: str, axes: list[str]) -> None:
+    """A size's recipe options checked on what it prunes: each axis alone (the points of its cost table),
+    then every axis together (a mix it may write); what one of them refuses is said of the size, naming
+    the axis (``--recover`` with the depth axis: its cost table measures depth alone, which recovers
+    nothing: the axes that recover named)."""
+    mix = {"depth": "depth:1", "heads": "heads:0.5", "neurons": "neurons:0.5", "vocab": "vocab:0.5"}
+    if recipe.recover not in (None, False) and (
+        idle := [a for a in axes if not parse_sparsity(mix[a]).structure.recovers]
+    ):
+        trained = [axis for axis in axes if axis not in idle]
+        instead = ("give ", Option("axes", ",".join(trained)), " (the axes recovery trains), or ")
+        raise OptionError(
+            (Option("recover"), Option("sparsity", size)),
+            f"its cost table measures each axis alone, and {' and '.join(idle)} "
+            f"{'prune' if len(idle) > 1 else 'prunes'} no weight to recover; ",
+            *(instead if trained else ()),
+            "leave it out and run the chosen mix's recipe with ",
+            Option("recover"),
+        )
+    parts = [mix[axis] for axis in axes]
+    for pattern in (*parts, "+".join(parts)):
+        text = recipe.vocab_text if "+" in pattern or takes(pattern.partition(":")[0], "vocab_text") else None
+        try:
+            dataclasses.replace(recipe, sparsity=pattern, vocab_text=text).recipes()
+        except OptionError as err:
+            if "+" in pattern:
+                raise
+            given = tuple(option for option in err.subject if option.name != "sparsity")
+            first, *rest = err.problem or ("",)
+            if not isinstance(first, str):
+                first, rest = "", [first, *rest]
+            said = f"its cost table prunes each axis alone, and {pattern}"
+            said += first if first.startswith(" ") else ": " + first
+            raise OptionError((*given, Option("sparsity", size)), said, *rest) from None
 
 
 def _group(cls: type, options: dict[str, Any]) -> Any:

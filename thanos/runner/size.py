@@ -161,7 +161,8 @@ def _check_at_the_door(search: Search, axes: list[str]) -> None:
     """What the size's write would refuse, refused before its table is measured (hours at 70B): the device,
     the working directory, ``--out`` (``_check_out``; not with ``--table-only``), and the texts its write
     reads (``check_sources``, of the mix of every axis at its largest, whose parts read every text a mix of
-    these axes reads: the calibration, the vocabulary's text, the evaluation's and the distillation's)."""
+    these axes reads: the calibration, the vocabulary's text, the evaluation's and the distillation's), and
+    the calibration's documents split for the held-out windows."""
     from thanos.runner import checks
 
     request = search.request
@@ -174,6 +175,7 @@ def _check_at_the_door(search: Search, axes: list[str]) -> None:
         _check_out(search)
     model = checks.open_model(checks.model_reference(request.model))
     checks.check_sources(search.final(most_removed(search.dense, axes)[1]), model)
+    search.documents  # noqa: B018 - the held-out split: too few documents or windows refused
 
 
 def _check_out(search: Search) -> None:

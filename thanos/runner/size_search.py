@@ -136,8 +136,8 @@ class Search:
         return str(self.request.sparsity) + (" (cost table only)" if self.request.table_only else "")
 
     @functools.cached_property
-    def _documents(self) -> tuple[str, list[str]]:
-        """``_split``, once."""
+    def documents(self) -> tuple[str, list[str]]:
+        """``_split``, once (a size's door reads it first: documents too few to split are refused there)."""
         return self._split()
 
     def _same_calibration(self) -> bool:
@@ -145,12 +145,12 @@ class Search:
         calibration file holds what they give (the held-out texts set, when there is one)."""
         if not self.calibration_file.is_file():
             return False
-        kept, self.texts = self._documents
+        kept, self.texts = self.documents
         return self.calibration_file.read_text() == kept
 
     def prepare(self) -> None:
         """Split the calibration documents: the candidates' calibration file, the held-out texts."""
-        kept, self.texts = self._documents
+        kept, self.texts = self.documents
         self.root.mkdir(parents=True, exist_ok=True)
         calibration = self.request.calibration
         record_run(self.root, self.request.model, dataclasses.asdict(calibration), self.label)
