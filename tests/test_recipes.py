@@ -352,8 +352,13 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
     for option, (message, value) in refused.items():
         sparsity = {"axes": "vocab:0.3", "vocab_text": "depth:2+neurons:0.3"}.get(option, "params:0.3")
         entry = {"method": "thanos", "sparsity": sparsity, option: value}
+        if option == "recover":  # on the axes recovery trains: what the workflow's job cannot pass on
+            entry["axes"] = ["heads", "neurons"]
         with pytest.raises(ConfigError, match=re.escape(message)):
             expand({"recipes": {"r": entry}})
+    idle = "recipes.r: recover with sparsity=params:0.3: its cost table measures each axis alone, and depth"
+    with pytest.raises(ConfigError, match=re.escape(idle)):  # first as `thanos prune-model` refuses it
+        expand({"recipes": {"r": {"method": "thanos", "sparsity": "params:0.3", "recover": True}}})
     with pytest.raises(ConfigError, match=re.escape("recipes.r.vocab_text: only vocab:N and vocab:p")):
         expand({"recipes": {"r": {"method": "thanos", "sparsity": "neurons:0.3", "vocab_text": "p.txt"}}})
     with pytest.raises(ConfigError, match=re.escape("recipes.r: axes=width")):
