@@ -373,3 +373,23 @@ def test_vocabularies_and_sizes_are_workflow_recipes():
         check_size_models(models, ["p"], lambda path: False)
     check_size_models(models, [], lambda path: False)  # no size: hub ids are fine
     check_size_models(models, ["p"], lambda path: True)  # built by the workflow
+
+
+def test_a_size_beyond_reach_is_refused_by_the_config(tmp_path: Path) -> None:
+    """A size recipe beyond what its axes remove from a local model is refused with the config, before any
+    job (it was refused by its search's input function once the model's facts were computed), naming the
+    recipe, the model, the most and the size to ask for, in the config's words; one within reach passes,
+    and a model the workflow has not built yet is left to its job."""
+    from helpers.vocabulary import bpe_model
+
+    from thanos.workflow.config import check_size_reach, expand
+
+    models = {"tiny": {"path": str(bpe_model(tmp_path / "dense"))}, "later": {"path": str(tmp_path / "no")}}
+    far = expand({"recipes": {"far": {"method": "thanos", "sparsity": "params:0.99", "axes": ["depth"]}}})
+    message = r"recipe far on models.tiny: sparsity=params:0.99 asks for [\d,]+ of the [\d,]+ parameters, "
+    message += r"and the most depth can remove is .*; ask for params:[\d.]+ or less, or allow more "
+    message += r"axes \(axes\)"
+    with pytest.raises(ConfigError, match=message):
+        check_size_reach(models, far)
+    near = expand({"recipes": {"near": {"method": "thanos", "sparsity": "params:0.1"}}})
+    check_size_reach(models, near)

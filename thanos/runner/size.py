@@ -252,7 +252,9 @@ def check_reachable(goal: Any, dense: Knobs, axes: list[str], parameters: int, t
             Option("sparsity", str(goal)),
             f" asks for {target:,} of the {parameters:,} parameters, and the most {', '.join(axes)} can "
             f"remove is {most:,} ({100 * most / parameters:.1f} %: {mix}); ask for params:{fraction:g} or "
-            "less, or allow more axes (--axes)",
+            "less, or allow more axes (",
+            Option("axes"),
+            ")",
         )
 
 

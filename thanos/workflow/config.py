@@ -453,3 +453,22 @@ def check_size_models(
                 "(params:P) search it from its files; download it (huggingface-cli download, or "
                 "save_pretrained) and give the directory"
             )
+
+
+def check_size_reach(
+    models: dict[str, Any], searches: dict[str, OneCommand], exists: Callable[[str], bool] = os.path.isdir
+) -> None:
+    """Refuse, before any job runs, a size beyond what its axes can remove from a local model, naming that
+    most and the size to ask for, as ``thanos prune-model`` refuses it (``reachable``; a model the workflow
+    builds is checked by its search's job once it is built)."""
+    from thanos.runner.size import reachable
+
+    for name, recipe in searches.items():
+        for model, entry in models.items():
+            if not exists(entry["path"]):
+                continue
+            request = recipe.request(entry["path"])
+            try:
+                reachable(entry["path"], request.size)
+            except OptionError as err:
+                raise ConfigError(f"recipe {name} on models.{model}: {err.words(KeywordWords())}") from None

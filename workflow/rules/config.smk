@@ -20,6 +20,7 @@ from thanos.workflow.config import (
     built_models,
     check_model_names,
     check_size_models,
+    check_size_reach,
     distilled_from,
     expand,
     schema_problems,
@@ -98,6 +99,8 @@ def built_by_workflow(path):
 
 
 check_size_models(MODELS, SEARCHES, built_by_workflow)
+if not workflow.remote_exec:  # a size beyond its axes' reach refused before any job (a job's process: its run)
+    check_size_reach(MODELS, {name: ONE_COMMAND[name] for name in SEARCHES})
 
 
 # every input the config names, checked for content (not empty, long enough for the windows asked) before
