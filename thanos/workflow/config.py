@@ -460,7 +460,9 @@ def check_size_reach(
 ) -> None:
     """Refuse, before any job runs, a size beyond what its axes can remove from a local model, naming that
     most and the size to ask for, as ``thanos prune-model`` refuses it (``reachable``; a model the workflow
-    builds is checked by its search's job once it is built)."""
+    builds is checked by its search's job once it is built; without a size nothing is imported)."""
+    if not searches:
+        return
     from thanos.runner.size import reachable
 
     for name, recipe in searches.items():
