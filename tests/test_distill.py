@@ -235,6 +235,8 @@ def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path
         ({"--seqlen": "65"}, "--seqlen 65 is longer than the model's 64 positions; give at most 64"),
         ({"--student": root / "nowhere"}, "is not a directory; give the pruned model's directory"),
         ({"--teacher": root / "text.jsonl.d"}, "no config.json in the model directory"),  # a directory
+        ({"--teacher": root / "nowhere"}, "no such directory; give the dense model the student was pruned"),
+        ({"--source": root / "nothing.jsonl"}, "nothing.jsonl: no such file or directory (or give 'c4')"),
     ):
         args = [str(a) for a in command(setup, "refused")]
         for flag, value in change.items():

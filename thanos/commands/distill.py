@@ -105,10 +105,27 @@ def run(args: argparse.Namespace) -> None:
     from thanos.files.locks import exclusive_out
 
     distillation = Distillation(**options.given(args, Distillation))
+    _check_sources(args.teacher, distillation)
     work = Path(args.work) if args.work else default_work(args, asdict(distillation))
     first = os.environ.get("RANK", "0") == "0"  # under torchrun, the first process writes --out
     with exclusive_out(args.out) if first else contextlib.nullcontext():  # its one writer
         _distill(args, distillation, work)
+
+
+def _check_sources(teacher: str, distillation: Distillation) -> None:
+    """A teacher written as a path that is no directory, and a local text that is not there, refused before
+    anything is written, naming the option (they failed once the run had begun: the teacher read as a hub
+    id, the text as the config's)."""
+    from thanos.errors import MissingOption, Option
+    from thanos.recipes.training import streamed_dataset
+    from thanos.runner.sources import is_local, source_reference
+
+    if is_local(teacher) and not Path(teacher).expanduser().is_dir():
+        raise MissingOption(
+            Option("teacher", teacher), "no such directory; give the dense model the student was pruned from"
+        )
+    if not streamed_dataset(distillation.source):  # a local dataset directory: read when it streams
+        source_reference(distillation.source, "source", distillation.text_field, check=False)
 
 
 def _distill(args: argparse.Namespace, distillation: Distillation, work: Path) -> None:

@@ -15,6 +15,7 @@ HUB_SOURCES = {
     "calibration": "c4",
     "ppl_source": "wikitext2",
     "distill.source": "c4",
+    "source": "c4",  # thanos distill --source
 }  # the option: its hub dataset's name
 
 
