@@ -232,7 +232,7 @@ def test_other_tokenizers_refused(tmp_path: Path) -> None:
 def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -> None:
     """``thanos prune-vocab`` writes the model the stage wrote (the same kept ids and tensors), says what it
     kept, and its card names the text; a non-empty directory that is no earlier result is refused, kept,
-    and so is a directory inside the input model."""
+    and so is a directory inside the input model; a text that is not there is refused naming ``--text``."""
     text = tmp_path / "prose.txt"
     text.write_text("\n\n".join(CHOOSING) + "\n")
     out = tmp_path / "out"
@@ -253,6 +253,11 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
     inside = cli(*args, "--out", pruned["dense"] / "pruned", cwd=tmp_path)
     assert inside.returncode != 0 and "is the input model or inside it" in inside.stderr
+    missing = (*args[:-1], tmp_path / "nothing.txt", "--out", tmp_path / "none")
+    absent = cli(*missing, cwd=tmp_path)  # named as its option, before --out is taken
+    assert absent.returncode == 2 and "nothing.txt: no such file or directory" in absent.stderr
+    assert "ERROR: --text " in absent.stderr, absent.stderr
+    assert not (tmp_path / "none").exists() and not (tmp_path / ".none.thanos-lock").exists()
 
 
 def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from thanos.data.textdata import read_documents
+    from thanos.errors import MissingOption, Option
     from thanos.files.locks import exclusive_out
     from thanos.models import load_config
     from thanos.pruning.sparsity import parse_sparsity
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> None:
             f"{pattern.kind}"
         )
     load_config(args.model)  # a directory without a readable config.json is refused, named
+    if not Path(args.text).expanduser().exists():
+        raise MissingOption(
+            Option("text", str(args.text)), "no such file or directory; give the text whose tokens to keep"
+        )
     out = Path(args.out)
     with exclusive_out(out):  # one writer of --out, from its check to the last write
         if (problem := vocab_out_problem(out, args.model)) is not None:
