@@ -245,12 +245,17 @@ def check_sources(request: PruneRequest, model: Model) -> Calibration:
     return calibration
 
 
+def window_length(seqlen: int | None, max_positions: int) -> int:
+    """The calibration's window length: ``seqlen`` given, else ``MAX_SEQLEN`` within the model's positions."""
+    return min(MAX_SEQLEN, max_positions) if seqlen is None else seqlen
+
+
 def checked_calibration(request: PruneRequest, max_positions: int, recipe: Recipe) -> Calibration:
     """The calibration, the one value every step after the door takes (the engine's, the working
     directory's key and record, the ledger's): a checked source (when the recipe uses one), the window
     length within the model's, room for recovery's held-out windows."""
     options = request.calibration
-    seqlen = min(MAX_SEQLEN, max_positions) if options.seqlen is None else options.seqlen
+    seqlen = window_length(options.seqlen, max_positions)
     if seqlen > max_positions:
         raise OptionError(
             Option("seqlen", str(seqlen)),
@@ -446,6 +451,23 @@ def check_outside(out: Path, reference: str) -> None:
         raise OptionError(
             Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
         )
+
+
+def held_result(out: Path) -> dict[str, Any] | None:
+    """What the pruned model in ``out`` is, as its ``pruning_report.json`` says: the recipe (a combined
+    one whole), the input model, the last part's recipe and whether it was distilled; None when ``out``
+    holds no report, or one that cannot be read."""
+    try:
+        report = json.loads((out / "pruning_report.json").read_text())
+        combined = (report.get("workflow") or {}).get("combined") or {}
+        return {
+            "recipe": combined.get("sparsity", report["recipe"]["name"]),
+            "model": combined.get("base_model", report["model"]["path"]),
+            "last part": (combined.get("then") or [report["recipe"]])[-1].get("name"),
+            "distilled": bool(report.get("distillation")),
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def holds_another(out: Path, what: str, why: str) -> OptionError:

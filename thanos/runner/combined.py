@@ -39,6 +39,7 @@ from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
     check_sources,
     check_structure,
+    held_result,
     holds_another,
     model_reference,
     open_model,
@@ -132,16 +133,7 @@ def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
     distillation (this recipe's own is written again)."""
     out, last = Path(request.output.out), request.recipes[-1]
     check_out(out)
-    try:
-        report = json.loads((out / "pruning_report.json").read_text())
-        combined = (report.get("workflow") or {}).get("combined") or {}
-        holds = {
-            "recipe": combined.get("sparsity", report["recipe"]["name"]),
-            "model": combined.get("base_model", report["model"]["path"]),
-            "last part": (combined.get("then") or [report["recipe"]])[-1].get("name"),
-            "distilled": bool(report.get("distillation")),
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    if (holds := held_result(out)) is None:
         return  # new, or unreadable: the last part's own check names it
     wanted = {"recipe": whole, "model": reference, "last part": last.pruned.name}
     why = difference(holds, wanted | {"distilled": bool(last.distill)})

@@ -173,8 +173,7 @@ def _check_at_the_door(search: Search, axes: list[str]) -> None:
         checks.check_vocab_text(text)  # given without the vocab axis too
     if not request.table_only:  # which writes no model
         _check_out(search)
-    model = checks.open_model(checks.model_reference(request.model))
-    checks.check_sources(search.final(most_removed(search.dense, axes)[1]), model)
+    checks.check_sources(search.final(most_removed(search.dense, axes)[1]), search.model)
     search.documents  # noqa: B018 - the held-out split: too few documents or windows refused
 
 
@@ -183,22 +182,20 @@ def _check_out(search: Search) -> None:
     (or inside it, or holding it), a file, a foreign directory, or a pruned model that is not this size's
     earlier result (of the same model) unless ``--overwrite``; this size's earlier result is replaced by
     its write, whichever mix it holds (``Search.replaces``)."""
-    from thanos.runner.checks import check_outside, holds_another, model_reference
+    from thanos.runner.checks import check_outside, held_result, holds_another
 
     request = search.request
-    out, reference = Path(request.output.out).expanduser().resolve(), model_reference(request.model)
+    out, reference = Path(request.output.out).expanduser().resolve(), search.model.reference
     check_outside(out, reference)
     check_out(out)
     if request.output.overwrite or not (out / "pruning_report.json").is_file():
         return
+    holds = held_result(out) or {"recipe": "an unreadable report", "model": "?"}
+    recipe, model = holds["recipe"], holds["model"]
     try:
-        report = json.loads((out / "pruning_report.json").read_text())
-        combined = (report.get("workflow") or {}).get("combined") or {}
-        recipe = combined.get("sparsity", report["recipe"]["name"])
-        model = combined.get("base_model", report["model"]["path"])
         size = json.loads((out / SEARCH).read_text())["request"] if (out / SEARCH).is_file() else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        recipe, model, size = "an unreadable report", "?", None
+    except (OSError, ValueError, KeyError, TypeError):
+        size = None
     if model != reference or size != str(request.size):
         why = f"model {model}" if model != reference else f"recipe {recipe}, not a result of {request.size}"
         raise holds_another(out, f"pruned model ({recipe} of {model})", why)

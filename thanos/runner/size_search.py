@@ -121,14 +121,20 @@ class Search:
                                calibration.seed)  # fmt: skip
         return kept, texts
 
+    @functools.cached_property
+    def model(self) -> Any:
+        """The input model's facts (``thanos.runner.checks.open_model``), read once: its checks, the table's
+        disk, the window length."""
+        from thanos.runner.checks import model_reference, open_model
+
+        return open_model(model_reference(self.request.model))
+
     @property
     def _seqlen(self) -> int:
-        """The calibration's window length: ``--seqlen``, else the calibration's own default within the
-        model's positions."""
-        from thanos.stages.calibrate import DEFAULT_SEQLEN
+        """The calibration's window length, as the size's write takes it (``checks.window_length``)."""
+        from thanos.runner.checks import window_length
 
-        positions = self.dense.config.get("max_position_embeddings", DEFAULT_SEQLEN)
-        return self.request.calibration.seqlen or min(DEFAULT_SEQLEN, positions)
+        return window_length(self.request.calibration.seqlen, self.model.max_positions)
 
     @property
     def label(self) -> str:
@@ -232,10 +238,9 @@ class Search:
         stores they share (the dense chain), what each leaves in the working directory, and the most any one
         holds beyond that while it runs, its model included (measured where it is assembled, then deleted;
         ``--keep all`` keeps every point's)."""
-        from thanos.runner.checks import open_model
         from thanos.runner.disk import estimate, size_text
 
-        model, calibration = open_model(str(Path(self.request.model).resolve())), self._calibration()
+        model, calibration = self.model, self._calibration()
         assert model.layout is not None and model.checkpoint is not None  # a size is of a local model
         keep = self.request.resources.keep
         estimates = [
