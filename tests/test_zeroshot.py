@@ -114,8 +114,8 @@ def test_missing_include_path(setup, tmp_path):
 @pytest.mark.slow
 def test_prune_model_evaluates_local_tasks(setup, tmp_path):
     """``prune-model --evaluate zeroshot --tasks T --include-path DIR``: a task defined in a local YAML, for
-    the pruned and the dense model; a task found nowhere is refused before anything runs (the commands
-    run in this process: ``thanos_here``)."""
+    the pruned and the dense model; a task found nowhere (a built-in task's name mistyped too) is refused
+    before anything runs (the commands run in this process: ``thanos_here``)."""
     from conftest import thanos_here
 
     model, task_dir, _ = setup
@@ -124,6 +124,9 @@ def test_prune_model_evaluates_local_tasks(setup, tmp_path):
                "--evaluate", "zeroshot", "--include-path", str(task_dir)]  # fmt: skip
     unknown = thanos_here(*command, "--tasks", "no_such_task", "--out", tmp_path / "x", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown lm-eval task(s): 'no_such_task'" in unknown.stderr
+    # a built-in task's name mistyped, no local tasks: refused at the door too, not after the pruning
+    typo = thanos_here(*command[:-2], "--tasks", "hellaswg", "--out", tmp_path / "x", cwd=tmp_path)
+    assert typo.returncode == 2 and "'hellaswg' (did you mean hellaswag" in typo.stderr, typo.stderr[-2000:]
     assert not (tmp_path / "work").exists() and not (tmp_path / "x").exists()
     run = thanos_here(*command, "--tasks", tasks.TASK_NAME, "--out", tmp_path / "out", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]

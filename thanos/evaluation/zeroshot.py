@@ -90,6 +90,28 @@ def load_tasks(manager: Any, tasks: list[str]) -> None:
             ) from err
 
 
+# lm-eval's task indexes this process built, by what they index: a run's door checks the task names (the
+# built-in tasks' index takes ~10 s) and its evaluation, after the pruning, reads the same index
+_INDEXES: dict[tuple[Any, ...], Any] = {}
+
+
+def _index(paths: list[str], include_defaults: bool) -> Any:
+    """lm-eval's ``TaskManager`` of the task YAMLs under ``paths`` (and the built-in tasks), built once per
+    process while those files are unchanged."""
+    from lm_eval.tasks import TaskManager
+
+    files = tuple(
+        (str(file), file.stat().st_mtime_ns, file.stat().st_size)
+        for root in paths
+        for file in sorted(Path(root).rglob("*"))
+        if file.is_file()
+    )
+    key = (tuple(paths), include_defaults, files)
+    if key not in _INDEXES:
+        _INDEXES[key] = TaskManager(include_path=paths or None, include_defaults=include_defaults)
+    return _INDEXES[key]
+
+
 def task_manager(tasks: list[str], include_path: str | list[str] | None = None) -> Any:
     """An lm-eval ``TaskManager`` that knows every name in ``tasks``; ValueError naming the unknown ones.
 
@@ -97,14 +119,12 @@ def task_manager(tasks: list[str], include_path: str | list[str] | None = None) 
     built-in tasks takes seconds); otherwise the built-in tasks are indexed as well, the include path
     taking precedence.
     """
-    from lm_eval.tasks import TaskManager
-
     paths = _include_paths(include_path)
     if paths:
-        local = TaskManager(include_path=paths, include_defaults=False)
+        local = _index(paths, include_defaults=False)
         if all(t in local.all_tasks for t in tasks):
             return local
-    manager = TaskManager(include_path=paths or None)
+    manager = _index(paths, include_defaults=True)
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         hints = []

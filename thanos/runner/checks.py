@@ -15,7 +15,7 @@ import torch
 
 from thanos.data.storage import dtype_name
 from thanos.errors import MissingOption, Option, OptionError
-from thanos.evaluation.zeroshot import task_manager
+from thanos.evaluation.zeroshot import parse_tasks, task_manager
 from thanos.files.layout import Layout, store_name
 from thanos.files.ledger import difference
 from thanos.models.checkpoint import Checkpoint
@@ -301,7 +301,8 @@ def checked_distillation(distill: Distillation, max_positions: int) -> Distillat
 
 def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Evaluation:
     """The evaluation's sources found now rather than after pruning: the perplexity text (when asked), its
-    window against the model's positions, the directory of local lm-eval tasks and the tasks named there."""
+    window against the model's positions, the directory of local lm-eval tasks and the task names (lm-eval's
+    index, which the evaluation after the pruning reads again: built once per process)."""
     unused = {  # an evaluation's options without the evaluation: refused rather than ignored
         "ppl_seqlen": "ppl" not in evaluation.kinds and evaluation.ppl_seqlen is not None,
         "ppl_source": "ppl" not in evaluation.kinds
@@ -323,7 +324,8 @@ def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Eva
     include_path = evaluation.include_path
     if include_path is not None:
         include_path = str(Path(include_path).expanduser().resolve())
-        task_manager(list(evaluation.tasks or []), include_path)
+    if "zeroshot" in evaluation.kinds:  # a name lm-eval does not know, refused before the pruning
+        task_manager(parse_tasks(evaluation.tasks), include_path)
     return dataclasses.replace(evaluation, ppl_source=ppl, include_path=include_path)
 
 
