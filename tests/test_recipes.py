@@ -319,6 +319,24 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_a_size_beyond_reach_of_a_model_the_workflow_builds_is_refused_by_its_job(tmp_path: Path) -> None:
+    """A model the workflow builds (``tiny:``) is not there when the config is read: a size beyond its reach
+    is refused by the size's job, its error on the terminal, where the search's input function stopped the
+    run with Snakemake's InputFunctionException and a traceback once the model's facts were computed."""
+    from conftest import snakemake, workflow_config, write_corpus
+
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=16)
+    tiny = {"family": "llama", "hidden_size": 32, "num_blocks": 2}
+    models = {"tiny": {"path": "models/tiny", "tiny": tiny}}
+    recipes = {"far": {"method": "thanos", "sparsity": "params:0.99"}}
+    run = snakemake(tmp_path, workflow_config(corpus, models, recipes), check=False)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0 and "InputFunctionException" not in output and "Traceback" not in output
+    assert "rule one_command failed; its error" in output, output[-3000:]
+    assert re.search(r"ERROR: --sparsity params:0.99 asks for .*; ask for params:[\d.]+ or less", output)
+
+
 def test_vocabularies_and_sizes_are_workflow_recipes():
     """``vocab:`` alone and ``params:P`` expand to ``OneCommand`` recipes with ``thanos prune-model``'s
     options (a combined pattern's vocabulary is its last part, a ``Combined``'s); what that job cannot take

@@ -370,11 +370,16 @@ def one_command_inputs(wildcards):
 def first_candidates(model, name):
     """{candidate name: explicit mix} a size's search measures first (read from the model's config and
     tokenizer once its facts are known: thanos.runner.size.planned_candidates)."""
+    from thanos.errors import OptionError
     from thanos.runner.size import planned_candidates
     from thanos.runner.size_search import candidate_name
 
     request = ONE_COMMAND[name].request(MODELS[model]["path"])
-    return {candidate_name(pattern): pattern for pattern in planned_candidates(request)}
+    try:
+        planned = planned_candidates(request)
+    except OptionError:  # a size beyond the model's reach: its job refuses it, named (a model the workflow
+        return {}  # builds: the config's check, check_size_reach, could not read it)
+    return {candidate_name(pattern): pattern for pattern in planned}
 
 
 def one_command_flags(wildcards):
