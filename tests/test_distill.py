@@ -237,6 +237,7 @@ def test_bad_input_is_refused_named_and_nothing_is_written(setup: dict[str, Path
         ({"--teacher": root / "text.jsonl.d"}, "no config.json in the model directory"),  # a directory
         ({"--teacher": root / "nowhere"}, "no such directory; give the dense model the student was pruned"),
         ({"--source": root / "nothing.jsonl"}, "nothing.jsonl: no such file or directory (or give 'c4')"),
+        ({"--work": root / "refused" / "w"}, "refused/w is inside --out"),  # the model would replace it
     ):
         args = [str(a) for a in command(setup, "refused")]
         for flag, value in change.items():

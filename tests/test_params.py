@@ -604,9 +604,9 @@ def test_a_size_refuses_at_the_door_what_its_write_would_refuse(
 ) -> None:
     """What the size's write would refuse after its cost table (a missing calibration file, windows longer
     than the model's, too few windows to hold some out, a perplexity text that is not there, a foreign
-    ``--out`` or one holding another result) is refused before any point is measured, naming the option,
-    nothing written; an ``--out`` holding this size's earlier result is taken (its write replaces it), and
-    ``--table-only`` reads none."""
+    ``--out`` or one holding another result, a working directory inside ``--out``) is refused before any
+    point is measured, naming the option, nothing written; an ``--out`` holding this size's earlier result
+    is taken (its write replaces it), and ``--table-only`` reads none."""
     import io
 
     foreign = tmp_path / "foreign"
@@ -621,6 +621,7 @@ def test_a_size_refuses_at_the_door_what_its_write_would_refuse(
         "ppl_source=": ({"evaluate": "ppl", "ppl_source": missing}, tmp_path / "out"),
         "is not empty and is not a previous result": ({}, foreign),
         "holds another pruned model": ({}, earlier),
+        "is inside out=": ({"workdir": tmp_path / "out" / "w"}, tmp_path / "out"),  # refused at the end
     }
     for message, (changed, out) in refused.items():
         options = inputs["options"] | {"workdir": tmp_path / "w", "stream": io.StringIO()} | changed

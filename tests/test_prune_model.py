@@ -723,7 +723,7 @@ def test_another_models_result_is_replaced_only_with_overwrite(first, inputs, tm
 def test_a_foreign_out_directory_is_refused(tmp_path, cli):
     from thanos.demo.tiny import build_tiny_model
 
-    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
+    build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=2)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
     run = cli(
@@ -742,6 +742,21 @@ def test_a_foreign_out_directory_is_refused(tmp_path, cli):
         )  # fmt: skip
         named = "is under" if option == "--out" else "is a file; give a directory"
         assert run.returncode == 2 and f"{option} {path} {named}" in run.stderr, run.stderr
+    # a working directory that is --out or inside it: refused before any work (every step ran, then the
+    # publish refused --out, which held the working directory)
+    (tmp_path / "c.txt").write_text("a calibration text of a few words . " * 40)
+    for workdir, named, sparsity in (
+        (tmp_path / "new" / "w", "is inside", "0.5"),
+        (tmp_path / "new", "is", "0.5"),
+        (tmp_path / "new" / "w", "is inside", "depth:1+neurons:0.3"),  # before its first part runs
+    ):
+        run = cli(
+            "prune-model", "--model", tmp_path / "m", "--method", "thanos", "--sparsity", sparsity,
+            "--out", tmp_path / "new", "--workdir", workdir, "--calibration", tmp_path / "c.txt",
+            cwd=tmp_path,
+        )  # fmt: skip
+        said = f"--workdir {workdir} {named} --out {tmp_path / 'new'}, where the model is published"
+        assert run.returncode == 2 and said in run.stderr, run.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "new").exists()
 
 

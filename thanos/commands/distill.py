@@ -103,10 +103,12 @@ def run(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from thanos.files.locks import exclusive_out
+    from thanos.runner.checks import check_apart
 
     distillation = Distillation(**options.given(args, Distillation))
     _check_sources(args.teacher, distillation)
     work = Path(args.work) if args.work else default_work(args, asdict(distillation))
+    check_apart(work, args.out, "work")  # the model written whole over --out would replace its checkpoints
     first = os.environ.get("RANK", "0") == "0"  # under torchrun, the first process writes --out
     with exclusive_out(args.out) if first else contextlib.nullcontext():  # its one writer
         _distill(args, distillation, work)

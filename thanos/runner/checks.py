@@ -154,6 +154,8 @@ def plan(request: PruneRequest) -> Plan:
     workdir = given or default_workdir(reference, calibration)
     if given is None:
         check_directory("workdir", workdir)  # the default one: under THANOS_WORKDIR
+    if request.publish:
+        check_apart(workdir, out)
     run_plan = Plan(
         recipe.pruned,
         reference,
@@ -453,6 +455,23 @@ def check_outside(out: Path, reference: str) -> None:
         raise OptionError(
             Option("out", str(out)), f" {where} the input model {model}; give a directory outside it"
         )
+
+
+def check_apart(workdir: str | Path | None, out: str | Path, option: str = "workdir") -> None:
+    """Refuse a working directory (``option``) that is ``out`` or inside it: a model is published only into
+    an empty ``out`` or over a previous result, so the run would compute every step there and be refused at
+    the end, or replace its own working directory (``--out`` inside the working directory is taken: the
+    model is published there)."""
+    if workdir is None:
+        return
+    work, published = Path(workdir).expanduser().resolve(), Path(out).expanduser().resolve()
+    if work == published or published in work.parents:
+        where = "is" if work == published else "is inside"
+        raise OptionError(
+            Option(option, str(work)), f" {where} ", Option("out", str(published)),
+            ", where the model is published (into a new or empty directory, or over a previous result); "
+            "give a working directory outside it",
+        )  # fmt: skip
 
 
 def held_result(out: Path) -> dict[str, Any] | None:

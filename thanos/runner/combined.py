@@ -37,6 +37,7 @@ from thanos.files.atomic import write_json
 from thanos.files.ledger import Entry, difference, model_identity, remove
 from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
+    check_apart,
     check_sources,
     check_structure,
     held_result,
@@ -122,6 +123,7 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
             said = f"its part {recipe.sparsity}{first if first.startswith(' ') else ': ' + first}"
             raise OptionError(Option("sparsity", whole), said, *rest) from None
     calibration = check_sources(request, model)
+    check_apart(request.resources.workdir, request.output.out)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
     return calibration

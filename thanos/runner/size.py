@@ -173,6 +173,7 @@ def _check_at_the_door(search: Search, axes: list[str]) -> None:
         checks.check_vocab_text(text)  # given without the vocab axis too
     if not request.table_only:  # which writes no model
         _check_out(search)
+        checks.check_apart(request.resources.workdir, request.output.out)
     checks.check_sources(search.final(most_removed(search.dense, axes)[1]), search.model)
     search.documents  # noqa: B018 - the held-out split: too few documents or windows refused
 
