@@ -483,6 +483,7 @@ def test_bad_text_data_is_named_before_any_step(tmp_path, cli):
     ):
         run = cli("prune-model", *common, *args, "--workdir", tmp_path / "w", cwd=tmp_path)
         assert run.returncode == 2 and message in run.stderr.splitlines()[-1], run.stderr[-2000:]
+        assert run.stderr.splitlines()[-1].startswith(f"ERROR: {args[-2]} {args[-1]}: "), run.stderr[-2000:]
         assert not (tmp_path / "w").exists()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from thanos.data.textdata import check_files
-from thanos.errors import MissingOption, Option, OptionError
+from thanos.errors import MissingOption, Option, OptionError, PathError
 
 HUB_SOURCES = {
     "calibration": "c4",
@@ -82,7 +82,10 @@ def source_reference(source: str | Path, option: str, text_field: str = "text", 
     if not path.exists():
         raise MissingOption(Option(option, str(source)), f"no such file or directory (or give {hub_name!r})")
     if check:
-        check_files(path, text_field)
+        try:
+            check_files(path, text_field)
+        except PathError as err:  # the file and the fix, said of the option that named it
+            raise OptionError(Option(option, str(source)), str(err)) from None
     return str(path)
 
 
