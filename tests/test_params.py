@@ -510,7 +510,7 @@ def test_a_combined_recipe_is_checked_whole_at_the_door(inputs: dict[str, Any], 
     options = inputs["options"] | {"workdir": tmp_path / "w"}
     words = make_tiny_model(tmp_path, "llama", num_blocks=3)  # word-level; hidden 32, 4 heads in 4 groups
     refusals = [
-        (inputs["model"], "depth:1+vocab:5000", "its part vocab:5000: vocab:5000 keeps 5000 of the model's"),
+        (inputs["model"], "depth:1+vocab:5000", "its part vocab:5000: keeps 5000 of the model's"),
         (words, "depth:1+vocab:0.3", "its part vocab:0.3: the tokenizer is WordLevel, not BPE"),
         (words, "depth:1+heads:0.25", "its part heads:0.25 leaves 3 query heads in 3 key/value groups, which "
          "the config of model_type 'llama' refuses (The hidden size (32) is not a multiple of the number of "

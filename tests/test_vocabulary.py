@@ -258,6 +258,19 @@ def test_prune_vocab_command(pruned: dict[str, Any], cli: Any, tmp_path: Path) -
     assert absent.returncode == 2 and "nothing.txt: no such file or directory" in absent.stderr
     assert "ERROR: --text " in absent.stderr, absent.stderr
     assert not (tmp_path / "none").exists() and not (tmp_path / ".none.thanos-lock").exists()
+    # each problem said once, of the option that gave it (a value was said twice; a text's problem, a
+    # count the tokenizer cannot keep and a field the text lacks named no option)
+    jsonl = tmp_path / "prose.jsonl"
+    jsonl.write_text(json.dumps({"text": CHOOSING[0]}) + "\n")
+    model = ("prune-vocab", "--model", pruned["dense"], "--out", tmp_path / "none")
+    for given, said in (
+        (("--sparsity", "vocab:1.5", "--text", text), "--sparsity 'vocab:1.5': give a whole number of"),
+        (("--sparsity", "vocab:10", "--text", text), "--sparsity vocab:10: keeps 10 tokens, fewer than the"),
+        (("--sparsity", "vocab:0.15", "--text", jsonl, "--text-field", "body"), f"--text {jsonl}: line 1"),
+    ):
+        run = cli(*model, *given, cwd=tmp_path)
+        assert run.returncode == 2 and run.stderr.splitlines()[-1].startswith(f"ERROR: {said}"), run.stderr
+    assert not (tmp_path / "none").exists()
 
 
 def test_prune_model_vocab(pruned: dict[str, Any], tmp_path: Path) -> None:

@@ -36,23 +36,31 @@ def run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from thanos.data.textdata import read_documents
-    from thanos.errors import MissingOption, Option
+    from thanos.errors import MissingOption, Option, OptionError
     from thanos.files.locks import exclusive_out
     from thanos.models import load_config
-    from thanos.pruning.sparsity import parse_sparsity
+    from thanos.pruning.sparsity import parse_sparsity, sparsity_problem
+    from thanos.runner.checks import check_vocab_model
+    from thanos.runner.sources import check_text
     from thanos.stages.vocab import prune_vocabulary, summary, vocab_out_problem
 
-    pattern = parse_sparsity(args.sparsity)
+    try:
+        pattern = parse_sparsity(args.sparsity)
+    except ValueError as err:
+        problem = sparsity_problem(err, args.sparsity)
+        raise OptionError(Option("sparsity", repr(args.sparsity)), problem) from None
     if pattern.kind != "vocab":
         raise ValueError(
             f"--sparsity {args.sparsity}: prune-vocab takes vocab:N or vocab:p; use thanos prune-model for "
             f"{pattern.kind}"
         )
     load_config(args.model)  # a directory without a readable config.json is refused, named
+    check_vocab_model(args.model, pattern)  # a tokenizer that cannot lose tokens, a count it cannot keep
     if not Path(args.text).expanduser().exists():
         raise MissingOption(
             Option("text", str(args.text)), "no such file or directory; give the text whose tokens to keep"
         )
+    check_text(Path(args.text).expanduser(), "text", args.text, args.text_field)  # its types, first record
     out = Path(args.out)
     with exclusive_out(out):  # one writer of --out, from its check to the last write
         if (problem := vocab_out_problem(out, args.model)) is not None:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from thanos.pruning.structures import STRUCTURES, Structure
 
@@ -160,6 +160,12 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number in [0, 1)") from None
     return Sparsity(kind, p=p)
+
+
+def sparsity_problem(err: ValueError, spec: Any) -> str:
+    """What ``parse_sparsity`` found wrong with ``spec``, without the argument and value it names (for a
+    message that names the option and the value itself: ``--sparsity 'vocab:1.5': give ...``)."""
+    return str(err).removeprefix("sparsity: ").removeprefix(f"{spec!r}: ")
 
 
 def _count(spec: str, kind: str, value: str) -> Sparsity:

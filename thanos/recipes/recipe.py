@@ -34,6 +34,7 @@ from thanos.pruning.sparsity import (
     Sparsity,
     check_alpha,
     parse_sparsity,
+    sparsity_problem,
 )
 from thanos.pruning.structures import takes
 from thanos.recipes.fields import ConfigError, check_fields, check_number, invalid
@@ -257,14 +258,14 @@ def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
     try:
         return parse_sparsity(value)
     except ValueError as err:
-        raise invalid(
-            key,
-            field,
-            f"{err} (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', "
-            "'structured:0.3', 'neurons:0.3', 'heads:0.33', 'kv_heads:0.25', 'depth:6', structures joined "
-            "with '+' like 'depth:4+neurons:0.3'; in thanos prune-model also 'vocab:0.3' and a size, "
-            "'params:0.25')",
-        ) from None
+        allowed = (
+            " (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', 'structured:0.3', "
+            "'neurons:0.3', 'heads:0.33', 'kv_heads:0.25', 'depth:6', structures joined with '+' like "
+            "'depth:4+neurons:0.3'; in thanos prune-model also 'vocab:0.3' and a size, 'params:0.25')"
+        )
+        said = str(err).removeprefix("sparsity: ")  # the config's words name the value, a front's its own
+        problem = sparsity_problem(err, value) + allowed
+        raise ConfigError(f"{key}.{field}: {said}{allowed}", field, problem) from None
 
 
 def _compact(key: str, pattern: Sparsity, compact: Any) -> bool:

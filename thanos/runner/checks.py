@@ -371,7 +371,8 @@ def check_vocab_model(model: str, pattern: Any) -> None:
     try:
         check_vocab_pattern(model, pattern)
     except ValueError as err:
-        raise OptionError(Option("sparsity", str(pattern)), str(err).removeprefix("vocab: ")) from None
+        said = str(err).removeprefix("vocab: ").removeprefix(f"{pattern} ")  # the option names the pattern
+        raise OptionError(Option("sparsity", str(pattern)), said) from None
 
 
 def check_vocab_text(text: str | Path) -> None:

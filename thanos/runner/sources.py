@@ -82,11 +82,17 @@ def source_reference(source: str | Path, option: str, text_field: str = "text", 
     if not path.exists():
         raise MissingOption(Option(option, str(source)), f"no such file or directory (or give {hub_name!r})")
     if check:
-        try:
-            check_files(path, text_field)
-        except PathError as err:  # the file and the fix, said of the option that named it
-            raise OptionError(Option(option, str(source)), str(err)) from None
+        check_text(path, option, source, text_field)
     return str(path)
+
+
+def check_text(path: Path, option: str, given: str | Path, text_field: str = "text") -> None:
+    """``check_files`` of the local text ``path``: its problem (the file and the fix) said of the ``option``
+    that gave it (``given``: as it was written)."""
+    try:
+        check_files(path, text_field)
+    except PathError as err:
+        raise OptionError(Option(option, str(given)), str(err)) from None
 
 
 def check_hub(option: str, given: str | None = None) -> None:
