@@ -834,6 +834,9 @@ def test_several_sizes_share_one_search_and_draw_the_curve(
             assert f"about {after[0]['predicted_loss']:.4f} (" in line, line
         else:
             assert predicted in table, line
+    lines = said.getvalue().splitlines()  # the table's plan said once, the dry run's last line once, last
+    assert sum(" the cost table of every size" in line for line in lines) == 1, lines
+    assert [line for line in lines if line.startswith("dry run:")] == lines[-1:], lines
     with pytest.raises(ValueError, match=r"sparsity=params:0\.99 asks for .* ask for params:0\.\d+ or less"):
         prune_model(inputs["model"], "thanos", "params:0.2,0.99", out=tmp_path / "far", **options)
     assert not (tmp_path / "far").exists() and measured == []

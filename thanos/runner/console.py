@@ -19,6 +19,9 @@ from thanos.stages.common import resolve_device
 from thanos.stages.describe.card import evaluate_commands
 from thanos.stages.describe.provenance import path_bytes
 
+# a dry run's last line: everything it said was checked
+DRY_RUN = "dry run: everything above was checked; nothing was run or written"
+
 
 def say(stream: TextIO, text: str = "") -> None:
     """One line on ``stream``, at once."""

@@ -30,7 +30,7 @@ from thanos.files.locks import exclusive_workdir
 from thanos.recipes.labels import counted
 from thanos.runner import console
 from thanos.runner.checks import Plan, plan
-from thanos.runner.console import say
+from thanos.runner.console import DRY_RUN, say
 from thanos.runner.evaluations import Evaluations, dense_eval_dir
 from thanos.runner.progress import StepProgress, full_log
 from thanos.runner.request import PruneRequest
@@ -71,7 +71,7 @@ def prune_one(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     run_plan = plan(request)
     console.announce(run_plan, stream, request.dry_run)
     if request.dry_run:
-        say(stream, "dry run: everything above was checked; nothing was run or written")
+        say(stream, DRY_RUN)
         disk, keep = run_plan.disk, run_plan.resources.keep
         totals = {"peak": disk.peak(keep), "after": disk.kept(keep)} if disk is not None else {}
         parts = dataclasses.asdict(disk) if disk is not None else None

@@ -56,7 +56,7 @@ from thanos.files.atomic import write_json
 from thanos.files.ledger import remove
 from thanos.files.locks import shared_workdir
 from thanos.pruning import kept
-from thanos.runner.console import say
+from thanos.runner.console import DRY_RUN, say
 from thanos.runner.request import PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
 from thanos.runner.size_card import measured_text, predicted_text, write_card
@@ -73,13 +73,18 @@ SEARCH = "search.json"
 
 
 def prune_to_size(
-    request: PruneRequest, stream: TextIO, execute: Execute, later: tuple[Any, ...] = ()
+    request: PruneRequest,
+    stream: TextIO,
+    execute: Execute,
+    later: tuple[Any, ...] = (),
+    earlier: tuple[Any, ...] = (),
 ) -> dict[str, Any]:
     """Search the mix (``choose``: the mix the cost table predicts is written to ``out``, as its explicit
     recipe alone writes it, and measured there; the chosen one written again only when it is not the last
     written, or was measured by an earlier run); the report of its write with ``search`` (``search.json``'s
     content) added. ``later``: the sizes searched after this one in the same directory (``prune_sizes``),
-    the points of the table their mixes reach measured with this one's."""
+    the points of the table their mixes reach measured with this one's; ``earlier``: those searched before
+    it (a dry run says their table's plan once, and its last line after every size's)."""
     goal, started = request.size, time.monotonic()
     assert goal is not None
     search, axes, parameters, target = _at_the_door(request, stream, execute)
@@ -87,11 +92,18 @@ def prune_to_size(
     mixing = ", ".join(axes) + "".join(f"; not {axis} ({why})" for axis, why in _missing(goal, dense).items())
     say(stream, f"{goal}: at least {target:,} of {parameters:,} parameters to remove, mixing {mixing}")
     first = table_points(dense, axes)  # the candidates the search starts from: the cost table
-    say(stream, f"{goal}: {search.plan(first)}")
+    if request.dry_run and earlier:
+        say(
+            stream,
+            f"{goal}: its mix from the cost table of {earlier[0]} (the same points), written and measured",
+        )
+    else:
+        say(stream, f"{goal}: {search.plan(first)}")
     if request.dry_run:
         if (predicted := search.prediction(axes, target, parameters)) is not None:
             say(stream, f"{goal}: {predicted}")
-        say(stream, "dry run: everything above was checked; nothing was run or written")
+        if not (earlier or later):  # several sizes: said once, after the last (``prune_sizes``)
+            say(stream, DRY_RUN)
         return {"out": str(request.output.out), "workdir": str(search.root)}
     if (note := other_search(request, search.root)) is not None:
         say(stream, f"{goal}: {note}")

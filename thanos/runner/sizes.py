@@ -17,7 +17,7 @@ from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
 from thanos.pruning import kept
 from thanos.runner.checks import check_outside, model_reference
-from thanos.runner.console import say
+from thanos.runner.console import DRY_RUN, say
 from thanos.runner.request import PruneRequest
 from thanos.runner.size import Execute, check_size, prune_to_size, reachable
 from thanos.runner.size_axes import knobs
@@ -59,9 +59,10 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
         for i, one in enumerate(each):
             say(stream, f"--- size {i + 1}/{len(each)}: {one}")
             reports[str(one)] = prune_to_size(
-                _one(request, one, out), stream, execute, later=tuple(each[i + 1 :])
+                _one(request, one, out), stream, execute, later=tuple(each[i + 1 :]), earlier=tuple(each[:i])
             )
     if request.dry_run:
+        say(stream, DRY_RUN)
         return {"out": str(out), "sizes": reports}
     if request.table_only:  # the predicted frontier, nothing written
         predicted = {size: report["predicted"] for size, report in reports.items()}
