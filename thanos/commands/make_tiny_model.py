@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from thanos.demo.tiny import build_tiny_model
+    from thanos.stages.publish import check_replaceable
 
+    check_replaceable(args.out, "out", None, "thanos make-tiny-model")  # what is there would be deleted
     out = build_tiny_model(
         args.out,
         family=args.family,

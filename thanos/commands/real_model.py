@@ -24,7 +24,9 @@ def run(args: argparse.Namespace) -> None:
     import logging
 
     from thanos.models.real import REPORT, build_real_model
+    from thanos.stages.publish import check_replaceable
 
+    check_replaceable(args.out, "out", REPORT, "thanos real-model")  # what else is there would be deleted
     report = build_real_model(args.name, args.out, args.num_blocks)
     logging.getLogger("thanos").info(
         "%s: %s, %d blocks; %r -> %r (%s/%s)",

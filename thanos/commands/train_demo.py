@@ -66,9 +66,11 @@ def run(args: argparse.Namespace) -> None:
     from thanos.demo.splits import read_jsonl
     from thanos.demo.train import TrainOptions, train_demo
     from thanos.stages.common import resolve_device
+    from thanos.stages.publish import check_replaceable
 
     opts = TrainOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)})
     opts.validate()
+    check_replaceable(args.out, "out", "train_report.json", "thanos train-demo")  # the rest: deleted
     device = resolve_device(args.device)
     train_docs = [a.text for a in read_jsonl(args.data_dir / "train.jsonl")]
     test_docs = [a.text for a in read_jsonl(args.data_dir / "test.jsonl")]

@@ -58,12 +58,19 @@ def check_directory(option: str, path: Path) -> None:
 
 def check_out(out: Path) -> None:
     """Refuse an output that is a file, or a non-empty directory that is not a previous pruned model."""
-    check_directory("out", out)
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+    check_replaceable(out, "out", MARKER, "thanos prune-model")
+
+
+def check_replaceable(out: Path, option: str, marker: str | None, command: str) -> None:
+    """Refuse a directory ``command`` writes whole (``atomic_path``: whatever was there is deleted) when it
+    is a file, or a non-empty directory that is not ``command``'s previous result (the file ``marker`` in
+    it; None: it leaves none, only a new or empty directory is taken)."""
+    check_directory(option, Path(out))
+    if Path(out).is_dir() and any(Path(out).iterdir()) and not (marker and (Path(out) / marker).is_file()):
+        previous = f" and is not a previous result (no {marker})" if marker else ""
+        again = f"a previous result of {command} is replaced" if marker else f"{command} writes it whole"
         raise OptionError(
-            Option("out", str(out)),
-            f" is not empty and is not a previous result (no {MARKER}); give a new or empty directory (a "
-            "previous result of thanos prune-model is replaced)",
+            Option(option, str(out)), f" is not empty{previous}; give a new or empty directory ({again})"
         )
 
 
