@@ -106,17 +106,20 @@ def test_terminal_shows_the_line_and_no_traceback(model: Path, tmp_path: Path) -
 def test_a_directory_written_whole_is_never_one_of_the_users(tmp_path: Path) -> None:
     """The commands that write their --out whole (replacing what was there) refuse a non-empty directory
     that is not their own previous result, naming it, and leave it as it was: ``make-tiny-model --out
-    proj`` deleted the user's files in ``proj``, as did ``real-model`` and ``train-demo``."""
+    proj`` deleted the user's files in ``proj``, as did ``real-model``, ``train-demo`` and ``assemble``."""
     mine = tmp_path / "proj"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
+    recipe = json.dumps({"method": "magnitude", "sparsity": 0.5})
     for args, said in (
         (("make-tiny-model", "--family", "llama"), "is not empty; give a new or empty directory"),
         (("real-model",), "is not empty and is not a previous result (no real_model.json)"),
         (("train-demo", "--data-dir", tmp_path), "is not empty and is not a previous result (no train_"),
+        (("assemble", "--model", tmp_path, "--pruned-root", tmp_path, "--recipe", recipe), "(no pruning_"),
     ):
-        run = thanos_here(*args, "--out", mine, cwd=tmp_path)
-        assert run.returncode == 2 and f"ERROR: --out {mine} {said}" in run.stderr, run.stderr[-2000:]
+        run = thanos_here(*args, "--out", mine, cwd=tmp_path)  # (assemble, a job's command, logs it)
+        assert run.returncode != 0 and f"--out {mine} is not empty" in run.stderr, run.stderr[-2000:]
+        assert said in run.stderr, run.stderr[-2000:]
     assert [path.name for path in mine.iterdir()] == ["notes.txt"]
     built = thanos_here("make-tiny-model", "--family", "llama", "--out", tmp_path / "new", cwd=tmp_path)
     assert built.returncode == 0 and (tmp_path / "new" / "config.json").is_file(), built.stderr[-2000:]

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.recipes.recipe import Recipe
     from thanos.stages.assemble import assemble
     from thanos.stages.describe.provenance import RunRecord
+    from thanos.stages.publish import MARKER, check_replaceable
 
     workflow = {"granularity": args.granularity, "granularity_reason": args.granularity_reason}
     record = RunRecord(
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> None:
     )
     recipe = Recipe.from_json(args.recipe, key="--recipe")
     with exclusive_out(args.out):  # one writer of --out
+        check_replaceable(args.out, "out", MARKER, "thanos assemble")  # written whole: the rest deleted
         assemble(
             args.model, args.pruned_root, recipe, args.out, args.model_info, args.owl,
             args.max_shard_size, record, args.depth,
