@@ -23,6 +23,7 @@ from thanos.data.storage import (
     write_hessians,
     write_tokens,
 )
+from thanos.errors import PathError
 
 FIX = "and rerun the stage that writes it"
 
@@ -123,6 +124,20 @@ def test_a_snakemake_directory_output_reads_without_a_warning(tmp_path: Path) ->
     (tmp_path / "tokens.zarr" / "stray").touch()
     with pytest.warns(UserWarning, match="Object at stray is not recognized"):
         read_tokens(tmp_path / "tokens.zarr")
+
+
+def test_a_store_never_replaces_a_directory_that_is_not_one(tmp_path: Path) -> None:
+    """A store is written whole in place of what is at its path: a directory of other files there is
+    refused, named, and kept (``thanos capture --out proj`` deleted ``proj``); a store is replaced."""
+    mine = tmp_path / "proj"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(PathError, match=r"not a zarr store is there, .*\(.*proj\); give the store a path"):
+        tokens(mine)
+    assert [path.name for path in mine.iterdir()] == ["notes.txt"]
+    tokens(tmp_path / "tokens.zarr")
+    ids = tokens(tmp_path / "tokens.zarr")  # written again over itself
+    assert np.array_equal(read_tokens(tmp_path / "tokens.zarr")[0], ids)
 
 
 def test_all_zero_chunks_are_written_and_verified(tmp_path: Path) -> None:

@@ -222,11 +222,22 @@ def create_array(
     )
 
 
+# the file at the root of a zarr group (format 3; format 2 kept .zgroup)
+ZARR_ROOTS = ("zarr.json", ".zgroup")
+
+
 @contextlib.contextmanager
 def store_writer(path: str | Path, attrs: dict[str, Any]) -> Iterator[zarr.Group]:
     """A zarr group in a temporary sibling of ``path``; on success ``attrs``, the manifest, then
     ``complete`` are set and the store is renamed into place. On error the temporary store is removed and
-    ``path`` is untouched. Create arrays with ``create_array`` (chunk checksums)."""
+    ``path`` is untouched. Create arrays with ``create_array`` (chunk checksums). A directory at ``path`` that
+    is not a zarr store (nor empty) is refused: the store would take its place, deleting it."""
+    found = Path(path)
+    if found.is_dir() and any(found.iterdir()) and not any((found / name).is_file() for name in ZARR_ROOTS):
+        raise PathError(
+            "a directory that is not a zarr store is there, and the store would replace it", found,
+            "give the store a path of its own",
+        )  # fmt: skip
     with atomic_path(path, is_dir=True) as tmp:
         group = zarr.open_group(str(tmp), mode="w")
         yield group
