@@ -56,11 +56,12 @@ def run(args: argparse.Namespace) -> None:
         )
     load_config(args.model)  # a directory without a readable config.json is refused, named
     check_vocab_model(args.model, pattern)  # a tokenizer that cannot lose tokens, a count it cannot keep
-    if not Path(args.text).expanduser().exists():
+    text = Path(args.text).expanduser()
+    if not text.exists():
         raise MissingOption(
             Option("text", str(args.text)), "no such file or directory; give the text whose tokens to keep"
         )
-    check_text(Path(args.text).expanduser(), "text", args.text, args.text_field)  # its types, first record
+    check_text(text, "text", args.text, args.text_field)  # its files' types, encoding and first record
     out = Path(args.out)
     with exclusive_out(out):  # one writer of --out, from its check to the last write
         if (problem := vocab_out_problem(out, args.model)) is not None:

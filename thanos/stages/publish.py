@@ -61,12 +61,13 @@ def check_out(out: Path) -> None:
     check_replaceable(out, "out", MARKER, "thanos prune-model")
 
 
-def check_replaceable(out: Path, option: str, marker: str | None, command: str) -> None:
+def check_replaceable(out: str | Path, option: str, marker: str | None, command: str) -> None:
     """Refuse a directory ``command`` writes whole (``atomic_path``: whatever was there is deleted) when it
     is a file, or a non-empty directory that is not ``command``'s previous result (the file ``marker`` in
     it; None: it leaves none, only a new or empty directory is taken)."""
-    check_directory(option, Path(out))
-    if Path(out).is_dir() and any(Path(out).iterdir()) and not (marker and (Path(out) / marker).is_file()):
+    out = Path(out)
+    check_directory(option, out)
+    if out.is_dir() and any(out.iterdir()) and not (marker and (out / marker).is_file()):
         previous = f" and is not a previous result (no {marker})" if marker else ""
         again = f"a previous result of {command} is replaced" if marker else f"{command} writes it whole"
         raise OptionError(
