@@ -122,3 +122,16 @@ def test_published_safetensors_follow_the_umask(tmp_path: Path, umask: int) -> N
         assert file.stat().st_mode & 0o777 == 0o666 & ~umask, (file, oct(file.stat().st_mode))
     for folder in (model, model / "sub"):
         assert folder.stat().st_mode & 0o777 == 0o777 & ~umask, (folder, oct(folder.stat().st_mode))
+
+
+def test_a_file_never_takes_a_directorys_place(tmp_path: Path) -> None:
+    """A JSON written where a directory is fails, naming it, and the directory and its files stay (the
+    directory was deleted and the file put in its place)."""
+    folder = tmp_path / "pruned"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(IsADirectoryError, match="a directory is there") as raised:
+        write_json(folder, {"ppl": 1.0})
+    assert raised.value.filename == str(folder)
+    assert [path.name for path in tmp_path.iterdir()] == ["pruned"]
+    assert (folder / "model.safetensors").read_bytes() == b"weights"

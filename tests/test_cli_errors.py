@@ -125,11 +125,52 @@ def test_a_directory_written_whole_is_never_one_of_the_users(tmp_path: Path) -> 
     assert built.returncode == 0 and (tmp_path / "new" / "config.json").is_file(), built.stderr[-2000:]
 
 
+def test_an_output_json_is_checked_before_the_work(model: Path, tmp_path: Path) -> None:
+    """The evaluations and ``model-info`` refuse at once an output JSON that their write at the end would
+    fail on or that would destroy what is there, naming it, and leave everything as it was: ``perplexity
+    --out DIR`` replaced the directory (a pruned model, the user's files) by the JSON with exit status 0,
+    ``--out`` the text it read or a file of the model overwrote it, and a path under a file failed after
+    the whole evaluation."""
+    mine, text, blocker = tmp_path / "mine", tmp_path / "text.txt", tmp_path / "blocker"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    text.write_text("a text to score, long enough for a window " * 50)
+    blocker.write_text("a file where a directory should be")
+    ppl = ("perplexity", "--model", model, "--source", text)
+    both = ("evaluate", "--model", model, "--source", text, "--tasks", "hellaswag")
+    for args, said in (
+        (
+            (*ppl, "--out", mine),
+            f"--out {mine} is a directory; give a file path, such as {mine}/perplexity.json",
+        ),
+        (("zeroshot", "--model", model, "--out", mine), f"such as {mine}/zeroshot.json"),
+        (("model-info", "--model", model, "--out", "."), "--out .: give a file path, such as info.json"),
+        ((*ppl, "--out", text), f"--out {text} is --source {text}, which the command reads"),
+        ((*ppl, "--out", model / "config.json"), f"is inside --model {model}, a directory the command reads"),
+        ((*ppl, "--out", blocker / "p.json"), f": {blocker} is a file, not a directory"),
+        ((*both, "--ppl-out", mine, "--zeroshot-out", "z.json"), f"--ppl-out {mine} is a directory"),
+        (
+            (*both, "--ppl-out", "x.json", "--zeroshot-out", tmp_path / "x.json"),
+            "would replace the perplexity's",
+        ),
+    ):
+        before = {
+            path: path.read_bytes() for path in (text, blocker, model / "config.json", mine / "notes.txt")
+        }
+        run = thanos_here(*args, cwd=tmp_path)
+        assert run.returncode == 2 and said in run.stderr.splitlines()[-1], (args, run.stderr[-2000:])
+        assert "INFO" not in run.stderr, run.stderr[-2000:]  # nothing began: no model loaded, no text read
+        assert {path: path.read_bytes() for path in before} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["blocker", "mine", "text.txt"]
+
+
 def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where a directory should be")
     log = tmp_path / "info.log"
-    assert run_thanos("model-info", "--model", model, "--out", blocker / "info.json", log=log) == 2
+    out = blocker / "p"
+    args = ("--block", 0, "--method", "magnitude", "--sparsity", 0.5, "--out-dir", out)
+    assert run_thanos("prune", "--model", model, *args, log=log) == 2
     last = log.read_text().rstrip("\n").split("\n")[-1]
     assert last.startswith("ERROR: ") and str(blocker) in last and "; check the path" in last, last
 

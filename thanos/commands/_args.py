@@ -4,6 +4,9 @@ and offline mode of the evaluations, and text sources. Torch-free, like every ``
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thanos import options
@@ -132,6 +135,43 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
         "must be local or cached)",
     )
     parser.add_argument("--out", required=True, help="output JSON (written atomically)")
+
+
+def check_json_out(path: str, name: str, reads: Sequence[tuple[str, str]], option: str = "out") -> None:
+    """Refuse, before any work, an output JSON (``option``, ``path``; ``name``: the file name to suggest)
+    that its write at the end would fail on or that would destroy what is there: a directory (the file
+    would take its place), a path under a file or in a directory that cannot be written, one of the files
+    the command reads or a path inside a directory it reads (``reads``: (option, path) pairs, the model's
+    among them: a model directory holds the model's own files, and a published model refuses one added;
+    a hub name reads no local file)."""
+    from thanos.errors import Option, OptionError
+
+    given, target = Option(option, path), Path(path).expanduser()
+    if not path.strip() or path.endswith(("/", os.sep)) or target.name in ("", ".", ".."):
+        raise OptionError(given, f"give a file path, such as {name}")
+    if target.is_dir():
+        raise OptionError(given, f" is a directory; give a file path, such as {target / name}")
+    target = target.resolve()
+    parent = next(folder for folder in target.parents if folder.exists())
+    if not parent.is_dir():
+        raise OptionError(given, f"{parent} is a file, not a directory; give a path in a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(given, f"{parent} cannot be written to; give a path in a directory you can write")
+    for option_read, read in reads:
+        source = Path(read).expanduser()
+        if not source.exists():
+            continue
+        source = source.resolve()
+        if target == source:
+            raise OptionError(
+                given, " is ", Option(option_read, read), ", which the command reads; give another path"
+            )
+        if source.is_dir() and source in target.parents:
+            raise OptionError(
+                given, " is inside ", Option(option_read, read),
+                ", a directory the command reads (a model directory holds the model's files only); give a "
+                "path outside it",
+            )  # fmt: skip
 
 
 def apply_offline(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ evaluations are enabled: one process and one model load per evaluated model inst
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from thanos.commands import _args
 from thanos.commands.zeroshot import _limit
@@ -38,6 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.errors import Option, OptionError
+
+    reads = [("model", args.model), ("source", args.source),
+             *(("include_path", path) for path in (args.include_path or "").split(",") if path)]  # fmt: skip
+    _args.check_json_out(args.ppl_out, "perplexity.json", reads, "ppl_out")
+    _args.check_json_out(args.zeroshot_out, "zeroshot.json", reads, "zeroshot_out")
+    if Path(args.ppl_out).expanduser().resolve() == Path(args.zeroshot_out).expanduser().resolve():
+        raise OptionError(
+            Option("zeroshot_out", args.zeroshot_out), " is ", Option("ppl_out", args.ppl_out),
+            ": the zero-shot results would replace the perplexity's; give two paths",
+        )  # fmt: skip
     _args.apply_offline(args)
     from thanos.evaluation.loading import load_model
     from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text

@@ -18,9 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from thanos.commands._args import check_json_out
     from thanos.demo.tested_models import TESTED_MODELS
     from thanos.stages.model_info import model_info
 
+    check_json_out(args.out, "info.json", [("model", args.model)])
     info = model_info(args.model, args.out)
     tested = info["model_type"] in TESTED_MODELS  # a row of the tested models (tests/test_matrix.py)
     print(json.dumps(info | {"tested": tested}))

@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    _args.check_json_out(args.out, "perplexity.json", [("model", args.model), ("source", args.source)])
     _args.apply_offline(args)
     from thanos.evaluation.perplexity import evaluate_perplexity
     from thanos.files.atomic import write_json

@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    reads = [
+        ("model", args.model),
+        *(("include_path", path) for path in (args.include_path or "").split(",") if path),
+    ]
+    _args.check_json_out(args.out, "zeroshot.json", reads)
     _args.apply_offline(args)
     from thanos.evaluation.zeroshot import evaluate_zeroshot
     from thanos.files.atomic import write_json

@@ -114,6 +114,10 @@ def _publish_mode(tmp: Path) -> None:
 
 def _replace(tmp: Path, path: Path) -> None:
     _publish_mode(tmp)
+    if path.is_dir() and not path.is_symlink() and not tmp.is_dir():  # a file never takes a directory's place
+        raise IsADirectoryError(
+            errno.EISDIR, "a directory is there, where a file was to be written; give a file path", str(path)
+        )
     if path.is_dir() and not path.is_symlink():
         old = path.with_name(f"{_prefix(path)}{secrets.token_hex(4)}.old")
         path.rename(old)
