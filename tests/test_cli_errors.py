@@ -164,6 +164,29 @@ def test_an_output_json_is_checked_before_the_work(model: Path, tmp_path: Path) 
     assert sorted(path.name for path in tmp_path.iterdir()) == ["blocker", "mine", "text.txt"]
 
 
+def test_evaluate_checks_its_numbers_before_loading_the_model(model: Path, tmp_path: Path) -> None:
+    """``thanos evaluate`` refuses a bad number at once, by its own option's name: ``--limit -1`` ran the
+    perplexity and wrote its JSON first, ``--zeroshot-batch-size 0`` was named ``--batch-size`` after the
+    perplexity, ``--limit nan`` failed inside lm-eval, ``--limit 1.5`` scored 1 document, ``--num-fewshot -1``
+    was recorded, and a window longer than the model's was refused once the model was loaded."""
+    text = tmp_path / "text.txt"
+    text.write_text("a text to score, long enough for a window " * 50)
+    both = ("evaluate", "--model", model, "--source", text, "--tasks", "hellaswag", "--ppl-out", "p.json")
+    for option, value, said in (
+        ("--limit", "-1", "argument --limit: give a whole number of documents per task (50) or a fraction"),
+        ("--limit", "nan", "argument --limit: give a whole number"),
+        ("--limit", "1.5", "or a fraction below 1 of each task's (0.1), got 1.5"),
+        ("--num-fewshot", "-1", "argument --num-fewshot: must be >= 0, got -1"),
+        ("--zeroshot-batch-size", "0", "argument --zeroshot-batch-size: must be >= 1, got 0"),
+        ("--ppl-batch-size", "0", "argument --ppl-batch-size: must be >= 1, got 0"),
+        ("--max-windows", "0", "argument --max-windows: must be >= 1, got 0"),
+        ("--seqlen", "99999", "--seqlen 99999 is longer than the model supports"),
+    ):
+        run = thanos_here(*both, "--zeroshot-out", "z.json", option, value, cwd=tmp_path)
+        assert run.returncode == 2 and said in run.stderr.splitlines()[-1], (option, run.stderr[-2000:])
+        assert "Loading" not in run.stderr and sorted(tmp_path.iterdir()) == [text], run.stderr[-2000:]
+
+
 def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where a directory should be")

@@ -98,7 +98,7 @@ def add_compute_dtype(parser: argparse.ArgumentParser) -> None:
 def add_batch_size(parser: argparse.ArgumentParser, default: int, unit: str) -> None:
     """--batch-size: ``unit`` per forward pass (samples, windows)."""
     parser.add_argument(
-        "--batch-size", type=int, default=default, help=f"{unit} per forward pass (default: {default})"
+        "--batch-size", type=positive, default=default, help=f"{unit} per forward pass (default: {default})"
     )
 
 

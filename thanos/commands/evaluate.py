@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from thanos.commands import _args
-from thanos.commands.zeroshot import _limit
+from thanos.commands.zeroshot import _at_least_zero, _limit
 
 HELP = "perplexity and lm-eval zero-shot of one model, loaded once -> perplexity.json, zeroshot.json"
 
@@ -20,18 +20,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory (assembled or dense) or hub id")
     _args.add_text_source(parser, "wikitext2", "hub: wikitext/wikitext-2-raw-v1, test split")
     parser.add_argument("--seqlen", type=int, default=None, help="perplexity window length in tokens")
-    parser.add_argument("--max-windows", type=int, default=None, help="perplexity: the first K windows")
+    parser.add_argument(
+        "--max-windows", type=_args.positive, default=None, help="perplexity: the first K windows"
+    )
     parser.add_argument(
         "--ppl-batch-size",
-        type=int,
+        type=_args.positive,
         default=DEFAULT_BATCH_SIZE,
         help=f"perplexity windows per pass (default {DEFAULT_BATCH_SIZE})",
     )
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS), help="comma-separated lm-eval tasks")
     parser.add_argument("--include-path", default=None, help="directory of lm-eval task YAMLs")
-    parser.add_argument("--zeroshot-batch-size", type=int, default=1, help="lm-eval batch size")
-    parser.add_argument("--limit", type=_limit, default=None, help="at most K documents per task")
-    parser.add_argument("--num-fewshot", type=int, default=0, help="few-shot examples (paper: 0)")
+    parser.add_argument("--zeroshot-batch-size", type=_args.positive, default=1, help="lm-eval batch size")
+    parser.add_argument(
+        "--limit", type=_limit, default=None, help="at most K documents per task (a fraction < 1: that share)"
+    )
+    parser.add_argument("--num-fewshot", type=_at_least_zero, default=0, help="few-shot examples (paper: 0)")
     _args.add_placement(parser)
     parser.add_argument("--offline", action="store_true", help="never contact the hub")
     parser.add_argument("--ppl-out", required=True, help="perplexity JSON (written atomically)")
@@ -52,11 +56,13 @@ def run(args: argparse.Namespace) -> None:
         )  # fmt: skip
     _args.apply_offline(args)
     from thanos.evaluation.loading import load_model
-    from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text
+    from thanos.evaluation.perplexity import evaluate_perplexity, load_eval_text, resolve_seqlen
     from thanos.evaluation.zeroshot import evaluate_zeroshot, load_tasks, parse_tasks, task_manager
     from thanos.files.atomic import write_json
+    from thanos.models import model_config
 
     load_eval_text(args.source, args.text_field)  # bad data fails before the model is loaded
+    resolve_seqlen(model_config(args.model), args.seqlen)  # so does a window the model cannot take
     names = parse_tasks(args.tasks)
     load_tasks(task_manager(names, args.include_path), names)
     loaded = load_model(args.model, **_args.placement(args))

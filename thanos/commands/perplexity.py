@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-windows",
-        type=int,
+        type=_args.positive,
         default=None,
         help="score only the first K windows, for quick runs (default: every window, the paper's protocol)",
     )

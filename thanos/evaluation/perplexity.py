@@ -100,6 +100,11 @@ def resolve_seqlen(config: Any, seqlen: int | None, option: str = "--seqlen") ->
     """The window length: ``seqlen`` if given (checked against the model), else min(2048, max positions).
     ``option``: the option that sets it, as errors name it."""
     limit = max_positions(config)
+    if limit is not None and limit < 2:
+        raise ValueError(
+            f"the model takes {limit} position (max_position_embeddings): a window of perplexity needs at "
+            "least 2 tokens, so this model cannot be scored"
+        )
     if seqlen is None:
         return min(DEFAULT_SEQLEN, limit) if limit else DEFAULT_SEQLEN
     if seqlen < 2:
