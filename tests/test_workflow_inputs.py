@@ -111,6 +111,35 @@ def test_a_window_longer_than_the_models_positions(model, tmp_path):
     )
 
 
+def test_blocks_heads_and_tokens_beyond_the_models_are_refused_before_any_job(model, tmp_path):
+    """A recipe (a combined one's part, a vocabulary's job) that removes every block, head or token of a
+    local model is refused at the config check, as its job refuses it: the job ran after the calibration
+    and the dense chain, and Snakemake deleted a finished run's outputs of the recipe first."""
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
+    counts = json.loads((model / "config.json").read_text())
+    blocks, heads, tokens = counts["num_hidden_layers"], counts["num_attention_heads"], counts["vocab_size"]
+    recipes = {
+        "deep": {"method": "thanos", "sparsity": f"depth:{blocks}"},
+        "heads": {"method": "thanos", "sparsity": "kv_heads:0.99"},
+        "parts": {"method": "thanos", "sparsity": f"depth:{blocks + 5}+neurons:0.3"},
+        "tokens": {"method": "thanos", "sparsity": f"vocab:{tokens}"},
+        "fine": {"method": "thanos", "sparsity": f"depth:{blocks - 1}+heads:0.5"},
+    }
+    kv = counts.get("num_key_value_heads", heads)
+    lines = _problems(_config({"m": {"path": str(model)}}, corpus, recipes=recipes))
+    fix = f"which leaves none: at most {blocks - 1} can go"
+    assert [line.split(": ", 1)[0] for line in lines] == [f"recipe {name} on models.m" for name in recipes][
+        :4
+    ]
+    assert f"depth:{blocks} removes {blocks} of the model's {blocks} blocks, {fix}" in lines[0]
+    assert lines[0].endswith(f"give depth:{blocks - 1} or less") and lines[2].endswith(lines[0][-15:])
+    assert f"kv_heads:0.99 removes {kv} of the {kv} key/value groups, which leaves none" in lines[1]
+    assert f"depth:{blocks + 5} removes {blocks + 5} of the model's {blocks} blocks, {fix}" in lines[2]
+    assert lines[3].endswith(
+        f"vocab:{tokens} keeps {tokens} of the model's {tokens} tokens, which removes none"
+    )
+
+
 def test_perplexity_text_shorter_than_one_window(model, tmp_path):
     corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
     short = tmp_path / "ppl.txt"

@@ -6,7 +6,9 @@ Checked, for each input that exists at parse time and that the workflow does not
 data and model, tiny and real models are skipped):
 
 - a local model directory (``models.NAME.path``): ``config.json`` readable JSON; ``calibration.seqlen``,
-  ``perplexity.seqlen`` and a distillation's ``seqlen`` within its positions;
+  ``perplexity.seqlen`` and a distillation's ``seqlen`` within its positions; each recipe's blocks
+  (``depth:k``), heads (``heads:p``, ``kv_heads:p``) and tokens (``vocab:N``) within its counts there, as
+  the job refuses them (``thanos.pruning.sparsity``);
 - the calibration text (``calibration.source``), the perplexity text (``perplexity.source``) and each
   distillation's text (``recipes.NAME.distill.source``): ``thanos.data.textdata.check_files`` (supported
   files, UTF-8, the first record of a jsonl with its field, not empty), then long enough for the windows
@@ -31,6 +33,7 @@ from typing import Any
 
 from thanos.data.textdata import check_files, read_documents, text_files
 from thanos.errors import PathError
+from thanos.pruning.sparsity import HEAD_KINDS, Sparsity, depth_count, head_count, parse_sparsity, vocab_count
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, streamed_dataset
 
@@ -57,6 +60,7 @@ def input_problems(
         model_config, problem = _model_config(f"models.{name}.path", path)
         problems += [problem] if problem else []
         models[name] = (model_config, path)
+    problems += _count_problems(models, recipes)
     calibration = config["calibration"]
     if any(recipe.needs_calibration for recipe in recipes.values()):
         problems += _text_problems("calibration", calibration, "c4", models, built, _calibration_need)
@@ -74,6 +78,56 @@ def input_problems(
                 "file or directory whose tokens the vocabulary keeps"
             )
     return list(dict.fromkeys(problems))
+
+
+def _count_problems(
+    models: dict[str, tuple[dict[str, Any] | None, str | None]], recipes: dict[str, Any]
+) -> list[str]:
+    """Each recipe's parts that remove more blocks, heads or tokens than a model's config.json counts: the
+    job refuses them, after the calibration and the dense chain (and Snakemake deleted a finished run's
+    outputs of that recipe first); a size is checked against its axes' reach (``check_size_reach``)."""
+    problems = []
+    for name, recipe in recipes.items():
+        parts = getattr(recipe, "parts", None)
+        if parts is not None:  # a combined recipe, one job a part
+            patterns = [part.sparsity for part in parts]
+        elif isinstance(recipe, Recipe):
+            patterns = [recipe.sparsity]
+        elif not recipe.is_size:  # a `thanos prune-model` job: its pattern as written
+            patterns = [parse_sparsity(part) for part in str(recipe.sparsity).split("+")]
+        else:
+            continue
+        for model, (model_config, _) in models.items():
+            counts = _counts(model_config)
+            for pattern in patterns:
+                try:
+                    _check_counts(pattern, counts)
+                except ValueError as err:
+                    problems.append(f"recipe {name} on models.{model}: {err}")
+    return problems
+
+
+def _counts(model_config: dict[str, Any] | None) -> dict[str, int]:
+    """The blocks, query heads, key/value groups and tokens a config.json states (a multimodal model's in
+    its ``text_config``), those that are positive integers."""
+    found = dict(model_config or {})
+    found = {**found, **(found.get("text_config") if isinstance(found.get("text_config"), dict) else {})}
+    names = {"blocks": "num_hidden_layers", "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+             "tokens": "vocab_size"}  # fmt: skip
+    counts = {count: found.get(key) for count, key in names.items()}
+    return {count: value for count, value in counts.items() if type(value) is int and value > 0}
+
+
+def _check_counts(pattern: Sparsity, counts: dict[str, int]) -> None:
+    """Raise what the job would raise when ``pattern`` removes every block, head or token of ``counts``."""
+    if pattern.structure.whole_blocks and "blocks" in counts:
+        depth_count(pattern, counts["blocks"])
+    elif pattern.structure.tokens and "tokens" in counts:
+        vocab_count(pattern, counts["tokens"])
+    elif pattern.kind in HEAD_KINDS and "heads" in counts:
+        kv_heads = counts.get("kv_heads", counts["heads"])
+        if counts["heads"] % kv_heads == 0:
+            head_count(pattern, counts["heads"], kv_heads)
 
 
 def _distillations(config: dict[str, Any]) -> dict[str, Distillation]:
