@@ -70,3 +70,15 @@ def test_workflow_evaluates_each_model_in_one_job(tmp_path):
         assert (tmp_path / "run" / "results" / "logs" / "llama" / variant / "evaluate.log").is_file()
     dry = snakemake(tmp_path / "run", config, "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr
+    # a misspelt task name is refused before any job: the evaluate jobs it would rerun had their outputs
+    # (the perplexity's too) deleted by Snakemake before they failed on it
+    finished = {path: path.read_bytes() for path in results.rglob("eval/*.json")}
+    typo = dict(config, zeroshot=dict(config["zeroshot"], tasks=[tasks.TASK_NAME[:-1]]))
+    refused = snakemake(tmp_path / "run", typo, check=False)
+    said = refused.stdout + refused.stderr
+    assert (
+        refused.returncode != 0
+        and f"zeroshot.tasks: unknown lm-eval task(s): '{tasks.TASK_NAME[:-1]}'" in said
+    )
+    assert f"(did you mean {tasks.TASK_NAME}" in said and "evaluate" not in said.split("ConfigError")[0], said
+    assert {path: path.read_bytes() for path in results.rglob("eval/*.json")} == finished

@@ -133,3 +133,26 @@ def test_prune_model_evaluates_local_tasks(setup, tmp_path):
     assert "zero-shot mean accuracy" in run.stderr and "(the dense model " in run.stderr
     card = (tmp_path / "out" / "README.md").read_text()
     assert tasks.TASK_NAME in card
+
+
+def test_task_names_checked_from_their_yamls_and_the_cached_index(tmp_path, monkeypatch):
+    """``check_task_names`` (the workflow's config check, at every start) reads the names a local task
+    directory's YAMLs define, and lm-eval's built-in names from this machine's cache, written once per
+    lm-eval version; a misspelt one is refused with the closest names, as ``task_manager`` refuses it."""
+    from thanos.errors import KeyWords, OptionError
+    from thanos.evaluation import zeroshot
+
+    task_dir = toy_task(tmp_path / "tasks", 4)[0]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    zeroshot.check_task_names([tasks.TASK_NAME], str(task_dir))  # its YAML: no cache, no index
+    assert not (tmp_path / "cache").exists()
+    zeroshot.check_task_names(["piqa", tasks.TASK_NAME], str(task_dir))  # a built-in name: the cache
+    (cached,) = (tmp_path / "cache" / "thanos-prune").glob("lm-eval-*-tasks.json")
+    assert "piqa" in json.loads(cached.read_text()) and "hellaswag" in json.loads(cached.read_text())
+    cached.write_text(json.dumps(["piqa"]))  # read from the cache from now on, not indexed again
+    with pytest.raises(OptionError) as refused:
+        zeroshot.check_task_names(["hellaswag", tasks.TASK_NAME[:-1]], str(task_dir))
+    said = refused.value.words(KeyWords("zeroshot"))
+    assert said.startswith("zeroshot.tasks: unknown lm-eval task(s): 'hellaswag'; ")
+    assert f"'{tasks.TASK_NAME[:-1]}' (did you mean {tasks.TASK_NAME}?)" in said
+    assert f"or under zeroshot.include_path: {task_dir}" in said

@@ -119,6 +119,19 @@ class FlagWords:
         return f"{self.name(option)} {value}"
 
 
+class KeyWords:
+    """A config's words: ``zeroshot.tasks``, ``zeroshot.include_path: DIR``, the keys under ``section``."""
+
+    def __init__(self, section: str) -> None:
+        self.section = section
+
+    def name(self, option: str) -> str:
+        return f"{self.section}.{option}"
+
+    def given(self, option: str, value: str) -> str:
+        return f"{self.name(option)}: {value}"
+
+
 class KeywordWords:
     """Python's words: ``seqlen=512``, ``recover['epochs']=0``; ``flags`` names the options whose keyword is
     written with its value (``{"disk_check": "disk_check=False"}``)."""

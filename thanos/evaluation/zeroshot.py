@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,22 +57,81 @@ def _include_paths(include_path: str | os.PathLike | list[str] | None) -> list[s
     return paths
 
 
-def _unreadable_yamls(paths: list[str]) -> list[str]:
-    """``file: error`` for each task YAML under ``paths`` that is not valid YAML (lm-eval skips those)."""
+def _task_yamls(paths: list[str]) -> Iterator[tuple[Path, Any]]:
+    """Each task YAML under ``paths`` and what it holds (lm-eval's tags such as ``!function`` parsed, not
+    resolved), or the ``yaml.YAMLError`` or ``UnicodeDecodeError`` that reading it raised (lm-eval skips
+    those)."""
     import yaml
 
-    class Loader(yaml.SafeLoader):  # lm-eval's tags (!function) are not resolved here, only parsed
+    class Loader(yaml.SafeLoader):
         pass
 
     Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    found = []
     for root in paths:
         for file in sorted(Path(root).rglob("*.yaml")):
             try:
-                yaml.load(file.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 - SafeLoader
+                yield file, yaml.load(file.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 - SafeLoader
             except (yaml.YAMLError, UnicodeDecodeError) as err:
-                found.append(f"{file}: {' '.join(str(err).split())}")
-    return found
+                yield file, err
+
+
+def _unreadable_yamls(paths: list[str]) -> list[str]:
+    """``file: error`` for each task YAML under ``paths`` that is not valid YAML (lm-eval skips those)."""
+    return [
+        f"{file}: {' '.join(str(held).split())}"
+        for file, held in _task_yamls(paths)
+        if isinstance(held, Exception)
+    ]
+
+
+def _defined_names(paths: list[str]) -> set[str]:
+    """The task, group and tag names the YAMLs under ``paths`` define (a group's list of tasks names tasks
+    defined elsewhere, and is not counted)."""
+    names: set[str] = set()
+    for _, held in _task_yamls(paths):
+        if not isinstance(held, dict):
+            continue
+        for key in ("task", "group", "tag"):
+            value = held.get(key)
+            given = (
+                [value]
+                if isinstance(value, str)
+                else value
+                if key == "tag" and isinstance(value, list)
+                else []
+            )
+            names.update(name for name in given if isinstance(name, str))
+    return names
+
+
+def _builtin_names() -> set[str]:
+    """lm-eval's built-in task names, kept in this machine's cache per lm-eval version (indexing them takes
+    ~10 s: a workflow checks its tasks at every start)."""
+    from importlib.metadata import version
+
+    from thanos.files.atomic import write_json
+    from thanos.pruning.machine import machine_cache
+
+    cached = machine_cache() / f"lm-eval-{version('lm_eval')}-tasks.json"
+    with contextlib.suppress(OSError, ValueError):
+        return set(json.loads(cached.read_text()))
+    names = sorted(_index([], include_defaults=True).all_tasks)
+    with contextlib.suppress(OSError):
+        write_json(cached, names)
+    return set(names)
+
+
+def check_task_names(tasks: str | list[str] | None, include_path: str | list[str] | None = None) -> None:
+    """Refuse a task name that no YAML under ``include_path`` defines and that is not a built-in task, as
+    ``task_manager`` does (its error), without lm-eval's index of the built-in tasks: the names the YAMLs
+    define, the cache of the built-in names (``_builtin_names``), then lm-eval's index of the YAMLs alone."""
+    names, paths = parse_tasks(tasks), _include_paths(include_path)
+    known = _defined_names(paths)
+    if not set(names) <= known:
+        known |= _builtin_names()
+    if paths and not set(names) <= known:  # a name its YAMLs define in a way read here as none
+        known |= set(_index(paths, include_defaults=False).all_tasks)
+    _refuse_unknown(names, sorted(known), paths)
 
 
 def load_tasks(manager: Any, tasks: list[str]) -> None:
@@ -125,27 +185,32 @@ def task_manager(tasks: list[str], include_path: str | list[str] | None = None) 
         if all(t in local.all_tasks for t in tasks):
             return local
     manager = _index(paths, include_defaults=True)
-    unknown = [t for t in tasks if t not in manager.all_tasks]
-    if unknown:
-        hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, manager.all_tasks, n=3)
-            hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        where: tuple[str | Option, ...] = (
-            (" or under ", Option("include_path", ",".join(paths))) if paths else ()
-        )
-        unreadable = _unreadable_yamls(paths)
-        if unreadable:
-            where += (f" (task files that could not be read there: {'; '.join(unreadable)})",)
-        raise OptionError(
-            Option("tasks"),
-            f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task",
-            *where,
-            ". List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass ",
-            Option("include_path", "DIR"),
-            " with a task YAML defining the task",
-        )
+    _refuse_unknown(tasks, manager.all_tasks, paths)
     return manager
+
+
+def _refuse_unknown(tasks: list[str], known: Collection[str], paths: list[str]) -> None:
+    """Raise the OptionError naming the tasks not in ``known`` (lm-eval's names with those under ``paths``)
+    and the known names closest to each."""
+    unknown = [t for t in tasks if t not in known]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3)
+        hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    where: tuple[str | Option, ...] = (" or under ", Option("include_path", ",".join(paths))) if paths else ()
+    unreadable = _unreadable_yamls(paths)
+    if unreadable:
+        where += (f" (task files that could not be read there: {'; '.join(unreadable)})",)
+    raise OptionError(
+        Option("tasks"),
+        f"unknown lm-eval task(s): {'; '.join(hints)}; not a built-in task",
+        *where,
+        ". List valid names with `lm-eval ls tasks` (add `--include_path DIR` for local tasks), or pass ",
+        Option("include_path", "DIR"),
+        " with a task YAML defining the task",
+    )
 
 
 def _number(value: Any) -> float | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from thanos.errors import PathError
 from thanos.files.atomic import atomic_path, sha256_file
-from thanos.pruning.algorithms.thanos_blockwise import machine_cache
+from thanos.pruning.machine import machine_cache
 
 PROMPT = "The capital of France is"
 REPORT = "real_model.json"

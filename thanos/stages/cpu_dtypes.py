@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from thanos.pruning.algorithms.thanos_blockwise import cpu_identity, machine_cache
+from thanos.pruning.algorithms.thanos_blockwise import cpu_identity
+from thanos.pruning.machine import machine_cache
 
 # oneDNN's ISA limits (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products (AVX512_CORE_BF16)
 _ISA_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}

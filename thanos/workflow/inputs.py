@@ -33,7 +33,7 @@ from typing import Any
 
 from thanos.data.textdata import check_files, read_documents, text_files
 from thanos.errors import PathError
-from thanos.pruning.sparsity import HEAD_KINDS, Sparsity, depth_count, head_count, parse_sparsity, vocab_count
+from thanos.pruning.sparsity import Sparsity, depth_count, head_count, parse_sparsity, vocab_count
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, streamed_dataset
 
@@ -112,8 +112,8 @@ def _counts(model_config: dict[str, Any] | None) -> dict[str, int]:
     its ``text_config``), those that are positive integers."""
     found = dict(model_config or {})
     found = {**found, **(found.get("text_config") if isinstance(found.get("text_config"), dict) else {})}
-    names = {"blocks": "num_hidden_layers", "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
-             "tokens": "vocab_size"}  # fmt: skip
+    names = {"blocks": "num_hidden_layers", "query_heads": "num_attention_heads",
+             "groups": "num_key_value_heads", "tokens": "vocab_size"}  # fmt: skip
     counts = {count: found.get(key) for count, key in names.items()}
     return {count: value for count, value in counts.items() if type(value) is int and value > 0}
 
@@ -124,10 +124,11 @@ def _check_counts(pattern: Sparsity, counts: dict[str, int]) -> None:
         depth_count(pattern, counts["blocks"])
     elif pattern.structure.tokens and "tokens" in counts:
         vocab_count(pattern, counts["tokens"])
-    elif pattern.kind in HEAD_KINDS and "heads" in counts:
-        kv_heads = counts.get("kv_heads", counts["heads"])
-        if counts["heads"] % kv_heads == 0:
-            head_count(pattern, counts["heads"], kv_heads)
+    elif pattern.structure.one_layer == "attention" and "query_heads" in counts:
+        heads = counts["query_heads"]
+        groups = counts.get("groups", heads)
+        if heads % groups == 0:
+            head_count(pattern, heads, groups)
 
 
 def _distillations(config: dict[str, Any]) -> dict[str, Distillation]:

@@ -12,6 +12,8 @@ from snakemake.logging import logger
 
 from thanos.files import digests
 from thanos.files.layout import DENSE, MODEL_DIR_FORMAT, UNCALIBRATED, Layout, calibration_key
+from thanos.errors import KeyWords, OptionError
+from thanos.evaluation.zeroshot import check_task_names
 from thanos.recipes.fields import ConfigError
 from thanos.workflow.config import (
     Combined,
@@ -112,6 +114,17 @@ if not workflow.remote_exec:
         raise ConfigError(
             _problems[0] if len(_problems) == 1 else "the config's inputs:\n  " + "\n  ".join(_problems)
         )
+
+# zero-shot task names lm-eval does not know, refused before any job: the evaluate job that fails on one
+# has had its outputs (perplexity's too) deleted by Snakemake first (task YAMLs the workflow builds are
+# checked once they are there)
+_zeroshot = config["zeroshot"]
+_tasks_dir = _zeroshot["include_path"]
+if _zeroshot["enabled"] and not workflow.remote_exec and not (_tasks_dir and not os.path.isdir(_tasks_dir)):
+    try:
+        check_task_names(_zeroshot["tasks"], _tasks_dir)
+    except OptionError as _err:
+        raise ConfigError(_err.words(KeyWords("zeroshot"))) from None
 
 if config["granularity"] in ALIASES:
     logger.warning("granularity: 'chain' is the old name of 'recipe' (one job per recipe); write 'recipe'")

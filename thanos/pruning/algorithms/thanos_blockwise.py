@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from thanos.pruning.algorithms import masks
+from thanos.pruning.machine import machine_cache
 
 CHUNK_BYTES = 16 << 20  # torch solver on CPU: rows are solved in batches whose factors stay in cache
 NOT_PD = "R_hat is not positive definite; increase `damp`"
@@ -42,12 +43,6 @@ NATIVE_SOURCE = Path(__file__).with_name("solve_rows.c")
 NATIVE_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
 RowSolver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def machine_cache() -> Path:
-    """This machine's cache of built and measured things: ``$XDG_CACHE_HOME/thanos-prune`` (``~/.cache``);
-    RuntimeError where there is no home directory."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "thanos-prune"
 
 
 def cpu_identity() -> str:
