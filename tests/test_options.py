@@ -220,3 +220,13 @@ def test_the_workflow_and_prune_model_accept_and_refuse_the_same_recipes(entry: 
     if workflow is not None and "is not of type" not in workflow and "expected a fraction" not in workflow:
         problem = prune_model.split(": ", 1)[1]  # its options named as flags there, as keys here
         assert problem.replace("--", "") in workflow, (workflow, prune_model)
+
+
+def test_one_exclude_pattern_given_as_a_string_is_one_pattern() -> None:
+    """``prune_model(..., exclude="self_attn")``: one pattern, as ``--exclude self_attn`` is (it was split
+    into its characters, and refused as leaving no layer to prune)."""
+    from thanos.runner.recipe_options import RecipeOptions
+
+    (one,) = RecipeOptions(method="thanos", sparsity=0.5, exclude="self_attn").recipes()
+    (two,) = RecipeOptions(method="thanos", sparsity=0.5, exclude=["self_attn", "mlp.up"]).recipes()
+    assert one.exclude == ("self_attn",) and two.exclude == ("self_attn", "mlp.up")

@@ -296,6 +296,10 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
     )
     assert any("'chian' was unexpected" in p and "the keys allowed here:" in p for p in problems), problems
     assert schema_problems(base, schema) == []
+    assert schema_problems(base | {"results": " "}, schema) == [  # the results under `/`, the root
+        "results: ' ': expected the directory that everything is written to (relative to the working "
+        "directory), not empty"
+    ]
     text = base | {"distill_shard": "true"}  # `--config distill_shard=true`: Snakemake passes the text
     assert schema_problems(text, schema) == [
         "distill_shard: 'true' is text, not a yes/no value; write true or false in YAML, True or False after "

@@ -185,3 +185,25 @@ def test_model_directories_need_a_readable_config(tmp_path):
     assert lines[2].startswith(f"models.c.path: {corpus}: not a directory")
     # a model the workflow builds is not looked at, even when its directory is there
     assert _problems(_config({"a": {"path": str(empty)}}, corpus), built=(str(empty),)) == []
+
+
+def test_a_missing_model_path_that_no_hub_id_can_be_is_refused(tmp_path):
+    """A model path that is not there is taken as a hub id only where it can be one (``name``,
+    ``namespace/name``): an absolute path, ``./``, three parts or an empty one is a typo, refused at the
+    config check (its model-info job failed on it; on a finished run Snakemake deleted the model's facts
+    first, and every evaluation ran again once it was corrected)."""
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    models = {
+        "absolute": {"path": str(tmp_path / "smollm3")},
+        "parts": {"path": "results/smoke/modl"},
+        "empty": {"path": ""},
+        "hub": {"path": "HuggingFaceTB/SmolLM2-135M"},
+        "name": {"path": "gpt2"},
+    }
+    lines = _problems(_config(models, corpus))
+    fix = "no such directory, and not a hub id (name or namespace/name); give a Hugging Face model directory"
+    assert lines == [
+        f"models.absolute.path: '{tmp_path / 'smollm3'}': {fix} or a hub id",
+        f"models.parts.path: 'results/smoke/modl': {fix} or a hub id",
+        f"models.empty.path: '': {fix} or a hub id",
+    ]

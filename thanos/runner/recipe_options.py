@@ -175,7 +175,9 @@ class RecipeOptions:
         options = {name: value for name, value in given.items() if value is not None}
         options |= {
             "sparsity": sparsity,
-            "exclude": list(self.exclude or ()),
+            "exclude": [self.exclude]
+            if isinstance(self.exclude, str)
+            else list(self.exclude or ()),  # one or many
             "recover": recover,
             "block_map": block_map,
             "distill": distill,

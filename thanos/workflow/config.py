@@ -367,6 +367,8 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
                 f"{value!r} is text, not a yes/no value; write true or false in YAML, True or False after "
                 "--config (Snakemake's --config reads only those two as yes/no)"
             )
+        elif error.validator == "pattern":  # a key whose form the schema's description says
+            text = f"{value!r}: expected {error.schema.get('description', error.message)}"
         elif error.validator == "additionalProperties":
             allowed = ", ".join(sorted(error.schema.get("properties", {})))
             text = f"{error.message}; the keys allowed here: {allowed}"

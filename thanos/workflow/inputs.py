@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ from thanos.pruning.sparsity import Sparsity, depth_count, head_count, parse_spa
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, streamed_dataset
 
+# what the hub takes as a model's id: a path that does not exist and is not one (absolute, ./, three parts)
+# is a typo, refused before the model's first job
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 TOKEN_SLACK = 4  # tokens a tokenizer may add to a text beyond its count (BOS, EOS, a leading prefix)
 TOKENIZE_BYTES = 4 << 20  # texts up to this size are tokenized with the model's tokenizer when it is there
 READ_BYTES = 64 << 20  # texts up to this size are read at parse time to measure their documents
@@ -54,6 +58,11 @@ def input_problems(
     models = {}  # name -> (config.json, model directory) of the models on disk
     for name, spec in config["models"].items():
         path = spec["path"]
+        if not built(path) and not os.path.exists(path) and not HUB_ID.fullmatch(path):
+            problems.append(
+                f"models.{name}.path: {path!r}: no such directory, and not a hub id (name or "
+                "namespace/name); give a Hugging Face model directory or a hub id"
+            )
         if built(path) or not os.path.exists(path):
             models[name] = (None, path if os.path.isdir(path) else None)
             continue
