@@ -187,6 +187,31 @@ def test_evaluate_checks_its_numbers_before_loading_the_model(model: Path, tmp_p
         assert "Loading" not in run.stderr and sorted(tmp_path.iterdir()) == [text], run.stderr[-2000:]
 
 
+def test_a_workflow_config_file_is_read_strictly_before_snakemake_starts(tmp_path: Path) -> None:
+    """``thanos workflow --configfile F`` refuses at once, naming the file and the line, a config file that
+    is not there (Snakemake's traceback), not YAML (no line or column), empty, or that gives a key twice
+    (YAML kept the last ``r1`` recipe and dropped the first, silently)."""
+    (tmp_path / "twice.yaml").write_text(
+        "recipes:\n  r1: {method: wanda, sparsity: 0.5}\n  r1: {method: thanos}\n"
+    )
+    (tmp_path / "tabs.yaml").write_text("calibration:\n\tnsamples: 4\n")
+    (tmp_path / "empty.yaml").write_text("\n")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    for name, said in (
+        (
+            "twice.yaml",
+            "twice.yaml: line 3: 'r1' is given twice, on line 2 and on line 3; YAML keeps the last",
+        ),
+        ("tabs.yaml", "tabs.yaml: line 2, column 1: not valid YAML (found character that cannot start any"),
+        ("empty.yaml", "empty.yaml is empty; give the config's keys (docs/configuration.md lists the keys)"),
+        ("list.yaml", "list.yaml: a YAML list, not a mapping of keys"),
+        ("nope.yaml", "--configfile nope.yaml: no such file; give the path of a YAML config"),
+    ):
+        run = thanos_here("workflow", "--cores", "1", "-n", f"--configfile={name}", cwd=tmp_path)
+        assert run.returncode == 2 and run.stderr.splitlines()[-1].startswith(f"ERROR: {said}"), run.stderr
+        assert "Traceback" not in run.stderr and not (tmp_path / ".snakemake").exists()
+
+
 def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where a directory should be")

@@ -322,6 +322,16 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
         'recipes.r1.sparsity: 124 is how YAML reads an unquoted 2:4; quote it: "2:4"'
         in run.stderr + run.stdout
     )
+    twice = tmp_path / "twice.yaml"  # YAML keeps the second r1 and drops the first: refused, both lines named
+    twice.write_text(
+        "recipes:\n  r1: {method: wanda, sparsity: 0.5}\n  r1: {method: thanos, sparsity: 0.6}\n"
+    )
+    run = snakemake(tmp_path, {}, "-n", "--configfile", str(twice), check=False)
+    assert run.returncode != 0
+    assert (
+        f"{twice}: line 3: 'r1' is given twice, on line 2 and on line 3; YAML keeps the last"
+        in run.stdout + run.stderr
+    )
 
 
 @pytest.mark.slow

@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> None:
     if args.where:
         print(workflow_root())
         return
+    from thanos.workflow.config_file import read_config_file
+
     given = args._extra
     if not any(arg.startswith("--configfile") for arg in given) and not Path("config.yaml").is_file():
         raise ValueError(
@@ -51,7 +53,25 @@ def run(args: argparse.Namespace) -> None:
             f"--configfile FILE (examples: {workflow_root() / 'workflow' / 'configs'}; keys: "
             "docs/configuration.md)"
         )
+    for path in config_files(given):  # each read as the workflow reads it, its problem said with its line
+        read_config_file(path)
     raise SystemExit(run_snakemake(snakemake_command(given)))
+
+
+def config_files(given: list[str]) -> list[str]:
+    """The files of ``--configfile A [B ...]`` (or ``--configfile=A``, ``--configfiles``) among Snakemake's
+    arguments ``given``."""
+    files, taking = [], False
+    for arg in given:
+        if arg.startswith("--configfile"):
+            name, _, value = arg.partition("=")
+            taking = not value and name in ("--configfile", "--configfiles")
+            files += [value] if value else []
+        elif taking and not arg.startswith("-"):
+            files.append(arg)
+        else:
+            taking = False
+    return files
 
 
 def run_snakemake(command: list[str]) -> int:

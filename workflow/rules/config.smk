@@ -29,6 +29,7 @@ from thanos.workflow.config import (
     search_owners,
     with_defaults,
 )
+from thanos.workflow.config_file import read_config_file
 from thanos.workflow.inputs import input_problems
 from thanos.jobs import plan
 from thanos.jobs.granularity import ALIASES
@@ -37,6 +38,10 @@ if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
 
+
+# a key given twice in a config file (YAML keeps the last one and drops the first), refused naming its lines
+for _file in workflow.overwrite_configfiles or (["config.yaml"] if os.path.isfile("config.yaml") else []):
+    read_config_file(_file)
 
 # the schema's problems in words, one line each naming the key (validate's own message is a schema dump);
 # then the schema's defaults filled in (libyaml's loader: the pure-Python one took 30 ms of each start)
