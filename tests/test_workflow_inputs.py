@@ -207,3 +207,31 @@ def test_a_missing_model_path_that_no_hub_id_can_be_is_refused(tmp_path):
         f"models.parts.path: 'results/smoke/modl': {fix} or a hub id",
         f"models.empty.path: '': {fix} or a hub id",
     ]
+
+
+def test_a_tiny_model_the_workflow_builds_is_checked_by_its_sizes(tmp_path):
+    """A tiny model is not there before its job builds it, but its sizes are the config's: a window longer
+    than its positions, a recipe removing all its blocks and sizes its family cannot have are refused at the
+    config check, where they failed in a job (the calibration's, the depth's, the model's build)."""
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=8, words=60)
+    tiny = {
+        "family": "llama",
+        "hidden_size": 64,
+        "num_blocks": 2,
+        "num_heads": 4,
+        "max_position_embeddings": 64,
+    }
+    models = {
+        "t": {"path": "results/t", "tiny": tiny},
+        "odd": {"path": "results/o", "tiny": tiny | {"num_heads": 5}},
+    }
+    recipes = {"deep": {"method": "thanos", "sparsity": "depth:2"}}
+    lines = _problems(_config(models, corpus, seqlen=128, recipes=recipes), built=("results/t", "results/o"))
+    assert lines == [
+        "models.odd.tiny: hidden_size 64 is not a multiple of num_heads 5; give sizes a model of this family "
+        "can have",
+        "recipe deep on models.t: depth:2 removes 2 of the model's 2 blocks, which leaves none: at most 1 "
+        "can go (a model keeps at least one block, the final norm and the head read its outputs); give "
+        "depth:1 or less",
+        "calibration.seqlen: 128 exceeds the 64 positions of model t; set calibration.seqlen to 64 or less",
+    ]

@@ -3,7 +3,8 @@ that a run is refused before any job starts (and before Snakemake deletes the ou
 rather than failing in the job that reads them.
 
 Checked, for each input that exists at parse time and that the workflow does not build itself (the demo's
-data and model, tiny and real models are skipped):
+data and model, tiny and real models are skipped; a tiny model's sizes are the config's, checked as a local
+model's ``config.json`` is, and sizes its family cannot have are refused):
 
 - a local model directory (``models.NAME.path``): ``config.json`` readable JSON; ``calibration.seqlen``,
   ``perplexity.seqlen`` and a distillation's ``seqlen`` within its positions; each recipe's blocks
@@ -63,6 +64,11 @@ def input_problems(
                 f"models.{name}.path: {path!r}: no such directory, and not a hub id (name or "
                 "namespace/name); give a Hugging Face model directory or a hub id"
             )
+        if spec.get("tiny") is not None:  # built by the workflow: its sizes are the config's
+            found, problem = _tiny_config(f"models.{name}.tiny", spec["tiny"])
+            problems += [problem] if problem else []
+            models[name] = (found, None)
+            continue
         if built(path) or not os.path.exists(path):
             models[name] = (None, path if os.path.isdir(path) else None)
             continue
@@ -162,6 +168,26 @@ def _model_config(key: str, path: str) -> tuple[dict[str, Any] | None, str | Non
     if not isinstance(loaded, dict):
         return None, f"{key}: {file}: not a JSON object; copy the model's config.json again"
     return loaded, None
+
+
+def _tiny_config(key: str, tiny: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The config.json counts of the tiny model ``tiny`` describes (``thanos.demo.tiny``: its blocks, heads
+    and positions; its vocabulary is its tokenizer's), or the line saying why it cannot be built."""
+    from dataclasses import fields
+
+    from thanos.demo.tiny import TinyArchitecture
+
+    sizes = {field.name for field in fields(TinyArchitecture)}
+    try:
+        built = TinyArchitecture.of({k: v for k, v in tiny.items() if k in sizes}).for_family(tiny["family"])
+    except ValueError as err:
+        return None, f"{key}: {err}; give sizes a model of this family can have"
+    return {
+        "num_hidden_layers": built.num_blocks,
+        "num_attention_heads": built.num_heads,
+        "num_key_value_heads": built.num_kv_heads,
+        "max_position_embeddings": built.max_position_embeddings,
+    }, None
 
 
 def max_positions(model_config: dict[str, Any] | None) -> int | None:
