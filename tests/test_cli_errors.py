@@ -22,6 +22,7 @@ import pytest
 import torch
 from conftest import make_tiny_model, thanos_here
 from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 import thanos.commands
 from thanos.cli import describe
@@ -210,6 +211,38 @@ def test_a_workflow_config_file_is_read_strictly_before_snakemake_starts(tmp_pat
         run = thanos_here("workflow", "--cores", "1", "-n", f"--configfile={name}", cwd=tmp_path)
         assert run.returncode == 2 and run.stderr.splitlines()[-1].startswith(f"ERROR: {said}"), run.stderr
         assert "Traceback" not in run.stderr and not (tmp_path / ".snakemake").exists()
+
+
+def test_an_evaluated_model_is_checked_before_its_weights_are_read(model: Path, tmp_path: Path) -> None:
+    """``thanos perplexity`` names a model directory without weights (it said ``OSError: ...; unexpected
+    error``), a file given as the model, a model without a tokenizer before its weights are read, and a loss
+    that is NaN (it wrote ``"ppl": Infinity, "nll": NaN``, which JSON readers refuse), writing nothing."""
+    text = tmp_path / "text.txt"
+    text.write_text("a text to score, long enough for a window " * 50)
+    bare, untokenized, broken = tmp_path / "bare", tmp_path / "untokenized", tmp_path / "nan"
+    for copy in (bare, untokenized, broken):
+        shutil.copytree(model, copy)
+    for weights in bare.glob("*.safetensors"):
+        weights.unlink()
+    for tokenizer in untokenized.glob("tokenizer*"):
+        tokenizer.unlink()
+    shard = sorted(broken.glob("*.safetensors"))[0]  # the shard holding block 0 and the embeddings
+    tensors = load_file(shard)
+    tensors["model.embed_tokens.weight"][:, 0] = float("nan")
+    save_file(tensors, shard, metadata={"format": "pt"})
+    for given, said in (
+        (bare, f"no weights (*.safetensors, pytorch_model*.bin) in the model directory ({bare})"),
+        (model / "config.json", f"a file, not a model directory ({model / 'config.json'})"),
+        (untokenized, "no tokenizer files in the model directory"),
+        (broken, "the model's loss on the text is nan (computed in float32): its weights hold NaN or Inf"),
+    ):
+        run = thanos_here(
+            "perplexity", "--model", given, "--source", text, "--seqlen", 16, "--out", "p.json", cwd=tmp_path
+        )
+        assert run.returncode == 2 and said in run.stderr.splitlines()[-1], run.stderr[-2000:]
+        assert not (tmp_path / "p.json").exists()
+        if given == untokenized:
+            assert "loaded" not in run.stderr  # refused before the weights were read
 
 
 def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:

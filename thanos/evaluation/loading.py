@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from thanos.errors import PathError
 from thanos.files import digests
 from thanos.stages.common import COMPUTE_DTYPES, compute_dtype, resolve_device
 
@@ -100,12 +101,23 @@ def load_model(
 
     if dtype not in COMPUTE_DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")
+    if Path(path).is_file():
+        raise PathError(
+            "a file, not a model directory", path, "give the directory that holds the model's files"
+        )
     if Path(path).is_dir():  # a pruned model: evaluate what was computed, nothing else
         digests.verify(path)
+        if not any(file.suffix in (".safetensors", ".bin") for file in Path(path).iterdir()):
+            raise PathError(
+                "no weights (*.safetensors, pytorch_model*.bin) in the model directory",
+                path,
+                "give a directory that save_pretrained wrote, weights included",
+            )
         for shard in sorted(Path(path).glob("*.safetensors")):  # a truncated one named (headers read)
             with open_safetensors(shard):
                 pass
     config = model_config(path)
+    tokenizer = load_tokenizer(path)  # a model without one refused before its weights are read
     if device_map is not None:
         import torch
 
@@ -127,6 +139,5 @@ def load_model(
         model.to(in_device)
         placement = in_device
     model.eval()
-    tokenizer = load_tokenizer(path)
     log.info("loaded %s on %s (%s)", path, placement, str(torch_dtype).removeprefix("torch."))
     return LoadedModel(model, tokenizer, in_device, placement, str(torch_dtype).removeprefix("torch."))

@@ -265,6 +265,14 @@ def evaluate_perplexity(
     tokens = n_windows * (seqlen - 1)
     scored = scored_bytes(ends, n_windows, seqlen)
     nll = total / tokens
+    if not math.isfinite(nll):
+        raise PathError(
+            f"the model's loss on the text is {nll} (computed in {loaded.dtype}): its weights hold NaN or "
+            "Inf, or its activations overflow",
+            model_path,
+            "`thanos model-info --model M --out info.json` names a tensor holding NaN or Inf; a model that "
+            "overflows in float16 runs in float32 with --dtype float32; nothing was written",
+        )
     ppl = math.exp(nll) if nll < 700 else float("inf")
     log.info("ppl %.4f over %d windows of %d tokens (%s)", ppl, n_windows, seqlen, data.dataset)
     return PerplexityResult(
