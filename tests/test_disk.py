@@ -264,6 +264,11 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
     deleted = _workdirs("--delete", small.name, root=root)
     assert deleted.returncode == 0 and f"deleted {root / small.name}" in deleted.stdout
     assert not small.exists() and large.is_dir() and (tmp_path / "out8" / "model.safetensors").is_file()
+    with exclusive_workdir(large):  # --delete-all keeps one in use, and says so
+        kept = _workdirs("--delete-all", root=root)
+    assert kept.returncode == 0 and f"kept {large} (in use by pid" in kept.stdout and large.is_dir()
     everything = _workdirs("--delete-all", root=root)
     assert everything.returncode == 0 and not large.exists()
+    wrong = _workdirs(root=tmp_path / "nowhere")  # it said "no working directories under" it
+    assert wrong.returncode == 2 and f"--root {tmp_path / 'nowhere'}: no such directory" in wrong.stderr
     assert "no working directories" in _workdirs(root=root).stdout

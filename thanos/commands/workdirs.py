@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="delete these (names as listed, under --root, or paths); NAME/RECIPE deletes one unfinished "
-        "recipe of a working directory (what it wrote there alone)",
+        help="delete these (names as listed, under --root, or paths); NAME/RECIPE deletes what one recipe "
+        "wrote in a working directory (an unfinished one's steps, or a finished one's stages: its model is "
+        "in its --out)",
     )
     parser.add_argument("--delete-all", action="store_true", help="delete every one not in use")
 
@@ -34,6 +35,9 @@ def run(args: argparse.Namespace) -> None:
     from thanos.runner.workdirs import default_root
 
     root = Path(args.root).expanduser().resolve() if args.root else default_root()
+    if args.root and not root.is_dir():
+        what = "not a directory" if root.exists() else "no such directory"
+        raise ValueError(f"--root {args.root}: {what}; give the directory that holds the working directories")
     if args.delete or args.delete_all:
         if args.delete and args.delete_all:
             raise ValueError("--delete and --delete-all: give one of them")
@@ -61,7 +65,11 @@ def _delete(root: Path, args: argparse.Namespace) -> None:
     from thanos.runner.workdirs import check_deletable, delete, delete_recipe, scan
 
     if args.delete_all:
-        targets: list[tuple[Path, str | None]] = [(w.path, None) for w in scan(root) if not w.in_use]
+        found = scan(root)
+        for workdir in found:
+            if workdir.in_use:
+                print(f"kept {workdir.path} (in use by {workdir.holder}; delete it once that run ends)")
+        targets: list[tuple[Path, str | None]] = [(w.path, None) for w in found if not w.in_use]
     else:
         targets = [_target(root, name) for name in args.delete]
     for path, _ in targets:
@@ -70,7 +78,8 @@ def _delete(root: Path, args: argparse.Namespace) -> None:
     for path, recipe in targets:
         size = delete(path) if recipe is None else delete_recipe(path, recipe)
         freed += size
-        print(f"deleted {path if recipe is None else path / recipe} ({size_text(size)})")
+        print(f"deleted {path} ({size_text(size)})" if recipe is None else
+              f"deleted what {recipe} wrote in {path} ({size_text(size)})")  # fmt: skip
     print(f"freed {size_text(freed)}")
 
 
