@@ -245,6 +245,26 @@ def test_an_evaluated_model_is_checked_before_its_weights_are_read(model: Path, 
             assert "loaded" not in run.stderr  # refused before the weights were read
 
 
+def test_make_tiny_model_refuses_sizes_no_model_can_have(tmp_path: Path) -> None:
+    """``make-tiny-model`` names a size that no model can have, by its option, before it builds anything
+    (``--num-heads 0`` raised ZeroDivisionError, ``--hidden-size -64`` a torch error, ``--num-blocks 0`` wrote
+    a model that ``prune-model`` then refused)."""
+    for args, said in (
+        (("--num-heads", "0"), "argument --num-heads: must be >= 1, got 0"),
+        (("--hidden-size", "-64"), "argument --hidden-size: must be >= 1, got -64"),
+        (("--num-blocks", "0"), "argument --num-blocks: must be >= 1, got 0"),
+        (("--num-heads", "5"), "--num-heads 5 does not divide --hidden-size 64; give a divisor of it"),
+        (("--num-kv-heads", "3"), "--num-kv-heads 3 does not divide --num-heads 4; give a divisor of it"),
+        (
+            ("--max-position-embeddings", "1"),
+            "--max-position-embeddings 1: a model reads at least 2 positions",
+        ),
+    ):
+        run = thanos_here("make-tiny-model", "--out", tmp_path / "tiny", *args, cwd=tmp_path)
+        assert run.returncode == 2 and said in run.stderr.splitlines()[-1], run.stderr[-2000:]
+        assert not (tmp_path / "tiny").exists()
+
+
 def test_os_error_names_the_path(model: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where a directory should be")
