@@ -300,6 +300,12 @@ def test_the_schemas_problems_are_named_in_words(tmp_path):
         "results: ' ': expected the directory that everything is written to (relative to the working "
         "directory), not empty"
     ]
+    assert schema_problems(base | {"zeroshot": {"tasks": []}}, schema) == [  # zero-shot silently skipped
+        "zeroshot.tasks: [] should be non-empty"
+    ]
+    assert schema_problems(base | {"assemble": {"max_shard_size": "0"}}, schema)[0].startswith(
+        "assemble.max_shard_size: '0': expected largest safetensors shard"  # a model of shards of one tensor
+    )
     text = base | {"distill_shard": "true"}  # `--config distill_shard=true`: Snakemake passes the text
     assert schema_problems(text, schema) == [
         "distill_shard: 'true' is text, not a yes/no value; write true or false in YAML, True or False after "
