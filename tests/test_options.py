@@ -230,3 +230,18 @@ def test_one_exclude_pattern_given_as_a_string_is_one_pattern() -> None:
     (one,) = RecipeOptions(method="thanos", sparsity=0.5, exclude="self_attn").recipes()
     (two,) = RecipeOptions(method="thanos", sparsity=0.5, exclude=["self_attn", "mlp.up"]).recipes()
     assert one.exclude == ("self_attn",) and two.exclude == ("self_attn", "mlp.up")
+
+
+def test_a_streamed_source_names_its_dataset() -> None:
+    """``distill.source: "hf:"`` names no dataset: refused at the config check, where the distillation job
+    failed after the pruning with ``IndexError: list index out of range``."""
+    from thanos.recipes.fields import ConfigError
+    from thanos.recipes.training import Distillation
+
+    for source in ("hf:", "hf: :en"):
+        with pytest.raises(ConfigError, match=r"recipes\.x\.distill\.source: got 'hf:.*'; names no dataset"):
+            Distillation.parse("recipes.x", {"tokens": 64, "source": source})
+    assert (
+        Distillation.parse("recipes.x", {"tokens": 64, "source": "hf:allenai/c4:en"}).source
+        == "hf:allenai/c4:en"
+    )

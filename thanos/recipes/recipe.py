@@ -261,7 +261,7 @@ def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
         allowed = (
             " (allowed: a fraction like 0.5, 'unstructured:0.5', 'N:M' like '2:4', 'structured:0.3', "
             "'neurons:0.3', 'heads:0.33', 'kv_heads:0.25', 'depth:6', structures joined with '+' like "
-            "'depth:4+neurons:0.3'; in thanos prune-model also 'vocab:0.3' and a size, 'params:0.25')"
+            "'depth:4+neurons:0.3', 'vocab:0.3', or a size alone, 'params:0.25')"
         )
         said = str(err).removeprefix("sparsity: ")  # the config's words name the value, a front's its own
         problem = sparsity_problem(err, value) + allowed

@@ -166,6 +166,11 @@ class Distillation:
         for name in ("source", "text_field"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise OptionError(Option(name, repr(getattr(self, name))), "give a non-empty text")
+        if (dataset := streamed_dataset(self.source)) is not None and not dataset[0].strip():
+            raise OptionError(
+                Option("source", repr(self.source)),
+                "names no dataset; give hf:NAME or hf:NAME:CONFIG (hf:allenai/c4:en)",
+            )
 
     @classmethod
     def parse(cls, key: str, value: Any, field: str = "distill") -> Distillation | None:
