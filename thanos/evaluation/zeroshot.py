@@ -93,14 +93,10 @@ def _defined_names(paths: list[str]) -> set[str]:
             continue
         for key in ("task", "group", "tag"):
             value = held.get(key)
-            given = (
-                [value]
-                if isinstance(value, str)
-                else value
-                if key == "tag" and isinstance(value, list)
-                else []
-            )
-            names.update(name for name in given if isinstance(name, str))
+            if isinstance(value, str):
+                names.add(value)
+            elif key == "tag" and isinstance(value, list):  # a task may carry several tags
+                names.update(name for name in value if isinstance(name, str))
     return names
 
 
