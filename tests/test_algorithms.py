@@ -342,12 +342,26 @@ W0, _, H0 = layer(8, 16, 64)
             "method: unknown method 'obc'; choose one of " + re.escape(", ".join(thanos.METHODS)),
         ),
         ({"damp": -1.0}, r"damp"),
+        ({"damp": "0.01"}, r"damp: expected a number, got '0.01'"),
+        ({"damp": None}, r"damp: expected a number, got None"),
+        ({"damp": float("inf")}, r"damp: must be a finite number"),
+        ({"alpha": float("nan")}, r"alpha: expected a number, got nan"),
+        ({"blocksize": True}, r"blocksize: must be a positive integer, got True"),
+        ({"weight": torch.empty(8, 16, device="meta")}, r"weight: on device 'meta'"),
+        ({"hessian": torch.empty(16, 16, device="meta")}, r"hessian: on device 'meta'"),
     ],
 )
 def test_bad_arguments(kwargs: dict, match: str) -> None:
     args = {"weight": W0, "hessian": H0, "method": "thanos", "sparsity": 0.5} | kwargs
     with pytest.raises(ValueError, match=match):
         prune_layer(**args)
+
+
+def test_objective_of_a_half_precision_weight_is_computed_in_fp32() -> None:
+    dW = (W0 - prune_layer(W0, H0, "thanos", 0.5).weight).half()
+    assert thanos.layer_objective(dW, H0) == pytest.approx(thanos.layer_objective(dW.float(), H0))
+    with pytest.raises(ValueError, match=r"dW \(8, 16\) and H \(8, 8\)"):
+        thanos.layer_objective(dW, torch.eye(8))
 
 
 def test_nan_and_inf_are_rejected() -> None:

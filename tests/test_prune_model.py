@@ -640,6 +640,7 @@ def test_a_loaded_model_is_refused_saying_what_to_pass(tmp_path):
         ({"method": "wanda", "damp": 0.1}, "damp: wanda 0.5 does not use it"),
         ({"seqlen": 100_000}, "seqlen=100000 exceeds the model's 512 positions; give seqlen=512 or less"),
         ({"keep": "some"}, "keep='some': choose needed or all"),
+        ({"out": None}, "out: give the directory the pruned model is written to"),
     ],
 )
 def test_python_errors_name_the_parameters(tmp_path, options, message):
@@ -650,7 +651,8 @@ def test_python_errors_name_the_parameters(tmp_path, options, message):
     model = build_tiny_model(tmp_path / "m", hidden_size=32, num_blocks=1)
     call = {"method": "thanos", "sparsity": 0.5, "calibration": str(model / "config.json")} | options
     with pytest.raises(ValueError) as err:
-        prune_model(model, call.pop("method"), call.pop("sparsity"), out=tmp_path / "out", **call)
+        out = call.pop("out", tmp_path / "out")
+        prune_model(model, call.pop("method"), call.pop("sparsity"), out=out, **call)
     assert str(err.value).startswith(message) and "--" not in str(err.value), str(err.value)
 
 

@@ -79,3 +79,23 @@ def test_accumulator_accepts_half_inputs_and_rejects_bad_shapes() -> None:
         _ = HessianAccumulator(4).H
     with pytest.raises(ValueError, match="cannot merge"):
         acc.merge(HessianAccumulator(4))
+
+
+def test_accumulator_keeps_no_gradient_and_refuses_misuse() -> None:
+    """A forward hook outside ``torch.no_grad`` hands the accumulator inputs that require a gradient: the
+    running sum keeps no graph (it kept every batch's activations alive), and a spent or misbuilt
+    accumulator is refused by name."""
+    layer = torch.nn.Linear(8, 8)
+    acc = HessianAccumulator(8)
+    acc.add(layer(torch.randn(2, 5, 8)))
+    assert not acc.sum.requires_grad and acc.sum.grad_fn is None
+    acc.take()
+    with pytest.raises(ValueError, match=r"was taken"):
+        acc.add(torch.randn(3, 8))
+    for columns in (2.5, True, None, "4", 0):
+        with pytest.raises(ValueError, match="columns must be a positive integer"):
+            HessianAccumulator(columns)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="device 'meta'"):
+        HessianAccumulator(8).add(torch.empty(3, 8, device="meta"))
+    with pytest.raises(ValueError, match="floating-point"):
+        HessianAccumulator(8).add(torch.ones(3, 8, dtype=torch.long))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -20,13 +21,25 @@ class HessianAccumulator:
     """
 
     def __init__(self, columns: int, device: torch.device | str = "cpu") -> None:
-        if columns <= 0:
-            raise ValueError(f"columns must be positive, got {columns}")
+        if isinstance(columns, bool) or not isinstance(columns, numbers.Integral) or columns <= 0:
+            raise ValueError(
+                f"columns must be a positive integer (the layer's input features), got {columns!r}"
+            )
         self.columns = columns
         self.sum = torch.zeros(columns, columns, dtype=torch.float32, device=device)
         self.nsamples = 0
 
     def add(self, x: torch.Tensor) -> None:
+        """Add one sequence ``(tokens, b)`` or a batch ``(batch, tokens, b)``: no gradient is kept (an input
+        that requires one, such as a forward hook's outside ``torch.no_grad``, is detached)."""
+        if self.sum.numel() == 0:
+            raise ValueError("this accumulator was taken (take() spends it): start a new HessianAccumulator")
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"inputs must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_meta:
+            raise ValueError("inputs are on device 'meta' (shapes without data): give the real activations")
+        if not x.is_floating_point():
+            raise ValueError(f"inputs must be a real floating-point tensor, got {x.dtype}")
         if x.dim() == 2:
             x = x.unsqueeze(0)
         if x.dim() != 3 or x.shape[-1] != self.columns:
@@ -34,7 +47,7 @@ class HessianAccumulator:
                 f"inputs must be (tokens, {self.columns}) or (batch, tokens, {self.columns}), "
                 f"got {tuple(x.shape)}"
             )
-        flat = x.reshape(-1, self.columns).to(device=self.sum.device, dtype=torch.float32)
+        flat = x.detach().reshape(-1, self.columns).to(device=self.sum.device, dtype=torch.float32)
         self.sum.addmm_(flat.T, flat)
         self.nsamples += x.shape[0]
 

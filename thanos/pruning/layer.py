@@ -7,6 +7,8 @@ each method needs, its defaults and its kernels come from ``thanos.pruning.metho
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -66,9 +68,14 @@ class PruneResult:
 
 def layer_objective(dW: torch.Tensor, H: torch.Tensor, row_batch: int = 4096) -> float:
     """tr(dW H dW^T) / 2 = (1/N) sum_l ||dW X_l||^2 for H = (2/N) sum_l X_l X_l^T (eq. (1))."""
+    if dW.dim() != 2 or H.shape != (dW.shape[1], dW.shape[1]):
+        raise ValueError(
+            f"layer_objective: dW {tuple(dW.shape)} and H {tuple(H.shape)} are not (c, b) and (b, b)"
+        )
+    H = H.to(device=dW.device, dtype=torch.float32)  # fp32 whatever the weight's dtype
     total = 0.0
     for start in range(0, dW.shape[0], row_batch):
-        rows = dW[start : start + row_batch]
+        rows = dW[start : start + row_batch].to(torch.float32)
         total += float(((rows @ H) * rows).sum(dtype=torch.float64))
     return total / 2
 
@@ -113,6 +120,13 @@ def _check_heads(pattern: Sparsity, heads: tuple[int, int] | None, b: int) -> No
     head_count(pattern, n, kv)
 
 
+def _real(name: str, value: Any) -> float:
+    """``value`` as a float: a real number (not a bool, a string, NaN), else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+    return float(value)
+
+
 def _validate(
     weight: torch.Tensor,
     hessian: torch.Tensor | None,
@@ -127,6 +141,9 @@ def _validate(
     methods.kernel(method.name, pattern.kind)  # a method without a kernel for this pattern fails first
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
         raise ValueError("weight: expected a 2-D floating-point tensor (out_features, in_features)")
+    for what, t in (("weight", weight), ("hessian", hessian)):
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            raise ValueError(f"{what}: on device 'meta' (a shape without data): give the layer's real values")
     c, b = weight.shape
     if c == 0 or b == 0:
         raise ValueError(f"weight: empty shape {tuple(weight.shape)}")
@@ -148,9 +165,9 @@ def _validate(
         raise ValueError(f"alpha: {err}") from None
     if alpha > 0 and hessian is None:
         raise ValueError("alpha: outlier rows are ranked with the Hessian; without one use alpha=0")
-    if not damp >= 0:
-        raise ValueError(f"damp: must be >= 0 (fraction of mean(diag H)), got {damp}")
-    if blocksize is not None and (not isinstance(blocksize, int) or blocksize < 1):
+    if blocksize is not None and (
+        isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1
+    ):
         raise ValueError(f"blocksize: must be a positive integer, got {blocksize!r}")
     if pattern.kind == "nm":
         if b % pattern.m:
@@ -205,8 +222,10 @@ def prune_layer(
     pattern = parse_sparsity(sparsity)
     spec = methods.get(method.lower() if isinstance(method, str) else method)
     blocksize = spec.default_blocksize(pattern.kind) if blocksize is None else blocksize
-    alpha = spec.default_alpha(pattern.kind) if alpha is None else alpha
+    alpha = spec.default_alpha(pattern.kind) if alpha is None else _real("alpha", alpha)
     alpha_q = exact(alpha or 0)
+    if not 0 <= _real("damp", damp) < math.inf:
+        raise ValueError(f"damp: must be a finite number >= 0 (fraction of mean(diag H)), got {damp!r}")
     _validate(weight, hessian, spec, pattern, blocksize, alpha_q, damp, name, heads)
     started = time.perf_counter()
 

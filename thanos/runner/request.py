@@ -251,6 +251,9 @@ def build_request(
             f"model: give a Hugging Face model directory or hub id, not a loaded {type(model).__name__}; "
             "save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then pass DIR"
         )
+    out = options.get("out")
+    if not isinstance(out, str | os.PathLike) or not str(out).strip():
+        raise OptionError(Option("out", out), "give the directory the pruned model is written to (a path)")
     recipe_fields = {f.name for f in dataclasses.fields(RecipeOptions)} - {"method", "sparsity"}
     size = _size_goal(method, sparsity, options, recipe_fields)
     if isinstance(method, Recipe):
