@@ -126,6 +126,39 @@ def test_a_directory_written_whole_is_never_one_of_the_users(tmp_path: Path) -> 
     assert built.returncode == 0 and (tmp_path / "new" / "config.json").is_file(), built.stderr[-2000:]
 
 
+def test_a_stage_store_never_replaces_what_the_command_reads(model: Path, tmp_path: Path) -> None:
+    """The stage commands that write a zarr store refuse an ``--out`` that is their input (``capture --out``
+    its ``--inputs`` replaced the activations by Hessians, exit status 0), a directory holding it, or
+    another stage's store (``calibrate --out hessians_0.zarr`` replaced the Hessians by tokens); each input
+    is left as it was."""
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "one two three four five six seven " * 40}) + "\n")
+    w = tmp_path / "w"
+    steps = (
+        ("calibrate", "--model", model, "--source", tmp_path / "c.jsonl", "--nsamples", 2, "--seqlen", 16),
+        ("embed", "--model", model, "--tokens", w / "tokens.zarr"),
+        ("capture", "--model", model, "--block", 0, "--inputs", w / "inputs_0.zarr"),
+    )
+    for args, out in zip(steps, ("tokens.zarr", "inputs_0.zarr", "hessians_0.zarr"), strict=True):
+        assert thanos_here(*args, "--out", w / out, cwd=tmp_path).returncode == 0
+    before = {path: path.read_bytes() for path in w.rglob("*") if path.is_file()}
+    propagate = ("propagate", "--model", model, "--block", 0, "--inputs", w / "inputs_0.zarr")
+    for args, out, said in (
+        (
+            steps[2],
+            "inputs_0.zarr",
+            f"--out {w}/inputs_0.zarr is --inputs {w}/inputs_0.zarr, which the command",
+        ),
+        (propagate, "inputs_0.zarr", "is --inputs"),
+        (steps[1], "tokens.zarr", "is --tokens"),
+        (propagate, ".", f"--out {w} holds --inputs {w}/inputs_0.zarr, which the command reads"),
+        (steps[0], "hessians_0.zarr", "a Hessian store is there, and this tokens store would replace it"),
+        (steps[2], "tokens.zarr", "a tokens store is there, and this Hessian store would replace it"),
+    ):
+        run = thanos_here(*args, "--out", w / out, cwd=tmp_path)
+        assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1], run.stderr[-2000:]
+    assert {path: path.read_bytes() for path in w.rglob("*") if path.is_file()} == before
+
+
 def test_an_output_json_is_checked_before_the_work(model: Path, tmp_path: Path) -> None:
     """The evaluations and ``model-info`` refuse at once an output JSON that their write at the end would
     fail on or that would destroy what is there, naming it, and leave everything as it was: ``perplexity

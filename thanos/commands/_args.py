@@ -157,6 +157,31 @@ def check_json_out(path: str, name: str, reads: Sequence[tuple[str, str]], optio
         raise OptionError(given, f"{parent} is a file, not a directory; give a path in a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(given, f"{parent} cannot be written to; give a path in a directory you can write")
+    _check_apart(given, target, reads)
+
+
+def check_store_out(path: str, reads: Sequence[tuple[str, str]], option: str = "out") -> None:
+    """Refuse, before any work, a zarr store's output (``option``, ``path``) that would replace what the
+    command reads (``reads``: (option, path) pairs): one of them, a path inside one, or a directory holding
+    one (the store is written beside its path, then renamed over it)."""
+    from thanos.errors import Option, OptionError
+
+    given, target = Option(option, path), Path(path).expanduser().resolve()
+    _check_apart(given, target, reads)
+    for option_read, read in reads:
+        source = Path(read).expanduser()
+        if source.exists() and target in source.resolve().parents:
+            raise OptionError(
+                given, " holds ", Option(option_read, read),
+                ", which the command reads, and the store would replace it; give the store a path of its own",
+            )  # fmt: skip
+
+
+def _check_apart(given: Any, target: Path, reads: Sequence[tuple[str, str]]) -> None:
+    """Refuse an output ``target`` (resolved; ``given``: its option) that is one of ``reads`` or inside one
+    that is a directory (a hub name reads no local file)."""
+    from thanos.errors import Option, OptionError
+
     for option_read, read in reads:
         source = Path(read).expanduser()
         if not source.exists():

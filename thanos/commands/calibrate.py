@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> None:
     from thanos.stages.calibrate import calibrate
 
     windows = _args.windows(args)
+    _args.check_store_out(args.out, [("model", args.model), ("source", args.source)])
     calibrate(
         args.model, args.source, args.out, windows.nsamples, windows.seqlen, windows.seed, args.text_field
     )

@@ -23,4 +23,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.capture import capture
 
+    _args.check_store_out(args.out, [("model", args.model), ("inputs", args.inputs)])
     capture(args.model, args.block, args.inputs, args.out, args.batch_size, args.device, args.compute_dtype)

@@ -21,4 +21,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.capture import embed
 
+    _args.check_store_out(args.out, [("model", args.model), ("tokens", args.tokens)])
     embed(args.model, args.tokens, args.out, args.batch_size, args.device, args.compute_dtype)

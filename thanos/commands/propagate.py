@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.capture import propagate
 
+    reads = [("model", args.model), ("inputs", args.inputs), ("pruned_dir", args.pruned_dir or "")]
+    _args.check_store_out(args.out, [(option, path) for option, path in reads if path])
     propagate(
         args.model, args.block, args.inputs, args.out, args.pruned_dir, args.batch_size, args.device,
         args.exclude, args.compute_dtype,

@@ -226,17 +226,35 @@ def create_array(
 ZARR_ROOTS = ("zarr.json", ".zgroup")
 
 
+def store_kind(path: str | Path) -> str | None:
+    """What the zarr store at ``path`` holds, by its arrays: "tokens", "activations" or "Hessian" (None: no
+    readable store with arrays there)."""
+    try:
+        arrays = set(zarr.open_group(str(path), mode="r").array_keys())
+    except Exception:  # noqa: BLE001 - not a store, or not a readable one: nothing of a kind to keep
+        return None
+    if not arrays:
+        return None
+    return "tokens" if TOKENS in arrays else "activations" if HIDDEN in arrays else "Hessian"
+
+
 @contextlib.contextmanager
-def store_writer(path: str | Path, attrs: dict[str, Any]) -> Iterator[zarr.Group]:
+def store_writer(path: str | Path, attrs: dict[str, Any], kind: str) -> Iterator[zarr.Group]:
     """A zarr group in a temporary sibling of ``path``; on success ``attrs``, the manifest, then
     ``complete`` are set and the store is renamed into place. On error the temporary store is removed and
     ``path`` is untouched. Create arrays with ``create_array`` (chunk checksums). A directory at ``path`` that
-    is not a zarr store (nor empty) is refused: the store would take its place, deleting it."""
+    is not a zarr store (nor empty), or a store of another ``kind`` (``store_kind``: a command's ``--out``
+    given the path of another stage's store), is refused: the store would take its place, deleting it."""
     found = Path(path)
     if found.is_dir() and any(found.iterdir()) and not any((found / name).is_file() for name in ZARR_ROOTS):
         raise PathError(
             "a directory that is not a zarr store is there, and the store would replace it", found,
             "give the store a path of its own",
+        )  # fmt: skip
+    if found.is_dir() and (held := store_kind(found)) not in (None, kind):
+        raise PathError(
+            f"a {held} store is there, and this {kind} store would replace it", found,
+            f"give the {kind} store a path of its own (delete the {held} store first to replace it)",
         )  # fmt: skip
     with atomic_path(path, is_dir=True) as tmp:
         group = zarr.open_group(str(tmp), mode="w")
@@ -250,7 +268,7 @@ def store_writer(path: str | Path, attrs: dict[str, Any]) -> Iterator[zarr.Group
 def write_tokens(path: str | Path, tokens: np.ndarray, attrs: dict[str, Any]) -> None:
     """Calibration token ids (nsamples, seqlen) as int32, one sample per chunk."""
     tokens = np.asarray(tokens, dtype=np.int32)
-    with store_writer(path, attrs) as group:
+    with store_writer(path, attrs, "tokens") as group:
         create_array(group, TOKENS, tokens.shape, (1, tokens.shape[1]), "int32")[:] = tokens
 
 
@@ -292,7 +310,7 @@ def write_activations(
         raise ValueError(f"unsupported activation dtype {dtype}")
     meta = {"block": block, "nsamples": nsamples, "seqlen": seqlen, "hidden_size": hidden}
     meta |= {"dtype": dtype_name(dtype), **(attrs or {})}
-    with store_writer(path, meta) as group:
+    with store_writer(path, meta, "activations") as group:
         array = create_array(
             group, HIDDEN, (nsamples, seqlen, hidden), (1, seqlen, hidden), (_NUMPY | _BITS)[dtype]
         )
@@ -345,7 +363,7 @@ def hessian_chunks(b: int) -> tuple[int, int]:
 
 def write_hessians(path: str | Path, hessians: dict[str, torch.Tensor], attrs: dict[str, Any]) -> None:
     """One fp32 (b, b) array per input group, in chunks of rows (``hessian_chunks``)."""
-    with store_writer(path, attrs) as group:
+    with store_writer(path, attrs, "Hessian") as group:
         for name, H in hessians.items():
             data = to_numpy(H.to(torch.float32))
             chunks = hessian_chunks(data.shape[0])
