@@ -3,6 +3,7 @@ choice, its record (``search.json``), its resume, and the chosen recipe run on i
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -36,6 +37,31 @@ def weights(out: Path) -> dict[str, bytes]:
     """What a written model is: its weights, config and tokenizer, byte for byte."""
     names = ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json")
     return {name: (out / name).read_bytes() for name in names if (out / name).exists()}
+
+
+def test_the_intermediate_models_are_kept_while_the_recipe_runs(
+    inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """``thanos workdirs --delete-all`` while a combined recipe runs its second part keeps the directory of
+    its intermediate models (in use: the part reads the first part's model there); it deleted it, and the
+    part then failed on the missing model."""
+    from conftest import thanos_here
+
+    root, said = tmp_path / "root", []
+
+    class Deleting(io.StringIO):
+        """The terminal: deletes every working directory not in use as the second part starts."""
+
+        def write(self, text: str) -> int:
+            if "--- part 2/2" in text and not said:
+                said.append(thanos_here("workdirs", "--root", root, "--delete-all", cwd=tmp_path))
+            return super().write(text)
+
+    model, options = inputs["model"], inputs["options"]
+    out = tmp_path / "out"
+    prune_model(model, "thanos", "depth:1+neurons:0.3", out=out, workdir=root, stream=Deleting(), **options)
+    assert said[0].returncode == 0 and "-combined (in use by pid" in said[0].stdout, said[0].stdout
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 2
 
 
 def test_vocab_runs_last_in_a_combined_recipe(inputs: dict[str, Any], tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 from thanos.errors import Option, OptionError
 from thanos.files.atomic import write_json
 from thanos.files.ledger import Entry, difference, model_identity, remove
+from thanos.files.locks import shared_workdir
 from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
     check_apart,
@@ -67,9 +68,21 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
     intermediates = root / f"{model_slug(reference)}{COMBINED}"
-    if not request.dry_run:  # the intermediate models: listed and deleted by ``thanos workdirs``
-        intermediates.mkdir(parents=True, exist_ok=True)
+    if request.dry_run:
+        return _run_parts(request, stream, reference, calibration, intermediates, parts)
+    # the intermediate models: listed and deleted by ``thanos workdirs``, never while a run reads them
+    intermediates.mkdir(parents=True, exist_ok=True)
+    with shared_workdir(intermediates):
         record_run(intermediates, reference, dataclasses.asdict(calibration), "+".join(parts))
+        return _run_parts(request, stream, reference, calibration, intermediates, parts)
+
+
+def _run_parts(
+    request: PruneRequest, stream: TextIO, reference: str, calibration: Calibration, intermediates: Path,
+    parts: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """``prune_combined``'s parts, each on the previous part's model (the intermediate ones in
+    ``intermediates``); the last part's report with ``parts`` added."""
     inputs = _inputs(request, reference, calibration)
     if not request.dry_run and (finished := _finished(intermediates, inputs, request.output.out)) is not None:
         say(
