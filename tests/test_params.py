@@ -367,6 +367,27 @@ def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any]
     assert losses["bfloat16"].keys() == losses["float32"].keys() and losses["bfloat16"] != losses["float32"]
 
 
+def test_one_search_whatever_the_paths_are_spelled(
+    inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same model and calibration named by relative and by absolute paths are one search: its default
+    directory is keyed by the paths resolved (``med`` then ``/work/med`` measured the whole table again
+    in a directory of its own)."""
+    import io
+
+    monkeypatch.setenv("THANOS_WORKDIR", str(tmp_path / "root"))
+    monkeypatch.chdir(inputs["root"])
+    model, text = inputs["model"], Path(inputs["options"]["calibration"])
+    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True, "axes": "depth"}
+    relative = options | {"calibration": text.name}
+    prune_model(f"./{model.name}/", "thanos", "params:0.1", **relative)
+    said = io.StringIO()
+    prune_model(str(model), "thanos", "params:0.1", stream=said, **options)
+    lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
+    assert lines and all("(measured in an earlier run)" in line for line in lines), said.getvalue()
+    assert len(list((tmp_path / "root").glob("*-search-*"))) == 1
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -61,7 +61,7 @@ from thanos.runner.request import PruneRequest
 from thanos.runner.size_axes import Knobs, knobs, recipe_of
 from thanos.runner.size_card import measured_text, predicted_text, write_card
 from thanos.runner.size_choice import TRIES, choose, most_removed, predict, table_points
-from thanos.runner.size_dirs import other_search, search_directory, search_key
+from thanos.runner.size_dirs import other_search, search_directory, search_key, searched
 from thanos.runner.size_search import Execute, Search
 from thanos.runner.workdirs import (
     record_finished,
@@ -105,14 +105,14 @@ def prune_to_size(
         if not (earlier or later):  # several sizes: said once, after the last (``prune_sizes``)
             say(stream, DRY_RUN)
         return {"out": str(request.output.out), "workdir": str(search.root)}
-    if (note := other_search(request, search.root)) is not None:
+    if (note := other_search(search.request, search.root)) is not None:
         say(stream, f"{goal}: {note}")
     # in use: ``thanos workdirs`` deletes it not; what the table's points compute more than once kept while
     # it is measured (``thanos.pruning.kept``)
     with shared_workdir(search.root), kept.keeping() as search.shared:
         search.prepare()
         if not request.resources.workdir:  # what its key was computed from: a later search names its change
-            record_search_key(search.root, search_key(request))
+            record_search_key(search.root, search_key(search.request))
         search.points = [recipe_of(mix) for mix in first]
         if request.table_only:
             return _table_only(search, goal, axes, target, parameters)
@@ -164,6 +164,7 @@ def _at_the_door(
             f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
         )
     dense, axes, parameters, target = reachable(model, goal)
+    request = searched(request)
     search = Search(request, dense, search_directory(request), stream, execute)
     _check_at_the_door(search, axes)
     return search, axes, parameters, target
@@ -276,6 +277,7 @@ def measure_candidate(
     goal = request.size
     assert goal is not None
     dense = knobs(request.model, goal.options.width_multiple)
+    request = searched(request)
     search = Search(request, dense, search_directory(request), stream, execute, work=work)
     with shared_workdir(search.root):  # beside the other candidates' jobs, not beside its deletion
         search.prepare()

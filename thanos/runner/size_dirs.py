@@ -14,6 +14,19 @@ from thanos.runner.request import PruneRequest
 from thanos.runner.workdirs import default_root, model_slug
 
 
+def searched(request: PruneRequest) -> PruneRequest:
+    """The request as its search keys and records it: the model's directory and a local calibration source
+    as absolute paths (``med``, ``./med/`` and ``/work/med`` are one model; each found another search
+    directory and measured its whole cost table again)."""
+    from thanos.runner.checks import model_reference
+
+    calibration = request.calibration
+    source = Path(calibration.calibration).expanduser()
+    if source.exists():
+        calibration = dataclasses.replace(calibration, calibration=str(source.resolve()))
+    return dataclasses.replace(request, model=model_reference(request.model), calibration=calibration)
+
+
 def search_directory(request: PruneRequest) -> Path:
     """The search's directory: ``--workdir``/search, else one under the working directory root keyed by
     the model, the calibration and the recipe options."""
