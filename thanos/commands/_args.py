@@ -162,15 +162,22 @@ def check_json_out(path: str, name: str, reads: Sequence[tuple[str, str]], optio
 
 def check_store_out(path: str, reads: Sequence[tuple[str, str]], option: str = "out") -> None:
     """Refuse, before any work, a zarr store's output (``option``, ``path``) that would replace what the
-    command reads (``reads``: (option, path) pairs): one of them, a path inside one, or a directory holding
-    one (the store is written beside its path, then renamed over it)."""
+    command reads (``reads``: (option, path) pairs): one of them, a directory holding one (the store is
+    written beside its path, then renamed over it), or a path inside an input store (a model directory may
+    hold stores of its own)."""
     from thanos.errors import Option, OptionError
 
     given, target = Option(option, path), Path(path).expanduser().resolve()
-    _check_apart(given, target, reads)
+    _check_apart(given, target, [(name, read) for name, read in reads if name != "model"])
     for option_read, read in reads:
         source = Path(read).expanduser()
-        if source.exists() and target in source.resolve().parents:
+        if not source.exists():
+            continue
+        if target == source.resolve():
+            raise OptionError(
+                given, " is ", Option(option_read, read), ", which the command reads; give another path"
+            )
+        if target in source.resolve().parents:
             raise OptionError(
                 given, " holds ", Option(option_read, read),
                 ", which the command reads, and the store would replace it; give the store a path of its own",

@@ -85,6 +85,15 @@ class MapFit:
         except torch.linalg.LinAlgError:
             return torch.linalg.lstsq(self.A, self.B, driver="gelsd").solution.float()
 
+    def solve_where_determined(self, S0: torch.Tensor, damp: float) -> torch.Tensor:
+        """``solve`` where the tokens seen determine the solution (at least as many as the features), else
+        ``solve_toward(S0, damp)``: with fewer tokens than features, F^T F is singular, and its least-squares
+        solutions (the minimum-norm one, or a Cholesky factor that rounding let through) map the features
+        the tokens never spanned anywhere; the ridge keeps them at ``S0`` (for a map: the identity, the
+        blocks left out) and fits the rest. SmolLM2-135M, ``depth:2`` on 4 windows of 128 tokens (512 tokens,
+        576 features): perplexity 5,132 with the least-squares map, 30.3 without a map."""
+        return self.solve() if self.tokens >= self.features else self.solve_toward(S0, damp)
+
     def solve_toward(self, S0: torch.Tensor, damp: float) -> torch.Tensor:
         """The ridge optimum (float32, features x d) pulled toward ``S0``:
         (A + lambda I)^-1 (B + lambda S0), lambda = ``damp`` * mean(diag A)."""

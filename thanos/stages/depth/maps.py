@@ -207,7 +207,7 @@ def fit_run(
     elif recorded is not None:
         passed = BlockPass(recorded, fit.A.clone(), projection.A.clone() if projection else None)
         _passes.put(key, passed, _passes.budget())
-    T = fit.solve()
+    T = fit.solve_where_determined(torch.eye(hidden, device=dev), REFIT_DAMP)  # few tokens: toward no map
     weight, bias = fold(linear.weight.detach(), T, linear.bias.detach() if has_bias else None)
     error = error_map = fit.error(T)
     if projection is not None:  # features x d: the weight's transpose, the bias its last row
@@ -330,8 +330,16 @@ def run_candidates(
         layer = output_layer(handle)
     except NeuronsError:
         return scores, {}, None
-    total = Activations(stores[0]).nsamples
+    first = Activations(stores[0])
+    total = first.nsamples
     quick = preselect_windows(total)
+    if quick * first.seqlen < first.hidden_size:
+        log.warning(
+            "depth: the runs are ranked on %d calibration tokens (%d windows of %d), fewer than the hidden "
+            "size %d: a map fitted on so few is pulled toward leaving its blocks out; calibrate on more "
+            "(--nsamples x --seqlen at least %d) for maps that replace the blocks",
+            quick * first.seqlen, quick, first.seqlen, first.hidden_size, PRESELECT_SHARE * first.hidden_size,
+        )  # fmt: skip
     for first in range(1, blocks - k + 1):
         run = fit_run(handle, stores, first, first + k - 1, layer, nsamples=quick, device=device, refit=False)
         why = (
