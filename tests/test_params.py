@@ -388,6 +388,21 @@ def test_one_search_whatever_the_paths_are_spelled(
     assert len(list((tmp_path / "root").glob("*-search-*"))) == 1
 
 
+def test_a_size_names_the_model_file_it_cannot_read(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """A size on a model whose config.json or tokenizer.json is damaged names the file (it said only
+    ``Expecting property name enclosed in double quotes: line 2 column 1``), before anything is written."""
+    for name, said in (
+        ("config.json", "config.json is not valid JSON"),
+        ("tokenizer.json", "cannot load the tokenizer"),
+    ):
+        model = tmp_path / name / "m"
+        shutil.copytree(inputs["model"], model)
+        (model / name).write_text("{\n,\n")
+        with pytest.raises(ValueError, match=said):
+            prune_model(model, "thanos", "params:0.2", out=tmp_path / name / "out", **inputs["options"])
+        assert not (tmp_path / name / "out").exists()
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

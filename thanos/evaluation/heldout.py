@@ -43,9 +43,9 @@ def held_out_texts(
 ) -> list[str]:
     """``windows`` windows of ``seqlen`` tokens of ``documents`` (the calibration's sampling, its seed), as
     text: what every candidate is measured on."""
-    from transformers import AutoTokenizer
+    from thanos.models import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokenizer = load_tokenizer(model)  # one that cannot be loaded is named, with its directory
     ids = sample_windows(documents, tokenizer, windows, seqlen, seed)
     return [tokenizer.decode(list(row), skip_special_tokens=False) for row in ids]
 

@@ -163,6 +163,9 @@ def _at_the_door(
             f" is not a local directory; {request.sparsity} reads the model's files to plan its search: "
             f"download it first (`hf download {request.model} --local-dir DIR`) and give that directory",
         )
+    from thanos.models import load_config
+
+    load_config(model)  # a config.json that cannot be read is named (the knobs read it next)
     dense, axes, parameters, target = reachable(model, goal)
     request = searched(request)
     search = Search(request, dense, search_directory(request), stream, execute)
