@@ -403,6 +403,23 @@ def test_a_size_names_the_model_file_it_cannot_read(inputs: dict[str, Any], tmp_
         assert not (tmp_path / name / "out").exists()
 
 
+def test_a_size_takes_the_width_multiple_for_its_neurons_points(
+    inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """``--width-multiple 16`` with ``params:P``: its neurons points and mixes round the kept width to 16; the
+    other axes' points take no such option (it was refused: ``depth:1: only neurons:p recipes round the
+    kept MLP width``, whatever the multiple)."""
+    options = inputs["options"] | {"workdir": tmp_path / "w", "table_only": True, "axes": "depth,neurons"}
+    prune_model(inputs["model"], "thanos", "params:0.2", out=tmp_path / "out", width_multiple=16, **options)
+    logs = {
+        path.parent.name: path.read_text()
+        for path in (tmp_path / "w" / "search").glob("candidates/*/run.log")
+    }
+    neurons = [log for name, log in logs.items() if name.startswith("neurons")]
+    assert neurons and all("_w16" in log for log in neurons), logs.keys()
+    assert any(name.startswith("depth") for name in logs), logs.keys()
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from thanos.pruning.structures import takes
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
-from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, params_fractions
+from thanos.runner.patterns import AXES, SizeGoal, SizeOptions, combined_parts, params_fractions
 from thanos.runner.recipe_options import RecipeOptions, positive
 
 EVALUATIONS = ("ppl", "zeroshot")
@@ -314,6 +314,19 @@ def _size_goal(method: Any, sparsity: Any, options: dict[str, Any], fields: set[
     return SizeGoal(fractions[0], tuple(axes or AXES), axes is not None, recipe, several)
 
 
+# the recipe options of a size that only some kinds take: given for the parts that take them (the vocab
+# part's text, the neurons part's width multiple), left out of a mix or a point without such a part
+PART_OPTIONS = ("vocab_text", "width_multiple")
+
+
+def for_pattern(recipe: RecipeOptions, pattern: str) -> RecipeOptions:
+    """A size's recipe options for one of its mixes (``pattern``, explicit): without the options of
+    ``PART_OPTIONS`` that no part of it takes (``depth:1`` of a size asked with ``--width-multiple 64``)."""
+    kinds = [parse_sparsity(part).kind for part in combined_parts(pattern) or [pattern]]
+    left_out = {name: None for name in PART_OPTIONS if not any(takes(kind, name) for kind in kinds)}
+    return dataclasses.replace(recipe, sparsity=pattern, **left_out)
+
+
 def _check_axes(recipe: RecipeOptions, size: str, axes: list[str]) -> None:
     """A size's recipe options checked on what it prunes: each axis alone (the points of its cost table),
     then every axis together (a mix it may write); what one of them refuses is said of the size, naming
@@ -335,9 +348,8 @@ def _check_axes(recipe: RecipeOptions, size: str, axes: list[str]) -> None:
         )
     parts = [mix[axis] for axis in axes]
     for pattern in (*parts, "+".join(parts)):
-        text = recipe.vocab_text if "+" in pattern or takes(pattern.partition(":")[0], "vocab_text") else None
         try:
-            dataclasses.replace(recipe, sparsity=pattern, vocab_text=text).recipes()
+            for_pattern(recipe, pattern).recipes()
         except OptionError as err:
             if "+" in pattern:
                 raise

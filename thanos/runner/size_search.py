@@ -21,13 +21,10 @@ from thanos.errors import Option, OptionError, interruption
 from thanos.events import SearchCandidate, clock_text
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.ledger import Entry, digest, model_identity, remove, source_identity
-from thanos.pruning.sparsity import parse_sparsity
-from thanos.pruning.structures import takes
 from thanos.recipes.labels import counted
 from thanos.runner.console import say
 from thanos.runner.one_recipe import RunFailed
-from thanos.runner.patterns import combined_parts
-from thanos.runner.request import Evaluation, Output, PruneRequest
+from thanos.runner.request import Evaluation, Output, PruneRequest, for_pattern
 from thanos.runner.size_axes import Knobs, recipe_of
 from thanos.runner.size_card import predicted_text
 from thanos.runner.size_choice import TRIES, predict
@@ -50,10 +47,9 @@ def candidate_name(pattern: str) -> str:
 
 
 def recipes_of(options: Any, pattern: str) -> tuple[Any, ...]:
-    """A mix's recipes with the request's options (``vocab_text``: its vocab part's only)."""
-    parts = [parse_sparsity(part) for part in combined_parts(pattern) or [pattern]]
-    text = options.vocab_text if any(takes(part.kind, "vocab_text") for part in parts) else None
-    return dataclasses.replace(options, sparsity=pattern, vocab_text=text).recipes()
+    """A mix's recipes with the request's options (``vocab_text``, ``width_multiple``: of the parts that
+    take them, ``request.for_pattern``)."""
+    return for_pattern(options, pattern).recipes()
 
 
 def table_recipes(options: Any, pattern: str) -> tuple[Any, ...]:
