@@ -37,8 +37,8 @@ def tiny(tmp_path_factory):
     return root, model, pruned
 
 
-def _run(root, model, pruned, out, **kw):
-    recipe = Recipe(name="r", method="thanos", sparsity="unstructured:0.5")
+def _run(root, model, pruned, out, recipe=None, **kw):
+    recipe = recipe or Recipe(name="r", method="thanos", sparsity="unstructured:0.5")
     return assemble(model, pruned, recipe, root / out, record=RunRecord(intermediates=(pruned,)), **kw)
 
 
@@ -90,6 +90,24 @@ def test_shape_mismatch_is_refused_and_nothing_written(tiny, tmp_path):
         assemble(model, tmp_path / "pruned", Recipe("x", "magnitude", 0.5), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_layers_pruned_by_another_recipe_are_refused_without_a_model_info(tiny, tmp_path):
+    """Without ``--model-info`` too, layers whose stats record another method or sparsity are refused: the
+    model was published with the card of the recipe given (``SparseGPT unstructured 50 %`` over layers that
+    Thanos pruned 2:4)."""
+    root, model, pruned = tiny
+    other = tmp_path / "pruned"
+    shutil.copytree(pruned, other)
+    thanos = Recipe(name="r", method="thanos", sparsity="2:4")
+    options = {name: thanos.to_dict()[name] for name in ("blocksize", "alpha", "damp")}
+    for stats_file in other.rglob("*.json"):
+        stats = json.loads(stats_file.read_text())
+        stats_file.write_text(json.dumps(stats | {"method": "thanos", "sparsity": "2:4", "options": options}))
+    with pytest.raises(ValueError, match=r"4 pruned layer\(s\) are not of recipe r .*pruned by thanos, not"):
+        _run(tmp_path, model, other, "x", recipe=Recipe(name="r", method="sparsegpt", sparsity=0.5))
+    assert not (tmp_path / "x").exists()
+    _run(tmp_path, model, other, "y", recipe=thanos)
 
 
 def test_missing_pruned_root(tiny, tmp_path):

@@ -33,7 +33,7 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, pruned_block_name
-from thanos.files.pruned_layers import block_layers, describe, unfinished
+from thanos.files.pruned_layers import block_layers, describe, mismatch, unfinished
 from thanos.models.checkpoint import INDEX_FILE
 from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.real import REPORT as REAL_REPORT
@@ -304,7 +304,20 @@ def check_against_model_info(
     """With a ``model_info.json``: the model is still the one it describes (its input fingerprint), and
     every layer it lists, in every block, has a finished pruned file of ``recipe`` under ``root`` (a
     missing one would be published unpruned). Raises naming the changed files or the layers."""
-    if not info:
+    if not info:  # the layers found that record their pruning are of the recipe (the card names it)
+        problems = {
+            (block, layer): why
+            for block, layer, file in (pruned_layers(root) if root.is_dir() else [])
+            if "method" in _stats(file)
+            and (why := mismatch(file.parent, layer, recipe.to_dict())) is not None
+        }
+        if problems:
+            raise ValueError(
+                f"{root}: {len(problems)} pruned layer(s) are not of recipe {recipe.name} "
+                f"({recipe.to_dict()['method']} {recipe.sparsity}), and the model would be published as "
+                f"its result: {describe(problems)}; give the recipe that pruned them, or --pruned-root of "
+                "this recipe's layers"
+            )
         return
     check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
     if not root.is_dir():
@@ -323,6 +336,15 @@ def check_against_model_info(
         f"{root}: {len(problems)} pruned layer(s) of recipe {recipe.name} are missing or not of this recipe "
         f"and would be published unpruned: {describe(problems)}; {fix}"
     )
+
+
+def _stats(file: Path) -> dict[str, Any]:
+    """A pruned layer's stats (its ``.json`` beside ``file``), {} where it has none readable."""
+    try:
+        stats = json.loads(file.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return stats if isinstance(stats, dict) else {}
 
 
 def pruned_tensors(
