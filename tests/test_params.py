@@ -420,6 +420,25 @@ def test_a_size_takes_the_width_multiple_for_its_neurons_points(
     assert any(name.startswith("depth") for name in logs), logs.keys()
 
 
+def test_the_curve_gives_a_chosen_point_as_written_and_names_each_size_once() -> None:
+    """A size whose mix is a point of the cost table (``--axes depth``): its row in ``sizes.csv`` is the
+    written model's measurement (the table's point, on a quarter of the windows, came first and was kept),
+    and names the size once (``params:0.1 params:0.1``)."""
+    from thanos.report.size_curve import curve_rows
+
+    def measured(recipe: str, loss: float, **extra: Any) -> dict[str, Any]:
+        return {"recipe": recipe, "parameters": 90, "removed_fraction": 0.1, "loss": loss} | extra
+
+    table = [measured("depth:1", 0.03), measured("depth:2", 0.2)]
+    searches = {
+        "params:0.1": {"chosen": "depth:1", "candidates": [*table, measured("depth:1", 0.002, windows=8)]},
+        "params:0.2": {"chosen": "depth:2", "candidates": [*table, measured("depth:2", -0.0003, windows=8)]},
+    }
+    rows = {row["recipe"]: row for row in curve_rows(searches)}
+    assert (rows["depth:1"]["loss"], rows["depth:1"]["chosen_for"]) == (0.002, "params:0.1")
+    assert (rows["depth:2"]["loss"], rows["depth:2"]["chosen_for"]) == (-0.0003, "params:0.2")
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

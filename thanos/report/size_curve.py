@@ -16,29 +16,38 @@ COLUMNS = ("recipe", "parameters", "removed_fraction", "loss", "loss_error", "pp
 
 
 def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per candidate measured by any of ``searches`` (each size's ``search.json`` content, by its
-    request), fewest parameters removed first: its recipe, parameters, fraction removed, held-out loss
+    """One row per recipe measured by any of ``searches`` (each size's ``search.json`` content, by its
+    request; a recipe measured both as a point of the cost table and as a size's written model gets the
+    written model's measurement, the one its ``windows`` mark), fewest parameters removed first: its recipe, parameters, fraction removed, held-out loss
     (nats per token of the dense tokenization over the dense model's) and its standard error over the
     held-out windows (empty where a measurement of an earlier release recorded none), perplexity per original
     token over the dense model's (exp of that loss) and the sizes that chose it."""
     rows: dict[str, dict[str, Any]] = {}
+    written: set[str] = set()  # the recipes whose row is the model written (its ``windows``), not a point
     for size, search in searches.items():
         for candidate in search["candidates"]:
-            row = rows.setdefault(
-                candidate["recipe"],
-                {
-                    "recipe": candidate["recipe"],
-                    "parameters": candidate["parameters"],
-                    "removed_fraction": round(candidate["removed_fraction"], 6),
-                    "loss": round(candidate["loss"], 6),
-                    "loss_error": _rounded(candidate.get("loss_error")),
-                    "ppl_x_dense": round(math.exp(min(candidate["loss"], 700.0)), 4),
-                    "chosen_for": "",
-                },
-            )
-            if candidate["recipe"] == search["chosen"]:
+            recipe, as_written = candidate["recipe"], "windows" in candidate
+            if recipe not in rows or (as_written and recipe not in written):  # the written model's, if any
+                chosen = rows.get(recipe, {}).get("chosen_for", "")
+                rows[recipe] = _row(candidate) | {"chosen_for": chosen}
+                written |= {recipe} if as_written else set()
+            row = rows[recipe]
+            if recipe == search["chosen"] and size not in row["chosen_for"].split():
                 row["chosen_for"] = " ".join(filter(None, [row["chosen_for"], size]))
     return sorted(rows.values(), key=lambda row: (row["removed_fraction"], row["loss"]))
+
+
+def _row(candidate: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's row (``curve_rows``), its ``chosen_for`` empty."""
+    return {
+        "recipe": candidate["recipe"],
+        "parameters": candidate["parameters"],
+        "removed_fraction": round(candidate["removed_fraction"], 6),
+        "loss": round(candidate["loss"], 6),
+        "loss_error": _rounded(candidate.get("loss_error")),
+        "ppl_x_dense": round(math.exp(min(candidate["loss"], 700.0)), 4),
+        "chosen_for": "",
+    }
 
 
 def _rounded(value: float | None) -> float | str:
