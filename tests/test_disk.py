@@ -201,6 +201,28 @@ def _workdirs(*args: str | Path, root: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_workdirs_says_what_deletes_a_search_and_a_given_workdir(tmp_path: Path) -> None:
+    """An interrupted size's search is listed with the command that deletes it (the whole search, with
+    ``--root`` where it was listed under one: ``--delete NAME/params:0.25`` freed nothing, and without
+    ``--root`` named another directory); that command for the size alone is refused, saying why; a
+    ``--workdir`` given to prune-model (which holds working directories) is named as such."""
+    from thanos.runner.workdirs import record_run
+
+    given = tmp_path / "mine"
+    search = given / "search"
+    record_run(search, "/m", {"source": "c.txt", "nsamples": 8, "seqlen": 32}, "params:0.25")
+    (search / "candidates").mkdir()
+    listed = thanos_here("workdirs", "--root", given, cwd=tmp_path)
+    assert f"delete: thanos workdirs --root {given} --delete search)" in listed.stdout, listed.stdout
+    alone = thanos_here("workdirs", "--root", given, "--delete", "search/params:0.25", cwd=tmp_path)
+    assert alone.returncode == 2 and "is a size's search: its cost table serves every size" in alone.stderr
+    whole = thanos_here("workdirs", "--delete", given, cwd=tmp_path)
+    assert whole.returncode == 2 and "it holds working directories (search: a --workdir" in whole.stderr
+    assert search.is_dir()
+    deleted = thanos_here("workdirs", "--root", given, "--delete", "search", cwd=tmp_path)
+    assert deleted.returncode == 0 and not search.exists(), deleted.stderr
+
+
 @pytest.mark.slow
 def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatch):
     from thanos.files.locks import exclusive_workdir

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
             raise ValueError("--delete and --delete-all: give one of them")
         _delete(root, args)
         return
-    _list(root)
+    _list(root, "" if args.root is None or root == default_root() else f" --root {root}")
 
 
 def _target(root: Path, name: str) -> tuple[Path, str | None]:
@@ -83,11 +83,12 @@ def _delete(root: Path, args: argparse.Namespace) -> None:
     print(f"freed {size_text(freed)}")
 
 
-def _list(root: Path) -> None:
+def _list(root: Path, given: str) -> None:
     """Each working directory: its size, model, calibration, recipes (finished, unfinished) and last run;
-    each distillation's checkpoints: whose, and that they serve to resume it."""
+    each distillation's checkpoints: whose, and that they serve to resume it. ``given``: the ``--root``
+    option the commands it suggests need (none for the default root)."""
     from thanos.runner.disk import size_text
-    from thanos.runner.workdirs import scan
+    from thanos.runner.workdirs import is_search, scan
 
     found = scan(root)
     if not found:
@@ -106,9 +107,10 @@ def _list(root: Path) -> None:
             if workdir.in_use:  # the run using it may be this recipe's
                 print(f"            unfinished: {recipe} (not finished yet; a run is using the directory)")
                 continue
+            target = name if is_search(workdir.path) else f"{name}/{recipe}"  # a size: its whole cost table
             print(
                 f"            unfinished: {recipe} (interrupted or abandoned; its command again resumes it; "
-                f"delete: thanos workdirs --delete {name}/{recipe})"
+                f"delete: thanos workdirs{given} --delete {target})"
             )
     total = sum(w.bytes for w in found)
-    print(f"{size_text(total):>10}  in all, under {root}; delete: thanos workdirs --delete NAME")
+    print(f"{size_text(total):>10}  in all, under {root}; delete: thanos workdirs{given} --delete NAME")

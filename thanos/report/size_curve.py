@@ -18,10 +18,11 @@ COLUMNS = ("recipe", "parameters", "removed_fraction", "loss", "loss_error", "pp
 def curve_rows(searches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per recipe measured by any of ``searches`` (each size's ``search.json`` content, by its
     request; a recipe measured both as a point of the cost table and as a size's written model gets the
-    written model's measurement, the one its ``windows`` mark), fewest parameters removed first: its recipe, parameters, fraction removed, held-out loss
-    (nats per token of the dense tokenization over the dense model's) and its standard error over the
-    held-out windows (empty where a measurement of an earlier release recorded none), perplexity per original
-    token over the dense model's (exp of that loss) and the sizes that chose it."""
+    written model's measurement, the one its ``windows`` mark), fewest parameters removed first: its
+    recipe, parameters, fraction removed, held-out loss (nats per token of the dense tokenization over the
+    dense model's) and its standard error over the held-out windows (empty where a measurement of an earlier
+    release recorded none), perplexity per original token over the dense model's (exp of that loss) and the
+    sizes that chose it."""
     rows: dict[str, dict[str, Any]] = {}
     written: set[str] = set()  # the recipes whose row is the model written (its ``windows``), not a point
     for size, search in searches.items():

@@ -152,10 +152,23 @@ def unfinished_note(workdir: Path, recipe: str) -> str:
     )
 
 
+def is_search(workdir: Path) -> bool:
+    """Whether ``workdir`` is a size's search (its cost table, which every size of its model and calibration
+    reads: a size's part of it is not its own)."""
+    return any(recipe.startswith("params:") for recipe in recorded_recipes(workdir))
+
+
 def delete_recipe(workdir: Path, recipe: str) -> int:
     """Delete what ``recipe`` wrote in the working directory ``workdir`` (``recipe_paths``) and its entry in
-    the record; refused while a run uses the directory. Returns the bytes freed."""
+    the record; refused while a run uses the directory, and in a size's search (``is_search``: the whole
+    directory is the unit). Returns the bytes freed."""
     check_deletable(workdir)
+    if is_search(workdir):
+        raise ValueError(
+            f"{workdir} is a size's search: its cost table serves every size of its model and calibration, "
+            f"and {recipe} wrote nothing of its own there; delete the whole search (`thanos workdirs "
+            f"--delete {workdir}`) or run the size's command again to finish it (nothing deleted)"
+        )
     if recipe not in recorded_recipes(workdir):
         raise ValueError(
             f"{workdir}: no recipe {recipe!r} was run there (its recipes: "
@@ -257,9 +270,16 @@ def check_deletable(path: Path) -> None:
     if not path.exists():
         raise ValueError(f"{path}: no such directory; `thanos workdirs` lists the working directories")
     if not path.is_dir() or not (is_workdir(path) or is_distill_work(path)):
+        inside = sorted(child.name for child in path.iterdir() if child.is_dir() and is_workdir(child))
+        holds = (
+            f"; it holds working directories ({', '.join(inside)}: a --workdir given to prune-model): "
+            f"`thanos workdirs --root {path}` lists them and deletes them (--delete-all)"
+            if path.is_dir() and inside
+            else ""
+        )
         raise ValueError(
             f"{path}: not a working directory of thanos prune-model (no {RECORD}) nor a distillation's "
-            f"checkpoints (no {RUN}); nothing deleted"
+            f"checkpoints (no {RUN}){holds}; nothing deleted"
         )
     if (owner := holder(path)) is not None:
         raise ValueError(f"{path}: a run is using it now ({owner}); wait for it to finish (nothing deleted)")
