@@ -159,6 +159,40 @@ def test_a_stage_store_never_replaces_what_the_command_reads(model: Path, tmp_pa
     assert {path: path.read_bytes() for path in w.rglob("*") if path.is_file()} == before
 
 
+def test_owl_takes_its_recipe_by_options_and_the_layer_commands_name_what_they_take(
+    model: Path, tmp_path: Path
+) -> None:
+    """``thanos owl --method wanda --sparsity 0.6`` could never run (``recipe wanda_u60 has profile uniform,
+    not owl``, and no option set the profile nor OWL's M and lambda): it takes them now. A combined recipe
+    given to a command that prunes one structure said it cannot be parsed while listing it as allowed."""
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "one two three four five six seven " * 40}) + "\n")
+    w = tmp_path / "w"
+    steps = [
+        ("calibrate", "--model", model, "--source", tmp_path / "c.jsonl", "--nsamples", 2, "--seqlen", 16,
+         "--out", w / "tokens.zarr"),
+        ("embed", "--model", model, "--tokens", w / "tokens.zarr", "--out", w / "inputs_0.zarr"),
+    ]  # fmt: skip
+    for block in (0, 1):
+        steps.append(("capture", "--model", model, "--block", block, "--inputs", w / f"inputs_{block}.zarr",
+                      "--out", w / f"hessians_{block}.zarr"))  # fmt: skip
+        steps.append(("propagate", "--model", model, "--block", block, "--inputs", w / f"inputs_{block}.zarr",
+                      "--out", w / f"inputs_{block + 1}.zarr"))  # fmt: skip
+    for args in steps:
+        assert thanos_here(*args, cwd=tmp_path).returncode == 0, args
+    hessians = [w / "hessians_0.zarr", w / "hessians_1.zarr"]
+    owl = ("owl", "--model", model, "--hessians", *hessians, "--method", "wanda", "--sparsity", 0.6)
+    run = thanos_here(*owl, "--owl-lambda", 0.05, "--out", tmp_path / "owl.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert len(json.loads((tmp_path / "owl.json").read_text())["blocks"]) == 2
+    prune = ("prune", "--model", model, "--block", 0, "--hessians", hessians[0], "--method", "thanos")
+    chain = thanos_here(
+        *prune, "--sparsity", "depth:1+neurons:0.3", "--out-dir", tmp_path / "p", cwd=tmp_path
+    )
+    assert (
+        chain.returncode == 2 and "is a combined recipe or a size, which `thanos prune-model`" in chain.stderr
+    )
+
+
 def test_an_output_json_is_checked_before_the_work(model: Path, tmp_path: Path) -> None:
     """The evaluations and ``model-info`` refuse at once an output JSON that their write at the end would
     fail on or that would destroy what is there, naming it, and leave everything as it was: ``perplexity

@@ -72,17 +72,20 @@ def _number(value: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def add_option(parser: Any, field: dataclasses.Field, prefix: str = "", required: bool = True) -> None:
+def add_option(
+    parser: Any, field: dataclasses.Field, prefix: str = "", required: bool = True, help: str | None = None
+) -> None:
     """``field`` as an option of ``parser`` (a parser or an argument group): its flag (``flag``), its help
-    (``help_text``), its argparse keywords, the type of its default where it declares none; required when
-    the field has no default and ``required``. Not given, it is None (the field's default applies where
-    the values become the dataclass), so that what was given can be told from what was not."""
+    (``help_text``, or ``help`` where a command takes less than the field allows), its argparse keywords,
+    the type of its default where it declares none; required when the field has no default and
+    ``required``. Not given, it is None (the field's default applies where the values become the
+    dataclass), so that what was given can be told from what was not."""
     given = dict(field.metadata["argparse"])
     if "action" not in given and "type" not in given and isinstance(field.default, SCALARS):
         given["type"] = type(field.default)
     given.setdefault("required", required and not has_default(field))
     parser.add_argument(
-        flag(field, prefix), dest=prefix + field.name, default=None, help=help_text(field), **given
+        flag(field, prefix), dest=prefix + field.name, default=None, help=help or help_text(field), **given
     )
 
 

@@ -24,22 +24,33 @@ DTYPE_AUTO = (
 )
 
 
-def add_recipe(parser: argparse.ArgumentParser) -> None:
+# --sparsity of the stage commands that prune layers one recipe at a time (what they take, where the rest go)
+LAYER_SPARSITY = (
+    "one structure of the layers: 0.5 (unstructured), 2:4, 4:8, structured:0.3, neurons:0.3, heads:0.33, "
+    "kv_heads:0.25 (depth:K is thanos depth's; vocab:P, structures joined with + and params:P run whole "
+    "with thanos prune-model)"
+)
+
+
+def add_recipe(parser: argparse.ArgumentParser, sparsity: str | None = None) -> None:
     """The recipe: ``--recipe JSON`` (``thanos.recipes.recipe.Recipe.to_json``, what the workflow's jobs
     pass), or --method, --sparsity and the optional options by hand, as ``thanos prune-model`` takes them
-    (the fields of ``thanos.runner.recipe_options.RecipeOptions``); ``recipe(args)`` builds the ``Recipe``."""
+    (the fields of ``thanos.runner.recipe_options.RecipeOptions``; ``sparsity``: the help of --sparsity
+    where the command takes fewer forms); ``recipe(args)`` builds the ``Recipe``."""
     group = parser.add_argument_group("recipe (--recipe JSON, or --method and --sparsity with options)")
     group.add_argument(
         "--recipe", default=None, metavar="JSON", help='the recipe as JSON: {"method": ..., "sparsity": ...}'
     )
     for name in RECIPE_OPTIONS:
-        add_option(group, name)
+        add_option(group, name, sparsity if name == "sparsity" else None)
 
 
-def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str) -> None:
+def add_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, help: str | None = None
+) -> None:
     """The recipe option ``name`` as ``thanos prune-model`` declares it (``RecipeOptions``' field), not
-    required."""
-    options.add_option(parser, options.named(RecipeOptions, name), required=False)
+    required (``help``: the command's own words for it)."""
+    options.add_option(parser, options.named(RecipeOptions, name), required=False, help=help)
 
 
 def add_owl(parser: argparse.ArgumentParser) -> None:
@@ -54,19 +65,24 @@ def add_owl(parser: argparse.ArgumentParser) -> None:
 RECIPE_OPTIONS = ("method", "sparsity", "blocksize", "alpha", "damp", "exclude")
 
 
-def recipe(args: argparse.Namespace) -> Recipe:
-    """The ``Recipe`` of ``--recipe JSON``, or of --method, --sparsity and the options (not both)."""
+OWL_OPTIONS = ("owl_m", "owl_lambda")  # ``thanos owl``'s recipe options besides RECIPE_OPTIONS
+
+
+def recipe(args: argparse.Namespace, owl: bool = False) -> Recipe:
+    """The ``Recipe`` of ``--recipe JSON``, or of --method, --sparsity and the options (not both); ``owl``:
+    the recipe of ``thanos owl`` (profile owl, with --owl-m and --owl-lambda when given)."""
     from thanos.recipes.fields import ConfigError
     from thanos.recipes.recipe import Recipe
 
-    given = {name: getattr(args, name) for name in RECIPE_OPTIONS if getattr(args, name) is not None}
+    names = RECIPE_OPTIONS + (OWL_OPTIONS if owl else ())
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.recipe is not None:
         if given:
             raise ConfigError(f"--recipe: give the recipe as JSON or as --{', --'.join(given)}, not both")
         return Recipe.from_json(args.recipe, key="--recipe")
     if "method" not in given or "sparsity" not in given:
         raise ConfigError("--recipe JSON, or --method and --sparsity, are required")
-    return Recipe.from_dict(given, key="recipe")
+    return Recipe.from_dict(given | ({"profile": "owl"} if owl else {}), key="recipe")
 
 
 def add_model_info(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ HELP = "one recipe's whole chain (capture, prune, propagate per block) in one pr
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
-    _args.add_recipe(parser)
+    _args.add_recipe(parser, _args.LAYER_SPARSITY)
     _args.add_owl(parser)
     parser.add_argument(
         "--dense-dir",

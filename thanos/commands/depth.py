@@ -15,7 +15,7 @@ HELP = "a depth:K recipe's removed blocks and their maps from the dense inputs_l
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory or hub id")
-    _args.add_recipe(parser)
+    _args.add_recipe(parser, "depth:K, the blocks removed (K whole blocks)")
     parser.add_argument(
         "--dense-dir", required=True, help="the dense chain's stores: inputs_0.zarr .. inputs_L.zarr"
     )

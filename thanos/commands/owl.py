@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hessians", required=True, nargs="+", help="the dense chain's hessians_l.zarr, every block in order"
     )
-    _args.add_recipe(parser)  # profile owl: --recipe JSON (its target sparsity, owl_m, owl_lambda)
+    _args.add_recipe(parser, "the target sparsity, unstructured (0.5): OWL spreads it over the blocks")
+    for name in _args.OWL_OPTIONS:
+        _args.add_option(parser, name)
     parser.add_argument("--out", required=True, help="output owl.json (written atomically)")
     _args.add_model_info(parser)
 
@@ -24,4 +26,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.stages.owl_plan import owl
 
-    owl(args.model, args.hessians, _args.recipe(args), args.out, args.model_info)
+    owl(args.model, args.hessians, _args.recipe(args, owl=True), args.out, args.model_info)

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: every prunable layer of the block)",
     )
     parser.add_argument("--hessians", default=None, help="hessians_l.zarr (omit for magnitude)")
-    _args.add_recipe(parser)
+    _args.add_recipe(parser, _args.LAYER_SPARSITY)
     _args.add_owl(parser)
     parser.add_argument("--out-dir", required=True, help="output directory for this block's pruned layers")
     _args.add_device(parser)

@@ -265,6 +265,12 @@ def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
         )
         said = str(err).removeprefix("sparsity: ")  # the config's words name the value, a front's its own
         problem = sparsity_problem(err, value) + allowed
+        if isinstance(value, str) and ("+" in value or value.strip().lower().startswith("params:")):
+            whole = (
+                f"{value!r} is a combined recipe or a size, which `thanos prune-model` (and the workflow) "
+                "runs part by part; one recipe, as this takes it, holds one structure"
+            )
+            raise ConfigError(f"{key}.{field}: {whole}", field, whole) from None
         raise ConfigError(f"{key}.{field}: {said}{allowed}", field, problem) from None
 
 
