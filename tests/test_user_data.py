@@ -71,6 +71,9 @@ def test_a_directory_without_text_files_is_named(tmp_path):
     with pytest.raises(PathError) as err:
         read_documents(tmp_path)
     assert "no text files in the directory (looked for .txt" in _line(err) and f"({tmp_path})" in _line(err)
+    with pytest.raises(PathError) as err:  # it said "no text files in the directory"
+        read_documents("/dev/null")
+    assert _line(err).startswith("not a file nor a directory (/dev/null); give .txt"), _line(err)
 
 
 def test_too_short_calibration_says_what_would_work(model_dir, tmp_path):

@@ -35,6 +35,8 @@ def text_files(path: str | Path) -> list[Path]:
                 f"give {FORMATS}; rename a plain text file to .txt",
             )
         return [path]
+    if not path.is_dir():  # a device, a pipe, a socket
+        raise PathError("not a file nor a directory", path, f"give {FORMATS}, or a directory of them")
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
     if not files:
         raise PathError(

@@ -370,7 +370,9 @@ def chain(
     done = [block for block in range(num_blocks) if run.finished(block, num_blocks, frontier)]
     if done and len(done) < num_blocks:
         resumed = ChainResumed(tuple(done), num_blocks)
-        log.info("chain: resuming: %s", resumed.text)
+        start = min(set(range(num_blocks)) - set(done))  # numbered from 0, as the log's other lines
+        log.info("chain: resuming: %d of %d blocks done by an earlier run, starting at block %d", len(done),
+                 num_blocks, start)  # fmt: skip
         on_event(resumed)
     for block in range(num_blocks):
         if run.finished(block, num_blocks, frontier):
