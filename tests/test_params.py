@@ -439,6 +439,27 @@ def test_the_curve_gives_a_chosen_point_as_written_and_names_each_size_once() ->
     assert (rows["depth:2"]["loss"], rows["depth:2"]["chosen_for"]) == (-0.0003, "params:0.2")
 
 
+def test_one_model_and_several_sizes_never_replace_each_other(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """An ``--out`` holding one model, given to several sizes, and one holding several sizes' models, given
+    to one recipe or size, are refused saying what they hold (they said there was no previous result), with
+    ``--overwrite`` too: it replaces a result of the same kind only."""
+    one, several = tmp_path / "one", tmp_path / "several"
+    (one / "pruning_report.json").parent.mkdir()
+    (one / "pruning_report.json").write_text("{}")
+    (several / "params0.1").mkdir(parents=True)
+    (several / "sizes.json").write_text("{}")
+    options = inputs["options"] | {"overwrite": True}
+    with pytest.raises(
+        ValueError, match="holds one pruned model .* several sizes write a directory of models"
+    ):
+        prune_model(inputs["model"], "thanos", "params:0.1,0.2", out=one, **options)
+    for pattern in ("params:0.1", "magnitude"):
+        method, sparsity = ("magnitude", 0.5) if pattern == "magnitude" else ("thanos", pattern)
+        with pytest.raises(ValueError, match=r"holds the models of several sizes \(sizes.json"):
+            prune_model(inputs["model"], method, sparsity, out=several, **options)
+    assert (one / "pruning_report.json").is_file() and (several / "params0.1").is_dir()
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

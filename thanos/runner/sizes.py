@@ -99,6 +99,12 @@ def check_sizes_out(out: Path, reference: str) -> None:
     check_outside(out, reference)
     check_directory("out", out)
     if out.is_dir() and any(out.iterdir()) and not (out / SIZES).is_file():
+        if (out / "pruning_report.json").is_file():  # --overwrite replaces a result of its own kind only
+            raise OptionError(
+                Option("out", str(out)),
+                " holds one pruned model (of a recipe or one size), and several sizes write a directory of "
+                "models (params0.15/, ...); give another directory, or delete that model first",
+            )
         raise OptionError(
             Option("out", str(out)),
             f" is not empty and is not a previous result of several sizes (no {SIZES}); give a new or "

@@ -67,6 +67,12 @@ def check_replaceable(out: str | Path, option: str, marker: str | None, command:
     it; None: it leaves none, only a new or empty directory is taken)."""
     out = Path(out)
     check_directory(option, out)
+    if marker == MARKER and (out / "sizes.json").is_file():  # prune-model's several sizes: not one model
+        raise OptionError(
+            Option(option, str(out)),
+            " holds the models of several sizes (sizes.json: params0.15/, ...), and this writes one model; "
+            "give another directory, or delete those models first",
+        )
     if out.is_dir() and any(out.iterdir()) and not (marker and (out / marker).is_file()):
         previous = f" and is not a previous result (no {marker})" if marker else ""
         again = f"a previous result of {command} is replaced" if marker else f"{command} writes it whole"
