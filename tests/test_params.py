@@ -484,6 +484,7 @@ def test_axes_restrict_the_search(inputs: dict[str, Any], tmp_path: Path) -> Non
         ("depth:1", "depth"): "is for params:P; depth:1 names its mix",
         ("params:0.2", "width"): "axes=width: choose from depth, heads, neurons, vocab",
         ("params:1.5", None): "params takes the fraction of the parameters removed, in",
+        ("params:0.2,0.20", None): "names the size 0.2 twice; give each size once",
         ("params:0.2+depth:1", None): "params:P asks for a size and the tool chooses the mix; give it alone",
     }
     for (sparsity, axes), message in refusals.items():
@@ -649,6 +650,14 @@ def test_a_combined_recipe_is_checked_whole_at_the_door(inputs: dict[str, Any], 
     said = io.StringIO()
     prune_model(words, "thanos", "params:0.3", out=tmp_path / "out", dry_run=True, stream=said, **options)
     assert "mixing depth, heads, neurons; not vocab (its tokenizer is not byte-level BPE" in said.getvalue()
+    from thanos.demo.tiny import build_tiny_model
+
+    bytes_only = build_tiny_model(
+        tmp_path / "bytes", hidden_size=32, num_blocks=2
+    )  # no merge: every token kept
+    said = io.StringIO()
+    prune_model(bytes_only, "thanos", "params:0.3", out=tmp_path / "o2", dry_run=True, stream=said, **options)
+    assert "not vocab (its vocabulary keeps all its " in said.getvalue(), said.getvalue()
 
 
 def test_a_vocabulary_is_replaced_only_with_overwrite(inputs: dict[str, Any], tmp_path: Path) -> None:

@@ -123,5 +123,9 @@ def params_fractions(sparsity: Any) -> tuple[Fraction, ...] | None:
                 "params takes the fraction of the parameters removed, in (0, 1), or several separated by "
                 "commas (params:0.15,0.25,0.35)",
             )
+        if p in fractions:  # params:0.2,0.2 (one size: its model went to --out itself, not params0.2/)
+            raise OptionError(
+                Option("sparsity", repr(sparsity)), f"names the size {float(p):g} twice; give each size once"
+            )
         fractions.append(p)
-    return tuple(sorted(set(fractions)))
+    return tuple(sorted(fractions))

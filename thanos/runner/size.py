@@ -301,8 +301,13 @@ def _axes(goal: Any, dense: Knobs) -> list[str]:
 
 def _missing(goal: Any, dense: Knobs) -> dict[str, str]:
     """The axes asked that the model cannot lose, and why."""
+    vocab = (
+        "its tokenizer is not byte-level BPE nor BPE with byte fallback"
+        if dense.tokens is None
+        else f"its vocabulary keeps all its {dense.tokens:,} tokens (its special tokens and byte alphabet)"
+    )
     why = {
-        "vocab": "its tokenizer is not byte-level BPE nor BPE with byte fallback",
+        "vocab": vocab,
         "depth": "it has one block",
         "heads": "its config accepts no smaller head count",
     }
