@@ -460,6 +460,28 @@ def test_one_model_and_several_sizes_never_replace_each_other(inputs: dict[str, 
     assert (one / "pruning_report.json").is_file() and (several / "params0.1").is_dir()
 
 
+def test_the_card_of_a_resumed_search_says_its_candidates_were_measured_before(tmp_path: Path) -> None:
+    """A search that read its table from an earlier run searched for seconds: the card says so, with the
+    candidates' own time, where it said ``Searched in 0:02`` as if that were the search's cost."""
+    from thanos.runner.size_card import write_card
+
+    def candidate(recipe: str, seconds: float, **extra: Any) -> dict[str, Any]:
+        return {"recipe": recipe, "parameters": 9, "removed_fraction": 0.1, "loss": 0.1, "kl": None,
+                "seconds": seconds} | extra  # fmt: skip
+
+    candidates = [candidate("depth:1", 40.0), candidate("depth:2", 35.0), candidate("depth:1", 30, windows=8)]
+    record = {
+        "request": "params:0.1", "target_removed": 1, "parameters": 10, "axes": ["depth"],
+        "chosen": "depth:1", "chosen_parameters": 9, "loss": "loss", "held_out": {"windows": 2},
+        "calibration": {"windows": 2}, "candidates": candidates,
+    }  # fmt: skip
+    for seconds, said in ((80.0, "Searched in 1:20; "), (2.0, "Searched in 0:02 by this run, which read "
+                          "candidates an earlier run measured (1:15 in all); ")):  # fmt: skip
+        (tmp_path / "README.md").write_text("# m\n")
+        write_card(tmp_path, record | {"seconds": seconds})
+        assert said in (tmp_path / "README.md").read_text()
+
+
 def test_the_chosen_recipe_alone_writes_the_same_bytes(
     searched: dict[str, Any], inputs: dict[str, Any], tmp_path: Path
 ) -> None:

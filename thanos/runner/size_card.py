@@ -42,6 +42,11 @@ def write_card(out: Path, record: dict[str, Any]) -> None:
         for c in record["candidates"]
     ]
     written = next((c["windows"] for c in record["candidates"] if "windows" in c), None)
+    # the table's points' own seconds, as each was measured (in this run, or an earlier one it read)
+    own = sum(c["seconds"] for c in record["candidates"] if "windows" not in c)
+    searched = clock_text(record["seconds"])
+    if own > 1.5 * record["seconds"] + 10:  # read from an earlier run: this run's time is not the search's
+        searched += f" by this run, which read candidates an earlier run measured ({clock_text(own)} in all)"
     footing = (
         f"; a mix is measured on the model written (calibrated on all {written} windows of every document, "
         "the held-out ones included: its loss is lower than on the table's footing)"
@@ -58,8 +63,8 @@ def write_card(out: Path, record: dict[str, Any]) -> None:
         "error over them: a difference smaller than it may be the windows drawn); the table's "
         f"points calibrated on {record['calibration']['windows']} windows{footing}. `table`: a point of the "
         "cost table (an axis alone, the same for every size); a mix's prediction is the sum of its parts' "
-        "costs on the table's curves, the measured difference in brackets. Searched in "
-        f"{clock_text(record['seconds'])}; `search.json` has it all.",
+        f"costs on the table's curves, the measured difference in brackets. Searched in {searched}; "
+        "`search.json` has it all.",
         "",
         "| candidate | parameters | removed | held-out loss | predicted by the table | KL | seconds |",
         "| --- | --: | --: | --: | --: | --: | --: |", *rows,
