@@ -83,6 +83,13 @@ def prune_sizes(request: PruneRequest, stream: TextIO, execute: Execute) -> dict
     say(stream, f"{goal}: the quality against size of {len(rows)} measured candidates: {table}, {figure}")
     for size, record in chosen.items():
         say(stream, f"  {size}: {record['chosen']} ({record['parameters']:,} parameters) in {record['out']}")
+    ours = {size_dir(one) for one in each}
+    if earlier := sorted(p.name for p in out.glob("params*") if p.is_dir() and p.name not in ours):
+        say(
+            stream,
+            f"{goal}: {out} also holds {', '.join(earlier)}, of an earlier request with other sizes: not in "
+            f"{SIZES} nor the curve now; kept (delete what you do not need)",
+        )
     return {"out": str(out), "sizes": reports, "curve": rows}
 
 
