@@ -390,17 +390,20 @@ def test_one_search_whatever_the_paths_are_spelled(
 
 def test_a_size_names_the_model_file_it_cannot_read(inputs: dict[str, Any], tmp_path: Path) -> None:
     """A size on a model whose config.json or tokenizer.json is damaged names the file (it said only
-    ``Expecting property name enclosed in double quotes: line 2 column 1``), before anything is written."""
-    for name, said in (
-        ("config.json", "config.json is not valid JSON"),
-        ("tokenizer.json", "cannot load the tokenizer"),
-    ):
+    ``Expecting property name enclosed in double quotes: line 2 column 1``), before anything is written; a
+    recipe's dry run refuses it too (it passed, and the run failed at its calibration)."""
+    for name in ("config.json", "tokenizer.json"):
         model = tmp_path / name / "m"
         shutil.copytree(inputs["model"], model)
         (model / name).write_text("{\n,\n")
+        said = rf"{name} is not valid JSON \(.*\) \({model / name}\); restore it from the original model"
         with pytest.raises(ValueError, match=said):
             prune_model(model, "thanos", "params:0.2", out=tmp_path / name / "out", **inputs["options"])
         assert not (tmp_path / name / "out").exists()
+        with pytest.raises(ValueError, match=said):
+            prune_model(
+                model, "thanos", "depth:1", out=tmp_path / name / "o", dry_run=True, **inputs["options"]
+            )
 
 
 def test_a_size_takes_the_width_multiple_for_its_neurons_points(

@@ -98,6 +98,14 @@ def check_tokenizer_files(model_dir: str | Path) -> None:
             "copy the tokenizer files of the base model into it (AutoTokenizer.from_pretrained(base)"
             ".save_pretrained(dir) writes them)",
         )
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # damaged: refused before a run reads them
+        if (path / name).is_file():
+            try:
+                json.loads((path / name).read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise PathError(
+                    f"{name} is not valid JSON ({err})", path / name, "restore it from the original model"
+                ) from None
 
 
 def load_tokenizer(model_dir: str | Path) -> Any:
