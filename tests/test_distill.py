@@ -282,6 +282,11 @@ def test_prune_model_distills_what_it_pruned(setup: dict[str, Path]) -> None:
     assert again.returncode == 0 and "nothing to do" in again.stderr and "unchanged" in again.stderr
     undistilled = thanos_here(*args[: args.index("--cores")], "--out", "kd", cwd=root, env=env)
     assert "holds another pruned model (magnitude_u50 distilled of" in undistilled.stderr
+    other_lr = [*args[:-2], "--distill-lr", "1e-3", "--out", "kd"]  # it replaced the distilled model
+    refused = thanos_here(*other_lr, cwd=root, env=env)
+    assert refused.returncode == 2 and "(distillation.lr 0.0003 -> 0.001)" in refused.stderr, refused.stderr[-800:]
+    for shard in sorted(setup["reference"].glob("*.safetensors")):
+        assert shard.read_bytes() == (root / "kd" / shard.name).read_bytes()
     for change, named in (
         (["--distill-tokens", "0"], "--distill-tokens 0: give a whole number >= 1"),
         (["--distill-seqlen", "65"], "--distill-seqlen 65 exceeds the model's 64 positions"),

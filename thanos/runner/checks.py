@@ -435,17 +435,28 @@ def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool)
         "model": reference if local else None,
         "recipe": recipe.pruned.name,
         "distilled": bool(recipe.distill),
+        "distillation": _distillation(dataclasses.asdict(recipe.distill) if recipe.distill else None),
     }
     try:  # what --out holds, as the ledger compares it (``thanos.files.ledger``)
         previous = json.loads(report.read_text())
         holds = {"model": previous["model"]["path"], "recipe": previous["recipe"]["name"]}
         holds["distilled"] = bool(previous.get("distillation"))
+        holds["distillation"] = _distillation((previous.get("distillation") or {}).get("options"))
         why = difference(holds | ({} if local else {"model": None}), wanted)
     except (OSError, ValueError, KeyError, TypeError):
         holds, why = {"model": "?", "recipe": "an unreadable report", "distilled": False}, "unreadable"
     if why is not None:
         what = f"{holds['recipe']}{' distilled' * holds['distilled']} of {holds['model']}"
         raise holds_another(out, f"pruned model ({what})", why)
+
+
+def _distillation(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A distillation's options as an ``--out``'s report and a request compare them: a local text by its
+    absolute path (a report records it so; a request may name it relative)."""
+    if not options:
+        return None
+    source = Path(str(options.get("source", ""))).expanduser()
+    return options | ({"source": str(source.resolve())} if source.exists() else {})
 
 
 def check_outside(out: Path, reference: str) -> None:
