@@ -278,13 +278,20 @@ def test_prune_model_distills_what_it_pruned(setup: dict[str, Path]) -> None:
     assert (
         report["distillation"]["steps"] == STEPS and report["distillation"]["teacher"] == setup["dense"].name
     )
+    card = (root / "kd" / "README.md").read_text()  # its command rebuilds the distilled model, not the pruned
+    assert (
+        "--distill-tokens 3072 --distill-source text.jsonl --distill-text-field text --distill-seqlen 32"
+        in card
+    )
     again = thanos_here(*args, cwd=root, env=env)
     assert again.returncode == 0 and "nothing to do" in again.stderr and "unchanged" in again.stderr
     undistilled = thanos_here(*args[: args.index("--cores")], "--out", "kd", cwd=root, env=env)
     assert "holds another pruned model (magnitude_u50 distilled of" in undistilled.stderr
     other_lr = [*args[:-2], "--distill-lr", "1e-3", "--out", "kd"]  # it replaced the distilled model
     refused = thanos_here(*other_lr, cwd=root, env=env)
-    assert refused.returncode == 2 and "(distillation.lr 0.0003 -> 0.001)" in refused.stderr, refused.stderr[-800:]
+    assert refused.returncode == 2 and "(distillation.lr 0.0003 -> 0.001)" in refused.stderr, refused.stderr[
+        -800:
+    ]
     for shard in sorted(setup["reference"].glob("*.safetensors")):
         assert shard.read_bytes() == (root / "kd" / shard.name).read_bytes()
     for change, named in (

@@ -185,6 +185,8 @@ def test_recovered_model_keeps_the_pattern_and_loads(
     assert all(len(b["val_losses"]) == RECOVER["epochs"] and b["seconds"] > 0 for b in blocks)
     assert all(b["peak_rss_mib"] > 0 for b in blocks)
     assert "## Recovery" in (rec / "README.md").read_text()
+    epochs = f"--recover --recover-epochs {RECOVER['epochs']} --recover-lr "  # its command rebuilds it
+    assert epochs in (rec / "README.md").read_text() and epochs not in (plain / "README.md").read_text()
     improved = sum(1 for b in blocks if b["epochs_kept"])
     assert f"recovery: {improved} of 2 blocks improved" in (tmp_path / "rec.out").read_text()
     config = json.loads((rec / "config.json").read_text())

@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from thanos.options import command_line
 from thanos.pruning.sparsity import COMPACT_KINDS
 from thanos.recipes.labels import (
     LABELS,
@@ -36,6 +37,7 @@ from thanos.recipes.labels import (
     shown_perplexity,
 )
 from thanos.recipes.recipe import DEFAULT_DAMP, Recipe
+from thanos.recipes.training import Distillation
 from thanos.stages.describe.sections import distillation_lines, recovery_lines
 from thanos.stages.describe.sparsity import (
     SIDECAR,
@@ -119,6 +121,13 @@ def reproduce_command(report: dict[str, Any], out: str | Path | None = None) -> 
             args += ["--seed", str(calibration["seed"])]
         if calibration.get("text_field", "text") != "text":
             args += ["--text-field", str(calibration["text_field"])]
+    if recipe.recover is not None:  # the recovery's options, each (a later version's defaults may differ)
+        args += ["--recover", *command_line(recipe.recover, "recover_")]
+    if distilled := (report.get("distillation") or {}).get("options"):  # the distillation the card tells
+        source = str(distilled["source"])
+        local = Path(source).expanduser().is_absolute() or Path(source).exists()
+        shown = distilled | ({"source": public_name(source)} if local else {})
+        args += command_line(Distillation(**shown), "distill_")
     args += ["--out", public_name(out) if out is not None else "OUT"]
     return " ".join(shlex.quote(a) for a in args)
 
