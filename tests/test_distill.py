@@ -307,6 +307,55 @@ def test_prune_model_distills_what_it_pruned(setup: dict[str, Path]) -> None:
     assert not (root / "refused").exists()
 
 
+def test_a_student_of_a_smaller_vocabulary_learns_from_its_teacher(tmp_path: Path) -> None:
+    """``prune-model`` sends a ``vocab:P`` model to ``thanos distill``, which refused it (``--teacher
+    ... has N output tokens ...: not the model the student was pruned from``): the teacher reads the
+    student's windows in its own ids and teaches its distribution over the student's tokens, so that the
+    student, which is the teacher with tokens removed, starts at a KL of almost nothing (rows of the
+    teacher's probabilities renormalised). A teacher of another vocabulary is refused before any weight is
+    read."""
+    from helpers.vocabulary import PROSE, bpe_model
+
+    dense = bpe_model(tmp_path / "dense")
+    text = tmp_path / "text.txt"
+    lines = [line for line in PROSE if line]
+    text.write_text("\n\n".join(" ".join(lines[i:] + lines[:i]) for i in range(len(lines))) + "\n")
+    cut = thanos_here("prune-vocab", "--model", dense, "--sparsity", "vocab:0.3", "--text", text,
+                      "--out", tmp_path / "student", cwd=tmp_path)  # fmt: skip
+    assert cut.returncode == 0, cut.stderr[-2000:]
+    args = [
+        "distill",
+        "--student",
+        tmp_path / "student",
+        "--source",
+        text,
+        "--tokens",
+        "512",
+        "--seqlen",
+        "32",
+    ]
+    args += [
+        "--batch-size",
+        "4",
+        "--heldout",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
+    run = thanos_here(*args, "--teacher", dense, "--out", tmp_path / "kd", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads((tmp_path / "kd" / "distillation.json").read_text())
+    assert record["heldout"][0]["kl"] < 0.05, record["heldout"][0]
+    other = make_tiny_model(tmp_path, "llama")  # a byte vocabulary: not the student's teacher
+    refused = thanos_here(*args, "--teacher", other, "--out", tmp_path / "kd2", cwd=tmp_path)
+    assert refused.returncode == 2 and "output tokens" in refused.stderr.splitlines()[-1], refused.stderr[
+        -800:
+    ]
+
+
 def test_a_hub_dataset_is_streamed_as_far_as_the_budget_needs(setup: dict[str, Path], tmp_path: Path) -> None:
     """`hf:NAME` (here a local dataset directory, read by `datasets` in streaming mode as a hub dataset is):
     the same windows as the file it holds; a field the records lack is named."""
@@ -406,24 +455,40 @@ def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) ->
 
 @pytest.mark.slow
 def test_a_failure_once_it_runs_is_one_error_line(setup: dict[str, Path], tmp_path: Path) -> None:
-    """A teacher with more output tokens than the student (not the model it was pruned from) is found once
-    the models are read, after the header: with stderr not a terminal (a file, as here), one ``ERROR:``
-    line naming it, no traceback (it is in the run's log), exit status 1, nothing written."""
+    """A teacher whose weights cannot be read is found once the models are read, after the header: with
+    stderr not a terminal (a file, as here), one ``ERROR:`` line naming it, no traceback (it is in the run's
+    log), exit status 1, nothing written. A teacher with more output tokens than the student (not the model
+    it was pruned from) is refused by its config before the header (it was found once both were read)."""
+    import shutil
+
     root = setup["root"]
+    env = {"THANOS_WORKDIR": str(root / "cache")}
     wider = make_tiny_model(tmp_path, "llama", vocab_size=256)
     args = [str(a) for a in command(setup, "wrong")]
     args[args.index("--teacher") + 1] = str(wider)
-    run = thanos_here(*args, cwd=root, env={"THANOS_WORKDIR": str(root / "cache")})
-    assert run.returncode == 1, run.stderr
-    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
-    assert errors == [
+    run = thanos_here(*args, cwd=root, env=env)
+    assert run.returncode == 2 and run.stderr.splitlines() == [
         f"ERROR: --teacher {wider} has 256 output tokens, the student 128: not the model the student was "
         "pruned from; give the dense model it was pruned from"
     ], run.stderr
+    broken = tmp_path / "broken"
+    shutil.copytree(setup["dense"], broken)
+    for shard in broken.glob("*.safetensors"):
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    args[args.index("--teacher") + 1] = str(broken)
+    run = thanos_here(*args, cwd=root, env=env)
+    assert run.returncode == 1, run.stderr
+    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: --teacher {broken} cannot be loaded"), (
+        run.stderr
+    )
     assert "Traceback" not in run.stderr and run.stderr.startswith("thanos distill: "), run.stderr
     assert " failed" not in run.stderr and "FAILED after 0:0" in run.stderr, run.stderr  # said once
     log_file = root / "work-wrong" / "distill.log"
     assert f"--- the traceback and the full log: {log_file}" in run.stderr
+    assert run.stderr.rstrip().endswith(
+        "run the same command again: no checkpoint was written: it starts over"
+    )
     assert "Traceback" in log_file.read_text()
     assert not (root / "wrong").exists() and not (root / "work-wrong" / "checkpoint").exists()
 

@@ -165,6 +165,7 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
     from thanos.runner.console import say, say_failure
     from thanos.runner.progress import Console, StepProgress, full_log
     from thanos.stages.distill import distill as stage
+    from thanos.stages.distill.files import CHECKPOINT
 
     label = stage.step_label(prepared.options)
     stream = Console(sys.stderr)
@@ -187,5 +188,12 @@ def _logged(prepared: Any, keep_checkpoints: bool, log_file: Path, show: bool, s
                 progress.on_event(StepDone(label, time.monotonic() - started))
                 return result
     say_failure(stream, label, failed, log_file, started)
-    say(stream, "fix the cause and run the same command again: it continues from the last checkpoint")
+    checkpoints = log_file.parent / CHECKPOINT
+    checkpointed = checkpoints.is_dir() and any(checkpoints.iterdir())
+    again = (
+        "it continues from the last checkpoint"
+        if checkpointed
+        else "no checkpoint was written: it starts over"
+    )
+    say(stream, f"fix the cause and run the same command again: {again}")
     raise SystemExit(1)

@@ -130,8 +130,10 @@ def check_models(
     if (Path(student) / digests.REPORT).is_file():
         digests.verify(student)  # a pruned model: train what was computed, nothing else
     config = model_config(student)
-    if Path(teacher).is_dir():
-        model_config(teacher)  # a local teacher without a readable config.json: refused, named
+    if Path(teacher).is_dir():  # a local teacher without a readable config.json, or of another vocabulary
+        vocab = getattr(model_config(teacher), "vocab_size", None)
+        if isinstance(vocab, int) and isinstance(getattr(config, "vocab_size", None), int):
+            check_vocabularies(student, teacher, config.vocab_size, vocab, kept_ids(student))
     limit = max_positions(config)
     if limit is not None and seqlen > limit:
         raise OptionError(
@@ -158,21 +160,44 @@ def read_models(
                 shard(model, mesh)
                 shard(dense, mesh)
             ranks.barrier()
-    student_vocab = model.get_output_embeddings().weight.shape[0]
-    teacher_vocab = dense.get_output_embeddings().weight.shape[0]
-    if teacher_vocab > student_vocab:
-        raise OptionError(
-            Option("teacher", teacher),
-            f" has {teacher_vocab} output tokens, the student {student_vocab}: not the model the student "
-            "was pruned from; give the dense model it was pruned from",
-        )
+    kept = kept_ids(student)
+    check_vocabularies(student, teacher, model.get_output_embeddings().weight.shape[0],
+                       dense.get_output_embeddings().weight.shape[0], kept)  # fmt: skip
     model.train()
     params = dict(model.named_parameters())
     if sharded:  # the masks sliced as the weights are: DTensors of the same placement
         masks = {name: params[name].detach() != 0 for name in masked}
     else:
         masks = zero_masks(params.items())
-    return Models(model, model, params, masks, dense, dtype, sharded=sharded)
+    kept_tensor = None if kept is None else torch.tensor(kept, dtype=torch.long, device=device)
+    return Models(model, model, params, masks, dense, dtype, sharded=sharded, kept=kept_tensor)
+
+
+def kept_ids(student: str) -> list[int] | None:
+    """The teacher's id of each token of a student whose vocabulary was pruned (its ``vocabulary.json``,
+    ``kept_ids``: student token i is the teacher's ``kept_ids[i]``); None for a student of the teacher's
+    vocabulary."""
+    try:
+        record = json.loads((Path(student) / "vocabulary.json").read_text())
+        return [int(i) for i in record["kept_ids"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_vocabularies(student: str, teacher: str, student_vocab: int, teacher_vocab: int,
+                       kept: list[int] | None) -> None:  # fmt: skip
+    """Refuse a teacher whose vocabulary is not the one the student's was made from: larger than the
+    student's (a student's may be padded), or, for a student whose vocabulary was pruned, one its kept
+    tokens do not fit."""
+    if kept is not None and kept and max(kept) < teacher_vocab:
+        return
+    if kept is not None or teacher_vocab > student_vocab:
+        raise OptionError(
+            Option("teacher", teacher),
+            f" has {teacher_vocab} output tokens, the student {student_vocab}"
+            + (f" (its vocabulary keeps tokens up to id {max(kept)})" if kept else "")
+            + ": not the model the student was pruned from; give the dense model it was pruned from",
+        )
 
 
 def _read_pair(
@@ -184,9 +209,12 @@ def _read_pair(
     model = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
     try:
         dense = AutoModelForCausalLM.from_pretrained(teacher, dtype=dtype).to(device).eval()
-    except OSError as err:
+    except Exception as err:  # noqa: BLE001 - a missing or damaged file: transformers' and safetensors' kinds
+        if not isinstance(err, OSError) and "Safetensor" not in type(err).__name__:
+            raise
+        text = " ".join(f"{type(err).__name__}: {err}".split())[:300]
         raise OptionError(
-            Option("teacher", teacher), f" cannot be loaded ({err}); give the dense model"
+            Option("teacher", teacher), f" cannot be loaded ({text}); give the dense model"
         ) from err
     dense.requires_grad_(False)
     return model, dense

@@ -62,6 +62,18 @@ class Models:
     dtype: torch.dtype  # the compute dtype
     pairs: list[tuple[int, int]] = field(default_factory=list)  # matched block outputs (hidden-state loss)
     sharded: bool = False
+    # a student of a smaller vocabulary (``vocab:P``): the teacher's id of each of its tokens (its
+    # vocabulary.json's ``kept_ids``); the teacher reads the student's windows in its own ids, and its
+    # distributions are those over the student's tokens (its logits at them: softmax renormalises)
+    kept: torch.Tensor | None = None
+
+    def teacher_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """The student's token ids ``ids`` as the teacher's."""
+        return ids if self.kept is None else self.kept.to(ids.device)[ids]
+
+    def at_student_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """The teacher's ``logits`` at the student's tokens (all of them for a student of its vocabulary)."""
+        return logits if self.kept is None else logits[..., self.kept.to(logits.device)]
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         if self.dtype == torch.float32:
@@ -83,7 +95,8 @@ def heldout_scores(models: Models, windows: torch.Tensor, micro: int, device: to
     with torch.no_grad(), models.autocast(device):
         for chunk in windows.split(micro):
             ids = chunk.to(device)
-            teacher = models.teacher(input_ids=ids, use_cache=False).logits.float()
+            teacher = models.teacher(input_ids=models.teacher_ids(ids), use_cache=False).logits.float()
+            teacher = models.at_student_tokens(teacher)
             student = models.student(input_ids=ids, use_cache=False).logits.float()
             kl += float(kl_sum(student, teacher))
             student_nll += _nll(student, ids, teacher.shape[-1])
@@ -111,7 +124,9 @@ def train_step(
     for i, chunk in enumerate(chunks):
         ids = chunk.to(device)
         with torch.no_grad(), models.autocast(device):
-            teacher = models.teacher(input_ids=ids, use_cache=False, output_hidden_states=hidden)
+            teacher = models.teacher(
+                input_ids=models.teacher_ids(ids), use_cache=False, output_hidden_states=hidden
+            )
         last = i == len(chunks) - 1
         if models.sharded:  # FSDP: gradients reduce-scattered at the last micro-batch's backward only
             models.student.set_requires_gradient_sync(last)
@@ -120,7 +135,7 @@ def train_step(
         with sync:
             with models.autocast(device):
                 student = models.forward(input_ids=ids, use_cache=False, output_hidden_states=hidden)
-            kl = kl_sum(student.logits, teacher.logits) / tokens
+            kl = kl_sum(student.logits, models.at_student_tokens(teacher.logits)) / tokens
             loss = kl
             if hidden:  # block b's output is hidden_states[b + 1]
                 pairs = [(s + 1, t + 1) for s, t in models.pairs]
