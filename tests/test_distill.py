@@ -440,7 +440,18 @@ def test_an_out_is_replaced_only_by_its_own_run(tmp_path: Path) -> None:
         with pytest.raises(OptionError, match=named):
             check_previous(out, "mine")
     (out / "distillation.json").write_text(json.dumps({"run_sha256": "mine"}))
-    check_previous(out, "mine")  # the same command again
+    assert check_previous(out, "mine") is None  # the same command, its result not whole: trained again
+
+
+def test_the_same_distillation_again_has_nothing_to_do(setup: dict[str, Path]) -> None:
+    """The reference run's command again: ``--out`` holds its result, so nothing is trained (it trained
+    every step again and wrote the same bytes); its files as they were."""
+    root = setup["root"]
+    before = {path.name: path.stat().st_mtime_ns for path in setup["reference"].iterdir()}
+    again = thanos_here(*command(setup, "reference"), cwd=root, env={"THANOS_WORKDIR": str(root / "cache")})
+    assert again.returncode == 0 and again.stderr.startswith("nothing to do: "), again.stderr[-1500:]
+    assert "holds this distillation" in again.stderr and "distill: checkpoint" not in again.stderr
+    assert {path.name: path.stat().st_mtime_ns for path in setup["reference"].iterdir()} == before
 
 
 def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) -> None:

@@ -147,6 +147,10 @@ def _distill(args: argparse.Namespace, distillation: Distillation, work: Path) -
         args.shard,
         args.overwrite,
     )
+    if prepared.finished is not None:
+        say = f"nothing to do: {prepared.out} holds this distillation (the same student, teacher, text and "
+        print(say + "options), unchanged; --overwrite trains it again", file=sys.stderr)
+        return
     keep_checkpoints = args.keep == "all"
     if not prepared.ranks.main:  # another process of a torchrun: the first one says what runs
         stage.run(prepared, keep_checkpoints)

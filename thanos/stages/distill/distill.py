@@ -268,6 +268,9 @@ class Prepared:
     sharded: bool
     work_state: str
     warnings: list[str]
+    # what ``out``'s distillation.json records when it holds this very run's result (one process: the same
+    # command again after it finished has nothing to do; under torchrun every process trains as before)
+    finished: dict[str, Any] | None = None
 
 
 def prepare(
@@ -310,14 +313,15 @@ def prepare(
     if note := passes_note(text, options.tokens):
         warnings.append(note)
     record = run_record(student, teacher, text, options)
-    state = "new"
+    state, finished = "new", None
     if ranks.main:
         if not overwrite:
-            check_previous(out, digest(record))
+            finished = check_previous(out, digest(record))
         state = check_work(work, record)
     return Prepared(
-        student, teacher, out, work, options, ranks, dev, chosen, text, record, sharded, state, warnings
-    )
+        student, teacher, out, work, options, ranks, dev, chosen, text, record, sharded, state, warnings,
+        finished if ranks.world == 1 else None,
+    )  # fmt: skip
 
 
 def run(prepared: Prepared, keep_checkpoints: bool = False, on_event: OnEvent = ignore) -> dict[str, Any]:
@@ -369,17 +373,20 @@ def distill(
     steps, equal to rounding). An ``out`` that holds another model, or the distillation of other inputs or
     options, is replaced only with ``overwrite`` (refused before any training)."""
     prepared = prepare(*inputs, **choices)
+    if prepared.finished is not None:  # the same run finished: ``out`` holds its result
+        return prepared.finished
     for warning in prepared.warnings:
         log.warning("distill: %s", warning)
         on_event(DistillWarning(warning))
     return run(prepared, keep_checkpoints, on_event)
 
 
-def check_previous(out: Path, digest: str) -> None:
+def check_previous(out: Path, digest: str) -> dict[str, Any] | None:
     """Refuse an ``out`` that holds anything but this run's own earlier result (its ``distillation.json``
-    recording the same inputs and options): another pruned model, or another distillation."""
+    recording the same inputs and options): another pruned model, or another distillation. Returns that
+    record when ``out`` holds this run's result whole (its files as its digests record them), else None."""
     if not out.is_dir() or not any(out.iterdir()):
-        return
+        return None
     try:
         recorded = json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
@@ -396,6 +403,11 @@ def check_previous(out: Path, digest: str) -> None:
         raise OptionError(
             Option("out", str(out)), f" holds {what}; give another --out, or --overwrite to replace it"
         )
+    try:  # whole: the files its report records, as recorded (a file changed or missing: trained again)
+        whole = bool(digests.recorded(out)) and not digests.differences(out, digests.recorded(out), ())
+    except (OSError, ValueError):
+        whole = False
+    return recorded if whole else None
 
 
 def summary(prepared: Prepared, progress: Progress, zeros: int) -> dict[str, Any]:
