@@ -83,6 +83,24 @@ def test_zeroshot_offline_local_task(setup, tmp_path):
     assert json.loads(limited.read_text())["tasks"][tasks.TASK_NAME]["samples"] == 5
 
 
+def test_nothing_of_lm_eval_reaches_the_terminal_past_the_log(setup, tmp_path):
+    """In a directory outside any git repository, lm-eval's ``git describe`` wrote ``fatal: not a git
+    repository`` to the process's stderr (a subprocess: past the redirection of the command's output)."""
+    import os
+    import subprocess
+    import sys
+
+    model, task_dir, _ = setup
+    argv = ["zeroshot", "--model", str(model), "--tasks", tasks.TASK_NAME, "--include-path", str(task_dir)]
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    }
+    command = [sys.executable, "-m", "thanos", *argv, "--limit", "2", "--offline", "--out", "z.json"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "not a git repository" not in run.stderr, run.stderr[-2000:]
+
+
 def test_unknown_task_names_the_fix(setup, tmp_path, caplog):
     model, task_dir, _ = setup
     argv = [

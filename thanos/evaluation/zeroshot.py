@@ -261,18 +261,20 @@ def _without_environment_report() -> Iterator[None]:
     """lm-eval's ``simple_evaluate`` ends with ``add_env_info``: torch's ``collect_env``, which runs
     ``pip list``, ``nvidia-smi`` and more in subprocesses (half a second of CPU per evaluation on the demo
     machine, seconds in a large environment) for an environment report that zeroshot.json does not keep
-    (it records the lm-eval and task versions). Left out for the duration of the call."""
+    (it records the lm-eval and task versions); and ``get_git_commit_hash``, ``git describe`` of the
+    working directory, whose ``fatal: not a git repository`` went to the terminal past the command's log
+    (a subprocess writes to the process's stderr). Left out for the duration of the call."""
     import lm_eval.evaluator
 
-    if not hasattr(lm_eval.evaluator, "add_env_info"):  # another lm-eval layout: nothing to leave out
-        yield
-        return
-    report = lm_eval.evaluator.add_env_info
-    lm_eval.evaluator.add_env_info = lambda results: None
+    left_out = {"add_env_info": lambda results: None, "get_git_commit_hash": lambda: None}
+    kept = {name: getattr(lm_eval.evaluator, name) for name in left_out if hasattr(lm_eval.evaluator, name)}
+    for name in kept:  # (another lm-eval layout: what it lacks is not left out)
+        setattr(lm_eval.evaluator, name, left_out[name])
     try:
         yield
     finally:
-        lm_eval.evaluator.add_env_info = report
+        for name, function in kept.items():
+            setattr(lm_eval.evaluator, name, function)
 
 
 def evaluate_zeroshot(
