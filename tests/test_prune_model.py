@@ -550,7 +550,7 @@ def test_a_new_recipe_reuses_and_an_abandoned_one_is_named_and_deleted(tmp_path,
     listed = cli("workdirs", "--root", tmp_path, cwd=tmp_path)
     assert "recipes magnitude_u60, magnitude_u70; last run" in listed.stdout, listed.stdout
     assert "unfinished: magnitude_u50 (interrupted or abandoned;" in listed.stdout
-    assert "delete: thanos workdirs --delete w/magnitude_u50)" in listed.stdout
+    assert f"delete: thanos workdirs --root {tmp_path} --delete w/magnitude_u50)" in listed.stdout
     deleted = cli("workdirs", "--root", tmp_path, "--delete", "w/magnitude_u50", cwd=model)  # under --root
     assert (
         deleted.returncode == 0 and f"deleted what magnitude_u50 wrote in {tmp_path / 'w'}" in deleted.stdout

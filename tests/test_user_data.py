@@ -114,6 +114,9 @@ def test_model_directory_errors_name_the_directory_and_the_files(model_dir, tmp_
     with pytest.raises(PathError, match="no tokenizer files"):
         load_tokenizer(broken)
     (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(PathError, match=r"tokenizer\.json is not valid JSON .*restore it from the original"):
+        load_tokenizer(broken)
+    (broken / "tokenizer.json").write_text('{"model": {"type": "no such model"}}')
     with pytest.raises(PathError, match=r"cannot load the tokenizer .*copy the base model's tokenizer"):
         load_tokenizer(broken)
     (broken / "config.json").write_bytes(b"\xff\x00")
