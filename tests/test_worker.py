@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thanos.jobs.worker import ENV, LocalWorker
+from thanos.jobs.worker import ENV, LocalWorker, killed_text
 
 
 def thanos(*args: str | Path, cwd: Path, env: dict[str, str], log: Path) -> int:
@@ -62,3 +62,10 @@ def test_a_snakemake_run_starts_a_worker_only_where_its_jobs_run_locally(monkeyp
     monkeypatch.setenv(ENV, "/some/socket")  # an enclosing run's worker: kept, no second one
     assert worker.for_this_run(local=True, threads=1).endswith("in use")
     assert os.environ[ENV] == "/some/socket" and not worker._RUN_WORKER
+
+
+def test_a_job_killed_by_a_signal_is_said_so():
+    """What the forwarding process writes to the job's log when the job died of a signal it could not
+    answer (the out-of-memory killer's SIGKILL: the log ended in the job's last progress lines)."""
+    assert killed_text(9) == "the job was killed by SIGKILL (the system's out-of-memory killer, or a kill -9)"
+    assert killed_text(11) == "the job was killed by SIGSEGV"

@@ -121,7 +121,19 @@ def forward(argv: Sequence[str]) -> int | None:
         print(f"ERROR: the thanos worker ({path}) ended while running this job; rerun", file=sys.stderr)
         return 1
     (code,) = _STATUS.unpack(status)
+    if code < 0:  # killed by a signal it could not answer (its own lines say an interrupt or a SIGTERM)
+        print(f"ERROR: {killed_text(-code)}; what it finished is kept: rerun to resume", file=sys.stderr)
     return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell reports it
+
+
+def killed_text(signum: int) -> str:
+    """A job killed by signal ``signum``, in words (the out-of-memory killer's SIGKILL named as such)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = " (the system's out-of-memory killer, or a kill -9)" if signum == signal.SIGKILL else ""
+    return f"the job was killed by {name}{why}"
 
 
 def _run_child(request: dict, fds: list[int]) -> None:
