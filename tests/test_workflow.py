@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import calibrated, run_snakemake, snakemake, snakemake_command, workflow_config
 
 from thanos.files.layout import UNCALIBRATED, calibration_key
@@ -247,6 +248,55 @@ def test_ctrl_c_ends_the_workflow_in_one_line(e2e, text, tmp_path):
         assert shown not in after, after[-3000:]
     assert not (workdir / "results" / "llama" / "thanos_u50" / "model").exists()
     snakemake(workdir, config)
+    shards = sorted((e2e / "results" / "llama" / "thanos_u50" / "model").glob("*.safetensors"))
+    resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
+    assert shards and all((resumed / s.name).read_bytes() == s.read_bytes() for s in shards)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", ["SIGTERM", "SIGINT"])
+def test_thanos_workflow_stops_on_a_signal_to_its_pid_alone(e2e, text, tmp_path, number):
+    """``thanos workflow`` sent SIGTERM or SIGINT by pid (a supervisor's ``kill``, not a terminal's Ctrl-C to
+    the process group): Snakemake and its jobs stop as on a Ctrl-C, at once, and the last line says how to
+    resume, exit status 128 + the signal's number (a SIGTERM waited for the running jobs to finish, then
+    said ``At least one job did not complete successfully``, exit status 1; a SIGINT was not passed on and
+    the run went on to its end); the same command then finishes the run to the uninterrupted one's bytes."""
+    import subprocess
+    import sys
+
+    from thanos.jobs.interrupt import LINE
+
+    workdir = tmp_path / "stopped"
+    workdir.mkdir()
+    config = workflow_config(text, {"llama": MODELS["llama"]}, {"thanos_u50": RECIPES["thanos_u50"]},
+                             granularity="layer")  # fmt: skip
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    command = [
+        sys.executable,
+        "-m",
+        "thanos",
+        "workflow",
+        "--cores",
+        "2",
+        "--nocolor",
+        "--configfile",
+        "config.yaml",
+    ]
+    proc = subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    key = calibration_key({"text_field": "text", **config["calibration"]})
+    block0 = workdir / "results" / "llama" / "thanos_u50" / "pruned" / key / "block0"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and not list(block0.glob("*.json")):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be stopped"
+    os.kill(proc.pid, getattr(signal, number))
+    terminal = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 128 + getattr(signal, number), terminal[-3000:]
+    assert terminal.rstrip().splitlines()[-1] == LINE and "did not complete successfully" not in terminal
+    assert not (workdir / "results" / "llama" / "thanos_u50" / "model").exists()
+    again = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
     shards = sorted((e2e / "results" / "llama" / "thanos_u50" / "model").glob("*.safetensors"))
     resumed = workdir / "results" / "llama" / "thanos_u50" / "model"
     assert shards and all((resumed / s.name).read_bytes() == s.read_bytes() for s in shards)

@@ -6,6 +6,7 @@ argument after ``workflow`` goes to Snakemake; the results, logs and ``.snakemak
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -75,24 +76,31 @@ def config_files(given: list[str]) -> list[str]:
 
 
 def run_snakemake(command: list[str]) -> int:
-    """Run ``command`` (Snakemake) and return its exit status (130 after a Ctrl-C). Ctrl-C reaches
-    Snakemake from the terminal (its process group): this process notes it and waits while Snakemake stops
-    its jobs and releases its lock (``subprocess.call`` would kill it, leaving the directory locked); a
-    SIGTERM is passed on."""
+    """Run ``command`` (Snakemake) and return its exit status (130 after a Ctrl-C, 143 after a SIGTERM).
+    Snakemake runs in a process group of its own, its jobs and its worker with it, and an interruption of
+    this process, a Ctrl-C from the terminal or a ``kill -INT`` or ``kill -TERM`` of its pid alone (a
+    supervisor's), is passed to that whole group as SIGINT: Snakemake and every job stop as a Ctrl-C stops
+    them (the jobs keep what they finished; Snakemake releases its lock and says how to resume) and this
+    process waits for them. (A SIGTERM passed to Snakemake alone waited for its running jobs to finish, hours
+    at scale, then said ``At least one job did not complete successfully``; a SIGINT to this pid alone was
+    not passed on.)"""
     import signal
 
-    interrupted = []
-    child = subprocess.Popen(command)  # before SIGINT is handled here: the child keeps Python's default
-    previous = {
-        signal.SIGINT: signal.signal(signal.SIGINT, lambda number, _: interrupted.append(number)),
-        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda number, _: child.send_signal(number)),
-    }
+    stopped: list[int] = []
+    child = subprocess.Popen(command, process_group=0)  # before the handlers: it keeps Python's defaults
+
+    def stop(number: int, _frame: object) -> None:
+        stopped.append(number)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGINT)
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         status = child.wait()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    return 130 if interrupted and status else status
+    return 128 + stopped[0] if stopped and status else status
 
 
 def snakemake_command(given: list[str]) -> list[str]:
