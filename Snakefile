@@ -61,6 +61,6 @@ onsuccess:
     # every model's perplexities, where the tables and figures are, and the paper's orderings when checked
     from thanos.report.closing import closing_summary  # pandas: imported only here, not at every parse
 
-    summary = closing_summary(PATHS.root, PATHS.tables, PATHS.figures, STARTED)
+    summary = closing_summary(PATHS.root, PATHS.tables, PATHS.figures, STARTED, shown_variants())
     if summary:
         print(summary)

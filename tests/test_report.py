@@ -56,6 +56,27 @@ def test_collect_reads_recipes_and_tolerates_gaps(results):
     assert layers["numel"].max() == 256 * 64
 
 
+def test_a_report_shows_only_the_variants_it_is_given(results, tmp_path):
+    """``--only MODEL/VARIANT ...`` (the workflow passes its config's models, recipes and dense): a recipe
+    found under the results but not given (a config named it, then dropped it: evaluated under other
+    settings) is in no table, figure or ordering (it was, and was bolded against the others)."""
+    every, _ = collect(results)
+    kept = {
+        f"{m}/{r}" for m, r in zip(every["model"], every["recipe"], strict=True) if r != "thanos_2-4_a0.1"
+    }
+    frame, _ = collect(results, kept)
+    assert "thanos_2-4_a0.1" in set(every["recipe"]) and "thanos_2-4_a0.1" not in set(frame["recipe"])
+    assert len(frame) == len(every) - (every["recipe"] == "thanos_2-4_a0.1").sum()
+    assert "thanos_2-4_a0.1" not in set(collect_layers(results, kept)["recipe"])
+    rows = {}
+    for name, only in (("every", []), ("kept", ["--only", *sorted(kept)])):
+        out = tmp_path / name
+        assert main(["tables", "--results", str(results), *only, "--out-dir", str(out)]) == 0
+        rows[name] = (out / "perplexity.csv").read_text().splitlines()
+    dropped = set(rows["every"]) - set(rows["kept"])
+    assert len(dropped) == 1 and dropped.pop().startswith("Thanos (2:4 + 10% dense rows),2:4,"), rows
+
+
 def test_perplexity_table_layout_bold_and_missing(results, tmp_path):
     out = tmp_path / "tables"
     assert main(["tables", "--results", str(results), "--out-dir", str(out)]) == 0

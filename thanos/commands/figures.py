@@ -15,6 +15,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", help="results root (default: %(default)s)")
     parser.add_argument("--out-dir", required=True, help="where to write the figures (e.g. results/figures)")
     parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="MODEL/VARIANT",
+        help="show only these models' variants (dense or a recipe's name); the workflow passes its config's, "
+        "so that a recipe the config no longer names, evaluated under other settings, is left out "
+        "(default: every one under --results)",
+    )
+    parser.add_argument(
         "--processes",
         type=_args.positive,
         default=1,
@@ -25,5 +34,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.report.figures import write_figures
 
-    paths = write_figures(args.results, args.out_dir, args.processes)
+    paths = write_figures(args.results, args.out_dir, args.processes, args.only)
     logging.getLogger("thanos").info("wrote %d figure files to %s", len(paths), args.out_dir)

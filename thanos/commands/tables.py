@@ -13,6 +13,15 @@ HELP = "perplexity and zero-shot tables (CSV, Markdown, LaTeX) and the paper's o
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", help="results root (default: %(default)s)")
     parser.add_argument("--out-dir", required=True, help="where to write the tables (e.g. results/tables)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="MODEL/VARIANT",
+        help="show only these models' variants (dense or a recipe's name); the workflow passes its config's, "
+        "so that a recipe the config no longer names, evaluated under other settings, is left out "
+        "(default: every one under --results)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -20,8 +29,8 @@ def run(args: argparse.Namespace) -> None:
     from thanos.report.tables import write_tables
 
     log = logging.getLogger("thanos")
-    paths = write_tables(args.results, args.out_dir)
-    claims, ordering_paths = write_orderings(args.results, args.out_dir)
+    paths = write_tables(args.results, args.out_dir, args.only)
+    claims, ordering_paths = write_orderings(args.results, args.out_dir, args.only)
     log.info("wrote %d table files to %s", len(paths) + len(ordering_paths), args.out_dir)
     if claims:
         log.info("%s", summary(claims))

@@ -7,15 +7,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from thanos.report.collect import collect
+from thanos.report.collect import Shown, collect
 from thanos.report.orderings import written_since
 
 
-def closing_summary(results: str | Path, tables: str | Path, figures: str | Path, since: float) -> str | None:
-    """The lines a run prints when it succeeds (None when ``results`` holds no model yet)."""
+def closing_summary(
+    results: str | Path, tables: str | Path, figures: str | Path, since: float, only: Shown = None
+) -> str | None:
+    """The lines a run prints when it succeeds, of the ``only`` pairs (None when ``results`` holds no model
+    yet)."""
     if not Path(results).is_dir():
         return None
-    frame, _ = collect(results)
+    frame, _ = collect(results, only)
     if frame.empty:
         return None
     lines = ["results:"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -199,8 +200,13 @@ def _eval_fields(eval_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return row, tasks
 
 
-def variants(results: str | Path) -> list[tuple[str, str, Path]]:
-    """(model, variant, dir) for every dense/recipe directory under ``results`` that has something to show."""
+Shown = Collection[str] | None  # the ``model/variant`` pairs a report shows (None: every one found)
+
+
+def variants(results: str | Path, only: Shown = None) -> list[tuple[str, str, Path]]:
+    """(model, variant, dir) for every dense/recipe directory under ``results`` that has something to show;
+    ``only``: of these ``model/variant`` pairs alone (a workflow's report: its config's models and recipes,
+    not one a config named before and dropped, evaluated under other settings)."""
     root = Path(results)
     if not root.is_dir():
         raise FileNotFoundError(f"results directory not found: {root}")
@@ -213,14 +219,14 @@ def variants(results: str | Path) -> list[tuple[str, str, Path]]:
                 or (var / "eval").is_dir()
             ):
                 found.append((model_dir.name, var.name, var))
-    return found
+    return [item for item in found if only is None or f"{item[0]}/{item[1]}" in only]
 
 
-def collect(results: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def collect(results: str | Path, only: Shown = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two frames: one row per (model, variant) with recipe metadata, ppl and mean zero-shot accuracy;
     and one row per (model, variant, task) with ``acc``, ``acc_norm`` and stderrs."""
     rows, task_rows, evaluated = [], [], {}
-    for model, variant, path in variants(results):
+    for model, variant, path in variants(results, only):
         if variant == "dense":
             row: dict[str, Any] = {"model": model, "recipe": "dense", "method": "dense", "sparsity": "0%"}
             row |= {"kind": "dense", "fraction": 0.0, "n": math.nan, "m": math.nan}
@@ -304,11 +310,11 @@ def own_layers(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [layer for layer in report.get("layers") or [] if isinstance(layer, dict)]
 
 
-def collect_layers(results: str | Path) -> pd.DataFrame:
+def collect_layers(results: str | Path, only: Shown = None) -> pd.DataFrame:
     """One row per pruned layer of every recipe (``own_layers``: none of a distilled one): model, recipe,
     method, sparsity, kind, alpha, block, layer, numel (weights), seconds, objective, device."""
     rows = []
-    for model, variant, path in variants(results):
+    for model, variant, path in variants(results, only):
         if variant == "dense":
             continue
         report = _read_json(path / "model" / "pruning_report.json")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from thanos.files.atomic import atomic_path
-from thanos.report.collect import collect, collect_layers
+from thanos.report.collect import Shown, collect, collect_layers
 from thanos.report.layer_figures import objective_heatmap_figures, pruning_time_figures
 from thanos.report.perplexity_figures import (
     alpha_ablation_figures,
@@ -56,14 +56,16 @@ def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-def write_figures(results: str | Path, out_dir: str | Path, processes: int = 1) -> list[Path]:
+def write_figures(
+    results: str | Path, out_dir: str | Path, processes: int = 1, only: Shown = None
+) -> list[Path]:
     """Draw every figure the results allow into ``out_dir``; returns the files written (sorted).
     ``processes``: save that many figures at once in forked processes (saving, not plotting, is most of
     the time), each taking the next figure not yet taken; without ``fork``, one process saves them all."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame, _ = collect(results)
-    layers = collect_layers(results)
+    frame, _ = collect(results, only)  # (of the ``only`` pairs)
+    layers = collect_layers(results, only)
     if processes > 1 and "fork" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("fork")
         taken = context.Value("i", 0)  # figures taken so far: the next one to take

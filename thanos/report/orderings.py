@@ -23,7 +23,7 @@ import pandas as pd
 from thanos.files.atomic import atomic_path
 from thanos.pruning.structures import EVERY_LAYER
 from thanos.recipes.labels import METHOD_NAMES, method_alpha_label, pattern_label, shown_alpha
-from thanos.report.collect import collect, pattern_sort_key
+from thanos.report.collect import Shown, collect, pattern_sort_key
 
 UNSTRUCTURED_CHAIN = ("thanos", "sparsegpt", "wanda", "magnitude")
 HEADER = ("Model", "Pattern", "Ordering", "Result", "Perplexities")
@@ -126,10 +126,12 @@ def to_csv(claims: list[Claim]) -> str:
     return out.getvalue()
 
 
-def write_orderings(results: str | Path, out_dir: str | Path) -> tuple[list[Claim], list[Path]]:
+def write_orderings(
+    results: str | Path, out_dir: str | Path, only: Shown = None
+) -> tuple[list[Claim], list[Path]]:
     """Check the orderings on ``results`` and write ``orderings.{md,csv}`` to ``out_dir`` (nothing when
     no pattern has results)."""
-    frame, _ = collect(results)
+    frame, _ = collect(results, only)
     claims = check_orderings(frame) if not frame.empty else []
     if not claims:
         return [], []

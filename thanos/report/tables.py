@@ -28,7 +28,7 @@ import pandas as pd
 
 from thanos.files.atomic import atomic_path
 from thanos.recipes.labels import pattern_slug, pattern_title
-from thanos.report.collect import TASK_LABELS, as_float, collect, labelled_recipes, tokenizers_differ
+from thanos.report.collect import TASK_LABELS, Shown, as_float, collect, labelled_recipes, tokenizers_differ
 
 log = logging.getLogger(__name__)
 MISSING = "-"
@@ -309,8 +309,8 @@ def task_tables(frame: pd.DataFrame, tasks: pd.DataFrame) -> list[Table]:
     return out
 
 
-def build_tables(results: str | Path) -> list[Table]:
-    frame, tasks = collect(results)
+def build_tables(results: str | Path, only: Shown = None) -> list[Table]:
+    frame, tasks = collect(results, only)
     if frame.empty:
         return []
     tables = []
@@ -348,12 +348,12 @@ def build_tables(results: str | Path) -> list[Table]:
     return tables
 
 
-def write_tables(results: str | Path, out_dir: str | Path) -> list[Path]:
-    """Write every table that has data to ``out_dir``; returns the files written."""
+def write_tables(results: str | Path, out_dir: str | Path, only: Shown = None) -> list[Path]:
+    """Write every table that has data to ``out_dir`` (of the ``only`` pairs); returns the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for table in build_tables(results):
+    for table in build_tables(results, only):
         paths += table.write(out)
     if not paths:
         log.warning("no perplexity or zero-shot results under %s yet; no tables written", results)

@@ -22,10 +22,12 @@ rule tables:
         ),
     params:
         results=results_dir,
+        only=shown_variants,
     log:
         f"{PATHS.logs}/tables.log",
     shell:
-        "python -m thanos tables --results {params.results:q} --out-dir {output:q} > {log:q} 2>&1"
+        "python -m thanos tables --results {params.results:q} --only {params.only:q} --out-dir {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule figures:
@@ -40,9 +42,10 @@ rule figures:
         ),
     params:
         results=results_dir,
+        only=shown_variants,
     log:
         f"{PATHS.logs}/figures.log",
     threads: FIGURE_PROCESSES
     shell:
-        "python -m thanos figures --results {params.results:q} --out-dir {output:q}"
+        "python -m thanos figures --results {params.results:q} --only {params.only:q} --out-dir {output:q}"
         " --processes {threads} > {log:q} 2>&1"

@@ -15,6 +15,11 @@ def variants():
     return ([DENSE] if config["evaluate_dense"] else []) + list(EVERY_RECIPE)
 
 
+def shown_variants(wildcards=None):
+    """The ``model/variant`` pairs the report shows: the config's models, their recipes and dense."""
+    return [f"{model}/{variant}" for model in MODELS for variant in [DENSE, *EVERY_RECIPE]]
+
+
 def eval_targets():
     return [
         PATHS.evaluation(model, variant, name)
