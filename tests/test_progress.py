@@ -48,8 +48,8 @@ def runs(model: Path, text: Path, root: Path) -> tuple[list[str], str]:
     """``model`` pruned with recovery and distilled (``prune_model``, on a terminal), run again after
     its last block's layers were deleted (the chain resumes; the model assembled again is distilled again,
     its checkpoints of the earlier assembly deleted); then ``thanos distill`` of the result toward ``model``
-    (not a terminal), run twice (the second resumes from the last checkpoint); on ``text``, in ``root``:
-    (what the display showed, the runs' log files)."""
+    (not a terminal), run twice (the second, its output deleted, resumes from the last checkpoint); on
+    ``text``, in ``root``: (what the display showed, the runs' log files)."""
     from thanos import prune_model
 
     work, terminal = root / "work", Terminal()
@@ -64,7 +64,9 @@ def runs(model: Path, text: Path, root: Path) -> tuple[list[str], str]:
                     **options)  # fmt: skip
     args = ["distill", "--student", root / "out", "--teacher", model, "--source", text, *DISTILL_ARGS]
     args += ["--out", root / "distilled", "--work", root / "distill-work"]
-    commands = [thanos_here(*args, cwd=root) for _ in range(2)]
+    commands = [thanos_here(*args, cwd=root)]
+    shutil.rmtree(root / "distilled")  # (an --out holding the run's result: nothing to do)
+    commands.append(thanos_here(*args, cwd=root))
     assert all(command.returncode == 0 for command in commands), commands[-1].stderr[-3000:]
     display = shown(terminal.getvalue(), root) + [line for c in commands for line in shown(c.stderr, root)]
     logs = "".join(log.read_text() for log in sorted(root.rglob("*.log")))
