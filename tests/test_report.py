@@ -20,7 +20,7 @@ from helpers.report import (
 from matplotlib.colors import LogNorm
 
 from thanos.cli import main
-from thanos.recipes.labels import pattern_label
+from thanos.recipes.labels import pattern_label, pattern_slug
 from thanos.report.collect import collect, collect_layers
 from thanos.report.figures import (
     alpha_ablation_figures,
@@ -504,3 +504,11 @@ def test_a_model_is_named_by_its_hub_id_where_its_path_gives_one(tmp_path: Path)
     assert public_name(snapshot) == "HuggingFaceTB/SmolLM2-135M"
     assert public_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
     assert public_name(tmp_path / "hf") == "hf" and public_name(tmp_path / "snapshots" / "x") == "x"
+
+
+def test_a_size_s_pattern_in_a_file_name_has_no_space():
+    """A size's row in the tables (``params:0.2: neurons:0.37``, its sparsity label) named a zero-shot table
+    ``zeroshot_tasks_params0.2 neurons0.37.csv``."""
+    assert pattern_slug("combined", 0.2, "params:0.2: neurons:0.37") == "params0.2_neurons0.37"
+    assert pattern_slug("combined", 0.3, "depth:1+neurons:0.3") == "depth1+neurons0.3"
+    assert pattern_slug("nm", 0.5, "2:4") == "2-4"

@@ -25,6 +25,7 @@ and ``thanos.recipes.recipe``. Torch-free, pandas-free.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -304,8 +305,8 @@ def pattern_slug(kind: str, fraction: float, sparsity: str) -> str:
         return str(sparsity).replace(":", "-")
     if kind == "combined" or (
         kind in STRUCTURES and STRUCTURES[kind].whole_blocks
-    ):  # depth1, depth1+neurons0.3
-        return str(sparsity).replace(":", "")
+    ):  # depth1, depth1+neurons0.3; a size's "params:0.2: neurons:0.37": params0.2_neurons0.37 (no space)
+        return re.sub(r"[^\w.+-]+", "_", str(sparsity).replace(":", "")).strip("_")
     return f"{kind[0]}{fraction * 100:g}"
 
 
