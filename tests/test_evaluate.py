@@ -70,6 +70,11 @@ def test_workflow_evaluates_each_model_in_one_job(tmp_path):
         assert (tmp_path / "run" / "results" / "logs" / "llama" / variant / "evaluate.log").is_file()
     dry = snakemake(tmp_path / "run", config, "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr
+    # the batch sizes change no result: changed, no evaluation runs again (each reran every model's)
+    faster = dict(config, perplexity=dict(config["perplexity"], batch_size=4))
+    faster["zeroshot"] = dict(config["zeroshot"], batch_size=3)
+    dry = snakemake(tmp_path / "run", faster, "-n")
+    assert "Nothing to be done" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-2000:]
     # a misspelt task name is refused before any job: the evaluate jobs it would rerun had their outputs
     # (the perplexity's too) deleted by Snakemake before they failed on it
     finished = {path: path.read_bytes() for path in results.rglob("eval/*.json")}

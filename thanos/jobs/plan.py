@@ -93,7 +93,8 @@ def job_env(config: dict[str, Any], granularity: str, reason: str) -> dict[str, 
     finished results): the device, each kind of job's slot-pool wrapper, where an evaluation puts the model
     (one device, or spread over eval_gpus GPUs), how a distillation job starts its processes (data parallel
     through torchrun when several, each a Python of its own: not forked from the local run's warm worker),
-    zero-shot's offline switches, the granularity."""
+    zero-shot's offline switches, the granularity, the evaluations' batch sizes (they change no result:
+    changed, no finished evaluation is run again)."""
     device, slots = config["device"], config["gpu_slots"]
     eval_gpus, processes = config["eval_gpus"], config["distill_processes"]
     torchrun = (
@@ -111,4 +112,6 @@ def job_env(config: dict[str, Any], granularity: str, reason: str) -> dict[str, 
         else "",
         GRANULARITY_ENV[0]: granularity,
         GRANULARITY_ENV[1]: reason,
+        "THANOS_WF_PPL_BATCH": str(config["perplexity"]["batch_size"]),
+        "THANOS_WF_ZEROSHOT_BATCH": str(config["zeroshot"]["batch_size"]),
     }

@@ -18,9 +18,7 @@ if "perplexity" in evaluations() and "zeroshot" in evaluations():
             model=eval_model,
             source=config["perplexity"]["source"],
             ppl_options=perplexity_options,
-            ppl_batch_size=config["perplexity"]["batch_size"],
             zeroshot_options=zeroshot_options,
-            zeroshot_batch_size=config["zeroshot"]["batch_size"],
         log:
             f"{PATHS.logs}/{{model}}/{{variant}}/evaluate.log",
         threads: config["threads"]
@@ -29,8 +27,8 @@ if "perplexity" in evaluations() and "zeroshot" in evaluations():
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos evaluate"
             " --model {params.model:q} --source {params.source:q} {params.ppl_options}"
-            " --ppl-batch-size {params.ppl_batch_size} {params.zeroshot_options}"
-            " --zeroshot-batch-size {params.zeroshot_batch_size} $THANOS_WF_EVAL_PLACEMENT"
+            " --ppl-batch-size $THANOS_WF_PPL_BATCH {params.zeroshot_options}"
+            " --zeroshot-batch-size $THANOS_WF_ZEROSHOT_BATCH $THANOS_WF_EVAL_PLACEMENT"
             " --dtype {params.dtype}"
             " --ppl-out {output.ppl:q} --zeroshot-out {output.zeroshot:q} > {log:q} 2>&1"
 
@@ -47,7 +45,6 @@ else:
             model=eval_model,
             source=config["perplexity"]["source"],
             options=perplexity_options,
-            batch_size=config["perplexity"]["batch_size"],
         log:
             f"{PATHS.logs}/{{model}}/{{variant}}/perplexity.log",
         threads: config["threads"]
@@ -55,7 +52,7 @@ else:
             gpu=EVAL_JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_EVAL_GPU python -m thanos perplexity --model {params.model:q}"
-            " --source {params.source:q} {params.options} --batch-size {params.batch_size}"
+            " --source {params.source:q} {params.options} --batch-size $THANOS_WF_PPL_BATCH"
             " $THANOS_WF_EVAL_PLACEMENT --dtype {params.dtype} --out {output:q} > {log:q} 2>&1"
 
 
@@ -69,7 +66,6 @@ else:
             dtype=compute_dtype,
             model=eval_model,
             options=zeroshot_options,
-            batch_size=config["zeroshot"]["batch_size"],
         log:
             f"{PATHS.logs}/{{model}}/{{variant}}/zeroshot.log",
         threads: config["threads"]
@@ -77,6 +73,6 @@ else:
             gpu=EVAL_JOB_GPUS,
         shell:
             "OMP_NUM_THREADS={threads} $THANOS_WF_ZEROSHOT_ENV $THANOS_WF_EVAL_GPU python -m thanos zeroshot"
-            " --model {params.model:q} {params.options} --batch-size {params.batch_size}"
+            " --model {params.model:q} {params.options} --batch-size $THANOS_WF_ZEROSHOT_BATCH"
             " $THANOS_WF_EVAL_PLACEMENT --dtype {params.dtype}"
             " --out {output:q} > {log:q} 2>&1"
