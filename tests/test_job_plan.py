@@ -78,8 +78,10 @@ def test_the_granularity_is_chosen_once_and_inherited_by_re_parsed_jobs() -> Non
 
 def test_each_job_asks_for_its_gpus_and_reads_its_environment() -> None:
     config = {"device": "auto", "gpu_slots": "auto", "eval_gpus": 2, "distill_processes": 3}
-    config["zeroshot"] = {"offline": True}
+    config["zeroshot"] = {"offline": True, "batch_size": 16}
+    config["perplexity"] = {"batch_size": 2}
     env = plan.job_env(config, "recipe", "set in the config")
+    assert (env["THANOS_WF_PPL_BATCH"], env["THANOS_WF_ZEROSHOT_BATCH"]) == ("2", "16")  # not params
     assert env["THANOS_WF_EVAL_GPU"] == "python -m thanos.jobs.devices --slots auto --count 2 --"
     assert env["THANOS_WF_EVAL_PLACEMENT"] == "--device-map auto"
     assert (
