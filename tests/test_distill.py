@@ -464,6 +464,21 @@ def test_a_teacher_other_than_the_base_model_is_named(setup: dict[str, Path]) ->
     assert other_teacher(str(setup["reference"] / "nothing"), dense) is None  # no report: nothing to tell
 
 
+def test_a_warm_up_as_long_as_the_run_is_named(setup: dict[str, Path], tmp_path: Path) -> None:
+    """``--warmup`` at or beyond the run's steps (the learning rate never reaches its peak) is said before
+    the run (it was taken without a word, and the held-out KL barely moved)."""
+    from thanos.recipes.training import Distillation
+    from thanos.stages.distill.distill import prepare
+
+    options = Distillation(
+        tokens=256, source=str(setup["text"]), seqlen=32, batch_size=4, heldout=4, warmup=9
+    )
+    prepared = prepare(str(setup["student"]), str(setup["dense"]), tmp_path / "out", tmp_path / "w", options,
+                       device="cpu")  # fmt: skip
+    assert any("the warm-up of 9 steps is not below the run's 2: the learning rate never" in w
+               for w in prepared.warnings), prepared.warnings  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_failure_once_it_runs_is_one_error_line(setup: dict[str, Path], tmp_path: Path) -> None:
     """A teacher whose weights cannot be read is found once the models are read, after the header: with

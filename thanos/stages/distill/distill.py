@@ -312,6 +312,11 @@ def prepare(
     )
     if note := passes_note(text, options.tokens):
         warnings.append(note)
+    if options.warmup is not None and options.warmup >= options.steps:  # (a budget cut after the warm-up set)
+        warnings.append(
+            f"the warm-up of {options.warmup} steps is not below the run's {options.steps}: the learning "
+            f"rate never reaches its peak ({options.lr:g}); give fewer warm-up steps or a larger token budget"
+        )
     record = run_record(student, teacher, text, options)
     state, finished = "new", None
     if ranks.main:
