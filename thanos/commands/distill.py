@@ -148,8 +148,11 @@ def _distill(args: argparse.Namespace, distillation: Distillation, work: Path) -
         args.overwrite,
     )
     if prepared.finished is not None:
-        say = f"nothing to do: {prepared.out} holds this distillation (the same student, teacher, text and "
-        print(say + "options), unchanged; --overwrite trains it again", file=sys.stderr)
+        print(
+            f"nothing to do: {prepared.out} holds this distillation (the same student, teacher, text and "
+            "options), unchanged; --overwrite trains it again",
+            file=sys.stderr,
+        )
         return
     keep_checkpoints = args.keep == "all"
     if not prepared.ranks.main:  # another process of a torchrun: the first one says what runs
