@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,25 +184,21 @@ def check_store_out(path: str, reads: Sequence[tuple[str, str]], option: str = "
     from thanos.errors import Option, OptionError
 
     given, target = Option(option, path), Path(path).expanduser().resolve()
-    _check_apart(given, target, [(name, read) for name, read in reads if name != "model"])
+    _check_apart(given, target, reads, inside=lambda name: name != "model")
     for option_read, read in reads:
         source = Path(read).expanduser()
-        if not source.exists():
-            continue
-        if target == source.resolve():
-            raise OptionError(
-                given, " is ", Option(option_read, read), ", which the command reads; give another path"
-            )
-        if target in source.resolve().parents:
+        if source.exists() and target in source.resolve().parents:
             raise OptionError(
                 given, " holds ", Option(option_read, read),
                 ", which the command reads, and the store would replace it; give the store a path of its own",
             )  # fmt: skip
 
 
-def _check_apart(given: Any, target: Path, reads: Sequence[tuple[str, str]]) -> None:
+def _check_apart(
+    given: Any, target: Path, reads: Sequence[tuple[str, str]], inside: Callable[[str], bool] = lambda _: True
+) -> None:
     """Refuse an output ``target`` (resolved; ``given``: its option) that is one of ``reads`` or inside one
-    that is a directory (a hub name reads no local file)."""
+    that is a directory and whose option ``inside`` names (a hub name reads no local file)."""
     from thanos.errors import Option, OptionError
 
     for option_read, read in reads:
@@ -214,12 +210,25 @@ def _check_apart(given: Any, target: Path, reads: Sequence[tuple[str, str]]) -> 
             raise OptionError(
                 given, " is ", Option(option_read, read), ", which the command reads; give another path"
             )
-        if source.is_dir() and source in target.parents:
+        if inside(option_read) and source.is_dir() and source in target.parents:
             raise OptionError(
                 given, " is inside ", Option(option_read, read),
                 ", a directory the command reads (a model directory holds the model's files only); give a "
                 "path outside it",
             )  # fmt: skip
+
+
+def add_only(parser: argparse.ArgumentParser) -> None:
+    """--only MODEL/VARIANT ...: the report commands' (tables, figures) choice of what they show."""
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="MODEL/VARIANT",
+        help="show only these models' variants (dense or a recipe's name); the workflow passes its config's, "
+        "so that a recipe the config no longer names, evaluated under other settings, is left out "
+        "(default: every one under --results)",
+    )
 
 
 def apply_offline(args: argparse.Namespace) -> None:

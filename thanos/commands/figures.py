@@ -14,15 +14,7 @@ HELP = "figures (PDF, PNG) from results/"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", help="results root (default: %(default)s)")
     parser.add_argument("--out-dir", required=True, help="where to write the figures (e.g. results/figures)")
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        default=None,
-        metavar="MODEL/VARIANT",
-        help="show only these models' variants (dense or a recipe's name); the workflow passes its config's, "
-        "so that a recipe the config no longer names, evaluated under other settings, is left out "
-        "(default: every one under --results)",
-    )
+    _args.add_only(parser)
     parser.add_argument(
         "--processes",
         type=_args.positive,

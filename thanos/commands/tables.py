@@ -7,21 +7,15 @@ from __future__ import annotations
 import argparse
 import logging
 
+from thanos.commands import _args
+
 HELP = "perplexity and zero-shot tables (CSV, Markdown, LaTeX) and the paper's orderings, from results/"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", help="results root (default: %(default)s)")
     parser.add_argument("--out-dir", required=True, help="where to write the tables (e.g. results/tables)")
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        default=None,
-        metavar="MODEL/VARIANT",
-        help="show only these models' variants (dense or a recipe's name); the workflow passes its config's, "
-        "so that a recipe the config no longer names, evaluated under other settings, is left out "
-        "(default: every one under --results)",
-    )
+    _args.add_only(parser)
 
 
 def run(args: argparse.Namespace) -> None:

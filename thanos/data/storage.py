@@ -230,9 +230,7 @@ def store_kind(path: str | Path) -> str | None:
     """What the zarr store at ``path`` holds, by its arrays: "tokens", "activations" or "Hessian" (None: no
     readable store with arrays there)."""
     try:
-        with warnings.catch_warnings():  # an interrupted write's array without metadata: zarr warns of it
-            warnings.simplefilter("ignore")
-            arrays = set(zarr.open_group(str(path), mode="r").array_keys())
+        arrays = set(zarr.open_group(str(path), mode="r").array_keys())
     except Exception:  # noqa: BLE001 - not a store, or not a readable one: nothing of a kind to keep
         return None
     if not arrays:
