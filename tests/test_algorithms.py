@@ -310,7 +310,7 @@ def test_cholesky_retry_is_recorded() -> None:
 
 def test_cholesky_failure_names_the_layer() -> None:
     W = torch.randn(8, 16)
-    H = -torch.eye(16)
+    H = torch.eye(16) + 1e5 * (torch.ones(16, 16) - torch.eye(16))  # indefinite beyond any damping tried
     with pytest.raises(ValueError, match=r"block3\.self_attn\.q_proj.*damp"):
         prune_layer(W, H, "thanos", 0.5, name="block3.self_attn.q_proj")
 
@@ -349,6 +349,8 @@ W0, _, H0 = layer(8, 16, 64)
         ({"blocksize": True}, r"blocksize: must be a positive integer, got True"),
         ({"weight": torch.empty(8, 16, device="meta")}, r"weight: on device 'meta'"),
         ({"hessian": torch.empty(16, 16, device="meta")}, r"hessian: on device 'meta'"),
+        ({"hessian": H0 + torch.triu(torch.ones(16, 16), 1)}, r"hessian: not symmetric"),
+        ({"hessian": H0 - 2 * torch.diag(torch.diagonal(H0))}, r"hessian: a negative diagonal entry"),
     ],
 )
 def test_bad_arguments(kwargs: dict, match: str) -> None:

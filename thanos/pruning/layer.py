@@ -106,6 +106,36 @@ def _check_finite(what: str, t: torch.Tensor, name: str | None) -> None:
         )
 
 
+# the most |H - H^T| a Hessian may hold, relative to its largest entry (at least 8 roundings of its dtype): X
+# X^T summed in float32 is symmetric to rounding (~1e-7); an H transposed in halves, or a product of two
+# different matrices, is not
+SYMMETRY_TOLERANCE = 1e-4
+SYMMETRY_ROWS = 1024  # rows compared at a time: no b x b temporary (a 70B model's 28,672-wide H is 3.3 GB)
+
+
+def _check_gram(H: torch.Tensor, name: str | None) -> None:
+    """``H`` is a Gram matrix (2/N) sum X X^T: symmetric (to ``SYMMETRY_TOLERANCE``) with a diagonal >= 0;
+    anything else is not a layer's Hessian and its inverse would prune by noise."""
+    layer = f"layer {name}: " if name else ""
+    H = H.detach()
+    scale = float(H.abs().max())
+    asymmetry = max(
+        float((H[i : i + SYMMETRY_ROWS] - H[:, i : i + SYMMETRY_ROWS].T).abs().max())
+        for i in range(0, H.shape[0], SYMMETRY_ROWS)
+    )
+    if asymmetry > max(SYMMETRY_TOLERANCE, 8 * torch.finfo(H.dtype).eps) * scale:
+        raise ValueError(
+            f"{layer}hessian: not symmetric (max |H - H^T| {asymmetry:.3g}, max |H| {scale:.3g}); give the "
+            "layer's Hessian (2/N) sum X X^T of its inputs (thanos.HessianAccumulator), not a product of "
+            "two different matrices"
+        )
+    if bool((torch.diagonal(H) < 0).any()):
+        raise ValueError(
+            f"{layer}hessian: a negative diagonal entry (min {float(torch.diagonal(H).min()):.3g}); a "
+            "layer's Hessian (2/N) sum X X^T has a diagonal >= 0 (thanos.HessianAccumulator computes it)"
+        )
+
+
 def _check_heads(pattern: Sparsity, heads: tuple[int, int] | None, b: int) -> None:
     """``heads`` = (query heads, key/value groups) of a layer of ``b`` inputs: the heads divide b, the
     groups divide the heads, and the pattern leaves a head in every group (``head_count``)."""
@@ -159,6 +189,7 @@ def _validate(
             shape = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
             raise ValueError(f"hessian: expected shape ({b}, {b}) for a weight with {b} inputs, got {shape}")
         _check_finite("hessian", hessian, name)
+        _check_gram(hessian, name)
     try:
         check_alpha(pattern, alpha)
     except ValueError as err:
