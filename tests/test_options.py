@@ -245,3 +245,21 @@ def test_a_streamed_source_names_its_dataset() -> None:
         Distillation.parse("recipes.x", {"tokens": 64, "source": "hf:allenai/c4:en"}).source
         == "hf:allenai/c4:en"
     )
+
+
+def test_cores_are_those_this_process_may_run_on() -> None:
+    """The default and the most --cores give are the CPUs of this process's affinity (a SLURM job's
+    allocation), not the machine's; more asked are said, not used."""
+    import os
+
+    usable = len(os.sched_getaffinity(0))
+    assert request.Resources().cores == usable
+    asked = request.Resources(cores=usable + 97)
+    assert asked.cores == usable
+    assert (
+        asked.cores_text
+        == f"{usable} core{'s' * (usable > 1)} (--cores {usable + 97}: this process may run on {usable})"
+    )
+    assert request.Resources(cores=1).cores_text == "1 core"
+    with pytest.raises(OptionError, match="cores"):
+        request.Resources(cores=0)

@@ -67,7 +67,7 @@ def announce(run_plan: Plan, stream: TextIO, dry_run: bool = False) -> None:
     say(
         stream,
         f"  {data} | device {device_text(resources.device)}, computes in {run_plan.computes_in} | "
-        f"{counted(resources.cores, 'core')} | evaluate: {evaluate}",
+        f"{resources.cores_text} | evaluate: {evaluate}",
     )
     say(stream, f"  workdir {run_plan.workdir} (kept: a rerun resumes, other recipes reuse the calibration)")
     if (disk := run_plan.disk) is not None:

@@ -23,6 +23,7 @@ from thanos.errors import FlagWords, KeywordWords, Option, OptionError
 from thanos.options import flags, option
 from thanos.pruning.sparsity import parse_sparsity
 from thanos.pruning.structures import takes
+from thanos.recipes.labels import counted
 from thanos.recipes.recipe import Recipe
 from thanos.recipes.training import Distillation, Recovery
 from thanos.runner.disk import KEEP  # what the working directory keeps
@@ -84,7 +85,11 @@ class Resources:
             choices=list(DTYPES),
         ),
     )
-    cores: int | None = field(default=None, metadata=option("CPU cores to use (default: all)", type=positive))
+    cores: int | None = field(
+        default=None,
+        metadata=option("CPU cores to use (default: all this process may run on; more are not used)",
+                        type=positive),
+    )  # fmt: skip
     workdir: str | Path | None = field(
         default=None, metadata=option("where intermediates go (default: see below)")
     )
@@ -97,6 +102,8 @@ class Resources:
             choices=list(KEEP),
         ),
     )
+    # the --cores given (None: the default), where ``cores`` is what the run uses (``__post_init__``)
+    cores_asked: int | None = field(default=None, init=False, repr=False, compare=False)
     disk_check: bool = field(
         default=True,
         metadata=option(
@@ -114,7 +121,25 @@ class Resources:
         cores = self.cores
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
             raise OptionError(Option("cores", repr(cores)), "expected a whole number >= 1")
-        object.__setattr__(self, "cores", cores or os.cpu_count() or 1)
+        object.__setattr__(self, "cores", min(cores or usable_cores(), usable_cores()))
+        object.__setattr__(self, "cores_asked", cores)
+
+    @property
+    def cores_text(self) -> str:
+        """The cores the run uses, and the ``--cores`` asked where this process may run on fewer."""
+        text = counted(self.cores, "core")
+        if self.cores_asked is not None and self.cores_asked > self.cores:
+            text += f" (--cores {self.cores_asked}: this process may run on {self.cores})"
+        return text
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: a SLURM job's allocation, ``taskset``), not the
+    machine's: threads beyond them only wait for each other."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
