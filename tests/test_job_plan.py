@@ -61,7 +61,19 @@ def test_device_cuda_is_refused_where_the_jobs_see_no_gpu() -> None:
         plan.check_device("cuda:1", local=True, gpus=gpus)
     plan.check_device("cuda", local=True, gpus=lambda: 1)
     assert plan.local_gpus("cpu", 4, "auto") == 0 and plan.local_gpus("cuda", 2, "auto") == 2
+
+
+def test_a_slot_pool_on_device_auto_counts_the_gpus_this_machine_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert plan.local_gpus("auto", None, 3) == 3  # the slot pool's devices
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none shown: the jobs run on the CPU
+    assert plan.local_gpus("auto", None, 4) == 0 and plan.local_gpus("cuda", None, 4) == 4
+    shows = plan.granularity(
+        "auto", [], remote=False, cluster=False, gpus=lambda: plan.local_gpus("auto", None, 4), environ={}
+    )
+    assert shows[0] == "recipe" and "on the CPU" in shows[1]
 
 
 def test_the_granularity_is_chosen_once_and_inherited_by_re_parsed_jobs() -> None:

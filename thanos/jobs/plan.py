@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from thanos.jobs.devices import resolve_devices
+from thanos.jobs.devices import detect_devices, resolve_devices
 from thanos.jobs.granularity import choose_granularity
 from thanos.recipes.fields import ConfigError
 
@@ -20,12 +20,14 @@ MAX_FIGURE_PROCESSES = 8  # more would only plot figures that another process sa
 
 def local_gpus(device: str, given: int | None, slots: Any) -> int:
     """GPUs the jobs of this machine can use at once: none on device cpu, ``given`` by ``--resources
-    gpu=K``, else the devices of the slot pool (``slots``: the config's ``gpu_slots``)."""
+    gpu=K``, else the devices of the slot pool (``slots``: the config's ``gpu_slots``); on device auto, no
+    more than this machine shows (``gpu_slots: 4`` where it shows none: the jobs run on the CPU)."""
     if device == "cpu":
         return 0
     if given is not None:
         return int(given)
-    return len(resolve_devices(slots))
+    pool = len(resolve_devices(slots))
+    return min(pool, len(detect_devices())) if device == "auto" else pool
 
 
 def check_device(device: str, *, local: bool, gpus: Callable[[], int]) -> None:
