@@ -175,7 +175,7 @@ def _guarded(
 def _threads(run_plan: Plan) -> Iterator[None]:
     """torch uses ``--cores`` threads for the duration."""
     before = torch.get_num_threads()
-    torch.set_num_threads(run_plan.resources.cores)
+    torch.set_num_threads(run_plan.resources.threads)
     try:
         yield
     finally:

@@ -102,8 +102,6 @@ class Resources:
             choices=list(KEEP),
         ),
     )
-    # the --cores given (None: the default), where ``cores`` is what the run uses (``__post_init__``)
-    cores_asked: int | None = field(default=None, init=False, repr=False, compare=False)
     disk_check: bool = field(
         default=True,
         metadata=option(
@@ -121,15 +119,19 @@ class Resources:
         cores = self.cores
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
             raise OptionError(Option("cores", repr(cores)), "expected a whole number >= 1")
-        object.__setattr__(self, "cores", min(cores or usable_cores(), usable_cores()))
-        object.__setattr__(self, "cores_asked", cores)
+        object.__setattr__(self, "cores", cores or usable_cores())
+
+    @property
+    def threads(self) -> int:
+        """The threads the run computes with: ``cores``, no more than this process may run on."""
+        return min(self.cores, usable_cores())  # type: ignore[type-var]
 
     @property
     def cores_text(self) -> str:
         """The cores the run uses, and the ``--cores`` asked where this process may run on fewer."""
-        text = counted(self.cores, "core")
-        if self.cores_asked is not None and self.cores_asked > self.cores:
-            text += f" (--cores {self.cores_asked}: this process may run on {self.cores})"
+        text = counted(self.threads, "core")
+        if self.threads < self.cores:  # type: ignore[operator]
+            text += f" (--cores {self.cores}: this process may run on {self.threads})"
         return text
 
 
