@@ -335,6 +335,15 @@ def test_the_published_model_owns_its_bytes(first, inputs):
     assert "assemble the pruned model" in fixed.stderr
     assert (out.parent / "fourth-out" / "model.safetensors").read_bytes() == expected["model.safetensors"]
 
+    # the user's notes beside the published model: kept, not a change; a stray weights file: not kept
+    fourth = out.parent / "fourth-out"
+    (fourth / "notes.txt").write_text("mine\n")
+    (fourth / "stray.safetensors").write_bytes(b"x")
+    again = prune(inputs, fourth, workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "notes.txt" not in again.stderr, again.stderr  # (the stray weights: the model assembled again)
+    assert (fourth / "notes.txt").read_text() == "mine\n" and not (fourth / "stray.safetensors").exists()
+
 
 @pytest.mark.slow
 def test_a_failing_step_names_its_error_and_the_fixed_rerun_resumes(inputs, tmp_path):

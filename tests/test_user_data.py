@@ -178,6 +178,25 @@ def test_publish_copies_and_verifies(tmp_path):
     assert (out / "model.safetensors").read_bytes() == (model / "model.safetensors").read_bytes()
 
 
+def test_publish_keeps_the_users_files_beside_the_model_and_not_stray_weights(tmp_path):
+    """What a user puts in --out beside the model (notes, evaluation results) is theirs: no difference, kept
+    when the model is written again; weights not of the model are not kept (vLLM reads every
+    ``*.safetensors`` of a directory)."""
+    model = _assembled(tmp_path)
+    out = tmp_path / "out"
+    publish(model, out)
+    (out / "notes.txt").write_text("mine\n")
+    (out / "eval").mkdir()
+    (out / "eval" / "ppl.json").write_text("{}\n")
+    assert publish(model, out) == []  # left alone
+    (out / "stray.safetensors").write_bytes(b"x")
+    assert publish(model, out) == ["stray.safetensors was added"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md", "config.json", "eval", "model.safetensors", "notes.txt", digests.REPORT
+    ]  # fmt: skip
+    assert (out / "notes.txt").read_text() == "mine\n" and (out / "eval" / "ppl.json").read_text() == "{}\n"
+
+
 def test_publish_refuses_a_changed_source_and_writes_nothing(tmp_path):
     model = _assembled(tmp_path)
     with open(model / "model.safetensors", "r+b") as handle:

@@ -78,7 +78,8 @@ def same_tokenizer(dense: str | Path, candidate: str | Path) -> bool:
     token ids are then the dense model's, and its tokenizer is not loaded (0.26 s a candidate,
     SmolLM2-135M). Any other file that differs or is in one only (a tokenizer's of a kind not known here
     too) says no."""
-    from thanos.stages.assemble import SKIP_FILES, WEIGHT_SUFFIXES
+    from thanos.files.layout import WEIGHT_SUFFIXES
+    from thanos.stages.assemble import SKIP_FILES
 
     def tokenizer_files(model: Path) -> dict[str, bytes]:
         return {

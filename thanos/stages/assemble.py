@@ -32,7 +32,7 @@ from thanos.data.safetensors_io import open_safetensors
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
-from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, pruned_block_name
+from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, WEIGHT_SUFFIXES, pruned_block_name
 from thanos.files.pruned_layers import block_layers, describe, mismatch, unfinished
 from thanos.models.checkpoint import INDEX_FILE
 from thanos.models.handle import ModelHandle, as_handle
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 # what the pruning report keeps of each block's recovery record
 RECOVERY_FIELDS = ("loss_before", "loss_after", "epochs_kept", "val_losses", "seconds", "peak_rss_mib")
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
 # not copied from the original: its weight index (ours replaces it), and our own reports about that
 # model (a demo model's training report, a real model's conversion report: they describe the dense model)
 SKIP_FILES = {

@@ -8,7 +8,9 @@ changed since it was computed is refused, naming the file, instead of being publ
 records their digests instead: the output's record describes the output. It appears complete or not at all
 (``thanos.files.atomic.atomic_path``). An existing output is replaced only when it is a previous result (it
 holds ``pruning_report.json``); anything else non-empty is refused. An output that already holds exactly
-this model is left untouched (its files are read and compared with the record, nothing is written).
+this model is left untouched (its files are read and compared with the record, nothing is written). What
+an output holds beside the model's files (``users``: notes, evaluation results; not weights) is the user's:
+never a difference, and kept when the model is written again.
 
 Cost: one read of the model and one write (about the time of ``cp -r``), plus sha256 at about 1.7 GB/s
 on one core; the output takes as much disk space as the model.
@@ -25,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from thanos.errors import Option, OptionError, PathError
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
+from thanos.files.layout import WEIGHT_SUFFIXES
 from thanos.files.ledger import Entry, recorded
 
 MARKER = digests.REPORT
@@ -79,6 +83,22 @@ def check_replaceable(out: str | Path, option: str, marker: str | None, command:
         raise OptionError(
             Option(option, str(out)), f" is not empty{previous}; give a new or empty directory ({again})"
         )
+
+
+def users(out: Path, files: dict[str, dict], texts: dict[str, str]) -> list[str]:
+    """What ``out`` holds that is neither the model's (its recorded files, the texts, the report) nor hidden
+    nor weights nor a weights' index: the user's (notes, evaluation results), kept by every publish and
+    never a difference. Weights not of the model are not kept: a loader that reads every ``*.safetensors``
+    of a directory (vLLM) would read them with the model's."""
+    if not out.is_dir():
+        return []
+    ours = {*files, *texts, MARKER}
+    return sorted(
+        entry.name
+        for entry in out.iterdir()
+        if entry.name not in ours and not entry.name.startswith(".")
+        and not entry.name.endswith((*WEIGHT_SUFFIXES, ".index.json"))
+    )  # fmt: skip
 
 
 def _differences(
@@ -204,9 +224,10 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
                 f"delete {model_dir} and run the same command again: it is assembled again",
             )
         weights = {name for name in files if Path(name).match(WEIGHTS)}  # ``intact``: as published
-        before = _differences(out, *_published_report(model_dir, files, texts), skip=weights)
+        kept = set(users(out, files, texts))
+        before = _differences(out, *_published_report(model_dir, files, texts), skip=weights | kept)
         if before:  # the small files again, from the working directory's copies, and the texts
-            added, _ = digests.added_and_missing(out, files, skip={*texts, *weights})
+            added, _ = digests.added_and_missing(out, files, skip={*texts, *weights, *kept})
             for name in added:
                 (out / name).unlink()
             for name, expected in sorted(files.items()):
@@ -225,7 +246,8 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
             "pruned layers (pruned again where --keep needed deleted them)",
         )
     published, report_text = _published_report(model_dir, files, texts)
-    before = _differences(out, published, report_text)
+    kept = users(out, files, texts)
+    before = _differences(out, published, report_text, skip=set(kept))
     if not before:
         return before
     with atomic_path(out, is_dir=True) as tmp:
@@ -234,4 +256,11 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
                 _copy_verified(model_dir / name, tmp / name, expected)
         for name, text in (texts | {MARKER: report_text}).items():
             (tmp / name).write_text(text, encoding="utf-8")
+        for (
+            name
+        ) in kept:  # the user's, copied into the new output (the old one is deleted once it is in place)
+            if (out / name).is_dir():
+                shutil.copytree(out / name, tmp / name, symlinks=True)
+            else:
+                shutil.copy2(out / name, tmp / name, follow_symlinks=False)
     return before
