@@ -128,6 +128,21 @@ def test_an_unfinished_output_is_computed_again(setup, tmp_path):
     assert json.loads((files.model_dir / "pruning_report.json").read_text())["layers"] == report["layers"]
 
 
+def test_a_damaged_output_file_is_computed_again_not_read(setup, tmp_path):
+    """A step's output file truncated or edited after it was recorded (``OUTPUT_STAMP``: its size and
+    modification time) is computed again, said so, instead of failing every rerun on what it reads."""
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    _run(model, corpus, recipe, root)
+    info = root / "tiny" / "model_info.json"
+    content = info.read_text()
+    info.write_text("")
+    steps = _run(model, corpus, recipe, root)[1]
+    assert steps.reruns == {"read the model's structure": "model_info.json changed since it was computed"}
+    assert info.read_text() == content
+    assert _run(model, corpus, recipe, root)[1].computed == []
+
+
 def test_the_recipe_job_is_given_the_shared_stores_and_never_computes_them(setup, tmp_path):
     model, corpus, recipe = setup
     root = tmp_path / "results"

@@ -367,6 +367,23 @@ def test_a_moved_working_directory_measures_nothing_again(inputs: dict[str, Any]
     assert losses["bfloat16"].keys() == losses["float32"].keys() and losses["bfloat16"] != losses["float32"]
 
 
+def test_a_damaged_measurement_is_measured_again(inputs: dict[str, Any], tmp_path: Path) -> None:
+    """A point's ``measurement.json`` truncated after it was recorded is measured again (its record keeps
+    the file's size and modification time), not read: the search does not fail on it at every rerun."""
+    import io
+
+    options = inputs["options"] | {"out": tmp_path / "out", "table_only": True, "workdir": tmp_path / "w"}
+    prune_model(inputs["model"], "thanos", "params:0.3", **options)
+    damaged = sorted((tmp_path / "w").glob("search/candidates/*/measurement.json"))[0]
+    damaged.write_text(damaged.read_text()[:50])
+    said = io.StringIO()
+    prune_model(inputs["model"], "thanos", "params:0.3", stream=said, **options)
+    lines = [line for line in said.getvalue().splitlines() if line.startswith("candidate ")]
+    again = [line for line in lines if "(measured in an earlier run)" not in line]
+    recipe = json.loads(damaged.read_text())["recipe"]  # whole again
+    assert len(again) == 1 and f": {recipe}: " in again[0] and len(lines) > 3, lines
+
+
 def test_one_search_whatever_the_paths_are_spelled(
     inputs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

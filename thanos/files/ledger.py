@@ -17,6 +17,10 @@ wrote by its modification time (``Upstream``: what Snakemake compares too); an o
 (``recipe`` and ``options`` hold a recipe's and a distillation's options). A **record** is those inputs as
 JSON (``as_record``), written last, after its output (``Entry.write``).
 
+A file output's record also keeps the file's size and modification time when it was recorded
+(``OUTPUT_STAMP``): a file edited or truncated since (a damaged ``model_info.json``, a search's
+``measurement.json``) is computed again instead of read.
+
 An output is current when it is complete and its record equals the inputs now; else ``Entry.reason`` says
 why in one line naming the first input that changed (``difference``): ``model file model.safetensors
 changed``, ``option damp 0.01 -> 0.02``, ``tokens.zarr was written again``, ``not finished``. That line is
@@ -38,6 +42,9 @@ from thanos.files.atomic import write_json
 from thanos.files.fingerprint import model_fingerprint
 
 MISSING = "missing"  # the reason of an output never computed (or deleted): nothing to say more
+CHANGED = "changed since it was computed"  # a file output edited, truncated or replaced after its record
+# a record's entry for its output file's size and modification time when it was recorded (not an input)
+OUTPUT_STAMP = "output_file"
 NOT_FINISHED = "not finished"  # an output without its record, or incomplete: a run stopped while writing it
 # the inputs that hold options: a difference below them is said "option NAME OLD -> NEW"
 OPTIONS = ("recipe", "recipes", "options")
@@ -193,7 +200,25 @@ def recorded(record: Path) -> Any:
         return None
     if isinstance(inputs, dict):  # records of earlier versions held the retention, which changes nothing
         inputs.pop("drop", None)
+        inputs.pop(OUTPUT_STAMP, None)
     return inputs
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """A file's size and modification time (None: not a file); a directory's outputs are not stamped."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return [stat.st_size, stat.st_mtime_ns] if path.is_file() else None
+
+
+def _recorded_stamp(record: Path) -> list[int] | None:
+    try:
+        raw = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    return raw.get(OUTPUT_STAMP) if isinstance(raw, dict) else None
 
 
 @dataclass(frozen=True)
@@ -220,6 +245,9 @@ class Entry:
             return MISSING
         recorded = self.recorded()
         why = NOT_FINISHED if recorded is None else difference(recorded, inputs)
+        stamp = _recorded_stamp(self.record) if why is None else None
+        if stamp is not None and stamp != _stamp(self.output):
+            return f"{self.output.name} {CHANGED}"
         return NOT_FINISHED if why is None and not complete(self.output) else why
 
     def current(self, inputs: Any, complete: Callable[[Path], bool] = Path.exists) -> bool:
@@ -227,8 +255,13 @@ class Entry:
         return self.reason(inputs, complete) is None
 
     def write(self, inputs: Any) -> None:
-        """Record that the output was computed from ``inputs`` (once it is complete: the record is last)."""
-        write_json(self.record, as_record(inputs))
+        """Record that the output was computed from ``inputs`` (once it is complete: the record is last),
+        with a file output's size and modification time (``OUTPUT_STAMP``): an output edited or truncated
+        since is computed again, not read."""
+        record = as_record(inputs)
+        if isinstance(record, dict) and (stamp := _stamp(self.output)) is not None:
+            record[OUTPUT_STAMP] = stamp
+        write_json(self.record, record)
 
     def discard(self) -> None:
         """Delete the output and its record."""
