@@ -143,6 +143,30 @@ def test_a_damaged_output_file_is_computed_again_not_read(setup, tmp_path):
     assert _run(model, corpus, recipe, root)[1].computed == []
 
 
+def test_a_pruned_layer_edited_or_deleted_is_pruned_again(setup, tmp_path):
+    """A pruned layer file edited in place (the same size: nothing but its stamp in the stats tells) or
+    deleted after the chain finished: the chain runs again for it alone, and the model is assembled again,
+    the same bytes as before; the report does not carry the stamp."""
+    model, corpus, recipe = setup
+    root = tmp_path / "results"
+    files, _ = _run(model, corpus, recipe, root)
+    before = _digests(root / "tiny" / recipe.name)
+    layer = files.pruned_root / "block1" / "self_attn.q_proj.safetensors"
+    with open(layer, "r+b") as handle:
+        handle.seek(layer.stat().st_size - 4)
+        handle.write(b"\x00\x00\x80\x3f")  # 1.0
+    steps = _run(model, corpus, recipe, root)[1]
+    assert steps.reruns["prune every block (thanos_u50)"] == "not finished"
+    assert steps.computed == ["prune every block (thanos_u50)", "assemble the pruned model (thanos_u50)"]
+    assert json.loads(files.summary.read_text())["reused"]["prune"] >= 7  # block 0 at least: not all again
+    assert _digests(root / "tiny" / recipe.name) == before
+    report = json.loads((files.model_dir / "pruning_report.json").read_text())
+    assert all("file" not in entry for entry in report["layers"])
+    layer.unlink()
+    assert _run(model, corpus, recipe, root)[1].reruns["prune every block (thanos_u50)"] == "not finished"
+    assert _digests(root / "tiny" / recipe.name) == before
+
+
 def test_the_recipe_job_is_given_the_shared_stores_and_never_computes_them(setup, tmp_path):
     model, corpus, recipe = setup
     root = tmp_path / "results"

@@ -33,7 +33,7 @@ from thanos.files import digests
 from thanos.files.atomic import atomic_path
 from thanos.files.fingerprint import check_unchanged
 from thanos.files.layout import CHAIN_SUMMARY, RECOVERY_RECORD, WEIGHT_SUFFIXES, pruned_block_name
-from thanos.files.pruned_layers import block_layers, describe, mismatch, unfinished
+from thanos.files.pruned_layers import STAMP, block_layers, describe, mismatch, unfinished
 from thanos.models.checkpoint import INDEX_FILE
 from thanos.models.handle import ModelHandle, as_handle
 from thanos.models.real import REPORT as REAL_REPORT
@@ -46,6 +46,10 @@ from thanos.stages.owl_plan import owl_blocks
 
 log = logging.getLogger(__name__)
 
+# the fix of a damaged pruned layer file
+PRUNE_AGAIN = (
+    "delete it and run the same command again: the layer is pruned again (the workflow: its prune job)"
+)
 # what the pruning report keeps of each block's recovery record
 RECOVERY_FIELDS = ("loss_before", "loss_after", "epochs_kept", "val_losses", "seconds", "peak_rss_mib")
 
@@ -376,6 +380,7 @@ def pruned_tensors(
                 replace[name] = file
             continue
         replace[name] = file
+        stats.pop(STAMP, None)  # where the file was, not what it holds: not part of the report
         entry = {"block": block, "layer": layer, "tensor": name, **stats}
         if name in views:  # where the expert's matrix is written: for the counts on the written weights
             source, expert, transposed = views[name]
@@ -440,7 +445,7 @@ def check_replacement(file: Path, name: str, shape: list[int], dtype: str) -> No
         if list(psl.get_shape()) != shape or psl.get_dtype() != dtype:
             raise ValueError(
                 f"{file}: shape/dtype {psl.get_shape()}/{psl.get_dtype()} differ from the "
-                f"original {name} {shape}/{dtype}; delete it and rerun its prune job"
+                f"original {name} {shape}/{dtype}; {PRUNE_AGAIN}"
             )
 
 
@@ -455,7 +460,7 @@ def count_pruned(layers: list[dict], replace: dict[str, Path]) -> tuple[int, int
         if bad:
             raise ValueError(
                 f"{replace[entry['tensor']]} (tensor {entry['tensor']}) holds {bad} NaN or Inf values; "
-                "delete it and rerun its prune job"
+                + PRUNE_AGAIN
             )
         zeros = int((w == 0).sum())
         entry.setdefault("shape", list(w.shape))

@@ -382,9 +382,29 @@ class _Run:
             )  # fmt: skip
 
         def complete(summary: Path) -> bool:  # deleted layers: done while the model assembled from them is
-            return summary.exists() and (not deleted.exists() or self.assembled())
+            if not summary.exists():
+                return False
+            return self.assembled() if deleted.exists() else not self.unfinished_layers()
 
         self.steps.run(f"prune every block ({self.recipe.name})", files.summary, inputs, compute, complete)
+
+    def unfinished_layers(self) -> dict[tuple[int, str], str]:
+        """The recipe's layers under its pruned root that are not finished (a file deleted, edited since it
+        was pruned: ``thanos.files.pruned_layers``): the chain runs again for them (it prunes those alone,
+        propagating again where retention deleted a block's inputs)."""
+        import json
+
+        from thanos.files.pruned_layers import block_layers, unfinished
+
+        info_file = self.files.model_info
+        if info_file is None or not info_file.is_file():
+            return {}
+        info = json.loads(info_file.read_text())
+        if not info.get("layers"):
+            return {}
+        recipe = self.recipe
+        layers = lambda block: recipe.layers(block_layers(info, block), info["layers"])  # noqa: E731
+        return unfinished(self.files.pruned_root, int(info["num_blocks"]), layers, recipe.to_dict())
 
     def assemble_inputs(self) -> dict[str, Any]:
         files = self.files

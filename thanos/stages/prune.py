@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
+from thanos.files.pruned_layers import STAMP, stamp
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import factors, methods
 from thanos.pruning.layer import PruneStats, prune_layer
@@ -168,8 +169,9 @@ def _block_sparsity(recipe: Recipe, owl: str | Path | None, block: int) -> tuple
 def _write(out_dir: Path, weight: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
     """``{layer}.safetensors`` (tensor ``weight``) and ``{layer}.json`` (its stats), each atomically."""
     layer = stats["layer"]
-    with atomic_path(out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
+    with atomic_path(weight_file := out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
         save_file({"weight": weight.cpu().contiguous()}, str(tmp))
+    stats = stats | {STAMP: stamp(weight_file)}
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     log.info(
         "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
@@ -203,7 +205,10 @@ def _keep_dense(recipe: Recipe, shape: Sequence[int], where: dict[str, Any], out
     ).to_dict()
     options = {"blocksize": recipe.blocksize, "alpha": recipe.alpha, "damp": recipe.damp}
     stats |= {**where, "options": options, "kept_dense": True}
-    with atomic_path(out_dir / pruned_layer_name(layer := where["layer"], "safetensors")) as tmp:
+    with atomic_path(
+        weight_file := out_dir / pruned_layer_name(layer := where["layer"], "safetensors")
+    ) as tmp:
         save_file({}, str(tmp), metadata={"kept_dense": "not pruned: the original weight is used"})
+    stats[STAMP] = stamp(weight_file)
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     return stats
