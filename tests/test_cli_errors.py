@@ -216,6 +216,7 @@ def test_an_output_json_is_checked_before_the_work(model: Path, tmp_path: Path) 
         ((*ppl, "--out", text), f"--out {text} is --source {text}, which the command reads"),
         ((*ppl, "--out", model / "config.json"), f"is inside --model {model}, a directory the command reads"),
         ((*ppl, "--out", blocker / "p.json"), f": {blocker} is a file, not a directory"),
+        ((*ppl, "--out", blocker), f"--out {blocker} holds a file that is not a JSON result"),
         ((*both, "--ppl-out", mine, "--zeroshot-out", "z.json"), f"--ppl-out {mine} is a directory"),
         (
             (*both, "--ppl-out", "x.json", "--zeroshot-out", tmp_path / "x.json"),

@@ -174,6 +174,30 @@ def check_json_out(path: str, name: str, reads: Sequence[tuple[str, str]], optio
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(given, f"{parent} cannot be written to; give a path in a directory you can write")
     _check_apart(given, target, reads)
+    if target.is_file() and not _json_object(target):  # a result's JSON is replaced; anything else is not
+        raise OptionError(
+            given, " holds a file that is not a JSON result (this command's earlier output); give another "
+            f"path, such as {target.parent / name}, or delete it first",
+        )  # fmt: skip
+
+
+def _json_object(path: Path) -> bool:
+    """Whether ``path`` holds a JSON object (an earlier result's), read up to 64 MB."""
+    import json
+
+    try:
+        if path.stat().st_size > 1 << 26:
+            return False
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def wrote(path: str) -> None:
+    """Say where a command's result went (the last line of its log)."""
+    import logging
+
+    logging.getLogger("thanos").info("wrote %s", path)
 
 
 def check_store_out(path: str, reads: Sequence[tuple[str, str]], option: str = "out") -> None:

@@ -89,3 +89,5 @@ def run(args: argparse.Namespace) -> None:
         loaded=loaded,
     )
     write_json(args.zeroshot_out, summary)
+    _args.wrote(args.ppl_out)
+    _args.wrote(args.zeroshot_out)

@@ -56,3 +56,4 @@ def run(args: argparse.Namespace) -> None:
         max_windows=args.max_windows,
     )
     write_json(args.out, result.to_dict())
+    _args.wrote(args.out)

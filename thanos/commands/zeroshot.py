@@ -81,3 +81,4 @@ def run(args: argparse.Namespace) -> None:
         **_args.placement(args),
     )
     write_json(args.out, summary)
+    _args.wrote(args.out)
