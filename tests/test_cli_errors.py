@@ -555,3 +555,35 @@ def test_a_signal_that_lands_in_a_finalizer_still_ends_the_command(number: str, 
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
     assert run.stdout.strip() == f"interrupted: {raised}", run.stdout + run.stderr
     assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+@pytest.mark.slow
+def test_zero_shot_documents_the_hub_would_give_are_checked_before_the_pruning(
+    model: Path, tmp_path: Path
+) -> None:
+    """``prune-model --evaluate zeroshot`` of a built-in task (its documents on the hub) where the hub
+    cannot be reached and has not cached them: refused before any step, naming the task and the fix, no
+    ``--out`` (it failed after the pruning, exit 1)."""
+    env = os.environ | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    args = ["prune-model", "--model", model, "--method", "magnitude", "--sparsity", "0.5"]
+    args += [
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w",
+        "--evaluate",
+        "zeroshot",
+        "--tasks",
+        "winogrande",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "thanos", *map(str, args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    line = run.stderr.splitlines()[-1]
+    assert run.returncode == 2 and "lm-eval task 'winogrande' cannot load its documents" in line, run.stderr
+    assert "--include-path DIR" in line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()

@@ -139,11 +139,32 @@ def load_tasks(manager: Any, tasks: list[str]) -> None:
         except Exception as err:  # noqa: BLE001 - datasets and lm-eval raise many kinds
             entry = manager.task_index.get(task)
             yaml_path = getattr(entry, "yaml_path", None)
+            fix = "check the data files the task's YAML names (dataset_path, data_files, custom_dataset)"
+            if isinstance(err, ConnectionError) or "on the Hub" in str(err):  # a hub dataset, offline
+                fix = (
+                    "its dataset is on the hub, which cannot be reached, and not cached: run once where the "
+                    "hub can be reached (the documents are cached), or give tasks of local YAMLs "
+                    "(--tasks NAME --include-path DIR; thanos demo-data writes one)"
+                )
             raise PathError(
                 f"lm-eval task {task!r} cannot load its documents ({type(err).__name__}: {err})",
                 yaml_path or task,
-                "check the data files the task's YAML names (dataset_path, data_files, custom_dataset)",
+                fix,
             ) from err
+
+
+# the tasks whose documents this process loaded at a run's door (``check_documents``), by their index's key
+_LOADED: set[tuple[Any, ...]] = set()
+
+
+def check_documents(tasks: list[str], include_path: str | list[str] | None = None) -> None:
+    """Every task's documents loaded now (``load_tasks``: a task whose data cannot be read, a hub dataset
+    offline and not cached, is refused naming the task and its YAML), once per process for the same tasks:
+    a run's door, before the pruning that the evaluation follows."""
+    key = (tuple(tasks), str(include_path))
+    if key not in _LOADED:
+        load_tasks(task_manager(tasks, include_path), tasks)
+        _LOADED.add(key)
 
 
 # lm-eval's task indexes this process built, by what they index: a run's door checks the task names (the

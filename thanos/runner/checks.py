@@ -15,7 +15,7 @@ import torch
 
 from thanos.data.storage import dtype_name
 from thanos.errors import MissingOption, Option, OptionError
-from thanos.evaluation.zeroshot import parse_tasks, task_manager
+from thanos.evaluation.zeroshot import check_documents, parse_tasks
 from thanos.files.layout import Layout, store_name
 from thanos.files.ledger import difference
 from thanos.models.checkpoint import Checkpoint
@@ -326,8 +326,8 @@ def checked_evaluation(evaluation: Evaluation, max_positions: int | None) -> Eva
     include_path = evaluation.include_path
     if include_path is not None:
         include_path = str(Path(include_path).expanduser().resolve())
-    if "zeroshot" in evaluation.kinds:  # a name lm-eval does not know, refused before the pruning
-        task_manager(parse_tasks(evaluation.tasks), include_path)
+    if "zeroshot" in evaluation.kinds:  # a name lm-eval does not know, or its documents unreadable (the hub
+        check_documents(parse_tasks(evaluation.tasks), include_path)  # offline): refused before the pruning
     return dataclasses.replace(evaluation, ppl_source=ppl, include_path=include_path)
 
 
