@@ -176,8 +176,13 @@ def test_each_filesystem_is_named_with_its_own_free_space(tmp_path, monkeypatch)
     monkeypatch.setattr(disk, "free_bytes", lambda path: (0, 1) if path.name == "w" else (10 * 2**30, 2))
     with pytest.raises(ValueError) as err:
         disk.check_free(tmp_path / "w", tmp_path / "o", 1000, 2000, 3000)
-    assert "(0 B free) and 1.95 KiB for " in str(err.value), str(err.value)
-    assert "(10 GiB free); free some space" in str(err.value), str(err.value)
+    assert "(0 B free) and 16 MiB for " in str(err.value), str(err.value)  # 2000 B and the margin
+    assert "(10 GiB free) (each with 2 % and 16 MiB for the filesystem's blocks); free" in str(err.value)
+    disk.check_free(tmp_path / "w", tmp_path / "o", 0, 2000, 2000)  # nothing more in the workdir: no margin
+    monkeypatch.setattr(disk, "free_bytes", lambda path: (2**30, 1))  # one filesystem: 1 GiB free
+    disk.check_free(tmp_path / "w", tmp_path / "o", 10**9 - 2**25, 1, 10**9 - 2**25)
+    with pytest.raises(ValueError, match="the run needs about 1.03 GiB in"):  # fits by bytes, not with margin
+        disk.check_free(tmp_path / "w", tmp_path / "o", 10**9, 1, 2**30 - 2**20)
 
 
 def test_a_dry_run_says_the_disk_and_writes_nothing(tmp_path):
