@@ -587,3 +587,28 @@ def test_zero_shot_documents_the_hub_would_give_are_checked_before_the_pruning(
     assert run.returncode == 2 and "lm-eval task 'winogrande' cannot load its documents" in line, run.stderr
     assert "--include-path DIR" in line
     assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
+
+
+def test_an_evaluation_where_the_hub_cannot_be_reached_reads_its_cache_at_once(
+    model: Path, tmp_path: Path
+) -> None:
+    """``thanos perplexity`` of the hub's WikiText-2 where the hub cannot be reached: its clients retried
+    for half a minute (23 lines of ``Retrying in Ns``) before the error; the command finds it unreachable
+    first, says so, and reads the cache alone (here empty: the error at once, naming the local file)."""
+    env = os.environ | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(name, None)
+    args = [
+        sys.executable,
+        "-m",
+        "thanos",
+        "perplexity",
+        "--model",
+        str(model),
+        "--out",
+        str(tmp_path / "p.json"),
+    ]
+    run = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and "Retrying" not in run.stderr, run.stderr[-3000:]
+    assert "the hub is not available (http://127.0.0.1:9 cannot be reached" in run.stderr
+    assert "pass --source PATH" in run.stderr.splitlines()[-1]

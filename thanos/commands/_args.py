@@ -256,10 +256,25 @@ def add_only(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_offline(args: argparse.Namespace) -> None:
-    """Set the offline environment before datasets, transformers or lm_eval are imported."""
-    if args.offline:
-        from thanos.evaluation.loading import set_offline
+    """Set the offline environment before datasets, transformers or lm_eval are imported: ``--offline``, or
+    a hub that cannot be reached where the command may read from it (a hub model id or dataset, the
+    built-in zero-shot tasks): its cache read at once, where the clients retried for half a minute."""
+    import logging
 
+    from thanos.evaluation.loading import set_offline
+
+    if args.offline:
+        set_offline()
+        return
+    local = [Path(path).expanduser().exists() for path in (args.model, getattr(args, "source", None)) if path]
+    if all(local) and not hasattr(args, "tasks") or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return  # nothing from the hub (a zero-shot task's documents may be)
+    from thanos.runner.sources import hub_unavailable
+
+    if (why := hub_unavailable()) is not None:
+        logging.getLogger("thanos").info(
+            "the hub is not available (%s): models and datasets from its local cache only", why
+        )
         set_offline()
 
 

@@ -69,6 +69,22 @@ def unreachable_hub(timeout: float = 5.0) -> str | None:
     return None
 
 
+def hub_unavailable() -> str | None:
+    """Why the hub's datasets cannot be had from here: offline mode set, or one HEAD request the way the
+    downloads go (``HF_ENDPOINT``, proxies) failing; None when they can."""
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
+    if offline:
+        return f"{offline[0]}=1"
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=10)
+    except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
+        return f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
+    return None
+
+
 def source_reference(source: str | Path, option: str, text_field: str = "text", check: bool = True) -> str:
     """The hub's dataset of ``option`` (``c4``, ``wikitext2``) unchanged; a local file or directory as an
     absolute path. A local source must exist and, with ``check``, pass ``thanos.data.textdata.check_files``
@@ -99,17 +115,7 @@ def check_hub(option: str, given: str | None = None) -> None:
     """Refuse a hub source (``c4``, ``wikitext2``, ``hf:NAME``: ``given``) when the hub cannot be reached from
     here (offline mode, no network), naming the option that takes a local file instead, before anything
     runs."""
-    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
-    why = f"{offline[0]}=1" if offline else None
-    if why is None:  # one HEAD request the way the download goes (HF_ENDPOINT, proxies)
-        from huggingface_hub import constants
-        from huggingface_hub.utils import get_session
-
-        try:
-            get_session().head(constants.ENDPOINT, timeout=10)
-        except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
-            why = f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
-    if why is not None:
+    if (why := hub_unavailable()) is not None:
         raise OptionError(
             Option(option, given or HUB_SOURCES[option]),
             f"the hub is not available ({why}); give a local text, jsonl or parquet file or directory: ",
