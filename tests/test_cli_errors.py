@@ -610,5 +610,5 @@ def test_an_evaluation_where_the_hub_cannot_be_reached_reads_its_cache_at_once(
     ]
     run = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode != 0 and "Retrying" not in run.stderr, run.stderr[-3000:]
-    assert "the hub is not available (http://127.0.0.1:9 cannot be reached" in run.stderr
+    assert "the hub is not available (127.0.0.1:9 cannot be reached" in run.stderr
     assert "pass --source PATH" in run.stderr.splitlines()[-1]

@@ -36,7 +36,7 @@ def hub_config(reference: str) -> Any:
         return AutoConfig.from_pretrained(reference, local_files_only=True)
     except (OSError, ValueError):
         pass
-    unreachable = unreachable_hub()
+    unreachable = hub_unavailable(datasets=False)
     if unreachable is not None:
         raise MissingOption(
             option,
@@ -49,14 +49,17 @@ def hub_config(reference: str) -> Any:
         raise MissingOption(option, f"cannot read its config.json ({err})") from err
 
 
-def unreachable_hub(timeout: float = 5.0) -> str | None:
-    """Why the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) cannot be reached, or None."""
-    import os
+def hub_unavailable(datasets: bool = True, timeout: float = 5.0) -> str | None:
+    """Why the hub (``HF_ENDPOINT``, default huggingface.co) cannot be used from here: offline mode set
+    (``HF_HUB_OFFLINE``; ``HF_DATASETS_OFFLINE`` too for its ``datasets``), or no connection to it within
+    ``timeout`` seconds; None when it can."""
     import socket
     from urllib.parse import urlsplit
 
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return "HF_HUB_OFFLINE=1"
+    names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if datasets else ("HF_HUB_OFFLINE",)
+    for name in names:
+        if os.environ.get(name, "").lower() in ("1", "true", "yes", "on"):
+            return f"{name}=1"
     endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = (
         endpoint.hostname or "huggingface.co",
@@ -65,23 +68,7 @@ def unreachable_hub(timeout: float = 5.0) -> str | None:
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as err:
-        return f"{host}:{port}: {err.strerror or err}"
-    return None
-
-
-def hub_unavailable() -> str | None:
-    """Why the hub's datasets cannot be had from here: offline mode set, or one HEAD request the way the
-    downloads go (``HF_ENDPOINT``, proxies) failing; None when they can."""
-    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name) == "1"]
-    if offline:
-        return f"{offline[0]}=1"
-    from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
-
-    try:
-        get_session().head(constants.ENDPOINT, timeout=10)
-    except Exception as err:  # noqa: BLE001 - requests/httpx raise several kinds for no network
-        return f"{constants.ENDPOINT} cannot be reached: {type(err).__name__}"
+        return f"{host}:{port} cannot be reached: {err.strerror or err}"
     return None
 
 
