@@ -252,6 +252,11 @@ def test_workdirs_lists_and_deletes_the_working_directories(tmp_path, monkeypatc
             )  # fmt: skip
         )
     small, large = (Path(r["workdir"]) for r in reports)
+    plain = tmp_path / "magnitude"  # a recipe that reads no text: none said (not the default's c4)
+    prune_model(
+        model, "magnitude", 0.5, out=tmp_path / "om", workdir=plain, device="cpu", stream=io.StringIO()
+    )
+    assert "calibration none (its recipes read no calibration text)" in _workdirs(root=tmp_path).stdout
     # a distillation's checkpoints (thanos distill's default --work is under root/distill)
     from thanos.stages.distill.files import prepare_work
 

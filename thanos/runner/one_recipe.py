@@ -108,7 +108,7 @@ def run(run_plan: Plan, stream: TextIO, started: float) -> Published:
                 "again to distil it (thanos distill --student OUT distils a published one)"
             )
             remove(run_plan.files.model_dir)
-        calibration = dataclasses.asdict(run_plan.calibration)
+        calibration = dataclasses.asdict(run_plan.calibration) if run_plan.recipe.needs_calibration else None
         ran_before = run_plan.name in recorded_recipes(run_plan.workdir)
         for other in unfinished(run_plan.workdir):
             if other != run_plan.name:

@@ -69,8 +69,9 @@ def workdir_key(model: str, calibration: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([model, calibration], sort_keys=True).encode()).hexdigest()[:10]
 
 
-def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: str) -> None:
-    """Add this run to ``workdir``'s record (the model, the calibration, its recipes, the time)."""
+def record_run(workdir: Path, model: str, calibration: dict[str, Any] | None, recipe: str) -> None:
+    """Add this run to ``workdir``'s record (the model, the calibration: None for a recipe that reads
+    none, which leaves an earlier recipe's, its recipes, the time)."""
     path = workdir / RECORD
     try:
         previous = json.loads(path.read_text())
@@ -83,7 +84,7 @@ def record_run(workdir: Path, model: str, calibration: dict[str, Any], recipe: s
         previous
         | {
             "model": model,
-            "calibration": calibration,
+            "calibration": calibration if calibration is not None else previous.get("calibration"),
             "recipes": recipes,
             "last_run": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
@@ -242,6 +243,8 @@ def describe(path: Path) -> Workdir:
         calib = record.get("calibration") or {}
         source = calib.get("source") or calib.get("calibration")  # a size's search records the request's
         calibration = f"{calib.get('nsamples')} x {calib.get('seqlen') or 'the model length'} of {source}"
+        if not calib:  # its recipes read no text (magnitude)
+            calibration = "none (its recipes read no calibration text)"
         model, recipes, last_run = record.get("model", "?"), record.get("recipes", []), record.get("last_run")
     else:
         models = sorted(p.name for p in (path / "results").glob("*") if p.is_dir())
