@@ -17,9 +17,10 @@ wrote by its modification time (``Upstream``: what Snakemake compares too); an o
 (``recipe`` and ``options`` hold a recipe's and a distillation's options). A **record** is those inputs as
 JSON (``as_record``), written last, after its output (``Entry.write``).
 
-A file output's record also keeps the file's size and modification time when it was recorded
+A file output's record also keeps the file's size, modification time and sha256 when it was recorded
 (``OUTPUT_STAMP``): a file edited or truncated since (a damaged ``model_info.json``, a search's
-``measurement.json``) is computed again instead of read.
+``measurement.json``) is computed again instead of read; one touched alone (Snakemake touches a job's
+outputs) is the same file.
 
 An output is current when it is complete and its record equals the inputs now; else ``Entry.reason`` says
 why in one line naming the first input that changed (``difference``): ``model file model.safetensors
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thanos.files.atomic import write_json
+from thanos.files.atomic import sha256_file, write_json
 from thanos.files.fingerprint import model_fingerprint
 
 MISSING = "missing"  # the reason of an output never computed (or deleted): nothing to say more
@@ -204,13 +205,26 @@ def recorded(record: Path) -> Any:
     return inputs
 
 
-def _stamp(path: Path) -> list[int] | None:
-    """A file's size and modification time (None: not a file); a directory's outputs are not stamped."""
+def _stamp(path: Path) -> list[int | str] | None:
+    """A file's size, modification time and sha256 (None: not a file); a directory's outputs are not
+    stamped."""
     try:
         stat = path.stat()
     except OSError:
         return None
-    return [stat.st_size, stat.st_mtime_ns] if path.is_file() else None
+    return [stat.st_size, stat.st_mtime_ns, sha256_file(path)] if path.is_file() else None
+
+
+def _changed(path: Path, stamp: list[Any]) -> bool:
+    """Whether the file ``path`` is not the one ``stamp`` recorded: missing, another size, or another
+    modification time and other bytes (touched, as Snakemake touches a job's outputs, it is the same)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return True
+    if stat.st_size != stamp[0]:
+        return True
+    return stat.st_mtime_ns != stamp[1] and (len(stamp) < 3 or sha256_file(path) != stamp[2])
 
 
 def _recorded_stamp(record: Path) -> list[int] | None:
@@ -246,7 +260,7 @@ class Entry:
         recorded = self.recorded()
         why = NOT_FINISHED if recorded is None else difference(recorded, inputs)
         stamp = _recorded_stamp(self.record) if why is None else None
-        if stamp is not None and stamp != _stamp(self.output):
+        if stamp is not None and _changed(self.output, stamp):
             return f"{self.output.name} {CHANGED}"
         return NOT_FINISHED if why is None and not complete(self.output) else why
 

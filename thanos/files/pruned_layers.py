@@ -1,8 +1,8 @@
 """A recipe's pruned layer files, ``PRUNED/block{l}/{layer}.safetensors`` (the weight) and ``.json`` (its
 stats): which layers of a model are finished for a recipe.
 
-A layer counts as finished only with both files, its weight file as its stats recorded it (size and
-modification time: ``stamp``), and stats of the recipe's method and sparsity, of the
+A layer counts as finished only with both files, its weight file as its stats recorded it (size, and
+modification time or sha256: ``stamp``), and stats of the recipe's method and sparsity, of the
 options the recipe sets (``blocksize``, ``alpha``, ``damp``; a ``Recipe`` sets them all, filled with
 the method's defaults), of its sparsity profile (OWL: the target sparsity; the block's own is the
 recipe's owl.json's) and, when known, of the original weight's shape. ``assemble`` refuses to publish a
@@ -17,17 +17,27 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from thanos.files.atomic import sha256_file
 from thanos.files.layout import pruned_block_name, pruned_layer_name
 
 OPTIONS = ("blocksize", "alpha", "damp")  # the options a layer's stats record (``options``)
-STAMP = "file"  # the stats' record of the weight file's size and modification time when it was written
+STAMP = "file"  # the stats' record of the weight file when it was written: size, modification time, sha256
 
 
-def stamp(weight: Path) -> list[int]:
-    """A layer's weight file as its stats record it (``STAMP``): its size and modification time. A file
-    edited since (the same size too) is not the one pruned, and is pruned again."""
+def stamp(weight: Path) -> list[int | str]:
+    """A layer's weight file as its stats record it (``STAMP``): its size, modification time and sha256."""
     info = weight.stat()
-    return [info.st_size, info.st_mtime_ns]
+    return [info.st_size, info.st_mtime_ns, sha256_file(weight)]
+
+
+def changed(weight: Path, recorded: Any) -> bool:
+    """Whether ``weight`` is not the file its stats recorded (``stamp``): another size, or another
+    modification time and other bytes (a file touched, as Snakemake touches a job's outputs, is the same
+    file; one edited in place, the same size too, is not)."""
+    info = weight.stat()
+    if info.st_size != recorded[0]:
+        return True
+    return info.st_mtime_ns != recorded[1] and sha256_file(weight) != recorded[2]
 
 
 def mismatch(
@@ -42,7 +52,7 @@ def mismatch(
         stats = json.loads(stats_file.read_text())
     except ValueError:
         return f"unreadable {stats_file.name}"
-    if STAMP in stats and stats[STAMP] != stamp(weight):
+    if STAMP in stats and changed(weight, stats[STAMP]):
         return f"{weight.name} changed since it was pruned"
     if stats.get("method") != recipe["method"]:
         return f"pruned by {stats.get('method')}, not {recipe['method']}"
