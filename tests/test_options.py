@@ -166,6 +166,7 @@ SAME_RECIPES = [  # accepted and refused alike by `thanos prune-model` and a wor
     {"method": "thanos", "sparsity": 0.0},
     {"method": "thanos", "sparsity": "structured:0"},
     {"method": "thanos", "sparsity": "2:4", "compact": True},
+    {"method": "thanos", "sparsity": "0.5", "compact": False},
     {"method": "thanos", "sparsity": "neurons:0.3", "compact": False},
     {"method": "thanos", "sparsity": "vocab:0.3", "vocab_text": "t.txt"},
     {"method": "thanos", "sparsity": "0.5", "vocab_text": "t.txt"},
@@ -263,3 +264,12 @@ def test_cores_are_those_this_process_may_run_on() -> None:
     assert request.Resources(cores=1).cores_text == "1 core"
     with pytest.raises(OptionError, match="cores"):
         request.Resources(cores=0)
+
+
+def test_compact_given_to_a_recipe_that_keeps_every_shape_is_refused() -> None:
+    """``--no-compact`` with ``0.5`` was taken without a word, where every other option a recipe does not
+    use is refused; the workflow's entry refuses it alike."""
+    entry = {"method": "thanos", "sparsity": "0.5", "compact": False}
+    said = _prune_model_refusal(entry)
+    assert said is not None and "0.5 keeps every tensor's shape" in said, said
+    assert _workflow_refusal(entry) is not None

@@ -228,6 +228,12 @@ def check_runnable(recipe: Recipe, sparsity: str | float, given: dict[str, Any])
             Option("compact", repr(False)),
             f"{sparsity} removes whole blocks, which cannot be written as zeros; leave it out",
         )
+    if given.get("compact") is not None and not takes(recipe.sparsity.kind, "compact"):
+        raise OptionError(
+            Option("compact", repr(given["compact"])),
+            f"{sparsity} keeps every tensor's shape (only heads:p and neurons:p recipes are written smaller "
+            "or as zeros); leave it out",
+        )
     if recipe.sparsity.kind in FRACTION_KINDS and recipe.sparsity.p == 0:
         raise OptionError(
             Option("sparsity", repr(sparsity)), "prunes nothing; give a fraction above 0 (e.g. 0.5)"
