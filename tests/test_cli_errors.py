@@ -561,21 +561,20 @@ def test_a_signal_that_lands_in_a_finalizer_still_ends_the_command(number: str, 
 def test_zero_shot_documents_the_hub_would_give_are_checked_before_the_pruning(
     model: Path, tmp_path: Path
 ) -> None:
-    """``prune-model --evaluate zeroshot`` of a built-in task (its documents on the hub) where the hub
-    cannot be reached and has not cached them: refused before any step, naming the task and the fix, no
-    ``--out`` (it failed after the pruning, exit 1)."""
+    """``prune-model --evaluate zeroshot`` of a task whose documents are a hub dataset (a built-in task's
+    are) where the hub cannot be reached and has not cached them: refused before any step, naming the task
+    and the fix, no ``--out`` (it failed after the pruning, exit 1). The task is a local YAML naming a hub
+    dataset: lm-eval's built-in index (seconds) is not built."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "hubtask.yaml").write_text(
+        "task: hubtask\ndataset_path: someorg/some-dataset\ntest_split: test\noutput_type: multiple_choice\n"
+        "doc_to_text: '{{q}}'\ndoc_to_choice: '{{choices}}'\ndoc_to_target: label\n"
+    )
     env = os.environ | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     args = ["prune-model", "--model", model, "--method", "magnitude", "--sparsity", "0.5"]
-    args += [
-        "--out",
-        tmp_path / "out",
-        "--workdir",
-        tmp_path / "w",
-        "--evaluate",
-        "zeroshot",
-        "--tasks",
-        "winogrande",
-    ]
+    args += ["--out", tmp_path / "out", "--workdir", tmp_path / "w", "--evaluate", "zeroshot"]
+    args += ["--tasks", "hubtask", "--include-path", tasks]
     run = subprocess.run(
         [sys.executable, "-m", "thanos", *map(str, args)],
         cwd=tmp_path,
@@ -584,8 +583,8 @@ def test_zero_shot_documents_the_hub_would_give_are_checked_before_the_pruning(
         text=True,
     )
     line = run.stderr.splitlines()[-1]
-    assert run.returncode == 2 and "lm-eval task 'winogrande' cannot load its documents" in line, run.stderr
-    assert "--include-path DIR" in line
+    assert run.returncode == 2 and "lm-eval task 'hubtask' cannot load its documents" in line, run.stderr
+    assert "its dataset is on the hub" in line and "--include-path DIR" in line, line
     assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
 
 
