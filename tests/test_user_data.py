@@ -190,7 +190,8 @@ def test_publish_keeps_the_users_files_beside_the_model_and_not_stray_weights(tm
     (out / "eval" / "ppl.json").write_text("{}\n")
     assert publish(model, out) == []  # left alone
     (out / "stray.safetensors").write_bytes(b"x")
-    assert publish(model, out) == ["stray.safetensors was added"]
+    (out / "search.json").write_text("{}\n")  # a size's record: the tool's, not kept for another model
+    assert publish(model, out) == ["search.json was added", "stray.safetensors was added"]
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md", "config.json", "eval", "model.safetensors", "notes.txt", digests.REPORT
     ]  # fmt: skip

@@ -95,6 +95,9 @@ DISTILL_RUN = "run.json"
 DISTILL_ABOUT = "about.json"
 # What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
 # makes Snakemake assemble existing results again (its params trigger), without pruning again.
+# a size's record of its search, written in its --out beside the model (``thanos.runner.size``): the tool's,
+# never kept for the user when another model is published there
+SEARCH_RECORD = "search.json"
 # a model directory's weight files (a checkpoint's formats): never copied from another model, never kept
 # in an output beside the model's own
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")

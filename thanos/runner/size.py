@@ -53,6 +53,7 @@ from thanos.errors import Option, OptionError
 from thanos.events import clock_text
 from thanos.files import digests
 from thanos.files.atomic import write_json
+from thanos.files.layout import SEARCH_RECORD
 from thanos.files.ledger import remove
 from thanos.files.locks import shared_workdir
 from thanos.pruning import kept
@@ -69,7 +70,7 @@ from thanos.runner.workdirs import (
 )
 from thanos.stages.publish import check_directory, check_out
 
-SEARCH = "search.json"
+SEARCH = SEARCH_RECORD
 
 
 def prune_to_size(

@@ -34,7 +34,7 @@ from typing import Any
 from thanos.errors import Option, OptionError, PathError
 from thanos.files import digests
 from thanos.files.atomic import atomic_path
-from thanos.files.layout import WEIGHT_SUFFIXES
+from thanos.files.layout import SEARCH_RECORD, WEIGHT_SUFFIXES
 from thanos.files.ledger import Entry, recorded
 
 MARKER = digests.REPORT
@@ -86,13 +86,13 @@ def check_replaceable(out: str | Path, option: str, marker: str | None, command:
 
 
 def users(out: Path, files: dict[str, dict], texts: dict[str, str]) -> list[str]:
-    """What ``out`` holds that is neither the model's (its recorded files, the texts, the report) nor hidden
-    nor weights nor a weights' index: the user's (notes, evaluation results), kept by every publish and
-    never a difference. Weights not of the model are not kept: a loader that reads every ``*.safetensors``
-    of a directory (vLLM) would read them with the model's."""
+    """What ``out`` holds that is neither the model's (its recorded files, the texts, the report, a size's
+    ``search.json``) nor hidden nor weights nor a weights' index: the user's (notes, evaluation results),
+    kept by every publish and never a difference. Weights not of the model are not kept: a loader that
+    reads every ``*.safetensors`` of a directory (vLLM) would read them with the model's."""
     if not out.is_dir():
         return []
-    ours = {*files, *texts, MARKER}
+    ours = {*files, *texts, MARKER, SEARCH_RECORD}
     return sorted(
         entry.name
         for entry in out.iterdir()
