@@ -44,7 +44,7 @@ from thanos.files.fingerprint import model_fingerprint
 
 MISSING = "missing"  # the reason of an output never computed (or deleted): nothing to say more
 CHANGED = "changed since it was computed"  # a file output edited, truncated or replaced after its record
-# a record's entry for its output file's size and modification time when it was recorded (not an input)
+# a record's entry for its output file's size, modification time and sha256 when recorded (not an input)
 OUTPUT_STAMP = "output_file"
 NOT_FINISHED = "not finished"  # an output without its record, or incomplete: a run stopped while writing it
 # the inputs that hold options: a difference below them is said "option NAME OLD -> NEW"
@@ -227,7 +227,8 @@ def _changed(path: Path, stamp: list[Any]) -> bool:
     return stat.st_mtime_ns != stamp[1] and (len(stamp) < 3 or sha256_file(path) != stamp[2])
 
 
-def _recorded_stamp(record: Path) -> list[int] | None:
+def _recorded_stamp(record: Path) -> list[Any] | None:
+    """The output's stamp (``_stamp``) a record keeps; None for none (a directory's, an earlier version's)."""
     try:
         raw = json.loads(record.read_text())
     except (OSError, ValueError):
@@ -270,8 +271,8 @@ class Entry:
 
     def write(self, inputs: Any) -> None:
         """Record that the output was computed from ``inputs`` (once it is complete: the record is last),
-        with a file output's size and modification time (``OUTPUT_STAMP``): an output edited or truncated
-        since is computed again, not read."""
+        with a file output's size, modification time and sha256 (``OUTPUT_STAMP``): an output edited or
+        truncated since is computed again, not read."""
         record = as_record(inputs)
         if isinstance(record, dict) and (stamp := _stamp(self.output)) is not None:
             record[OUTPUT_STAMP] = stamp
