@@ -256,9 +256,8 @@ def publish(model_dir: str | Path, out: str | Path, texts: dict[str, str] | None
                 _copy_verified(model_dir / name, tmp / name, expected)
         for name, text in (texts | {MARKER: report_text}).items():
             (tmp / name).write_text(text, encoding="utf-8")
-        for (
-            name
-        ) in kept:  # the user's, copied into the new output (the old one is deleted once it is in place)
+        # the user's, copied into the new output (the old one is deleted once the new one is in its place)
+        for name in kept:
             if (out / name).is_dir():
                 shutil.copytree(out / name, tmp / name, symlinks=True)
             else:
