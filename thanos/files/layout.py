@@ -93,14 +93,14 @@ RECOVERY_RECORD = "recovery.json"
 # key), and what they are for in words (``thanos workdirs`` lists them)
 DISTILL_RUN = "run.json"
 DISTILL_ABOUT = "about.json"
-# What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
-# makes Snakemake assemble existing results again (its params trigger), without pruning again.
 # a size's record of its search, written in its --out beside the model (``thanos.runner.size``): the tool's,
 # never kept for the user when another model is published there
 SEARCH_RECORD = "search.json"
 # a model directory's weight files (a checkpoint's formats): never copied from another model, never kept
 # in an output beside the model's own
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".ckpt")
+# What an assembled model directory holds, as a number the assemble rule passes as a parameter: a change
+# makes Snakemake assemble existing results again (its params trigger), without pruning again.
 # 1: sparsity in config.json (compressed-tensors); 2: config.json as the input's, sparsity.json beside it.
 MODEL_DIR_FORMAT = 2
 

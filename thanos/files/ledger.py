@@ -205,7 +205,7 @@ def recorded(record: Path) -> Any:
     return inputs
 
 
-def _stamp(path: Path) -> list[int | str] | None:
+def file_stamp(path: Path) -> list[int | str] | None:
     """A file's size, modification time and sha256 (None: not a file); a directory's outputs are not
     stamped."""
     try:
@@ -215,7 +215,7 @@ def _stamp(path: Path) -> list[int | str] | None:
     return [stat.st_size, stat.st_mtime_ns, sha256_file(path)] if path.is_file() else None
 
 
-def _changed(path: Path, stamp: list[Any]) -> bool:
+def file_changed(path: Path, stamp: list[Any]) -> bool:
     """Whether the file ``path`` is not the one ``stamp`` recorded: missing, another size, or another
     modification time and other bytes (touched, as Snakemake touches a job's outputs, it is the same)."""
     try:
@@ -228,7 +228,8 @@ def _changed(path: Path, stamp: list[Any]) -> bool:
 
 
 def _recorded_stamp(record: Path) -> list[Any] | None:
-    """The output's stamp (``_stamp``) a record keeps; None for none (a directory's, an earlier version's)."""
+    """The output's stamp (``file_stamp``) a record keeps; None for none (a directory's, an earlier
+    version's)."""
     try:
         raw = json.loads(record.read_text())
     except (OSError, ValueError):
@@ -261,7 +262,7 @@ class Entry:
         recorded = self.recorded()
         why = NOT_FINISHED if recorded is None else difference(recorded, inputs)
         stamp = _recorded_stamp(self.record) if why is None else None
-        if stamp is not None and _changed(self.output, stamp):
+        if stamp is not None and file_changed(self.output, stamp):
             return f"{self.output.name} {CHANGED}"
         return NOT_FINISHED if why is None and not complete(self.output) else why
 
@@ -274,7 +275,7 @@ class Entry:
         with a file output's size, modification time and sha256 (``OUTPUT_STAMP``): an output edited or
         truncated since is computed again, not read."""
         record = as_record(inputs)
-        if isinstance(record, dict) and (stamp := _stamp(self.output)) is not None:
+        if isinstance(record, dict) and (stamp := file_stamp(self.output)) is not None:
             record[OUTPUT_STAMP] = stamp
         write_json(self.record, record)
 

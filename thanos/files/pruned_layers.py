@@ -2,7 +2,7 @@
 stats): which layers of a model are finished for a recipe.
 
 A layer counts as finished only with both files, its weight file as its stats recorded it (size, and
-modification time or sha256: ``stamp``), and stats of the recipe's method and sparsity, of the
+modification time or sha256: ``STAMP``), and stats of the recipe's method and sparsity, of the
 options the recipe sets (``blocksize``, ``alpha``, ``damp``; a ``Recipe`` sets them all, filled with
 the method's defaults), of its sparsity profile (OWL: the target sparsity; the block's own is the
 recipe's owl.json's) and, when known, of the original weight's shape. ``assemble`` refuses to publish a
@@ -17,27 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from thanos.files.atomic import sha256_file
 from thanos.files.layout import pruned_block_name, pruned_layer_name
+from thanos.files.ledger import file_changed
 
 OPTIONS = ("blocksize", "alpha", "damp")  # the options a layer's stats record (``options``)
-STAMP = "file"  # the stats' record of the weight file when it was written: size, modification time, sha256
-
-
-def stamp(weight: Path) -> list[int | str]:
-    """A layer's weight file as its stats record it (``STAMP``): its size, modification time and sha256."""
-    info = weight.stat()
-    return [info.st_size, info.st_mtime_ns, sha256_file(weight)]
-
-
-def changed(weight: Path, recorded: Any) -> bool:
-    """Whether ``weight`` is not the file its stats recorded (``stamp``): another size, or another
-    modification time and other bytes (a file touched, as Snakemake touches a job's outputs, is the same
-    file; one edited in place, the same size too, is not)."""
-    info = weight.stat()
-    if info.st_size != recorded[0]:
-        return True
-    return info.st_mtime_ns != recorded[1] and sha256_file(weight) != recorded[2]
+# the stats' record of the weight file when it was written (``ledger.file_stamp``: size, modification time,
+# sha256): a file edited since, the same size too, is not the one pruned; one touched alone is
+STAMP = "file"
 
 
 def mismatch(
@@ -52,7 +38,7 @@ def mismatch(
         stats = json.loads(stats_file.read_text())
     except ValueError:
         return f"unreadable {stats_file.name}"
-    if STAMP in stats and changed(weight, stats[STAMP]):
+    if STAMP in stats and file_changed(weight, stats[STAMP]):
         return f"{weight.name} changed since it was pruned"
     if stats.get("method") != recipe["method"]:
         return f"pruned by {stats.get('method')}, not {recipe['method']}"

@@ -70,8 +70,6 @@ from thanos.runner.workdirs import (
 )
 from thanos.stages.publish import check_directory, check_out
 
-SEARCH = SEARCH_RECORD
-
 
 def prune_to_size(
     request: PruneRequest,
@@ -131,7 +129,7 @@ def prune_to_size(
         record["write_seconds"] = written["seconds"]
         record_finished(search.root, str(goal))  # ``thanos workdirs``: finished, not interrupted
     report, out = written["report"], Path(request.output.out)
-    for place in (out / SEARCH, search.root / SEARCH):
+    for place in (out / SEARCH_RECORD, search.root / SEARCH_RECORD):
         write_json(place, record)
     write_card(out, record)
     digests.record_again(out)  # search.json and the card's section are part of what was computed
@@ -139,7 +137,7 @@ def prune_to_size(
         stream,
         f"{goal}: chose {chosen} ({measured_text(record['candidates'], chosen)}), searched in "
         f"{clock_text(record['seconds'])} ({len(record['candidates'])} candidates), written in "
-        f"{clock_text(record['write_seconds'])}; {out / SEARCH} lists them",
+        f"{clock_text(record['write_seconds'])}; {out / SEARCH_RECORD} lists them",
     )
     return report | {"search": record}
 
@@ -211,7 +209,8 @@ def _check_out(search: Search) -> None:
     holds = held_result(out) or {"recipe": "an unreadable report", "model": "?"}
     recipe, model = holds["recipe"], holds["model"]
     try:
-        size = json.loads((out / SEARCH).read_text())["request"] if (out / SEARCH).is_file() else None
+        record = out / SEARCH_RECORD
+        size = json.loads(record.read_text())["request"] if record.is_file() else None
     except (OSError, ValueError, KeyError, TypeError):
         size = None
     if model != reference or size != str(request.size):

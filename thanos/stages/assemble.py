@@ -325,8 +325,7 @@ def check_against_model_info(
     check_unchanged(model_dir, info.get("fingerprint"), str(info_path))
     if not root.is_dir():
         return  # pruned_layers says so
-    layers = lambda block: recipe.layers(block_layers(info, block), info["layers"])  # noqa: E731
-    problems = unfinished(root, int(info["num_blocks"]), layers, recipe.to_dict())
+    problems = recipe_unfinished(root, recipe, info)
     if not problems:
         return
     if (root / CHAIN_SUMMARY).is_file():
@@ -339,6 +338,13 @@ def check_against_model_info(
         f"{root}: {len(problems)} pruned layer(s) of recipe {recipe.name} are missing or not of this recipe "
         f"and would be published unpruned: {describe(problems)}; {fix}"
     )
+
+
+def recipe_unfinished(root: Path, recipe: Recipe, info: dict[str, Any]) -> dict[tuple[int, str], str]:
+    """{(block, layer): why} for each layer of ``model_info.json`` (``info``) that ``recipe`` prunes and
+    that is not finished under ``root`` (``thanos.files.pruned_layers.unfinished``)."""
+    layers = lambda block: recipe.layers(block_layers(info, block), info["layers"])  # noqa: E731
+    return unfinished(root, int(info["num_blocks"]), layers, recipe.to_dict())
 
 
 def _stats(file: Path) -> dict[str, Any]:

@@ -394,17 +394,13 @@ class _Run:
         propagating again where retention deleted a block's inputs)."""
         import json
 
-        from thanos.files.pruned_layers import block_layers, unfinished
+        from thanos.stages.assemble import recipe_unfinished
 
         info_file = self.files.model_info
         if info_file is None or not info_file.is_file():
             return {}
         info = json.loads(info_file.read_text())
-        if not info.get("layers"):
-            return {}
-        recipe = self.recipe
-        layers = lambda block: recipe.layers(block_layers(info, block), info["layers"])  # noqa: E731
-        return unfinished(self.files.pruned_root, int(info["num_blocks"]), layers, recipe.to_dict())
+        return recipe_unfinished(self.files.pruned_root, self.recipe, info) if info.get("layers") else {}
 
     def assemble_inputs(self) -> dict[str, Any]:
         files = self.files

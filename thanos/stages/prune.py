@@ -25,7 +25,8 @@ from safetensors.torch import save_file
 from thanos.data.storage import Hessians
 from thanos.files.atomic import atomic_path, write_json
 from thanos.files.layout import pruned_layer_name
-from thanos.files.pruned_layers import STAMP, stamp
+from thanos.files.ledger import file_stamp
+from thanos.files.pruned_layers import STAMP
 from thanos.models import ModelHandle, as_handle
 from thanos.pruning import factors, methods
 from thanos.pruning.layer import PruneStats, prune_layer
@@ -171,7 +172,7 @@ def _write(out_dir: Path, weight: torch.Tensor, stats: dict[str, Any]) -> dict[s
     layer = stats["layer"]
     with atomic_path(weight_file := out_dir / pruned_layer_name(layer, "safetensors")) as tmp:
         save_file({"weight": weight.cpu().contiguous()}, str(tmp))
-    stats = stats | {STAMP: stamp(weight_file)}
+    stats = stats | {STAMP: file_stamp(weight_file)}
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     log.info(
         "prune: block %d %s: sparsity %.4f, objective %s, %.2fs on %s",
@@ -209,6 +210,6 @@ def _keep_dense(recipe: Recipe, shape: Sequence[int], where: dict[str, Any], out
         weight_file := out_dir / pruned_layer_name(layer := where["layer"], "safetensors")
     ) as tmp:
         save_file({}, str(tmp), metadata={"kept_dense": "not pruned: the original weight is used"})
-    stats[STAMP] = stamp(weight_file)
+    stats[STAMP] = file_stamp(weight_file)
     write_json(out_dir / pruned_layer_name(layer, "json"), stats)
     return stats

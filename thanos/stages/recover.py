@@ -31,7 +31,8 @@ from thanos.data.storage import Activations, dtype_name, write_activations
 from thanos.events import OnEvent, RecoveryEpoch, ignore
 from thanos.files.atomic import atomic_path
 from thanos.files.layout import RECOVERY_RECORD, pruned_layer_name
-from thanos.files.pruned_layers import STAMP, stamp
+from thanos.files.ledger import file_stamp
+from thanos.files.pruned_layers import STAMP
 from thanos.models import ModelHandle
 from thanos.pruning.recovery import batched, recover_block, split_windows
 from thanos.recipes.recipe import Recipe
@@ -218,5 +219,5 @@ def _write_layer(out: Path, layer: str, W: torch.Tensor, before: torch.Tensor, l
     stats_file = out / pruned_layer_name(layer, "json")
     stats = json.loads(stats_file.read_text())
     stats["recovery"] = {key: log[key] for key in ("loss_before", "loss_after", "epochs_kept")}
-    stats[STAMP] = stamp(weight_file)
+    stats[STAMP] = file_stamp(weight_file)
     stats_file.write_text(json.dumps(stats, indent=2) + "\n")
