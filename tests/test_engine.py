@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import make_tiny_model, snakemake, workflow_config, write_corpus
@@ -228,3 +229,52 @@ def test_a_source_directory_is_its_files_not_the_bytecode_python_writes_there(tm
     assert source_identity(tmp_path) == before and set(before) == {"task.yaml", "utils.py"}
     (tmp_path / "utils.py").write_text("def doc_to_text(doc):\n    return doc['title']\n")
     assert source_identity(tmp_path) != before
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_the_dense_chain_runs_each_block_once(tmp_path, monkeypatch, family):
+    """A recipe on the dense chain captures each block's Hessians and writes the block's outputs (the next
+    block's inputs) from the same pass: no block is propagated on its own, each store is what ``propagate``
+    writes, byte for byte (a mixture of experts' too: its hooks read the routed tokens, change nothing),
+    and a second call computes nothing."""
+    import numpy as np
+    import zarr
+
+    from thanos.stages import capture
+
+    model = make_tiny_model(tmp_path, family, num_blocks=3)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    recipe = Recipe("sparsegpt_u50", "sparsegpt", 0.5)
+    propagated: list[int] = []
+    original = capture.propagate
+
+    def counted(model: Path, block: int, *args, **kwargs) -> None:
+        propagated.append(block)
+        original(model, block, *args, **kwargs)
+
+    monkeypatch.setattr(capture, "propagate", counted)
+
+    def run() -> tuple[RecipeFiles, Any]:
+        files = RecipeFiles.of(Layout(str(tmp_path / "w"), sequential=False), "tiny", recipe)
+        return files, run_recipe(model, recipe, files, Calibration(str(corpus), 8, 32), RunOptions("cpu"))
+
+    files, steps = run()
+    assert propagated == []
+    labels = [label for label in steps.computed if "(dense)" in label]
+    assert labels == [
+        "Hessians of block 0 (dense)",
+        "inputs of block 1 (dense)",
+        "Hessians of block 1 (dense)",
+        "inputs of block 2 (dense)",
+        "Hessians of block 2 (dense)",
+    ]
+    assert files.dense_dir is not None
+    for block in (1, 2):
+        fused = files.dense_dir / f"inputs_{block}.zarr"
+        alone = tmp_path / f"alone_{block}.zarr"
+        original(model, block - 1, files.dense_dir / f"inputs_{block - 1}.zarr", alone, device="cpu")
+        a, b = zarr.open_group(str(fused), mode="r"), zarr.open_group(str(alone), mode="r")
+        assert dict(a.attrs) == dict(b.attrs)
+        assert np.array_equal(a["hidden"][:], b["hidden"][:])
+    _, again = run()
+    assert again.computed == [] and propagated == []

@@ -115,3 +115,62 @@ def test_a_candidate_with_the_dense_tokenizer_is_not_tokenized_again(tmp_path, m
     assert tokenized == [dense.name]  # the dense model's, once
     assert heldout.measure(dense, other, texts, "cpu", reference) == measured
     assert tokenized == [dense.name, "other"]
+
+
+def _later_blocks_changed(model: Path, out: Path, first: int, blocks: int, **config: object) -> Path:
+    """``model`` with noise in its blocks from ``first`` on, cut to ``blocks`` blocks, its config's other
+    keys set to ``config`` (a depth point's model: blocks removed, the block before them changed)."""
+    shutil.copytree(model, out)
+    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in loaded.model.layers[first:]:
+            for weight in layer.parameters():
+                weight.add_(0.05 * torch.randn(weight.shape, generator=generator))
+    loaded.model.layers = loaded.model.layers[:blocks]
+    loaded.config.num_hidden_layers = blocks
+    for key, value in config.items():
+        setattr(loaded.config, key, value)
+    loaded.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("states, start", [(heldout.STATES_BYTES, 3), (0.5, 2), (0, 0)])
+def test_a_candidate_starts_after_the_blocks_it_shares(tmp_path, monkeypatch, states, start):
+    """A candidate whose first blocks are the dense model's (a ``depth:k`` point: its run removed, the block
+    before it changed) runs from the dense model's output of the last of them that is kept (every block's
+    within ``STATES_BYTES``, else evenly spaced ones: half of them here; none kept, none skipped), and
+    measures what its whole forward pass measures, bit for bit; a change before them, or in the config,
+    runs every block."""
+    dense = make_tiny_model(tmp_path, "llama", num_blocks=6)
+    texts = [" ".join(corpus_sentences(n, seed=i)) for i, n in enumerate((2, 3, 1))]
+    depth = _later_blocks_changed(dense, tmp_path / "depth", first=3, blocks=4)
+    early = _later_blocks_changed(dense, tmp_path / "early", first=0, blocks=4)
+    other = _later_blocks_changed(dense, tmp_path / "config", first=3, blocks=4, rms_norm_eps=1e-3)
+    vocab = AutoModelForCausalLM.from_pretrained(dense).config.vocab_size
+    monkeypatch.setattr(heldout, "BATCH_BYTES", 2 * 40 * vocab * 4)  # two texts a batch at most
+    whole = {path: heldout.measure(dense, path, texts) for path in (depth, early, other)}
+    assert whole[depth]["kl"] > 0.001  # the noise is measured
+    reference = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
+    reference.compute()
+    per_block = sum(len(g) * max(len(reference.ids[i]) for i in g) for g in reference.batches()) * 32 * 4
+    monkeypatch.setattr(heldout, "STATES_BYTES", int(states * 6 * per_block))
+    reference = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
+    starts: list[int] = []
+    replayed = heldout._replayed
+
+    def counted(blocks: list, count: int, output: object):
+        starts.append(count)
+        return replayed(blocks, count, output)
+
+    monkeypatch.setattr(heldout, "_replayed", counted)
+    for path, expected in ((depth, start), (early, 0), (other, 0)):
+        starts.clear()
+        assert heldout.measure(dense, path, texts, "cpu", reference) == whole[path]
+        assert starts == [expected] * len(reference.batches()) if expected else not starts
+    assert len(reference.batches()) == 2
+    restored = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
+    restored.restore(reference.record())  # a search run again: the block outputs computed again
+    starts.clear()
+    assert heldout.measure(dense, depth, texts, "cpu", restored) == whole[depth]
+    assert starts == ([start] * 2 if start else [])

@@ -115,6 +115,21 @@ def test_the_first_size_measures_the_points_the_later_sizes_reach() -> None:
     assert set(alone) < set(first)  # the later sizes reach points the first alone does not
 
 
+@pytest.mark.parametrize("target", [100, 160, 250])
+def test_the_axes_asked_first_change_only_the_order_of_the_points(target: int) -> None:
+    """``first``: those axes' first points measured before any other (the search's width points, whose
+    pass over the dense chain writes the inputs the depth points read): the same points measured, the
+    same mix chosen."""
+    axes, rates = ["depth", "neurons", "vocab"], {"depth": 0.01, "neurons": 0.002, "vocab": 0.004}
+    measure, seen = measured_by(rates)
+    plain = choose(Sizes(), axes, target, PARAMETERS, measure)
+    before = list(seen)
+    seen.clear()
+    assert choose(Sizes(), axes, target, PARAMETERS, measure, first=("neurons",)) == plain
+    assert seen[0] == "neurons:0.1" and before[0] == "depth:1"
+    assert sorted(seen) == sorted(before)
+
+
 @pytest.mark.parametrize("rates", [(0.01, 0.002, 0.004), (0.01, 0.001, 0.05), (0.002, 0.01, 0.003)])
 def test_the_table_measured_as_the_mix_reaches_it_predicts_what_the_whole_table_predicts(
     rates: tuple[float, float, float],

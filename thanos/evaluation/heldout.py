@@ -22,13 +22,24 @@ model's kept probabilities and the candidate's logits (``DenseTerms``), the cand
 never formed. A model's outputs in bfloat16 depend on its batch's shape by rounding alone (SmolLM2-135M:
 about 0.003 nats, either way, from one batch size to another); the dense model's side and a candidate with
 its tokens run in the same batches.
+
+**The blocks a candidate shares** with the dense model are not run again: the dense model's side keeps each
+batch's block outputs (``STATES_BYTES``), and a candidate whose first blocks, and all that is not a block
+(embeddings, positions, final norm, head), are the dense model's to the byte, in a config that differs only
+in its number of blocks (``shared_blocks``), starts from the dense model's output of the last of them
+(``_replayed``): a ``depth:k`` candidate runs the blocks from its run on (SmolLM2-135M: 12 or 13 of its 30
+blocks skipped). What it computes is what its whole forward pass computes, bit for bit (the same batch, the
+same inputs to every block it runs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,17 +127,126 @@ def batches(lengths: Sequence[int], vocab: int, budget: int | None = None) -> li
 
 
 @torch.inference_mode()
-def _logits(model: Any, rows: Sequence[list[int]], device: str) -> Iterator[torch.Tensor]:
+def _logits(
+    model: Any, rows: Sequence[list[int]], device: str, replay: AbstractContextManager | None = None
+) -> Iterator[torch.Tensor]:
     """Each row's next-token logits at every position but its last (float32, one row at a time: a batch's
     logits in float32 at once would double its memory), the rows run as one batch padded on the right: a
     decoder's position t reads positions up to t only, so the padding changes nothing before it and is not
-    read."""
+    read. ``replay``: the context the forward pass runs in (``_replayed``: its first blocks not run)."""
     batch = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
     for i, ids in enumerate(rows):
         batch[i, : len(ids)] = torch.tensor(ids)
-    logits = model(input_ids=batch.to(device)).logits
+    with replay or contextlib.nullcontext():
+        logits = model(input_ids=batch.to(device), use_cache=False).logits
     for i, ids in enumerate(rows):
         yield logits[i, : len(ids) - 1].float()
+
+
+def _blocks(model: Any, template: str | None) -> list[torch.nn.Module] | None:
+    """The model's blocks, named by ``template`` (the checkpoint's block prefix, ``model.layers.{i}.``), in
+    order; None without a template or where the model's modules are not named so."""
+    if template is None:
+        return None
+    blocks = []
+    while True:
+        try:
+            blocks.append(model.get_submodule(template.format(i=len(blocks)).rstrip(".")))
+        except AttributeError:
+            return blocks or None
+
+
+def _digest(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """The digest of tensors: their names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in named:
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """A module's parameters and buffers (the non-persistent ones too: rotary frequencies), by name."""
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """What a candidate's first blocks are compared with (``shared_blocks``): the dense model's blocks'
+    digests, the digest of what is not in a block, its config."""
+
+    blocks: tuple[str, ...]
+    rest: str
+    config: dict[str, Any]
+
+    @classmethod
+    def of(cls, model: Any, blocks: list[torch.nn.Module]) -> Prefix:
+        return cls(tuple(_digest(_tensors(block)) for block in blocks), _rest(model, blocks),
+                   model.config.to_dict())  # fmt: skip
+
+
+def _rest(model: Any, blocks: list[torch.nn.Module]) -> str:
+    """The digest of the model's parameters and buffers outside its blocks."""
+    inside = {id(tensor) for block in blocks for _, tensor in _tensors(block)}
+    return _digest((name, tensor) for name, tensor in _tensors(model) if id(tensor) not in inside)
+
+
+# config keys that may differ between models whose first blocks compute the same: where it was loaded from,
+# the library that wrote it, the dtype it is stored in (both models run in the reference's), its block count
+CONFIG_FREE = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "num_hidden_layers")
+
+
+def _same_config(dense: dict[str, Any], candidate: dict[str, Any], shared: int) -> bool:
+    """Whether the configs differ only in ``CONFIG_FREE`` and in per-block lists past their first
+    ``shared`` entries (``layer_types``)."""
+    for key in dense.keys() | candidate.keys():
+        a, b = dense.get(key), candidate.get(key)
+        if key in CONFIG_FREE or a == b:
+            continue
+        if not (isinstance(a, list) and isinstance(b, list) and a[:shared] == b[:shared]):
+            return False
+        if len(a) != dense.get("num_hidden_layers") or len(b) != candidate.get("num_hidden_layers"):
+            return False
+    return True
+
+
+def shared_blocks(prefix: Prefix, model: Any, blocks: list[torch.nn.Module]) -> int:
+    """How many first blocks of ``model`` compute what the dense model's (``prefix``) compute: each the same
+    to the byte, and all that is not a block the same, in configs that differ only in their block counts
+    (``_same_config``); 0 where any of that differs."""
+    shared = 0
+    for block, digest in zip(blocks, prefix.blocks, strict=False):
+        if _digest(_tensors(block)) != digest:
+            break
+        shared += 1
+    if shared == 0 or _rest(model, blocks) != prefix.rest:
+        return 0
+    return shared if _same_config(prefix.config, model.config.to_dict(), shared) else 0
+
+
+def _to(output: Any, device: str, copy: bool = False) -> Any:
+    """A block's output (a tensor, or a tuple whose first item is one) on ``device`` (``copy``: copied
+    even where it is there already)."""
+    if isinstance(output, tuple):
+        return tuple(_to(item, device, copy) for item in output)
+    return output.to(device, copy=copy) if isinstance(output, torch.Tensor) else output
+
+
+@contextlib.contextmanager
+def _replayed(blocks: list[torch.nn.Module], count: int, output: Any) -> Iterator[None]:
+    """Blocks ``0..count - 1`` not run: each returns ``output`` (what the dense model's block ``count - 1``
+    returned for the batch), so block ``count`` reads it, as a whole forward pass hands it on."""
+
+    def replay(*args: Any, **kwargs: Any) -> Any:
+        return output
+
+    for block in blocks[:count]:
+        block.forward = replay
+    try:
+        yield
+    finally:
+        for block in blocks[:count]:
+            del block.forward
 
 
 def _nll(z: torch.Tensor, ids: list[int]) -> tuple[float, torch.Tensor]:
@@ -168,6 +288,10 @@ class DenseTerms:
 # the dense model's next-token probabilities kept for the KL of every candidate up to this many bytes
 # (SmolLM2-135M, 16 windows of 256 tokens: 0.8 GB); beyond it they are computed again for each candidate
 KEPT_BYTES = 1 << 30
+# the dense model's block outputs kept for the candidates that share its first blocks, up to this many bytes
+# (SmolLM2-135M, 16 windows of 256 tokens: 9.4 MB a block in float32, every block's); beyond it, evenly spaced
+# blocks' (a candidate then starts from the last kept one before its first block of its own)
+STATES_BYTES = 1 << 29
 
 
 class Reference:
@@ -175,7 +299,9 @@ class Reference:
     and read by every candidate of a search: each text's token ids and summed negative log-likelihood, and
     its KL terms (``DenseTerms``) while they fit in ``budget`` bytes. Beyond the budget, a candidate whose
     tokens are the dense model's runs the dense model again, a batch at a time (the dense model is not kept
-    between candidates: a candidate's pruning needs the memory)."""
+    between candidates: a candidate's pruning needs the memory). ``blocks``: the checkpoint's block prefix
+    (``model.layers.{i}.``): the dense model's block outputs are kept too (``STATES_BYTES``), and a candidate
+    that shares its first blocks starts after them (``shared_blocks``)."""
 
     def __init__(
         self,
@@ -184,29 +310,73 @@ class Reference:
         device: str,
         dtype: torch.dtype = torch.float32,
         budget: int = KEPT_BYTES,
+        blocks: str | None = None,
     ) -> None:
         self.dense, self.texts, self.device, self.budget = dense, list(texts), device, budget
-        self.dtype = dtype
+        self.dtype, self.template = dtype, blocks
         self.ids: list[list[int]] = []
         self.nll: list[float] = []
         self.vocab = 0
         self._kept: dict[int, DenseTerms] = {}
         self._model: Any = None
+        self.prefix: Prefix | None = None  # the dense model's blocks, compared with a candidate's
+        self.states: dict[int, dict[int, Any]] = {}  # batch -> block -> the block's output (on the CPU)
+        self.width = 0  # a block output's width (the embeddings')
 
     def compute(self) -> None:
-        """The ids and NLL of every text (and the KL terms within the budget), once."""
+        """The ids and NLL of every text (and the KL terms within the budget, the block outputs within
+        theirs), once."""
         if self.ids:
             return
-        model = _load(self.dense, self.device, self.dtype)
+        model = self._load()
         self.ids = _ids(self.dense, self.texts)
         self.vocab = model.get_output_embeddings().weight.shape[0]
         self.nll = [0.0] * len(self.ids)
         keep = self._fits()
-        for group in self.batches():
-            for i, z in zip(group, _logits(model, [self.ids[i] for i in group], self.device), strict=True):
+        for index, group in enumerate(self.batches()):
+            for i, z in zip(group, self._pass(model, index, group), strict=True):
                 self.nll[i] = _nll(z, self.ids[i])[0]
                 if keep:
                     self._kept[i] = DenseTerms.of(z).to("cpu")
+        self._model = None
+
+    def _load(self) -> Any:
+        """The dense model, loaded (its blocks' digests taken the first time)."""
+        model = _load(self.dense, self.device, self.dtype)
+        blocks = _blocks(model, self.template)
+        self.width = model.get_input_embeddings().weight.shape[-1]
+        if self.prefix is None and blocks is not None:
+            self.prefix = Prefix.of(model, blocks)
+        return model
+
+    def _pass(self, model: Any, index: int, group: list[int]) -> Iterator[torch.Tensor]:
+        """The dense model's logits of batch ``index`` (the texts ``group``), its kept blocks' outputs
+        recorded (``kept_blocks``)."""
+        blocks = _blocks(model, self.template) or []
+        kept = self.kept_blocks(len(blocks))
+        outputs: dict[int, Any] = {}
+
+        def keep(block: int) -> Any:
+            return lambda module, args, output: outputs.__setitem__(block, _to(output, "cpu", copy=True))
+
+        handles = [blocks[block].register_forward_hook(keep(block)) for block in kept]
+        try:
+            yield from _logits(model, [self.ids[i] for i in group], self.device)
+        finally:
+            for handle in handles:
+                handle.remove()
+        if kept:
+            self.states[index] = outputs
+
+    def kept_blocks(self, count: int) -> list[int]:
+        """The blocks (of ``count``) whose outputs are kept: every one whose outputs of every batch fit in
+        ``STATES_BYTES``, else as many as fit, evenly spaced."""
+        if not count or self.template is None:
+            return []
+        size = torch.empty((), dtype=self.dtype).element_size() * self.width
+        each = size * sum(len(group) * max(len(self.ids[i]) for i in group) for group in self.batches())
+        fit = min(count, STATES_BYTES // max(each, 1))
+        return sorted({round((j + 1) * count / fit) - 1 for j in range(fit)}) if fit else []
 
     def batches(self) -> list[list[int]]:
         """The texts' batches (``batches``): a candidate with the dense model's tokens runs the same."""
@@ -218,29 +388,57 @@ class Reference:
 
     def record(self) -> dict[str, Any]:
         """What ``restore`` reads back: the token ids, the losses and the vocabulary's size (not the
-        KL terms: computed again on the first ``terms`` after ``restore``)."""
+        KL terms nor the block outputs: computed again by the dense model's first pass after ``restore``)."""
         self.compute()
         return {"ids": self.ids, "nll": self.nll, "vocab": self.vocab}
 
     def restore(self, record: dict[str, Any]) -> None:
         """The ids, losses and vocabulary's size of an earlier ``record`` of the same model and texts."""
         self.ids, self.nll, self.vocab = record["ids"], record["nll"], record["vocab"]
-        self._kept = {}
+        self._kept, self.states = {}, {}
+
+    def _dense(self, index: int) -> None:
+        """The dense model run again on batch ``index`` (every batch, within the budget): its texts' KL
+        terms and its kept blocks' outputs."""
+        if self._model is None:
+            self._model = self._load()
+        fits = self._fits()
+        if not fits:  # beyond the budget: one batch's terms at a time
+            self._kept = {}
+        for other, batch in enumerate(self.batches()):
+            if fits or other == index:
+                logits = self._pass(self._model, other, batch)
+                self._kept |= {j: DenseTerms.of(z).to("cpu") for j, z in zip(batch, logits, strict=True)}
 
     def terms(self, i: int) -> DenseTerms:
         """Text ``i``'s KL terms under the dense model: kept (after ``restore``: every text's computed on
         the first call, within the budget), else computed with the rest of its batch."""
         if i not in self._kept:
-            if self._model is None:
-                self._model = _load(self.dense, self.device, self.dtype)
-            fits = self._fits()
-            if not fits:  # beyond the budget: one batch's terms at a time
-                self._kept = {}
-            for batch in self.batches():
-                if fits or i in batch:
-                    logits = _logits(self._model, [self.ids[j] for j in batch], self.device)
-                    self._kept |= {j: DenseTerms.of(z).to("cpu") for j, z in zip(batch, logits, strict=True)}
+            self._dense(next(index for index, batch in enumerate(self.batches()) if i in batch))
         return self._kept[i].to(self.device)
+
+    def start(self, model: Any) -> tuple[list[torch.nn.Module], int]:
+        """A candidate ``model`` with the dense model's tokens: its blocks and how many of its first blocks
+        it runs from the dense model's outputs (the last kept block among those it shares, plus one; 0:
+        it runs them all)."""
+        blocks = _blocks(model, self.template)
+        if blocks is None:
+            return [], 0
+        if self.prefix is None:
+            self._model = self._load()
+        assert self.prefix is not None
+        shared = shared_blocks(self.prefix, model, blocks)
+        kept = [block for block in self.kept_blocks(len(self.prefix.blocks)) if block < shared]
+        return blocks, (kept[-1] + 1 if kept else 0)
+
+    def replay(self, blocks: list[torch.nn.Module], start: int, index: int) -> AbstractContextManager:
+        """The context a candidate's batch ``index`` runs in: its first ``start`` blocks return the dense
+        model's output of block ``start - 1`` (the dense model run for it where not kept)."""
+        if not start:
+            return contextlib.nullcontext()
+        if start - 1 not in self.states.get(index, {}):
+            self._dense(index)
+        return _replayed(blocks, start, _to(self.states[index][start - 1], self.device))
 
     def release(self) -> None:
         """Drop the dense model loaded for ``terms``, and its terms beyond the budget."""
@@ -269,9 +467,11 @@ def measure(
     same = own == reference.ids and vocab == reference.vocab
     nll = [0.0] * len(own)
     kl = 0.0
+    blocks, start = reference.start(model) if same else ([], 0)
     try:
-        for group in batches([len(ids) for ids in own], vocab):
-            for i, z in zip(group, _logits(model, [own[i] for i in group], device), strict=True):
+        for index, group in enumerate(batches([len(ids) for ids in own], vocab)):
+            replay = reference.replay(blocks, start, index)  # the batches are the dense model's
+            for i, z in zip(group, _logits(model, [own[i] for i in group], device, replay), strict=True):
                 nll[i], lse = _nll(z, own[i])
                 if same:
                     kl += reference.terms(i).kl(z, lse)

@@ -41,6 +41,16 @@ def model_fingerprint(model_dir: str | os.PathLike) -> Fingerprint:
     return found
 
 
+def file_key(path: str | os.PathLike) -> tuple[int, int, int] | None:
+    """A file as a key of what was read from it: its size, modification time and inode (one written again
+    is another key); None where it is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def changed_files(old: Fingerprint, new: Fingerprint) -> list[str]:
     """The names added, removed or changed between two fingerprints."""
     return sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))

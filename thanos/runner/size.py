@@ -117,7 +117,10 @@ def prune_to_size(
             return _table_only(search, goal, axes, target, parameters)
         search.bound, search.target = len(first) + TRIES, target
         after = tuple(math.ceil(size.p * parameters) for size in later)
-        chosen = choose(dense, axes, target, parameters, search.candidate, search.verify, after)
+        # the axes whose points capture the dense chain's Hessians first: the same pass writes its inputs,
+        # which the depth points read (each dense block run once for both)
+        hessians = tuple(dict.fromkeys(axis for mix in first for axis in mix if search.reads_hessians(mix)))
+        chosen = choose(dense, axes, target, parameters, search.candidate, search.verify, after, hessians)
         if search.written is None or search.written["recipe"] != chosen:  # measured by an earlier run
             say(stream, f"{goal}: chose {chosen}; writing it")
             search.release_table()  # (each mix verified released it already)

@@ -255,16 +255,12 @@ def knobs(model: str | Path, multiple: int | None = None) -> Knobs:
 def _tokens(model: Path) -> tuple[int | None, int]:
     """(the BPE tokens a vocab setting counts from, the fewest a vocabulary keeps); None where the tokenizer
     cannot lose tokens."""
-    from thanos.models.vocabulary import minimum_kept, read_bpe
-    from thanos.models.vocabulary_files import token_ids
+    from thanos.models.vocabulary_files import vocabulary_sizes
 
     try:
-        tokenizer = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))
-        config = json.loads((model / "config.json").read_text(encoding="utf-8"))
-        vocab = read_bpe(tokenizer, token_ids(config))
+        return vocabulary_sizes(model)
     except (OSError, ValueError, KeyError):
         return None, 0
-    return vocab.size, minimum_kept(vocab)
 
 
 def recipe_of(mix: dict[str, str]) -> str:

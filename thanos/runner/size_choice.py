@@ -32,6 +32,7 @@ def choose(
     measure: Measure,
     verify: Measure | None = None,
     later: tuple[int, ...] = (),
+    first: tuple[str, ...] = (),
 ) -> str:
     """The explicit recipe that removes at least ``target`` of the dense model's ``parameters``: the table's
     points measured by ``measure`` as the greedy mix reaches them (``Table``), then the mix they predict
@@ -41,9 +42,14 @@ def choose(
     Each mix's result gets ``predicted_loss``: the sum of its parts' costs on the table's curves, before it
     was measured. ``later``: the targets of the sizes searched after this one (``--sparsity
     params:0.15,0.25``), the points their mixes reach measured too before a mix is verified (``verify``
-    releases the table: what its points computed more than once is dropped then, and their stages)."""
+    releases the table: what its points computed more than once is dropped then, and their stages).
+    ``first``: axes whose first point is measured before any other (the greedy's first step reads every
+    axis's first point: only the order changes), those whose pruning computes what the others read."""
     mixes: list[dict[str, Any]] = []
     table = Table(dense, axes, measure)
+    for axis in first:
+        if table.grid[axis]:
+            table.cost(axis, table.grid[axis][0])
     for goal in later:
         _greedy(dense, table, {axis: -1 for axis in axes}, goal)
     state = _greedy(dense, table, {axis: -1 for axis in axes}, target)

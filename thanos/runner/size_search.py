@@ -225,6 +225,12 @@ class Search:
             text += f"; {self._table_disk(to_measure)}"
         return text
 
+    def reads_hessians(self, mix: dict[str, str]) -> bool:
+        """Whether a point of the table calibrates on the dense chain's Hessians (``table_recipes``)."""
+        return any(
+            recipe.chain == "dense" and recipe.needs_hessian for recipe in self._point_recipes(recipe_of(mix))
+        )
+
     def _point_recipes(self, pattern: str) -> tuple[Any, ...]:
         """A point of the table's recipes (``table_recipes``) with the request's options."""
         return table_recipes(self.request.size.options, pattern)  # type: ignore[union-attr]
@@ -466,7 +472,10 @@ class Search:
 
         if self.reference is None:
             device, dtype = self._device, self._dtype
-            self.reference = Reference(self.request.model, self.texts, device, getattr(torch, dtype))
+            layout = self.model.layout
+            blocks = layout.block_template if layout is not None else None  # a depth point starts at its run
+            self.reference = Reference(self.request.model, self.texts, device, getattr(torch, dtype),
+                                       blocks=blocks)  # fmt: skip
             entry = Entry.beside(self.root / "reference.json")
             inputs = {"model_files": model_identity(self.request.model), "held_out": digest(self.texts),
                       "device": device, "dtype": dtype}  # fmt: skip

@@ -7,9 +7,10 @@ Each stage loads only the tensors it needs (one block, or the embeddings) and st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +96,11 @@ def capture(
     batch_size: int = 8,
     device: str = "auto",
     dtype: str = "auto",
+    outputs: str | Path | None = None,
 ) -> None:
     """One fp32 H = (2/N) sum X X^T per input group of the dense block, from one pass over its inputs, the
-    block computed in ``dtype`` (``thanos.stages.common.compute_dtype``).
+    block computed in ``dtype`` (``thanos.stages.common.compute_dtype``); ``outputs``: the block's outputs
+    (the next block's inputs) written there from the same pass, as ``propagate`` writes them.
 
     N counts calibration sequences for every group. A mixture-of-experts expert's groups get the tokens
     the router sent to it; an expert sent fewer than ``MIN_SHARE`` of its fair share gets the Hessian of
@@ -113,7 +116,13 @@ def capture(
         "capture: block %d, %d samples from %s (computed in %s)",
         block, acts.nsamples, inputs, dtype_name(compute.dtype),
     )  # fmt: skip
-    accumulators, tokens = _accumulate(adapter, module, block, acts, inputs, columns, batch_size, compute)
+    with contextlib.ExitStack() as stack:
+        write = None
+        if outputs is not None:
+            write = stack.enter_context(_outputs(outputs, acts, block, inputs, compute))
+        accumulators, tokens = _accumulate(
+            adapter, module, block, acts, inputs, columns, batch_size, compute, write=write
+        )
     experts = {}
     if any(g in adapter.experts for g in groups):
         starved = _starved(adapter.experts, tokens)
@@ -161,9 +170,11 @@ def _accumulate(
     batch_size: int,
     compute: Compute,
     every_token: set[str] | None = None,
+    write: Callable[[int, torch.Tensor], None] | None = None,
 ) -> tuple[dict[str, HessianAccumulator], dict[str, int]]:
     """One pass of the block over its inputs: the groups' accumulators (those in ``every_token`` alone,
-    fed every token, when given) and how many tokens each group received."""
+    fed every token, when given) and how many tokens each group received; ``write(start, outputs)``: the
+    block's outputs of the samples from ``start`` handed on."""
     wanted = every_token if every_token is not None else set(columns)
     accumulators = {g: HessianAccumulator(columns[g], device=compute.device) for g in columns if g in wanted}
     tokens = dict.fromkeys(accumulators, 0)
@@ -178,7 +189,9 @@ def _accumulate(
         for start, stop in batches(acts.nsamples, batch_size, f"capture block {block}"):
             hidden = acts.read(start, stop)
             check_finite(hidden, "inputs", block, start, inputs)
-            adapter.run_block(module, block, compute.tensor(hidden))
+            result = adapter.run_block(module, block, compute.tensor(hidden))
+            if write is not None:
+                write(start, result)
     finally:
         for handle in handles:
             handle.remove()
@@ -250,18 +263,38 @@ def propagate(
         )
     compute = Compute.of(device, dtype, adapter.dtype)
     module = compute.module(adapter.load_block(checkpoint, block, overrides))
+    with _outputs(out, acts, block, inputs, compute, sorted(overrides)) as write:
+        for start, stop in batches(acts.nsamples, batch_size, f"propagate block {block}"):
+            hidden = acts.read(start, stop)
+            check_finite(hidden, "inputs", block, start, inputs)
+            write(start, adapter.run_block(module, block, compute.tensor(hidden)))
+
+
+@contextlib.contextmanager
+def _outputs(
+    out: str | Path,
+    acts: Activations,
+    block: int,
+    inputs: str | Path,
+    compute: Compute,
+    pruned: Sequence[str] = (),
+) -> Iterator[Callable[[int, torch.Tensor], None]]:
+    """The store of block ``block``'s outputs (block ``block + 1``'s inputs) in the inputs' dtype: a
+    ``write(start, outputs)`` for the samples from ``start``, each checked finite; renamed into place
+    when every sample is written. ``pruned``: the block's layers whose pruned weights it ran with."""
     attrs = {
         "source_block": block,
         "inputs": str(inputs),
-        "pruned_layers": sorted(overrides),
+        "pruned_layers": list(pruned),
         "compute_dtype": dtype_name(compute.dtype),
     }
     with write_activations(
         out, acts.nsamples, acts.seqlen, acts.hidden_size, acts.dtype, block + 1, attrs
     ) as writer:
-        for start, stop in batches(acts.nsamples, batch_size, f"propagate block {block}"):
-            hidden = acts.read(start, stop)
-            check_finite(hidden, "inputs", block, start, inputs)
-            result = adapter.run_block(module, block, compute.tensor(hidden)).to(acts.dtype)
+
+        def write(start: int, outputs: torch.Tensor) -> None:
+            result = outputs.to(acts.dtype)
             check_finite(result, "outputs", block, start, out)
             writer.write(start, result.cpu())
+
+        yield write
