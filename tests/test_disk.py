@@ -169,6 +169,34 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(tmp_path,
     assert refused.returncode == 2 and "--keep: invalid choice: 'some'" in refused.stderr
 
 
+def test_a_combined_recipe_that_does_not_fit_is_refused_before_its_first_part(tmp_path, monkeypatch):
+    """A combined recipe's parts checked together at its door (each estimated on the input model): where
+    the first part alone fits and the whole does not, the refusal names the whole recipe and nothing is
+    written (the first part checked alone wrote its model, then the second was refused)."""
+    import thanos.runner.checks as checks
+    import thanos.runner.disk as disk
+
+    model = make_tiny_model(tmp_path, "llama", num_blocks=4)
+    corpus = write_corpus(tmp_path / "calib.jsonl")
+    needs: list[tuple[int, int, int]] = []
+
+    def recorded(workdir, out, need_workdir, need_out, need_together, *args):
+        needs.append((need_workdir, need_out, need_together))
+        return disk.check_free.__wrapped__(workdir, out, need_workdir, need_out, need_together, *args)
+
+    recorded.__wrapped__ = disk.check_free  # type: ignore[attr-defined]
+    monkeypatch.setattr(disk, "check_free", recorded)
+    monkeypatch.setattr(checks, "check_free", recorded)
+    _prune(model, corpus, tmp_path / "fits", "a", sparsity="depth:1+neurons:0.25")
+    whole, first, _ = needs  # the door's, then each part's own
+    assert whole[2] > first[2]
+    free = (disk.with_margin(first[2]) + disk.with_margin(whole[2])) // 2
+    monkeypatch.setattr(disk, "free_bytes", lambda path: (free, 1))
+    with pytest.raises(ValueError, match=r"not enough disk space: depth:1\+neurons:0.25, its parts together"):
+        _prune(model, corpus, tmp_path / "short", "b", sparsity="depth:1+neurons:0.25")
+    assert not (tmp_path / "short" / "work-b").exists() and not (tmp_path / "short" / "out-b").exists()
+
+
 def test_each_filesystem_is_named_with_its_own_free_space(tmp_path, monkeypatch):
     """--workdir and --out on two filesystems: each need beside its own free space."""
     import thanos.runner.disk as disk

@@ -70,6 +70,7 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     intermediates = root / f"{model_slug(reference)}{COMBINED}"
     if request.dry_run:
         return _run_parts(request, stream, reference, calibration, intermediates, parts)
+    _check_disk(request, reference, calibration, (root, intermediates))
     # the intermediate models: listed and deleted by ``thanos workdirs``, never while a run reads them
     intermediates.mkdir(parents=True, exist_ok=True)
     with shared_workdir(intermediates):
@@ -140,6 +141,53 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
     if not request.output.overwrite:
         _check_out(request, reference, whole)
     return calibration
+
+
+def _check_disk(
+    request: PruneRequest, reference: str, calibration: Calibration, where: tuple[Path, Path]
+) -> None:
+    """The whole recipe's disk, checked before its first part runs (each part checks its own when it
+    starts; a later part refused there would come after the earlier ones ran): each part estimated on the
+    input model (``thanos.runner.disk``; each part reads a model no larger: an upper bound), what the parts
+    before it leave (their working directories' stores, their models under ``intermediates``) added to
+    the most it holds while it runs, ``--out`` the last part's. Only where no part has run yet (a rerun
+    resumes: the parts left check their own, counting what is there). ``where``: the working directories'
+    root and the intermediate models' directory."""
+    from thanos.runner.disk import check_free, estimate
+    from thanos.stages.describe.provenance import path_bytes
+
+    root, intermediates = where
+    model = open_model(reference)
+    if not request.resources.disk_check or model.layout is None or model.checkpoint is None:
+        return
+    first = _part(request, 0, reference, (intermediates, calibration), reference, [])
+    if Path(first.output.out).exists():  # the first part ran (or runs): each part checks its own
+        return
+    keep, last = request.resources.keep, len(request.recipes) - 1
+    nsamples, seqlen = calibration.nsamples, calibration.seqlen
+    left = need_workdir = need_together = need_out = 0
+    for i, recipe in enumerate(request.recipes):
+        disk = estimate(model.layout, model.checkpoint, Path(reference), recipe, nsamples, seqlen)
+        if i == 0:  # what another recipe left in the first part's directory (its stores) is read, not written
+            given = first.resources.workdir
+            left -= min(
+                disk.shared, path_bytes(Path(given) if given else default_workdir(reference, calibration))
+            )
+        if i < last:  # its model written under the intermediates, on the working directory's disk
+            need_workdir = max(need_workdir, left + disk.with_out(keep))
+            left += disk.kept(keep) + disk.model
+        else:
+            need_workdir = max(need_workdir, left + disk.peak(keep))
+            need_together = max(need_workdir, left + disk.with_out(keep))
+            need_out = disk.model
+    whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
+    what = (
+        f"{whole}, its parts together (each estimated on the input model, a bound for the smaller model it "
+        "reads; each part's model kept until the last is written),"
+    )
+    workdir = Path(request.resources.workdir).expanduser().resolve() if request.resources.workdir else root
+    out = Path(request.output.out).expanduser().resolve()
+    check_free(workdir, out, need_workdir, need_out, need_together, what)
 
 
 def _check_out(request: PruneRequest, reference: str, whole: str) -> None:

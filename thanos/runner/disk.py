@@ -231,11 +231,14 @@ def with_margin(need: int) -> int:
     return need + need // MARGIN_SHARE + MARGIN_BYTES if need > 0 else 0
 
 
-def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int, need_together: int) -> None:
+def check_free(
+    workdir: Path, out: Path, need_workdir: int, need_out: int, need_together: int, what: str = "the run"
+) -> None:
     """Refuse a run that would not fit in the free space, naming the numbers and the ways out:
     ``need_workdir`` more bytes in the working directory at its peak, ``need_out`` for ``--out``, and
     ``need_together`` at the worst moment when both are on one filesystem (``--out`` is written after the
-    pruned layers are deleted); each with the filesystem's margin (``with_margin``)."""
+    pruned layers are deleted); each with the filesystem's margin (``with_margin``). ``what``: the run, as
+    the refusal names it."""
     need_workdir, need_out, need_together = map(with_margin, (need_workdir, need_out, need_together))
     free_work, device_work = free_bytes(workdir)
     free_out, device_out = free_bytes(out)
@@ -257,7 +260,7 @@ def check_free(workdir: Path, out: Path, need_workdir: int, need_out: int, need_
     if short:
         raise OptionError(
             (),
-            "not enough disk space: the run needs about ",
+            f"not enough disk space: {what} needs about ",
             *needs,
             f" (each with {100 // MARGIN_SHARE} % and {size_text(MARGIN_BYTES)} for the filesystem's blocks)"
             "; free some space (`thanos workdirs` lists the working directories of "
