@@ -611,3 +611,40 @@ def test_an_evaluation_where_the_hub_cannot_be_reached_reads_its_cache_at_once(
     assert run.returncode != 0 and "Retrying" not in run.stderr, run.stderr[-3000:]
     assert "the hub is not available (127.0.0.1:9 cannot be reached" in run.stderr
     assert "pass --source PATH" in run.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("sparsity", "said"),
+    [
+        ("nuerons:0.3", "cannot parse 'nuerons:0.3' (did you mean 'neurons:0.3'?); use a fraction"),
+        ("param:0.25", "(did you mean 'params:0.25'?)"),
+        (
+            "depth:2+nuerons:0.3",
+            "its part 'nuerons:0.3' is no structure (did you mean 'neurons:0.3'?); a combined",
+        ),
+        ("depth:1+neurons:2", "its part 'neurons:2': neurons fraction must lie in [0, 1), got 2.0"),
+        ("2:4:8", "cannot parse '2:4:8'; use a fraction"),
+    ],
+)
+def test_a_misspelt_sparsity_is_named_with_the_closest_form(tmp_path: Path, sparsity: str, said: str) -> None:
+    """A sparsity of no known form: one line, the closest form suggested where the kind is misspelt, the
+    forms listed once (they were listed twice: the parser's, then the recipe's)."""
+    from conftest import make_tiny_model, thanos_here
+
+    model = make_tiny_model(tmp_path, "llama")
+    args = (
+        "prune-model",
+        "--model",
+        model,
+        "--method",
+        "thanos",
+        "--sparsity",
+        sparsity,
+        "--out",
+        tmp_path / "o",
+    )
+    run = thanos_here(*args, cwd=tmp_path)
+    assert run.returncode == 2 and said in run.stderr and run.stderr.count("'depth:4+neurons:0.3'") <= 1, (
+        run.stderr
+    )
+    assert "allowed:" not in run.stderr and not (tmp_path / "o").exists()

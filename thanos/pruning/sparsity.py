@@ -150,16 +150,31 @@ def parse_sparsity(spec: Sparsity | float | int | str) -> Sparsity:
     if kind in COUNT_KINDS:
         return _count(spec, kind, value)
     if kind not in FRACTION_KINDS:
-        raise ValueError(
-            f"sparsity: cannot parse {spec!r}; use a fraction ('0.5', 'unstructured:0.5'), "
-            "'n:m' ('2:4', '4:8'), 'structured:<fraction>', 'neurons:<fraction>', 'heads:<fraction>', "
-            "'kv_heads:<fraction>', 'depth:<blocks or fraction>' or 'vocab:<tokens kept or fraction removed>'"
+        raise UnknownForm(
+            f"sparsity: cannot parse {spec!r}{did_you_mean(spec)}; use a fraction ('0.5', "
+            "'unstructured:0.5'), 'n:m' ('2:4', '4:8'), 'structured:<fraction>', 'neurons:<fraction>', "
+            "'heads:<fraction>', 'kv_heads:<fraction>', 'depth:<blocks or fraction>' or "
+            "'vocab:<tokens kept or fraction removed>'"
         )
     try:
         p = exact(value)
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"sparsity: {value!r} in {spec!r} is not a number in [0, 1)") from None
     return Sparsity(kind, p=p)
+
+
+class UnknownForm(ValueError):
+    """A sparsity of no form ``parse_sparsity`` knows (its message lists the forms)."""
+
+
+def did_you_mean(spec: str) -> str:
+    """`` (did you mean 'neurons:0.3'?)`` where ``spec``'s kind is a misspelt one (or a size's ``params``);
+    else empty."""
+    import difflib
+
+    kind, _, value = spec.strip().lower().rpartition(":")
+    close = difflib.get_close_matches(kind, (*FRACTION_KINDS, *COUNT_KINDS, "params"), n=1, cutoff=0.7)
+    return f" (did you mean {close[0] + ':' + value!r}?)" if close and value else ""
 
 
 def sparsity_problem(err: ValueError, spec: Any) -> str:

@@ -32,6 +32,7 @@ from thanos.pruning.sparsity import (
     COMPACT_KINDS,
     WIDTH_MULTIPLE,
     Sparsity,
+    UnknownForm,
     check_alpha,
     parse_sparsity,
     sparsity_problem,
@@ -263,6 +264,8 @@ def check_sparsity(key: str, value: Any, field: str = "sparsity") -> Sparsity:
             "'neurons:0.3', 'heads:0.33', 'kv_heads:0.25', 'depth:6', structures joined with '+' like "
             "'depth:4+neurons:0.3', 'vocab:0.3', or a size alone, 'params:0.25')"
         )
+        if isinstance(err, UnknownForm):  # its message lists the forms of one structure: the others
+            allowed = ", structures joined with '+' ('depth:4+neurons:0.3') or a size alone ('params:0.25')"
         said = str(err).removeprefix("sparsity: ")  # the config's words name the value, a front's its own
         problem = sparsity_problem(err, value) + allowed
         if isinstance(value, str) and ("+" in value or value.strip().lower().startswith("params:")):

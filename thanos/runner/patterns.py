@@ -12,7 +12,7 @@ from typing import Any
 
 from thanos.errors import Option, OptionError
 from thanos.options import option
-from thanos.pruning.sparsity import exact, parse_sparsity
+from thanos.pruning.sparsity import UnknownForm, did_you_mean, exact, parse_sparsity, sparsity_problem
 from thanos.pruning.structures import AXES, COMBINING
 
 # a combined recipe's parts run in the order of ``COMBINING`` whatever the order written (blocks, heads,
@@ -30,10 +30,20 @@ def combined_parts(sparsity: Any) -> list[str] | None:
             Option("sparsity", repr(sparsity)),
             f"a part is empty; join {JOINED} with '+', e.g. depth:4+neurons:0.3",
         )
-    try:
-        parts = [parse_sparsity(part) for part in sparsity.split("+")]
-    except ValueError as err:
-        raise OptionError(Option("sparsity", repr(sparsity)), str(err)) from None
+    parts = []
+    for text in sparsity.split("+"):
+        try:
+            parts.append(parse_sparsity(text))
+        except UnknownForm:
+            said = f"is no structure{did_you_mean(text)}; a combined recipe joins {JOINED} with '+'"
+            raise OptionError(
+                Option("sparsity", repr(sparsity)), f"its part {text.strip()!r} {said}"
+            ) from None
+        except ValueError as err:
+            said = sparsity_problem(err, text)
+            raise OptionError(
+                Option("sparsity", repr(sparsity)), f"its part {text.strip()!r}: {said}"
+            ) from None
     for part in parts:
         if part.kind not in COMBINING:
             raise OptionError(
