@@ -157,13 +157,22 @@ def test_a_candidate_starts_after_the_blocks_it_shares(tmp_path, monkeypatch, st
     monkeypatch.setattr(heldout, "STATES_BYTES", int(states * 6 * per_block))
     reference = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
     starts: list[int] = []
-    replayed = heldout._replayed
+    replayed, replays, checking = heldout._replayed, heldout.replays, []
 
     def counted(blocks: list, count: int, output: object):
-        starts.append(count)
+        if not checking:  # a candidate's batch, not the check that the model replays
+            starts.append(count)
         return replayed(blocks, count, output)
 
+    def checked(*args: object) -> bool:
+        checking.append(True)
+        try:
+            return replays(*args)
+        finally:
+            checking.pop()
+
     monkeypatch.setattr(heldout, "_replayed", counted)
+    monkeypatch.setattr(heldout, "replays", checked)
     for path, expected in ((depth, start), (early, 0), (other, 0)):
         starts.clear()
         assert heldout.measure(dense, path, texts, "cpu", reference) == whole[path]
@@ -174,3 +183,31 @@ def test_a_candidate_starts_after_the_blocks_it_shares(tmp_path, monkeypatch, st
     starts.clear()
     assert heldout.measure(dense, depth, texts, "cpu", restored) == whole[depth]
     assert starts == ([start] * 2 if start else [])
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "opt", "mixtral"])
+def test_a_model_whose_blocks_pass_only_their_outputs_is_replayed(tmp_path: Path, family: str) -> None:
+    """``replays``: a model's blocks skipped from the middle compute what running them does (the dense
+    families and a mixture of experts); one whose block reads what the block before it left beside its
+    output (a side channel) is not replayed, so its candidates run every block."""
+    from thanos.models import open_model
+
+    path = make_tiny_model(tmp_path, family, num_blocks=4)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    blocks = heldout._blocks(model, open_model(path)[1].block_template)
+    assert blocks is not None and len(blocks) == 4 and heldout.replays(model, blocks, "cpu")
+    left: list[bool] = []
+    first, second = blocks[1].forward, blocks[2].forward
+
+    def leaves(*args, **kwargs):
+        left.append(True)
+        return first(*args, **kwargs)
+
+    def reads(hidden, *args, **kwargs):
+        out = second(hidden, *args, **kwargs)
+        scale = 2.0 if left and left.pop() else 1.0
+        return tuple([out[0] * scale, *out[1:]]) if isinstance(out, tuple) else out * scale
+
+    blocks[1].forward, blocks[2].forward = leaves, reads
+    assert not heldout.replays(model, blocks, "cpu")
+    assert blocks[1].forward is leaves  # its own forward given back

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
@@ -47,6 +48,8 @@ from typing import Any
 import torch
 
 from thanos.data.calibration import sample_windows
+
+log = logging.getLogger(__name__)
 
 
 def held_out_texts(
@@ -224,6 +227,29 @@ def shared_blocks(prefix: Prefix, model: Any, blocks: list[torch.nn.Module]) -> 
     return shared if _same_config(prefix.config, model.config.to_dict(), shared) else 0
 
 
+@torch.inference_mode()
+def replays(model: Any, blocks: list[torch.nn.Module], device: str) -> bool:
+    """Whether ``model``'s forward pass hands each block's output to the next and nothing else, as
+    ``_replayed`` needs: a few tokens' logits, computed whole and again from its middle block's output,
+    the same (the digests of ``shared_blocks`` say which blocks a candidate shares; this, that skipping
+    them computes what running them does: an architecture whose blocks pass state beside their outputs is
+    measured whole)."""
+    if len(blocks) < 2:
+        return False
+    ids = (torch.arange(16) % model.get_input_embeddings().weight.shape[0])[None].to(device)
+    middle, outputs = len(blocks) // 2, {}
+    handle = blocks[middle - 1].register_forward_hook(lambda m, a, out: outputs.setdefault("out", out))
+    try:
+        whole = model(input_ids=ids, use_cache=False).logits
+    finally:
+        handle.remove()
+    if "out" not in outputs:
+        return False
+    with _replayed(blocks, middle, outputs["out"]):
+        again = model(input_ids=ids, use_cache=False).logits
+    return whole.shape == again.shape and torch.allclose(whole.float(), again.float(), rtol=1e-3, atol=1e-3)
+
+
 def _to(output: Any, device: str, copy: bool = False) -> Any:
     """A block's output (a tensor, or a tuple whose first item is one) on ``device`` (``copy``: copied
     even where it is there already)."""
@@ -240,13 +266,19 @@ def _replayed(blocks: list[torch.nn.Module], count: int, output: Any) -> Iterato
     def replay(*args: Any, **kwargs: Any) -> Any:
         return output
 
+    before = [
+        block.__dict__.get("forward") for block in blocks[:count]
+    ]  # a wrapper of its own (accelerate's)
     for block in blocks[:count]:
         block.forward = replay
     try:
         yield
     finally:
-        for block in blocks[:count]:
-            del block.forward
+        for block, forward in zip(blocks[:count], before, strict=True):
+            if forward is None:
+                del block.forward
+            else:
+                block.forward = forward
 
 
 def _nll(z: torch.Tensor, ids: list[int]) -> tuple[float, torch.Tensor]:
@@ -346,7 +378,11 @@ class Reference:
         blocks = _blocks(model, self.template)
         self.width = model.get_input_embeddings().weight.shape[-1]
         if self.prefix is None and blocks is not None:
-            self.prefix = Prefix.of(model, blocks)
+            if replays(model, blocks, self.device):
+                self.prefix = Prefix.of(model, blocks)
+            else:  # every candidate runs every block
+                log.info("held-out measurement: %s's blocks are run whole for every candidate", self.dense)
+                self.template = None
         return model
 
     def _pass(self, model: Any, index: int, group: list[int]) -> Iterator[torch.Tensor]:
