@@ -29,7 +29,8 @@ batch's block outputs (``STATES_BYTES``), and a candidate whose first blocks, an
 in its number of blocks (``shared_blocks``), starts from the dense model's output of the last of them
 (``_replayed``): a ``depth:k`` candidate runs the blocks from its run on (SmolLM2-135M: 12 or 13 of its 30
 blocks skipped). What it computes is what its whole forward pass computes, bit for bit (the same batch, the
-same inputs to every block it runs).
+same inputs to every block it runs); that the model's blocks pass nothing but their outputs is checked on the
+dense model first (``replays``: a few tokens run whole and from its middle block), else every block runs.
 """
 
 from __future__ import annotations
