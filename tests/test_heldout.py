@@ -211,3 +211,19 @@ def test_a_model_whose_blocks_pass_only_their_outputs_is_replayed(tmp_path: Path
     blocks[1].forward, blocks[2].forward = leaves, reads
     assert not heldout.replays(model, blocks, "cpu")
     assert blocks[1].forward is leaves  # its own forward given back
+
+
+def test_a_search_of_a_model_that_does_not_replay_runs_every_block(tmp_path, monkeypatch):
+    """Where the dense model does not replay (``replays`` false), a depth candidate is measured whole, from
+    a new reference and from a restored one, and measures the same."""
+    dense = make_tiny_model(tmp_path, "llama", num_blocks=6)
+    texts = [" ".join(corpus_sentences(n, seed=i)) for i, n in enumerate((2, 3, 1))]
+    depth = _later_blocks_changed(dense, tmp_path / "depth", first=3, blocks=4)
+    whole = heldout.measure(dense, depth, texts)
+    monkeypatch.setattr(heldout, "replays", lambda *args: False)
+    monkeypatch.setattr(heldout, "_replayed", None)  # never called
+    reference = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
+    assert heldout.measure(dense, depth, texts, "cpu", reference) == whole and not reference.states
+    restored = heldout.Reference(dense, texts, "cpu", blocks="model.layers.{i}.")
+    restored.restore(reference.record())
+    assert heldout.measure(dense, depth, texts, "cpu", restored) == whole

@@ -463,7 +463,8 @@ class Reference:
             return [], 0
         if self.prefix is None:
             self._model = self._load()
-        assert self.prefix is not None
+        if self.prefix is None:  # its blocks do not replay (``replays``)
+            return [], 0
         shared = shared_blocks(self.prefix, model, blocks)
         kept = [block for block in self.kept_blocks(len(self.prefix.blocks)) if block < shared]
         return blocks, (kept[-1] + 1 if kept else 0)
