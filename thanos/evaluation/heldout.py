@@ -267,9 +267,8 @@ def _replayed(blocks: list[torch.nn.Module], count: int, output: Any) -> Iterato
     def replay(*args: Any, **kwargs: Any) -> Any:
         return output
 
-    before = [
-        block.__dict__.get("forward") for block in blocks[:count]
-    ]  # a wrapper of its own (accelerate's)
+    # a block's forward of its own (a wrapper accelerate's hooks set) given back after
+    before = [block.__dict__.get("forward") for block in blocks[:count]]
     for block in blocks[:count]:
         block.forward = replay
     try:
