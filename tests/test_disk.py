@@ -197,6 +197,21 @@ def test_a_combined_recipe_that_does_not_fit_is_refused_before_its_first_part(tm
     assert not (tmp_path / "short" / "work-b").exists() and not (tmp_path / "short" / "out-b").exists()
 
 
+def test_a_size_point_refused_for_disk_names_the_working_directory_alone(tmp_path, monkeypatch):
+    """A size's point keeps its model where it is assembled: a point that does not fit names the working
+    directory and its free space, not the internal model directory as ``--out``."""
+    import thanos.runner.disk as disk
+
+    model = make_tiny_model(tmp_path, "llama", num_blocks=4)
+    corpus = write_corpus(tmp_path / "calib.jsonl", docs=24)
+    monkeypatch.setattr(disk, "free_bytes", lambda path: (1 << 20, 1))  # 1 MiB free
+    with pytest.raises(ValueError) as err:
+        _prune(model, corpus, tmp_path, "s", sparsity="params:0.2", disk_check=True)
+    said = str(err.value)
+    assert "needs about" in said and "workdir=" in said and "out=" not in said.split("; free")[0], said
+    assert "candidates" not in said, said
+
+
 def test_each_filesystem_is_named_with_its_own_free_space(tmp_path, monkeypatch):
     """--workdir and --out on two filesystems: each need beside its own free space."""
     import thanos.runner.disk as disk

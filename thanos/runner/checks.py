@@ -413,13 +413,11 @@ def check_disk(run_plan: Plan, num_blocks: int) -> None:
     shared = [dense / store_name(kind, block) for kind, block in reads.dense] if dense is not None else []
     mine = [files.tokens, *shared, files.chain_dir, files.pruned_root, files.model_dir]
     present = sum(path_bytes(path) for path in mine if path is not None)
-    check_free(
-        run_plan.workdir,
-        run_plan.out,
-        max(0, disk.peak(keep) - present),
-        disk.model,
-        max(0, disk.with_out(keep) - present),
-    )
+    peak = max(0, disk.peak(keep) - present)
+    if not run_plan.publish:  # a size's point: its model stays where it is assembled, in the workdir
+        check_free(run_plan.workdir, None, peak, 0, peak)
+        return
+    check_free(run_plan.workdir, run_plan.out, peak, disk.model, max(0, disk.with_out(keep) - present))
 
 
 def check_out_beside(out: Path, reference: str, recipe: Recipe, overwrite: bool) -> None:

@@ -232,20 +232,30 @@ def with_margin(need: int) -> int:
 
 
 def check_free(
-    workdir: Path, out: Path, need_workdir: int, need_out: int, need_together: int, what: str = "the run"
+    workdir: Path,
+    out: Path | None,
+    need_workdir: int,
+    need_out: int,
+    need_together: int,
+    what: str = "the run",
 ) -> None:
     """Refuse a run that would not fit in the free space, naming the numbers and the ways out:
     ``need_workdir`` more bytes in the working directory at its peak, ``need_out`` for ``--out``, and
     ``need_together`` at the worst moment when both are on one filesystem (``--out`` is written after the
     pruned layers are deleted); each with the filesystem's margin (``with_margin``). ``what``: the run, as
-    the refusal names it."""
+    the refusal names it; ``out`` None: the model stays in the working directory (a size's point), which
+    holds it all."""
     need_workdir, need_out, need_together = map(with_margin, (need_workdir, need_out, need_together))
     free_work, device_work = free_bytes(workdir)
-    free_out, device_out = free_bytes(out)
+    free_out, device_out = free_bytes(out if out is not None else workdir)
     where, there = Option("workdir", str(workdir)), Option("out", str(out))
-    if device_work == device_out:
+    if out is None:
         short = need_together > free_work
-        needs: tuple[str | Option, ...] = (
+        needs: tuple[str | Option, ...] = (f"{size_text(need_together)} in ", where)
+        needs += (f", {size_text(free_work)} free",)
+    elif device_work == device_out:
+        short = need_together > free_work
+        needs = (
             f"{size_text(need_together)} in ",
             where,
             " and ",
