@@ -3,8 +3,8 @@
 ``run_recipe`` runs, in order and each only when its output is missing or out of date:
 
     model-info -> calibrate -> embed (block 0's inputs) -> the dense chain's Hessians (block 0; every block
-    for ``chain: dense`` and OWL, with the dense propagate between) -> OWL's per-block sparsities ->
-    the chain (per block: capture -> prune -> propagate, ``thanos.stages.chain``) -> assemble
+    for ``chain: dense`` and OWL, each pass writing the next block's inputs too) -> OWL's per-block
+    sparsities -> the chain (per block: capture -> prune -> propagate, ``thanos.stages.chain``) -> assemble
 
 (``depth:k`` chooses its blocks instead of the chain; ``vocab:`` has one step after the model's info)
 
