@@ -187,6 +187,9 @@ def test_a_combined_recipe_that_does_not_fit_is_refused_before_its_first_part(tm
     recorded.__wrapped__ = disk.check_free  # type: ignore[attr-defined]
     monkeypatch.setattr(disk, "check_free", recorded)
     monkeypatch.setattr(checks, "check_free", recorded)
+    _, said = _prune(model, corpus, tmp_path / "dry", "a", sparsity="depth:1+neurons:0.25", dry_run=True)
+    assert "disk: the parts together up to " in said and not (tmp_path / "dry" / "work-a").exists(), said
+    needs.clear()  # the dry run's own part check
     _prune(model, corpus, tmp_path / "fits", "a", sparsity="depth:1+neurons:0.25")
     whole, first, _ = needs  # the door's, then each part's own
     assert whole[2] > first[2]

@@ -68,9 +68,9 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
     intermediates = root / f"{model_slug(reference)}{COMBINED}"
+    _check_disk(request, reference, calibration, (root, intermediates), stream)
     if request.dry_run:
         return _run_parts(request, stream, reference, calibration, intermediates, parts)
-    _check_disk(request, reference, calibration, (root, intermediates))
     # the intermediate models: listed and deleted by ``thanos workdirs``, never while a run reads them
     intermediates.mkdir(parents=True, exist_ok=True)
     with shared_workdir(intermediates):
@@ -144,31 +144,65 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
 
 
 def _check_disk(
-    request: PruneRequest, reference: str, calibration: Calibration, where: tuple[Path, Path]
+    request: PruneRequest, reference: str, calibration: Calibration, where: tuple[Path, Path], stream: TextIO
 ) -> None:
-    """The whole recipe's disk, checked before its first part runs (each part checks its own when it
-    starts; a later part refused there would come after the earlier ones ran): each part estimated on the
-    input model (``thanos.runner.disk``; each part reads a model no larger: an upper bound), what the parts
-    before it leave (their working directories' stores, their models under ``intermediates``) added to
-    the most it holds while it runs, ``--out`` the last part's. Only where no part has run yet (a rerun
-    resumes: the parts left check their own, counting what is there). ``where``: the working directories'
-    root and the intermediate models' directory."""
-    from thanos.runner.disk import check_free, estimate
-    from thanos.stages.describe.provenance import path_bytes
+    """The whole recipe's disk (``_disk_needs``), checked before its first part runs (each part checks its
+    own when it starts; a later part refused there would come after the earlier ones ran); a dry run says
+    it. Only where no part has run yet (a rerun resumes: the parts left check their own, counting what is
+    there). ``where``: the working directories' root and the intermediate models' directory."""
+    from thanos.runner.disk import check_free, size_text
 
     root, intermediates = where
-    model = open_model(reference)
-    if not request.resources.disk_check or model.layout is None or model.checkpoint is None:
-        return
     first = _part(request, 0, reference, (intermediates, calibration), reference, [])
     if Path(first.output.out).exists():  # the first part ran (or runs): each part checks its own
         return
+    needs = _disk_needs(request, reference, calibration, first)
+    if needs is None:
+        return
+    need_workdir, need_out, need_together = needs
+    whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
+    bound = (
+        "each estimated on the input model, a bound for the smaller model it reads; each part's model kept "
+    )
+    bound += "until the last is written"
+    if request.dry_run:
+        say(
+            stream,
+            f"disk: the parts together up to {size_text(need_workdir)} in the working directories and "
+            f"{size_text(need_out)} for --out ({bound})",
+        )
+        return
+    if request.resources.disk_check:
+        workdir = (
+            Path(request.resources.workdir).expanduser().resolve() if request.resources.workdir else root
+        )
+        out = Path(request.output.out).expanduser().resolve()
+        check_free(
+            workdir, out, need_workdir, need_out, need_together, f"{whole}, its parts together ({bound}),"
+        )
+
+
+def _disk_needs(
+    request: PruneRequest, reference: str, calibration: Calibration, first: PruneRequest
+) -> tuple[int, int, int] | None:
+    """The bytes the whole recipe takes (``thanos.runner.disk.check_free``'s: the working directories at
+    their peak, ``--out``, both on one filesystem), None for a hub model: each part estimated on the input
+    model (each part reads a model no larger: an upper bound), what the parts before it leave (their
+    working directories' stores, their models under the intermediates) added to the most it holds while it
+    runs, ``--out`` the last part's; what another recipe left in the first part's directory (the stores it
+    reads) not counted. ``first``: the first part's request."""
+    from thanos.runner.disk import estimate
+    from thanos.stages.describe.provenance import path_bytes
+
+    model = open_model(reference)
+    if model.layout is None or model.checkpoint is None:
+        return None
     keep, last = request.resources.keep, len(request.recipes) - 1
     nsamples, seqlen = calibration.nsamples, calibration.seqlen
     left = need_workdir = need_together = need_out = 0
     for i, recipe in enumerate(request.recipes):
         disk = estimate(model.layout, model.checkpoint, Path(reference), recipe, nsamples, seqlen)
-        if i == 0:  # what another recipe left in the first part's directory (its stores) is read, not written
+        if i == 0:
             given = first.resources.workdir
             left -= min(
                 disk.shared, path_bytes(Path(given) if given else default_workdir(reference, calibration))
@@ -180,14 +214,7 @@ def _check_disk(
             need_workdir = max(need_workdir, left + disk.peak(keep))
             need_together = max(need_workdir, left + disk.with_out(keep))
             need_out = disk.model
-    whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
-    what = (
-        f"{whole}, its parts together (each estimated on the input model, a bound for the smaller model it "
-        "reads; each part's model kept until the last is written),"
-    )
-    workdir = Path(request.resources.workdir).expanduser().resolve() if request.resources.workdir else root
-    out = Path(request.output.out).expanduser().resolve()
-    check_free(workdir, out, need_workdir, need_out, need_together, what)
+    return need_workdir, need_out, need_together
 
 
 def _check_out(request: PruneRequest, reference: str, whole: str) -> None:
