@@ -38,6 +38,7 @@ from thanos.files.ledger import Entry, difference, model_identity, remove
 from thanos.files.locks import shared_workdir
 from thanos.recipes.recipe import Recipe
 from thanos.runner.checks import (
+    Model,
     check_apart,
     check_sources,
     check_structure,
@@ -62,13 +63,13 @@ def prune_combined(request: PruneRequest, stream: TextIO) -> dict[str, Any]:
     """Run every part of a combined request (``request.recipes``, in the order they run), each on the
     previous part's model; the last writes ``out`` and evaluates, its report recording the whole."""
     reference = model_reference(request.model)
-    calibration = _check_at_the_door(request, reference)  # the one value every part's keys are made of
+    model, calibration = _check_at_the_door(request, reference)  # calibration: every part's keys are of it
     given = request.resources.workdir
     root = Path(given).expanduser().resolve() if given else default_root()
     parts = [str(recipe.sparsity) for recipe in request.recipes]
     say(stream, f"combined recipe: {' then '.join(parts)}, each part on the model the previous one wrote")
     intermediates = root / f"{model_slug(reference)}{COMBINED}"
-    _check_disk(request, reference, calibration, (root, intermediates), stream)
+    _check_disk(request, model, calibration, (root, intermediates), stream)
     if request.dry_run:
         return _run_parts(request, stream, reference, calibration, intermediates, parts)
     # the intermediate models: listed and deleted by ``thanos workdirs``, never while a run reads them
@@ -119,12 +120,12 @@ def _run_parts(
     return result
 
 
-def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
+def _check_at_the_door(request: PruneRequest, reference: str) -> tuple[Model, Calibration]:
     """The whole recipe checked on the input model before the first part runs: every part's structure
     (each part changes only its own dimension, so the input model answers for the model it will read: its
     blocks, head counts its config accepts, MLP, tokenizer and vocabulary), its sources (``check_sources``:
-    each part's calibration, what only the last part reads) and ``--out``. Returns the checked
-    calibration."""
+    each part's calibration, what only the last part reads) and ``--out``. Returns the input model's facts
+    and the checked calibration."""
     model = open_model(reference)
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
     for recipe in request.recipes:
@@ -140,11 +141,11 @@ def _check_at_the_door(request: PruneRequest, reference: str) -> Calibration:
     check_apart(request.resources.workdir, request.output.out)
     if not request.output.overwrite:
         _check_out(request, reference, whole)
-    return calibration
+    return model, calibration
 
 
 def _check_disk(
-    request: PruneRequest, reference: str, calibration: Calibration, where: tuple[Path, Path], stream: TextIO
+    request: PruneRequest, model: Model, calibration: Calibration, where: tuple[Path, Path], stream: TextIO
 ) -> None:
     """The whole recipe's disk (``_disk_needs``), checked before its first part runs (each part checks its
     own when it starts; a later part refused there would come after the earlier ones ran); a dry run says
@@ -152,19 +153,19 @@ def _check_disk(
     there). ``where``: the working directories' root and the intermediate models' directory."""
     from thanos.runner.disk import check_free, size_text
 
-    root, intermediates = where
+    root, intermediates, reference = *where, model.reference
     first = _part(request, 0, reference, (intermediates, calibration), reference, [])
     if Path(first.output.out).exists():  # the first part ran (or runs): each part checks its own
         return
-    needs = _disk_needs(request, reference, calibration, first)
+    needs = _disk_needs(request, model, calibration, first)
     if needs is None:
         return
     need_workdir, need_out, need_together = needs
     whole = "+".join(str(recipe.sparsity) for recipe in request.recipes)
     bound = (
         "each estimated on the input model, a bound for the smaller model it reads; each part's model kept "
+        "until the last is written"
     )
-    bound += "until the last is written"
     if request.dry_run:
         say(
             stream,
@@ -183,7 +184,7 @@ def _check_disk(
 
 
 def _disk_needs(
-    request: PruneRequest, reference: str, calibration: Calibration, first: PruneRequest
+    request: PruneRequest, model: Model, calibration: Calibration, first: PruneRequest
 ) -> tuple[int, int, int] | None:
     """The bytes the whole recipe takes (``thanos.runner.disk.check_free``'s: the working directories at
     their peak, ``--out``, both on one filesystem), None for a hub model: each part estimated on the input
@@ -194,7 +195,7 @@ def _disk_needs(
     from thanos.runner.disk import estimate
     from thanos.stages.describe.provenance import path_bytes
 
-    model = open_model(reference)
+    reference = model.reference
     if model.layout is None or model.checkpoint is None:
         return None
     keep, last = request.resources.keep, len(request.recipes) - 1

@@ -226,9 +226,14 @@ class Search:
         return text
 
     def reads_hessians(self, mix: dict[str, str]) -> bool:
-        """Whether a point of the table calibrates on the dense chain's Hessians (``table_recipes``)."""
+        """Whether a point of the table reads the dense chain's Hessians past block 0 (``recipe_reads``:
+        its pass over each block writes the next block's inputs, which the depth points read)."""
+        from thanos.recipes.reads import recipe_reads
+
         return any(
-            recipe.chain == "dense" and recipe.needs_hessian for recipe in self._point_recipes(recipe_of(mix))
+            kind == "hessians" and block > 0
+            for recipe in self._point_recipes(recipe_of(mix))
+            for kind, block in recipe_reads(recipe, self.dense.blocks, recipe.sequential).dense
         )
 
     def _point_recipes(self, pattern: str) -> tuple[Any, ...]:
