@@ -247,21 +247,12 @@ def check_free(
     holds it all."""
     need_workdir, need_out, need_together = map(with_margin, (need_workdir, need_out, need_together))
     free_work, device_work = free_bytes(workdir)
-    free_out, device_out = free_bytes(out if out is not None else workdir)
+    free_out, device_out = free_bytes(out) if out is not None else (free_work, device_work)
     where, there = Option("workdir", str(workdir)), Option("out", str(out))
-    if out is None:
+    if device_work == device_out:  # one filesystem (``out`` None: the working directory holds it all)
         short = need_together > free_work
-        needs: tuple[str | Option, ...] = (f"{size_text(need_together)} in ", where)
-        needs += (f", {size_text(free_work)} free",)
-    elif device_work == device_out:
-        short = need_together > free_work
-        needs = (
-            f"{size_text(need_together)} in ",
-            where,
-            " and ",
-            there,
-            " together",
-        )
+        together = () if out is None else (" and ", there, " together")
+        needs: tuple[str | Option, ...] = (f"{size_text(need_together)} in ", where, *together)
         needs += (f", {size_text(free_work)} free",)
     else:  # each with the free space of its own filesystem
         short = need_workdir > free_work or need_out > free_out
