@@ -16,8 +16,10 @@
 Configuration choices (they work in a container without cgroups or systemd):
 - ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, JobAcctGatherType=jobacct_gather/none.
 - AccountingStorageType=accounting_storage/none: no slurmdbd, no database. `squeue` is the status
-  command that works here; MinJobAge is long (600 s) so that finished jobs stay visible to `squeue`
-  (the plugin only trusts `squeue` when MinJobAge >= 3 x init-seconds-before-status-checks).
+  command that works here; MinJobAge is a day so that finished jobs stay visible to `squeue` and
+  `scontrol show job` for the whole test session, however slow the machine (the plugin only trusts
+  `squeue` when MinJobAge >= 3 x init-seconds-before-status-checks; a job finished 600 s before the test
+  read its GPU request was once gone on a slow CI machine).
   JobCompType=jobcomp/filetxt writes one line per finished job to `jobcomp.txt` (a record of what ran).
   Without slurmdbd, `sacct` answers "Slurm accounting storage is disabled": see
   `SlurmCluster.sacct_works()`.
@@ -229,7 +231,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
-MinJobAge=600
+MinJobAge=86400
 DefMemPerCPU=512
 ReturnToService=2
 KillWait=5
