@@ -6,7 +6,9 @@ The wheel is fetched once per session with pip (PyPI) unless THANOS_GENSIM_WHEEL
 from __future__ import annotations
 
 import json
+import logging
 import random
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -191,7 +193,7 @@ def test_split_sentences_keeps_abbreviations():
     ]
 
 
-def _tiny_train_args(data_dir: Path, out: Path, steps: int = 4) -> list[str]:
+def _tiny_train_args(data_dir: Path, out: Path, steps: int = 12) -> list[str]:
     return [
         "train-demo",
         *("--data-dir", str(data_dir), "--out", str(out), "--steps", str(steps), "--device", "cpu"),
@@ -213,11 +215,12 @@ def test_train_demo_writes_loadable_model(tiny_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     report = json.loads((tiny_model / "train_report.json").read_text())
-    assert report["steps"] == 4 and len(report["loss_curve"]) == 2
+    assert report["steps"] == 12 and len(report["loss_curve"]) == 6
     assert report["held_out"]["seqlen"] == 128 and report["held_out"]["ppl"] > 1
     assert report["model"]["num_key_value_heads"] < report["model"]["num_attention_heads"]
     assert (tiny_model / "model.safetensors").is_file()
-    assert not [p for p in tiny_model.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+    # no temporary left, nor the training's state (kept every 20 steps by default: none in 12)
+    assert [p.name for p in tiny_model.parent.iterdir()] == ["model"]
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     assert model.config.model_type == "llama" and model.config.num_hidden_layers == 4
@@ -244,6 +247,53 @@ def test_train_demo_is_deterministic(tiny_model, data_dir, tmp_path):
     b = json.loads((out / "train_report.json").read_text())
     assert a["loss_curve"] == b["loss_curve"]
     assert a["held_out"]["ppl"] > 1 and b["held_out"] is None
+
+
+def test_train_demo_stopped_resumes_to_the_same_bytes(tiny_model, data_dir, tmp_path, caplog):
+    """A training stopped by Ctrl-C keeps its state (every ``--save-every`` steps) beside ``--out`` and says
+    so; the same command resumes there and writes the model and loss curve of the uninterrupted run
+    (``tiny_model``), then deletes the state; a state of other options is said and not resumed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "stopped"
+    state = tmp_path / "stopped.train-state"
+    args = [*_tiny_train_args(data_dir, out), "--save-every", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "thanos", *args], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not (state / "run.json").is_file():
+        time.sleep(0.01)
+    assert proc.poll() is None, "the training ended before it could be stopped"
+    proc.send_signal(signal.SIGINT)
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "is kept in" in stderr and str(state) in stderr and "the same command resumes" in stderr, stderr
+    assert not out.exists() and (state / "state.pt").is_file()
+    kept = torch.load(state / "state.pt", weights_only=True)["step"]
+    assert kept % 2 == 0 and 2 <= kept < 12
+
+    # another training's state (other steps) is not resumed: said, and that run starts over (on a few of the
+    # documents: its tokenizer trained in a moment)
+    few = tmp_path / "few"
+    few.mkdir()
+    for split in ("train.jsonl", "test.jsonl"):
+        (few / split).write_text("".join((data_dir / split).read_text().splitlines(keepends=True)[:40]))
+    other = tmp_path / "other"
+    shutil.copytree(state, tmp_path / "other.train-state")
+    with caplog.at_level(logging.INFO):
+        assert main([*_tiny_train_args(few, other, steps=2), "--no-held-out"]) == 0
+    assert "holds another training's state (option steps 12 -> 2)" in caplog.text, caplog.text
+    assert "resumed" not in caplog.text and not (tmp_path / "other.train-state").exists()
+
+    run = subprocess.run([sys.executable, "-m", "thanos", *args], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"resumed at step {kept} of 12" in run.stderr, run.stderr[-3000:]
+    assert (out / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["loss_curve"] == json.loads((tiny_model / "train_report.json").read_text())["loss_curve"]
+    assert not state.exists()
 
 
 def test_train_demo_rejects_bad_options(data_dir, tmp_path):

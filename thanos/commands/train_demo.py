@@ -12,6 +12,7 @@ from pathlib import Path
 from thanos.files.atomic import atomic_path, write_json
 
 HELP = "train the small demo Llama (and its tokenizer) on the demo data"
+SAVE_EVERY = 20  # steps between kept states (the default options: about 13 s of 2 cores)
 log = logging.getLogger(__name__)
 
 
@@ -24,6 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="HF model directory to write")
     parser.add_argument(
         "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda, cuda:N"
+    )
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=SAVE_EVERY,
+        metavar="N",
+        help="keep the training's state every N steps in OUT.train-state, so that a stopped run (Ctrl-C, a "
+        "killed job) resumes there when run again, to the same bytes; deleted once the model is written; 0: "
+        f"never (default {SAVE_EVERY})",
     )
     parser.add_argument(
         "--no-held-out",
@@ -65,25 +75,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from thanos.demo.splits import read_jsonl
     from thanos.demo.train import TrainOptions, train_demo
+    from thanos.demo.train_state import TrainState, state_dir
+    from thanos.errors import Option, OptionError
+    from thanos.files.ledger import digest
     from thanos.stages.common import resolve_device
     from thanos.stages.publish import check_replaceable
 
     opts = TrainOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)})
     opts.validate()
+    if args.save_every < 0:
+        raise OptionError(Option("save-every", str(args.save_every)), "give 0 (never) or a number of steps")
     check_replaceable(args.out, "out", "train_report.json", "thanos train-demo")  # the rest: deleted
     device = resolve_device(args.device)
     train_docs = [a.text for a in read_jsonl(args.data_dir / "train.jsonl")]
     test_docs = [a.text for a in read_jsonl(args.data_dir / "test.jsonl")]
     manifest = args.data_dir / "manifest.json"
-    with atomic_path(args.out, is_dir=True) as tmp:
-        report = train_demo(train_docs, test_docs, tmp, opts, device, held_out=not args.no_held_out)
-        report["data"]["dir"] = str(args.data_dir)
-        if manifest.is_file():
-            import json
+    inputs = {"options": dataclasses.asdict(opts), "train": digest(train_docs), "device": device.type}
+    state = TrainState(state_dir(args.out), inputs, args.save_every)
+    try:
+        with atomic_path(args.out, is_dir=True) as tmp:
+            report = train_demo(train_docs, test_docs, tmp, opts, device, not args.no_held_out, state)
+            report["data"]["dir"] = str(args.data_dir)
+            if manifest.is_file():
+                import json
 
-            source = json.loads(manifest.read_text())
-            report["data"]["splits_sha256"] = {k: v["sha256"] for k, v in source.get("splits", {}).items()}
-        write_json(tmp / "train_report.json", report)
+                splits = json.loads(manifest.read_text()).get("splits", {})
+                report["data"]["splits_sha256"] = {k: v["sha256"] for k, v in splits.items()}
+            write_json(tmp / "train_report.json", report)
+    except KeyboardInterrupt:
+        if state.saved:
+            log.warning("train-demo: stopped; the state after step %d of %d is kept in %s: the same command "
+                        "resumes there", state.saved, opts.steps, state.where)  # fmt: skip
+        else:
+            log.warning("train-demo: stopped before its first kept state (every %d steps): the same command "
+                        "starts over", args.save_every)  # fmt: skip
+        raise
+    state.clear()
     scores = report["held_out"]
     log.info(
         "wrote %s: %.2fM parameters, %d steps in %.0fs%s",

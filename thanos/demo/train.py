@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from thanos.demo.train_state import TrainState
+
 log = logging.getLogger(__name__)
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -183,16 +185,18 @@ def train_demo(
     opts: TrainOptions,
     device: torch.device,
     held_out: bool = True,
+    state: TrainState | None = None,
 ) -> dict:
     """Train tokenizer and model, save both into ``out_dir`` (an existing, empty directory) with
     ``save_pretrained`` (safetensors) and return the report (the caller writes it as train_report.json).
     ``held_out``: score the test documents at the end (the report's ``held_out``; None when False, for a
-    caller that evaluates the written model itself with the same protocol, as the workflow does)."""
+    caller that evaluates the written model itself with the same protocol, as the workflow does).
+    ``state``: where the training keeps its state every few steps and resumes from (``train_state``)."""
     opts.validate()
     started = time.perf_counter()
     torch.manual_seed(opts.seed)
     with _deterministic(device):
-        return _train_demo(train_docs, test_docs, out_dir, opts, device, held_out, started)
+        return _train_demo(train_docs, test_docs, out_dir, opts, device, held_out, started, state)
 
 
 @contextlib.contextmanager
@@ -218,6 +222,7 @@ def _train_demo(
     device: torch.device,
     held_out: bool,
     started: float,
+    state: TrainState | None,
 ) -> dict:
     """``train_demo``'s work, deterministic."""
     tokenizer, train_stream, test_stream = _tokenize(train_docs, test_docs, opts, started)
@@ -232,7 +237,7 @@ def _train_demo(
         params / 1e6,
         device,
     )
-    curve, train_seconds = _train(model, train_stream, opts, device)
+    curve, train_seconds = _train(model, train_stream, opts, device, state)
     scores = _held_out(model, test_stream, opts, device) if held_out else None
 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -290,10 +295,15 @@ def _tokenize(
 
 
 def _train(
-    model: torch.nn.Module, train_stream: torch.Tensor, opts: TrainOptions, device: torch.device
+    model: torch.nn.Module,
+    train_stream: torch.Tensor,
+    opts: TrainOptions,
+    device: torch.device,
+    state: TrainState | None = None,
 ) -> tuple[list[dict], float]:
     """AdamW (no weight decay on norms and biases), warmup and cosine schedule, gradient clipping: the
-    loss curve (every ``log_every`` steps) and the training seconds."""
+    loss curve (every ``log_every`` steps) and the training seconds. ``state``: kept every few steps, and
+    the training resumed from the one an earlier run kept (the same bytes as without the stop)."""
     from tqdm import tqdm
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -306,12 +316,23 @@ def _train(
     )
     generator = torch.Generator().manual_seed(opts.seed)
     batches = _batches(train_stream, opts, generator)
-    curve = []
+    curve: list[dict] = []
+    running, running_n, first, before = 0.0, 0, 0, 0.0
+    kept = state.load() if state is not None else None
+    if kept is not None:
+        model.load_state_dict(kept["model"])
+        optimizer.load_state_dict(kept["optimizer"])
+        torch.set_rng_state(kept["rng"])
+        curve, running, running_n = kept["curve"], kept["running"], kept["running_n"]
+        first, before = kept["step"], kept["seconds"]
+        for _ in range(first):  # the windows the steps done trained on: the stream goes on after them
+            next(batches)
+        log.info("resumed at step %d of %d (the state kept in %s)", first, opts.steps, state.where)
     model.train()
     train_started = time.perf_counter()
-    running, running_n = 0.0, 0
     epoch = 0
-    progress = tqdm(range(opts.steps), desc="train-demo", unit="step", mininterval=5.0, disable=None)
+    progress = tqdm(range(first, opts.steps), desc="train-demo", unit="step", mininterval=5.0, disable=None,
+                    initial=first, total=opts.steps)  # fmt: skip
     for step in progress:
         for group in optimizer.param_groups:
             group["lr"] = _lr_at(step, opts)
@@ -330,7 +351,12 @@ def _train(
             progress.set_postfix(loss=f"{mean:.3f}", epoch=epoch)
             log.info("step %d/%d  loss %.4f  epoch %d", step + 1, opts.steps, mean, epoch)
             running, running_n = 0.0, 0
-    return curve, time.perf_counter() - train_started
+        if state is not None and state.due(step + 1, opts.steps):
+            seconds = before + time.perf_counter() - train_started
+            state.save({"step": step + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "rng": torch.get_rng_state(), "curve": curve, "running": running,
+                        "running_n": running_n, "seconds": seconds})  # fmt: skip
+    return curve, before + time.perf_counter() - train_started
 
 
 def _held_out(
