@@ -284,7 +284,7 @@ def test_train_demo_stopped_resumes_to_the_same_bytes(tiny_model, data_dir, tmp_
     shutil.copytree(state, tmp_path / "other.train-state")
     with caplog.at_level(logging.INFO):
         assert main([*_tiny_train_args(few, other, steps=2), "--no-held-out"]) == 0
-    assert "holds another training's state (option steps 12 -> 2)" in caplog.text, caplog.text
+    assert "is not resumed (option steps 12 -> 2): started over" in caplog.text, caplog.text
     assert "resumed" not in caplog.text and not (tmp_path / "other.train-state").exists()
 
     run = subprocess.run([sys.executable, "-m", "thanos", *args], capture_output=True, text=True)

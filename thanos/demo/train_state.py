@@ -52,13 +52,13 @@ class TrainState:
         return (where / STATE).is_file()
 
     def load(self) -> dict[str, Any] | None:
-        """The state an earlier run of these inputs kept; None without one (one of other inputs: said, and
-        deleted)."""
+        """The state an earlier run of these inputs kept; None without one (one of other inputs, or one whose
+        record was never written: said, and deleted)."""
         why = self.entry.reason(self.inputs, self._complete)
         if why == MISSING:
             return None
         if why is not None:
-            log.warning("train-demo: %s holds another training's state (%s): started over", self.where, why)
+            log.warning("train-demo: the state in %s is not resumed (%s): started over", self.where, why)
             self.clear()
             return None
         state = torch.load(self.where / STATE, map_location="cpu", weights_only=True)
