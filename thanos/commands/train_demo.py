@@ -31,9 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=SAVE_EVERY,
         metavar="N",
-        help="keep the training's state every N steps in OUT.train-state, so that a stopped run (Ctrl-C, a "
-        "killed job) resumes there when run again, to the same bytes; deleted once the model is written; 0: "
-        f"never (default {SAVE_EVERY})",
+        help="keep the training's state every N steps (and at least every minute) in OUT.train-state, so "
+        "that a stopped run (Ctrl-C, a killed job) resumes there when run again, to the same bytes; deleted "
+        f"once the model is written; 0: never (default {SAVE_EVERY})",
     )
     parser.add_argument(
         "--no-held-out",
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> None:
             log.warning("train-demo: stopped; the state after step %d of %d is kept in %s: the same command "
                         "resumes there", state.saved, opts.steps, state.where)  # fmt: skip
         else:
-            log.warning("train-demo: stopped before its first kept state (every %d steps): the same command "
-                        "starts over", args.save_every)  # fmt: skip
+            log.warning("train-demo: stopped before its first kept state (every %d steps or every minute): "
+                        "the same command starts over", args.save_every)  # fmt: skip
         raise
     state.clear()
     scores = report["held_out"]

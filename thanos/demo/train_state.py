@@ -1,19 +1,20 @@
 """The demo training's state between its runs, so that a stopped ``train-demo`` resumes where it was.
 
 ``<out>.train-state/state.pt`` holds the weights, AdamW's moments, the steps done, the loss curve so far and
-torch's random state, replaced whole every ``every`` steps; the directory's record (``run.json``,
-``thanos.files.ledger``) says what every state it holds is of: the training's options, its documents and the
-device. A run of the same options on the
-same documents resumes at the step it holds and writes the bytes an uninterrupted run writes (the windows of
-a step are a function of the seed and the step alone: ``thanos.demo.train._batches``); a state of other
-options or documents is said and replaced; the directory is deleted once the model is written.
+torch's random state, replaced whole every ``every`` steps or every minute; the directory's record
+(``run.json``, ``thanos.files.ledger``) says what every state it holds is of: the training's options, its
+documents and the device. A run of the same options on the same documents resumes at the step it holds and
+writes the bytes an uninterrupted run writes (the windows of a step are a function of the seed and the step
+alone: ``thanos.demo.train._batches``); a state of other options or documents is said and replaced; the
+directory is deleted once the model is written.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 STATE = "state.pt"
 RECORD = "run.json"
+SAVE_SECONDS = 60.0  # a state kept at least this often, whatever the steps (a slow or loaded machine)
 SUFFIX = ".train-state"
 
 
@@ -36,12 +38,14 @@ def state_dir(out: Path) -> Path:
 
 @dataclass
 class TrainState:
-    """A training's kept state: in ``where``, of ``inputs``, written every ``every`` steps (0: never)."""
+    """A training's kept state: in ``where``, of ``inputs``, written every ``every`` steps or every
+    ``SAVE_SECONDS``, whichever comes first (``every`` 0: never)."""
 
     where: Path
     inputs: dict[str, Any]
     every: int
     saved: int = 0  # the steps done in the state kept now (0: none)
+    last: float = field(default_factory=time.monotonic)  # when the last state was kept (or the run began)
 
     @property
     def entry(self) -> Entry:
@@ -67,7 +71,9 @@ class TrainState:
 
     def due(self, done: int, steps: int) -> bool:
         """Whether the state is kept after ``done`` of ``steps`` steps (not after the last: the model is)."""
-        return self.every > 0 and done % self.every == 0 and done < steps
+        if self.every <= 0 or done >= steps:
+            return False
+        return done % self.every == 0 or time.monotonic() - self.last >= SAVE_SECONDS
 
     def save(self, state: dict[str, Any]) -> None:
         """Keep ``state`` (its ``step``: the steps done) in place of the one kept (the directory's record
@@ -77,7 +83,7 @@ class TrainState:
             torch.save(state, tmp)
         if not self.entry.current(self.inputs, self._complete):
             self.entry.write(self.inputs)
-        self.saved = int(state["step"])
+        self.saved, self.last = int(state["step"]), time.monotonic()
 
     def clear(self) -> None:
         """Delete the kept state (the model is written)."""
