@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.terminal import thanos_as_terminal
 
 from thanos.cli import main
 from thanos.data.textdata import read_documents
@@ -261,7 +262,7 @@ def test_train_demo_stopped_resumes_to_the_same_bytes(tiny_model, data_dir, tmp_
     out = tmp_path / "stopped"
     state = tmp_path / "stopped.train-state"
     args = [*_tiny_train_args(data_dir, out), "--save-every", "2"]
-    proc = subprocess.Popen([sys.executable, "-m", "thanos", *args], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(thanos_as_terminal(*args), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline and not (state / "run.json").is_file():
         time.sleep(0.01)

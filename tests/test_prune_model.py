@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import thanos_here
+from helpers.terminal import thanos_as_terminal
 
 from thanos.runner.recipe_options import RecipeOptions
 from thanos.runner.workdirs import default_workdir, model_slug
@@ -861,16 +862,9 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_keeps_what_was_finished(inputs,
     args = ["prune-model", "--model", model, "--method", "thanos", "--sparsity", "2:4",
             "--calibration", calib, *CALIBRATION, "--device", "cpu", "--cores", "2",
             "--workdir", tmp_path / "work", "--out", tmp_path / "out", *longer]  # fmt: skip
-    # started as a terminal starts it: SIGINT at its default and unblocked, whatever this test process
-    # inherited (a worker of the test runner may ignore or block it, and a child inherits both)
-    as_terminal = (
-        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-        "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); "
-        "os.execv(sys.executable, [sys.executable, '-m', 'thanos', *sys.argv[1:]])"
-    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", as_terminal, *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
+        thanos_as_terminal(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
     lines = []
     for line in iter(proc.stdout.readline, b""):
