@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from thanos.demo.train_state import TrainState
+from thanos.stages.common import random_state, set_random_state
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +323,7 @@ def _train(
     if kept is not None:
         model.load_state_dict(kept["model"])
         optimizer.load_state_dict(kept["optimizer"])
-        torch.set_rng_state(kept["rng"])
+        set_random_state(kept["rng"], device)
         curve, running, running_n = kept["curve"], kept["running"], kept["running_n"]
         first, before = kept["step"], kept["seconds"]
         for _ in range(first):  # the windows the steps done trained on: the stream goes on after them
@@ -354,7 +355,7 @@ def _train(
         if state is not None and state.due(step + 1, opts.steps):
             seconds = before + time.perf_counter() - train_started
             state.save({"step": step + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "rng": torch.get_rng_state(), "curve": curve, "running": running,
+                        "rng": random_state(device), "curve": curve, "running": running,
                         "running_n": running_n, "seconds": seconds})  # fmt: skip
     return curve, before + time.perf_counter() - train_started
 

@@ -1,12 +1,12 @@
 """The demo training's state between its runs, so that a stopped ``train-demo`` resumes where it was.
 
 ``<out>.train-state/state.pt`` holds the weights, AdamW's moments, the steps done, the loss curve so far and
-torch's random state, replaced whole every ``every`` steps or every minute; the directory's record
-(``run.json``, ``thanos.files.ledger``) says what every state it holds is of: the training's options, its
-documents and the device. A run of the same options on the same documents resumes at the step it holds and
-writes the bytes an uninterrupted run writes (the windows of a step are a function of the seed and the step
-alone: ``thanos.demo.train._batches``); a state of other options or documents is said and replaced; the
-directory is deleted once the model is written.
+torch's random state (the device's too), replaced whole every ``every`` steps or every minute; the
+directory's record (``run.json``, ``thanos.files.ledger``) says what every state it holds is of: the
+training's options, its documents and the device. A run of the same options on the same documents resumes
+at the step it holds and writes the bytes an uninterrupted run writes (the windows of a step are a function
+of the seed and the step alone: ``thanos.demo.train._batches``); a state of other options or documents is
+said and replaced; the directory is deleted once the model is written.
 """
 
 from __future__ import annotations

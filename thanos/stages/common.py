@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -104,6 +105,22 @@ class Compute:
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
         """Activations on the device in the compute dtype."""
         return x.to(self.device, self.dtype) if self.converts else x.to(self.device)
+
+
+def random_state(device: torch.device) -> dict[str, Any]:
+    """torch's random state on the CPU and, for a CUDA ``device``, on it: what a training's checkpoint
+    keeps (distillation's, the demo's)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_random_state(state: dict[str, Any], device: torch.device) -> None:
+    """torch's random state set back to ``state`` (``random_state``'s)."""
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def check_finite(hidden: torch.Tensor, what: str, block: int, start: int, path: str | Path) -> None:

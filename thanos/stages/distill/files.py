@@ -121,19 +121,6 @@ class Checkpoints:
                     shutil.copy2(previous, tmp / "best.pt")
 
 
-def random_state(device: torch.device) -> dict[str, Any]:
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_random_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
 def _rewrite_shard(source: Path, target: Path, weights: dict[str, torch.Tensor]) -> list[str]:
     """``source`` written to ``target`` with each tensor taken from ``weights`` (cast to the shard's dtype);
     returns the names ``weights`` lacks (kept as they were)."""

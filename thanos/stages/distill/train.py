@@ -39,7 +39,8 @@ from thanos.pruning.distillation import (
     step_windows,
 )
 from thanos.recipes.training import Distillation
-from thanos.stages.distill.files import Checkpoints, random_state, set_random_state
+from thanos.stages.common import random_state, set_random_state
+from thanos.stages.distill.files import Checkpoints
 from thanos.stages.distill.ranks import Ranks, local
 from thanos.stages.distill.text import Text
 
