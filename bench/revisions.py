@@ -12,6 +12,7 @@ import argparse
 import importlib.util
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +59,7 @@ def module_at(rev: str, path: str) -> ModuleType:
     tag = re.sub(r"\W", "_", rev)
     spec = importlib.util.spec_from_file_location(f"{file.stem}_at_{tag}", file)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass's fields are resolved through its module there
     spec.loader.exec_module(module)
     return module
 

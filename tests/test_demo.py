@@ -270,7 +270,10 @@ def test_train_demo_stopped_resumes_to_the_same_bytes(tiny_model, data_dir, tmp_
     proc.send_signal(signal.SIGINT)
     stderr = proc.communicate(timeout=120)[1]
     assert proc.returncode == 130, stderr[-3000:]
-    assert "is kept in" in stderr and str(state) in stderr and "the same command resumes" in stderr, stderr
+    last = stderr.strip().splitlines()[-1]  # the command's last line says what it kept, and nothing else
+    assert last.startswith("ERROR: interrupted; the state after step "), stderr[-3000:]
+    assert str(state) in last and "the same command resumes there" in last, last
+    assert "what was finished is kept" not in stderr, stderr[-3000:]
     assert not out.exists() and (state / "state.pt").is_file()
     kept = torch.load(state / "state.pt", weights_only=True)["step"]
     assert kept % 2 == 0 and 2 <= kept < 12

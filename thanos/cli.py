@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import thanos.commands
-from thanos.errors import Terminated, describe, interruption
+from thanos.errors import RESUME, Terminated, describe, interruption
 
 log = logging.getLogger("thanos")
 
@@ -165,7 +165,7 @@ def _run(argv: list[str], command: str | None, verbose: bool) -> int:
         args._run(args)
     except KeyboardInterrupt as err:
         word, status = interruption(err)
-        _last_line(f"ERROR: {word}; what was finished is kept: run the same command again to resume")
+        _last_line(f"ERROR: {word}; {getattr(err, 'resume', RESUME)}")
         return status
     except Exception as err:  # noqa: BLE001 - every error ends as one line (and a logged traceback)
         _report(err, verbose, getattr(args, "_traceback", True))

@@ -35,6 +35,11 @@ class Terminated(KeyboardInterrupt):
     status = 143
 
 
+# what the last line of a command stopped by an interruption says after it (``thanos.cli``), unless the
+# command said what it kept itself: an interruption's ``resume`` (``train-demo``: the step of its state)
+RESUME = "what was finished is kept: run the same command again to resume"
+
+
 def interruption(err: KeyboardInterrupt) -> tuple[str, int]:
     """How an interruption is said and the exit status it ends with: Ctrl-C's (``interrupted``, 130) or a
     ``Terminated``'s. What asyncio would say after it is not said: an interruption during a store's write

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 from thanos.files.atomic import atomic_path, write_json
 
@@ -102,13 +103,8 @@ def run(args: argparse.Namespace) -> None:
                 splits = json.loads(manifest.read_text()).get("splits", {})
                 report["data"]["splits_sha256"] = {k: v["sha256"] for k, v in splits.items()}
             write_json(tmp / "train_report.json", report)
-    except KeyboardInterrupt:
-        if state.saved:
-            log.warning("train-demo: stopped; the state after step %d of %d is kept in %s: the same command "
-                        "resumes there", state.saved, opts.steps, state.where)  # fmt: skip
-        else:
-            log.warning("train-demo: stopped before its first kept state (every %d steps or every minute): "
-                        "the same command starts over", args.save_every)  # fmt: skip
+    except KeyboardInterrupt as err:  # the command's last line says what was kept (``thanos.cli``)
+        err.resume = _kept(state, opts.steps, args.save_every)  # type: ignore[attr-defined]
         raise
     state.clear()
     scores = report["held_out"]
@@ -119,4 +115,19 @@ def run(args: argparse.Namespace) -> None:
         report["steps"],
         report["seconds"],
         f", held-out ppl {scores['ppl']:.2f}" if scores else "",
+    )
+
+
+def _kept(state: Any, steps: int, save_every: int) -> str:
+    """What a stopped training kept, and what the same command does: the last line of the command."""
+    if state.saved:
+        return (
+            f"the state after step {state.saved} of {steps} is kept in {state.where}: the same command "
+            "resumes there"
+        )
+    if not save_every:
+        return "no state kept (--save-every 0): the same command starts over"
+    return (
+        f"stopped before its first kept state (every {save_every} steps or every minute): the same "
+        "command starts over"
     )
