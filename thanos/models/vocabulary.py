@@ -10,9 +10,13 @@ The special tokens (``added_tokens``, the unknown token, the config's bos/eos/pa
 ``choose_tokens`` fills the budget in one rank order, each token inserted together with the part of its
 closure not yet kept, skipped when that does not fit: the tokens a text uses at least ``MIN_USES`` times
 (most used first), then the rest by id: the earliest merges, which BPE learned from the most frequent
-pairs of its training corpus. Measured on SmolLM2-135M (docs/structures.md, "The vocabulary"), that prior
-beats both the text's rare tokens and the dense model's mean next-token probability over the text, on
-held-out text: a token a text uses once or twice is as often one of its names as a word of the language.
+pairs of its training corpus, those written in the text's scripts first (``in_scripts``: every letter of
+the token in a script whose letters the text uses, every other character one the text uses). Measured on
+SmolLM2-135M (docs/structures.md, "The vocabulary"), that prior beats both the text's rare tokens and the
+dense model's mean next-token probability over the text, on held-out text: a token a text uses once or
+twice is as often one of its names as a word of the language. The scripts matter for a multilingual
+vocabulary kept for one language, whose earliest merges serve the other languages too (Gemma 3's 262k
+tokens kept for English prose); an English-only one's earliest merges are nearly all in the text's script.
 The budget is an exact count: the kept set never exceeds it, and reaches it unless every remaining token's
 closure is larger than the room left.
 
@@ -22,12 +26,16 @@ vocabulary_files`` rewrites the files, ``thanos.stages.vocab`` applies it to a m
 
 from __future__ import annotations
 
+import functools
+import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 MIN_USES = 3  # a token the text uses once or twice is no better a choice than the earliest merges
+SCRIPT_SHARE = 0.01  # a script is the text's when it holds this share of the text's letters
 BYTE_FALLBACK_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 
@@ -137,13 +145,64 @@ def closure(tokens: Iterable[int], parts: Mapping[int, Sequence[int]], kept: Ite
     return found
 
 
-def rank_order(ids: Iterable[int], used: Mapping[int, int]) -> list[int]:
+def rank_order(
+    ids: Iterable[int], used: Mapping[int, int], written: AbstractSet[int] | None = None
+) -> list[int]:
     """The order tokens are offered to the budget: those used at least ``MIN_USES`` times by count (most
-    first), then the others by id (the earliest merges first); ties by id."""
+    first), then the others by id (the earliest merges first), those in ``written`` (the text's scripts,
+    ``in_scripts``; None: every token) before the rest; ties by id."""
     ids = list(ids)
     first = sorted((i for i in ids if used.get(i, 0) >= MIN_USES), key=lambda i: (-used[i], i))
     chosen = set(first)
-    return first + sorted(i for i in ids if i not in chosen)
+    rest = sorted(i for i in ids if i not in chosen)
+    if written is None:
+        return first + rest
+    return first + [i for i in rest if i in written] + [i for i in rest if i not in written]
+
+
+def _script(character: str) -> str:
+    """A letter's script, as the first word of its Unicode name (``LATIN``, ``CYRILLIC``, ``CJK``)."""
+    return unicodedata.name(character, "?").split(" ")[0]
+
+
+@functools.cache
+def _byte_of() -> dict[str, int]:
+    """Each byte-level symbol's byte."""
+    return {symbol: byte for byte, symbol in enumerate(byte_level_alphabet())}
+
+
+def token_text(token: str, kind: str) -> str | None:
+    """The text a token stands for (its bytes as UTF-8; SentencePiece's ``▁`` a space), None where they
+    are not whole UTF-8 characters (a piece of one) or it is a byte of byte fallback."""
+    if kind == "byte-level":
+        byte_of = _byte_of()
+        if any(symbol not in byte_of for symbol in token):
+            return None
+        try:
+            return bytes(byte_of[symbol] for symbol in token).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if token in BYTE_FALLBACK_TOKENS:
+        return None
+    return token.replace("\u2581", " ")
+
+
+def in_scripts(vocab: BPEVocabulary, characters: Mapping[str, int]) -> set[int]:
+    """The tokens written in the scripts of a text whose characters are counted by ``characters``: each of
+    their letters in a script (``_script``) that holds at least ``SCRIPT_SHARE`` of the text's letters
+    (a few Greek or Cyrillic names in English prose do not make those scripts the text's), each of their
+    other characters (digits, punctuation, spaces) one the text has."""
+    letters = Counter()
+    for character, count in characters.items():
+        if character.isalpha():
+            letters[_script(character)] += count
+    scripts = {script for script, count in letters.items() if count >= SCRIPT_SHARE * letters.total()}
+    found = set()
+    for token, i in vocab.tokens.items():
+        text = token_text(token, vocab.kind)
+        if text and all((_script(c) in scripts) if c.isalpha() else (c in characters) for c in text):
+            found.add(i)
+    return found
 
 
 def minimum_kept(vocab: BPEVocabulary) -> int:
@@ -151,9 +210,12 @@ def minimum_kept(vocab: BPEVocabulary) -> int:
     return len(closure(vocab.always, vocab.parts()))
 
 
-def choose_tokens(vocab: BPEVocabulary, keep: int, used: Mapping[int, int]) -> list[int]:
+def choose_tokens(
+    vocab: BPEVocabulary, keep: int, used: Mapping[int, int], characters: Mapping[str, int] | None = None
+) -> list[int]:
     """The ``keep`` token ids kept, in increasing order (see the module's docstring): refused when ``keep``
-    is below ``minimum_kept`` or not below the vocabulary's size."""
+    is below ``minimum_kept`` or not below the vocabulary's size. ``characters``: the choosing text's, counted
+    (``in_scripts``); None: every token is in its scripts."""
     parts = vocab.parts()
     kept = closure(vocab.always, parts)
     if keep < len(kept):
@@ -164,7 +226,7 @@ def choose_tokens(vocab: BPEVocabulary, keep: int, used: Mapping[int, int]) -> l
     ids = sorted(set(vocab.tokens.values()) | set(vocab.always))
     if keep >= len(ids):
         raise ValueError(f"vocab: keeping {keep} tokens removes none of the tokenizer's {len(ids)}")
-    for token in rank_order(ids, used):
+    for token in rank_order(ids, used, in_scripts(vocab, characters) if characters else None):
         if len(kept) == keep:
             break
         if token not in kept:

@@ -2,7 +2,8 @@
 
 **Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
 uses at least three times (the calibration text by default), then, up to the budget, the earliest merges (the
-lowest ids), every kept token with its merge parts. The dense model is not run: it is only sliced.
+lowest ids) written in the text's scripts, then the other earliest merges, every kept token with its merge
+parts. The dense model is not run: it is only sliced.
 
 **Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
 order; ``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` and ``generation_config.json``
@@ -96,7 +97,7 @@ def prune_vocabulary(
     encoded = [e.ids for e in dense.encode_batch(list(documents), add_special_tokens=False)]
     used = Counter(i for ids in encoded for i in ids)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").eval()
-    kept = choose_tokens(vocab, keep, used)
+    kept = choose_tokens(vocab, keep, used, Counter(c for document in documents for c in document))
     before = sum(p.numel() for p in model.parameters())
     slice_vocabulary(model, kept)
     for key, value in prune_config(config, kept).items():
