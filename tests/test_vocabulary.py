@@ -132,6 +132,42 @@ def test_rank_text_tokens_used_thrice_then_earliest_merges(pruned: dict[str, Any
     assert (twice, thrice) == ({earliest}, {late})
 
 
+def test_the_filler_is_the_earliest_merges_in_the_texts_scripts() -> None:
+    """After the text's tokens, the earliest merge written in the choosing text's scripts comes before an
+    earlier one of another script (a multilingual vocabulary kept for English prose); a script with a few
+    letters of the text (under 1 %) is not the text's; without the text's characters, the earliest merge."""
+    from collections import Counter
+
+    from thanos.models.vocabulary import token_text
+
+    singles = ["\u0434", "\u0436", "a", "b"]  # Cyrillic de and zhe, Latin a and b
+    tokens = {**{f"<0x{byte:02X}>": byte for byte in range(256)}, "\u0434\u0436": 256, "ab": 257}
+    tokens |= {single: 258 + i for i, single in enumerate(singles)}
+    data = {
+        "model": {
+            "type": "BPE",
+            "byte_fallback": True,
+            "vocab": tokens,
+            "merges": [["\u0434", "\u0436"], ["a", "b"]],
+        },
+        "added_tokens": [],
+    }
+    vocab = read_bpe(data)
+    keep = minimum_kept(vocab) + 3  # one merge and its two parts
+    english = Counter("ab ba " * 200 + "\u0434")  # one Cyrillic letter in 801
+    assert set(choose_tokens(vocab, keep, {})) - vocab.always == {256, 258, 259}  # the earliest merge
+    assert set(choose_tokens(vocab, keep, {}, english)) - vocab.always == {257, 260, 261}
+    russian = Counter("\u0434\u0436 " * 200 + "ab")
+    assert set(choose_tokens(vocab, keep, {}, russian)) - vocab.always == {256, 258, 259}
+    # a token's text: byte-level symbols as UTF-8 (a piece of a character is none), SentencePiece's space
+    assert (
+        token_text("\u0120the", "byte-level") == " the"
+        and token_text("\u00c3\u00a9", "byte-level") == "\u00e9"
+    )
+    assert token_text("\u00c3", "byte-level") is None and token_text("<0x41>", "byte-fallback") is None
+    assert token_text("\u2581the", "byte-fallback") == " the"
+
+
 def test_report_counts(pruned: dict[str, Any]) -> None:
     """The report: the text that chose, tokens kept (ceil-exact), parameters before and after, the text's
     length before and after."""
