@@ -9,7 +9,9 @@ three times (most used first, ``thanos.models.vocabulary.MIN_USES``), then fills
   merges (``choose_tokens`` with the text's characters: the default);
 - ``merges``: the earliest merges (the lowest ids), whatever their script (the default before);
 - ``probability``: the tokens of the largest mean next-token probability of the dense model over the
-  choosing text's windows.
+  choosing text's windows;
+- ``log-probability``: the tokens of the largest mean log-probability there (a token likely at a few
+  positions, a topic's word, counts less than one plausible at many).
 
 The choosing text is ``--choose`` (the demo's calibration articles), the judging text ``--windows`` windows of
 ``--seqlen`` tokens of ``--judge`` (the demo's test articles, other topics).
@@ -49,23 +51,28 @@ from thanos.models.vocabulary_files import (  # noqa: E402
 from thanos.pruning.sparsity import parse_sparsity  # noqa: E402
 from thanos.stages.vocab import REWRITTEN, STALE, slice_vocabulary  # noqa: E402
 
-FILLERS = ("scripts", "merges", "probability")
+FILLERS = ("scripts", "merges", "probability", "log-probability")
 
 
-def mean_probability(model_dir: Path, documents: list[str], windows: int, seqlen: int) -> torch.Tensor:
-    """The dense model's next-token probabilities averaged over ``windows`` windows of ``documents``."""
+def mean_probability(
+    model_dir: Path, documents: list[str], windows: int, seqlen: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dense model's next-token probabilities averaged over ``windows`` windows of ``documents``, and
+    their logarithms averaged (float32)."""
     from transformers import AutoModelForCausalLM
 
     tokenizer = load_tokenizer(model_dir)
     ids = sample_windows(documents, tokenizer, windows, seqlen, 0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    total = None
+    total = log_total = None
     with torch.inference_mode():
         for row in ids:
-            p = model(input_ids=torch.as_tensor(row)[None]).logits[0].float().softmax(-1).sum(0)
+            log_p = model(input_ids=torch.as_tensor(row)[None]).logits[0].float().log_softmax(-1)
+            p, log_sum = log_p.exp().sum(0), log_p.sum(0)
             total = p if total is None else total + p
-    assert total is not None
-    return total / (len(ids) * seqlen)
+            log_total = log_sum if log_total is None else log_total + log_sum
+    assert total is not None and log_total is not None
+    return total / (len(ids) * seqlen), log_total / (len(ids) * seqlen)
 
 
 def ranked_uses(used: Counter, probability: torch.Tensor) -> dict[int, float]:
@@ -133,10 +140,12 @@ def main() -> None:
     characters = Counter(c for document in choosing for c in document)
     reference = Reference(args.model, judging, "cpu", torch.bfloat16)
     fillers = args.fillers.split(",")
-    probability = None
-    if "probability" in fillers:
+    probability = log_probability = None
+    if {"probability", "log-probability"} & set(fillers):
         began = time.monotonic()
-        probability = mean_probability(args.model, choosing, args.probability_windows, args.seqlen)
+        probability, log_probability = mean_probability(
+            args.model, choosing, args.probability_windows, args.seqlen
+        )
         print(
             f"mean next-token probability over {args.probability_windows} windows: "
             f"{time.monotonic() - began:.0f} s"
@@ -151,8 +160,9 @@ def main() -> None:
             elif filler == "merges":
                 kept = choose_tokens(vocab, keep, used)
             else:
-                assert probability is not None
-                kept = choose_tokens(vocab, keep, ranked_uses(used, probability))  # type: ignore[arg-type]
+                by = probability if filler == "probability" else log_probability
+                assert by is not None
+                kept = choose_tokens(vocab, keep, ranked_uses(used, by))  # type: ignore[arg-type]
             out = args.work / f"vocab{size}-{filler}"
             write_pruned(args.model, kept, out)
             result = measure(args.model, out, judging, reference=reference)

@@ -136,6 +136,7 @@ def test_the_filler_is_the_earliest_merges_in_the_texts_scripts() -> None:
     """After the text's tokens, the earliest merge written in the choosing text's scripts comes before an
     earlier one of another script (a multilingual vocabulary kept for English prose); a script with a few
     letters of the text (under 1 %) is not the text's; without the text's characters, the earliest merge."""
+    import itertools
     from collections import Counter
 
     from thanos.models.vocabulary import token_text
@@ -159,6 +160,13 @@ def test_the_filler_is_the_earliest_merges_in_the_texts_scripts() -> None:
     assert set(choose_tokens(vocab, keep, {}, english)) - vocab.always == {257, 260, 261}
     russian = Counter("\u0434\u0436 " * 200 + "ab")
     assert set(choose_tokens(vocab, keep, {}, russian)) - vocab.always == {256, 258, 259}
+    # a vocabulary nearly all in the text's scripts (under 10 % in others): the earliest merges as they are
+    latin = {
+        "".join(pair): 262 + i
+        for i, pair in enumerate(itertools.product("cdefghijklmnopqrstuvwxyz", repeat=3))
+    }
+    wide = read_bpe(data | {"model": data["model"] | {"vocab": tokens | latin}})
+    assert set(choose_tokens(wide, keep, {}, english)) == set(choose_tokens(wide, keep, {}))
     # a token's text: byte-level symbols as UTF-8 (a piece of a character is none), SentencePiece's space
     assert (
         token_text("\u0120the", "byte-level") == " the"

@@ -10,8 +10,9 @@ The special tokens (``added_tokens``, the unknown token, the config's bos/eos/pa
 ``choose_tokens`` fills the budget in one rank order, each token inserted together with the part of its
 closure not yet kept, skipped when that does not fit: the tokens a text uses at least ``MIN_USES`` times
 (most used first), then the rest by id: the earliest merges, which BPE learned from the most frequent
-pairs of its training corpus, those written in the text's scripts first (``in_scripts``: every letter of
-the token in a script whose letters the text uses, every other character one the text uses). Measured on
+pairs of its training corpus, those written in the text's scripts first where the vocabulary is
+multilingual (``in_scripts``: every letter of the token in a script of the text's letters; more than
+``OTHER_SCRIPTS_SHARE`` of the vocabulary outside them). Measured on
 SmolLM2-135M (docs/structures.md, "The vocabulary"), that prior beats both the text's rare tokens and the
 dense model's mean next-token probability over the text, on held-out text: a token a text uses once or
 twice is as often one of its names as a word of the language. The scripts matter for a multilingual
@@ -36,6 +37,9 @@ from typing import Any
 
 MIN_USES = 3  # a token the text uses once or twice is no better a choice than the earliest merges
 SCRIPT_SHARE = 0.01  # a script is the text's when it holds this share of the text's letters
+# the text's scripts come first where more than this share of the vocabulary is written in others (a
+# multilingual vocabulary: Gemma 3's 262k tokens, 36 % outside English prose's Latin; SmolLM2's 49k, 1.3 %)
+OTHER_SCRIPTS_SHARE = 0.1
 BYTE_FALLBACK_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 
@@ -160,6 +164,12 @@ def rank_order(
     return first + [i for i in rest if i in written] + [i for i in rest if i not in written]
 
 
+def _lettered(character: str) -> bool:
+    """Whether a character belongs to a script: a letter, or a mark written on one (Devanagari's vowel
+    signs); digits, punctuation, symbols and spaces belong to none."""
+    return unicodedata.category(character)[0] in "LM"
+
+
 def _script(character: str) -> str:
     """A letter's script, as the first word of its Unicode name (``LATIN``, ``CYRILLIC``, ``CJK``)."""
     return unicodedata.name(character, "?").split(" ")[0]
@@ -189,18 +199,18 @@ def token_text(token: str, kind: str) -> str | None:
 
 def in_scripts(vocab: BPEVocabulary, characters: Mapping[str, int]) -> set[int]:
     """The tokens written in the scripts of a text whose characters are counted by ``characters``: each of
-    their letters in a script (``_script``) that holds at least ``SCRIPT_SHARE`` of the text's letters
-    (a few Greek or Cyrillic names in English prose do not make those scripts the text's), each of their
-    other characters (digits, punctuation, spaces) one the text has."""
+    their letters (and marks) in a script (``_script``) that holds at least ``SCRIPT_SHARE`` of the text's
+    letters (a few Greek or Cyrillic names in English prose do not make those scripts the text's); digits,
+    punctuation, symbols and spaces are in every script."""
     letters = Counter()
     for character, count in characters.items():
-        if character.isalpha():
+        if _lettered(character):
             letters[_script(character)] += count
     scripts = {script for script, count in letters.items() if count >= SCRIPT_SHARE * letters.total()}
     found = set()
     for token, i in vocab.tokens.items():
         text = token_text(token, vocab.kind)
-        if text and all((_script(c) in scripts) if c.isalpha() else (c in characters) for c in text):
+        if text and all(_script(c) in scripts for c in text if _lettered(c)):
             found.add(i)
     return found
 
@@ -215,7 +225,7 @@ def choose_tokens(
 ) -> list[int]:
     """The ``keep`` token ids kept, in increasing order (see the module's docstring): refused when ``keep``
     is below ``minimum_kept`` or not below the vocabulary's size. ``characters``: the choosing text's, counted
-    (``in_scripts``); None: every token is in its scripts."""
+    (``in_scripts``: its scripts first, in a multilingual vocabulary); None: the earliest merges."""
     parts = vocab.parts()
     kept = closure(vocab.always, parts)
     if keep < len(kept):
@@ -226,7 +236,10 @@ def choose_tokens(
     ids = sorted(set(vocab.tokens.values()) | set(vocab.always))
     if keep >= len(ids):
         raise ValueError(f"vocab: keeping {keep} tokens removes none of the tokenizer's {len(ids)}")
-    for token in rank_order(ids, used, in_scripts(vocab, characters) if characters else None):
+    written = in_scripts(vocab, characters) if characters else None
+    if written is not None and len(written) >= (1 - OTHER_SCRIPTS_SHARE) * len(vocab.tokens):
+        written = None  # a vocabulary of the text's scripts: its earliest merges as they are
+    for token in rank_order(ids, used, written):
         if len(kept) == keep:
             break
         if token not in kept:

@@ -2,8 +2,8 @@
 
 **Which** (``thanos.models.vocabulary``): the special tokens and the byte alphabet, then the tokens a text
 uses at least three times (the calibration text by default), then, up to the budget, the earliest merges (the
-lowest ids) written in the text's scripts, then the other earliest merges, every kept token with its merge
-parts. The dense model is not run: it is only sliced.
+lowest ids; in a multilingual vocabulary those written in the text's scripts first), every kept token with
+its merge parts. The dense model is not run: it is only sliced.
 
 **Written without them** (``thanos.models.vocabulary_files``): the kept ids renumbered 0..N-1 in their old
 order; ``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` and ``generation_config.json``
@@ -191,7 +191,8 @@ def card(report: dict[str, Any]) -> str:
         f"{report['tokens_before']:,} tokens kept ({report['tokenizer']} BPE): the special tokens, the byte "
         f"alphabet, {report['used_tokens_kept']:,} of the {report['tokens_the_text_uses']:,} tokens the text "
         f"*{report['text']}* uses (those it uses at least three times, the most used first), then the "
-        "earliest merges (the lowest ids), each with its merge parts. Token ids are "
+        "earliest merges (the lowest ids; in a multilingual vocabulary those in the text's scripts first), "
+        "each with its merge parts. Token ids are "
         "renumbered in their old order (`vocabulary.json` lists the kept original ids). "
         f"Parameters: {report['parameters_after']:,} of {report['parameters_before']:,}. That text is "
         f"{report['text_tokens_after']:,} tokens instead of {report['text_tokens_before']:,}; any text still "
